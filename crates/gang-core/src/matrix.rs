@@ -1,0 +1,323 @@
+//! The slice matrix (Ousterhout matrix): rows are slices, each a virtual copy of the mesh.
+//!
+//! Every running job has exactly one *home* slot (a single task, in AP/Linux terms) where
+//! it was placed, and may hold *extra* slots in other slices where the same nodes happen
+//! to be free (a multiple task). Extra slots are opportunistic: a job placed normally
+//! takes its nodes from them, and they never keep a slice alive. Each slice keeps two
+//! bitmaps: `home` (home placements only, what a new job is placed against) and `all`
+//! (every placement, what an extra slot or a backfilled job must avoid).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::alloc::Allocator;
+use crate::mesh::{Mesh, Shape, Submesh};
+use crate::occupancy::Occupancy;
+use crate::plan::{Decision, JobId, SliceId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Home,
+    Extra,
+}
+
+#[derive(Debug, Clone)]
+pub struct Slice {
+    pub id: SliceId,
+    home: Occupancy,
+    all: Occupancy,
+    /// Placements in the order they were made.
+    jobs: Vec<(JobId, Role)>,
+}
+
+impl Slice {
+    pub fn jobs(&self) -> &[(JobId, Role)] {
+        &self.jobs
+    }
+
+    pub fn home_occupancy(&self) -> &Occupancy {
+        &self.home
+    }
+
+    pub fn occupancy(&self) -> &Occupancy {
+        &self.all
+    }
+
+    fn has_home_job(&self) -> bool {
+        self.jobs.iter().any(|&(_, r)| r == Role::Home)
+    }
+}
+
+/// Where a running job is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    pub submesh: Submesh,
+    pub home: SliceId,
+    pub extra: Vec<SliceId>,
+}
+
+impl Placement {
+    /// Number of slots the job runs in (home plus extras).
+    pub fn slots(&self) -> usize {
+        1 + self.extra.len()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SliceMatrix {
+    mesh: Mesh,
+    slices: Vec<Slice>,
+    placements: BTreeMap<JobId, Placement>,
+    next_slice: u32,
+}
+
+impl SliceMatrix {
+    pub fn new(mesh: Mesh) -> Self {
+        SliceMatrix {
+            mesh,
+            slices: vec![],
+            placements: BTreeMap::new(),
+            next_slice: 0,
+        }
+    }
+
+    pub fn mesh(&self) -> Mesh {
+        self.mesh
+    }
+
+    pub fn slices(&self) -> &[Slice] {
+        &self.slices
+    }
+
+    pub fn placement(&self, job: JobId) -> Option<&Placement> {
+        self.placements.get(&job)
+    }
+
+    pub fn placements(&self) -> impl Iterator<Item = (JobId, &Placement)> {
+        self.placements.iter().map(|(&j, p)| (j, p))
+    }
+
+    pub fn running(&self) -> usize {
+        self.placements.len()
+    }
+
+    fn index(&self, id: SliceId) -> usize {
+        self.slices
+            .iter()
+            .position(|s| s.id == id)
+            .unwrap_or_else(|| panic!("slice {id} is not in the matrix"))
+    }
+
+    /// The first slice (round-robin order) whose home placements leave room for `shape`,
+    /// and where. `use_all`: place against every placement, extras included (so that
+    /// nothing is evicted), instead of against home placements only.
+    pub fn find(
+        &self,
+        alloc: &dyn Allocator,
+        shape: Shape,
+        use_all: bool,
+    ) -> Option<(SliceId, Submesh)> {
+        self.slices.iter().find_map(|s| {
+            let occ = if use_all { &s.all } else { &s.home };
+            alloc.find(occ, shape).map(|sm| (s.id, sm))
+        })
+    }
+
+    /// Open an empty slice at the end of the round-robin order.
+    pub fn open_slice(&mut self, out: &mut Vec<Decision>) -> SliceId {
+        let id = SliceId(self.next_slice);
+        self.next_slice += 1;
+        self.slices.push(Slice {
+            id,
+            home: Occupancy::new(self.mesh),
+            all: Occupancy::new(self.mesh),
+            jobs: vec![],
+        });
+        out.push(Decision::NewSlice { slice: id });
+        id
+    }
+
+    /// Start `job` at `submesh` with `slice` as home, evicting extra slots in the way.
+    pub fn start(&mut self, job: JobId, slice: SliceId, submesh: Submesh, out: &mut Vec<Decision>) {
+        assert!(
+            !self.placements.contains_key(&job),
+            "job {job} is already running"
+        );
+        let i = self.index(slice);
+        let evicted: Vec<JobId> = self.slices[i]
+            .jobs
+            .iter()
+            .filter(|&&(j, r)| r == Role::Extra && self.placements[&j].submesh.overlaps(submesh))
+            .map(|&(j, _)| j)
+            .collect();
+        for j in evicted {
+            self.remove_slot(j, slice, out);
+        }
+        let s = &mut self.slices[i];
+        s.home.occupy(submesh);
+        s.all.occupy(submesh);
+        s.jobs.push((job, Role::Home));
+        self.placements.insert(
+            job,
+            Placement {
+                submesh,
+                home: slice,
+                extra: vec![],
+            },
+        );
+        out.push(Decision::Start {
+            job,
+            slice,
+            submesh,
+        });
+    }
+
+    fn remove_slot(&mut self, job: JobId, slice: SliceId, out: &mut Vec<Decision>) {
+        let i = self.index(slice);
+        let p = self
+            .placements
+            .get_mut(&job)
+            .expect("extra slot of a running job");
+        p.extra.retain(|&s| s != slice);
+        let s = &mut self.slices[i];
+        s.all.release(p.submesh);
+        s.jobs.retain(|&(j, _)| j != job);
+        out.push(Decision::RemoveSlot { job, slice });
+    }
+
+    /// Take `job` out of every slot; then drop every slice left without a home job.
+    pub fn remove(&mut self, job: JobId, out: &mut Vec<Decision>) -> Option<Placement> {
+        let p = self.placements.remove(&job)?;
+        for s in self.slices.iter_mut() {
+            let before = s.jobs.len();
+            s.jobs.retain(|&(j, _)| j != job);
+            if s.jobs.len() != before {
+                s.all.release(p.submesh);
+                if s.id == p.home {
+                    s.home.release(p.submesh);
+                }
+            }
+        }
+        out.push(Decision::Free {
+            job,
+            submesh: p.submesh,
+        });
+        self.drop_empty_slices(out);
+        Some(p)
+    }
+
+    fn drop_empty_slices(&mut self, out: &mut Vec<Decision>) {
+        while let Some(i) = self.slices.iter().position(|s| !s.has_home_job()) {
+            let id = self.slices[i].id;
+            let extras: Vec<JobId> = self.slices[i].jobs.iter().map(|&(j, _)| j).collect();
+            for j in extras {
+                self.remove_slot(j, id, out);
+            }
+            self.slices.remove(i);
+            out.push(Decision::DropSlice { slice: id });
+        }
+    }
+
+    /// Give every running job an extra slot in each slice where its nodes are free.
+    /// Jobs are visited in id order (submission order) so the oldest get first pick.
+    pub fn fill_extra_slots(&mut self, out: &mut Vec<Decision>) {
+        let jobs: Vec<(JobId, Submesh)> = self
+            .placements
+            .iter()
+            .map(|(&j, p)| (j, p.submesh))
+            .collect();
+        for (job, sm) in jobs {
+            for s in self.slices.iter_mut() {
+                if s.all.is_free(sm) {
+                    s.all.occupy(sm);
+                    s.jobs.push((job, Role::Extra));
+                    self.placements
+                        .get_mut(&job)
+                        .expect("running")
+                        .extra
+                        .push(s.id);
+                    out.push(Decision::AddSlot { job, slice: s.id });
+                }
+            }
+        }
+    }
+
+    /// The matrix's own invariants; `Err` names the first one broken.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen_ids = std::collections::BTreeSet::new();
+        for s in &self.slices {
+            if !seen_ids.insert(s.id) {
+                return Err(format!("slice {} appears twice", s.id));
+            }
+            if !s.has_home_job() {
+                return Err(format!(
+                    "slice {} has no job of its own and was not eliminated",
+                    s.id
+                ));
+            }
+            let mut home = Occupancy::new(self.mesh);
+            let mut all = Occupancy::new(self.mesh);
+            let mut listed = std::collections::BTreeSet::new();
+            for &(j, role) in &s.jobs {
+                if !listed.insert(j) {
+                    return Err(format!("job {j} holds two slots in slice {}", s.id));
+                }
+                let p = self
+                    .placements
+                    .get(&j)
+                    .ok_or_else(|| format!("slice {} lists job {j}, which is not running", s.id))?;
+                let right_role = match role {
+                    Role::Home => p.home == s.id,
+                    Role::Extra => p.extra.contains(&s.id),
+                };
+                if !right_role {
+                    return Err(format!(
+                        "job {j} is {role:?} in slice {} but its placement disagrees",
+                        s.id
+                    ));
+                }
+                if !all.is_free(p.submesh) {
+                    return Err(format!(
+                        "job {j} at {} overlaps another job in slice {}",
+                        p.submesh, s.id
+                    ));
+                }
+                all.occupy(p.submesh);
+                if role == Role::Home {
+                    home.occupy(p.submesh);
+                }
+            }
+            if home != s.home || all != s.all {
+                return Err(format!(
+                    "occupancy of slice {} differs from its placements",
+                    s.id
+                ));
+            }
+            if s.all.count_busy() != s.all.busy() || s.home.count_busy() != s.home.busy() {
+                return Err(format!("busy count of slice {} is stale", s.id));
+            }
+        }
+        for (&j, p) in &self.placements {
+            if !p.submesh.within(self.mesh) {
+                return Err(format!(
+                    "job {j} at {} is off the {} mesh",
+                    p.submesh, self.mesh
+                ));
+            }
+            for &sid in std::iter::once(&p.home).chain(&p.extra) {
+                let s =
+                    self.slices.iter().find(|s| s.id == sid).ok_or_else(|| {
+                        format!("job {j} runs in slice {sid}, which does not exist")
+                    })?;
+                if !s.jobs.iter().any(|&(x, _)| x == j) {
+                    return Err(format!(
+                        "job {j} claims slice {sid}, which does not list it"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,497 @@
+//! The queue and the policy that feeds the slice matrix.
+//!
+//! Time is an argument: every call takes `now` (seconds, any epoch, never decreasing) and
+//! returns a [`Plan`]. Between calls nothing changes, so progress under time sharing is
+//! integrated exactly: with `k` slices, a job holding `m` slots runs at `m / k` of full
+//! speed, times `1 - switch_overhead` when `k > 1`.
+//!
+//! Placement (AP/Linux): the head of the queue goes into the first slice where its shape
+//! fits (against the home placements there; multiple-task slots in the way are taken
+//! back), else into a new slice while there are fewer than `mpl`, else it waits.
+//! FCFS: nothing overtakes a waiting head. EASY: the head gets a reservation (the
+//! earliest instant, slice and submesh it is guaranteed, assuming every running job ends
+//! by its requested time at the slowest rate it can have while the head waits, `1/mpl`),
+//! and a later job may start now if it ends by then or keeps off the reserved submesh.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::{Allocator, AllocatorKind};
+use crate::matrix::SliceMatrix;
+use crate::mesh::{Mesh, Shape, Submesh};
+use crate::plan::{Decision, JobId, Plan, SliceId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backfill {
+    #[default]
+    None,
+    Easy,
+}
+
+impl FromStr for Backfill {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Backfill::None),
+            "easy" => Ok(Backfill::Easy),
+            _ => Err(format!(
+                "unknown backfill policy {s:?}: expected none or easy"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Backfill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backfill::None => "none",
+            Backfill::Easy => "easy",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Maximum multiprogramming level: slices that may exist at once (1 = space sharing).
+    pub mpl: u32,
+    pub allocator: AllocatorKind,
+    pub backfill: Backfill,
+    /// Let running jobs take extra slots where their nodes are free in other slices.
+    pub multiple_tasks: bool,
+    /// Fraction of each slot lost to switching when more than one slice exists.
+    pub switch_overhead: f64,
+    /// How many queued jobs behind the head one backfill pass examines at most.
+    pub backfill_depth: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mpl: 4,
+            allocator: AllocatorKind::AdaptiveScan,
+            backfill: Backfill::None,
+            multiple_tasks: true,
+            switch_overhead: 0.0,
+            backfill_depth: 1000,
+        }
+    }
+}
+
+/// A job as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub id: JobId,
+    pub shape: Shape,
+    /// Requested run time in seconds (at full speed), if the user gave one. EASY needs it:
+    /// a job without one is never backfilled and never ends in a reservation's forecast.
+    pub estimate: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SchedError {
+    #[error("job {0} already exists")]
+    Duplicate(JobId),
+    #[error("unknown job {0}")]
+    UnknownJob(JobId),
+    #[error("job {job} asks {shape} but the mesh is {mesh} ({allocator} does not rotate requests)")]
+    NeverFits {
+        job: JobId,
+        shape: Shape,
+        mesh: Mesh,
+        allocator: AllocatorKind,
+    },
+    #[error("time went backwards: {now} is before {last}")]
+    TimeWentBack { now: f64, last: f64 },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Progress {
+    started: f64,
+    /// Seconds of full-speed work done so far.
+    work: f64,
+    estimate: Option<f64>,
+}
+
+/// A reservation for the head of the queue (EASY).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reservation {
+    pub job: JobId,
+    pub at: f64,
+    pub slice: SliceId,
+    pub submesh: Submesh,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    cfg: Config,
+    matrix: SliceMatrix,
+    queue: VecDeque<JobSpec>,
+    progress: BTreeMap<JobId, Progress>,
+    now: f64,
+    last_reservation: Option<(JobId, f64)>,
+}
+
+impl Scheduler {
+    pub fn new(mesh: Mesh, cfg: Config) -> Result<Self, SchedError> {
+        if mesh.w == 0 || mesh.h == 0 {
+            return Err(SchedError::Config(format!(
+                "the mesh must have nodes, got {mesh}"
+            )));
+        }
+        if cfg.mpl == 0 {
+            return Err(SchedError::Config("mpl must be at least 1".into()));
+        }
+        if !(0.0..1.0).contains(&cfg.switch_overhead) {
+            return Err(SchedError::Config(format!(
+                "switch overhead must be in [0, 1), got {}",
+                cfg.switch_overhead
+            )));
+        }
+        Ok(Scheduler {
+            cfg,
+            matrix: SliceMatrix::new(mesh),
+            queue: VecDeque::new(),
+            progress: BTreeMap::new(),
+            now: f64::NEG_INFINITY,
+            last_reservation: None,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn mesh(&self) -> Mesh {
+        self.matrix.mesh()
+    }
+
+    pub fn matrix(&self) -> &SliceMatrix {
+        &self.matrix
+    }
+
+    pub fn queue(&self) -> impl ExactSizeIterator<Item = &JobSpec> {
+        self.queue.iter()
+    }
+
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    fn allocator(&self) -> &'static dyn Allocator {
+        self.cfg.allocator.get()
+    }
+
+    /// Whether `shape` can ever run on this mesh with this allocator.
+    pub fn validate(&self, job: JobId, shape: Shape) -> Result<(), SchedError> {
+        if shape.w > 0 && shape.h > 0 && self.allocator().can_ever_fit(self.mesh(), shape) {
+            Ok(())
+        } else {
+            Err(SchedError::NeverFits {
+                job,
+                shape,
+                mesh: self.mesh(),
+                allocator: self.cfg.allocator,
+            })
+        }
+    }
+
+    /// Queue a job and schedule.
+    pub fn submit(&mut self, now: f64, spec: JobSpec) -> Result<Plan, SchedError> {
+        self.validate(spec.id, spec.shape)?;
+        if self.progress.contains_key(&spec.id) || self.queue.iter().any(|q| q.id == spec.id) {
+            return Err(SchedError::Duplicate(spec.id));
+        }
+        self.advance(now)?;
+        self.queue.push_back(spec);
+        Ok(self.schedule())
+    }
+
+    /// A job ended (it exited, failed or was cancelled): free it, or take it out of the
+    /// queue if it never started; then schedule.
+    pub fn finish(&mut self, now: f64, job: JobId) -> Result<Plan, SchedError> {
+        self.advance(now)?;
+        let mut out = vec![];
+        if self.matrix.remove(job, &mut out).is_some() {
+            self.progress.remove(&job);
+        } else if let Some(i) = self.queue.iter().position(|q| q.id == job) {
+            self.queue.remove(i);
+        } else {
+            return Err(SchedError::UnknownJob(job));
+        }
+        let mut plan = self.schedule();
+        out.append(&mut plan.decisions);
+        plan.decisions = out;
+        Ok(plan)
+    }
+
+    /// Move the clock to `now` without any other change (progress accrues).
+    pub fn advance(&mut self, now: f64) -> Result<(), SchedError> {
+        if now < self.now {
+            return Err(SchedError::TimeWentBack {
+                now,
+                last: self.now,
+            });
+        }
+        if self.now.is_finite() {
+            let dt = now - self.now;
+            if dt > 0.0 {
+                let k = self.matrix.slices().len();
+                for (job, p) in self.matrix.placements() {
+                    let rate = self.rate_of(p.slots(), k);
+                    self.progress
+                        .get_mut(&job)
+                        .expect("running job has progress")
+                        .work += dt * rate;
+                }
+            }
+        }
+        self.now = now;
+        Ok(())
+    }
+
+    fn rate_of(&self, slots: usize, k: usize) -> f64 {
+        if k <= 1 {
+            1.0
+        } else {
+            slots as f64 / k as f64 * (1.0 - self.cfg.switch_overhead)
+        }
+    }
+
+    /// Fraction of full speed at which `job` runs now.
+    pub fn rate(&self, job: JobId) -> Option<f64> {
+        let p = self.matrix.placement(job)?;
+        Some(self.rate_of(p.slots(), self.matrix.slices().len()))
+    }
+
+    /// Seconds of full-speed work `job` has done (as of the last call).
+    pub fn work_done(&self, job: JobId) -> Option<f64> {
+        self.progress.get(&job).map(|p| p.work)
+    }
+
+    pub fn started_at(&self, job: JobId) -> Option<f64> {
+        self.progress.get(&job).map(|p| p.started)
+    }
+
+    /// The slowest rate any running job can have while the head waits (one slot of `k`).
+    fn min_rate(&self) -> f64 {
+        self.rate_of(1, self.matrix.slices().len())
+    }
+
+    fn start(&mut self, spec: &JobSpec, slice: SliceId, sm: Submesh, out: &mut Vec<Decision>) {
+        self.matrix.start(spec.id, slice, sm, out);
+        self.progress.insert(
+            spec.id,
+            Progress {
+                started: self.now,
+                work: 0.0,
+                estimate: spec.estimate,
+            },
+        );
+    }
+
+    fn schedule(&mut self) -> Plan {
+        let mut out = vec![];
+        let alloc = self.allocator();
+        while let Some(head) = self.queue.front() {
+            let spot = match self.matrix.find(alloc, head.shape, false) {
+                Some(spot) => spot,
+                None if self.matrix.slices().len() < self.cfg.mpl as usize => {
+                    let s = self.matrix.open_slice(&mut out);
+                    let occ = self
+                        .matrix
+                        .slices()
+                        .last()
+                        .expect("just opened")
+                        .home_occupancy();
+                    let sm = alloc
+                        .find(occ, head.shape)
+                        .expect("validated: fits the empty mesh");
+                    (s, sm)
+                }
+                None => break,
+            };
+            let head = self.queue.pop_front().expect("front exists");
+            self.start(&head, spot.0, spot.1, &mut out);
+        }
+        if self.cfg.backfill == Backfill::Easy && self.queue.len() > 1 {
+            self.backfill(&mut out);
+        }
+        if self.queue.is_empty() {
+            self.last_reservation = None;
+        }
+        if self.cfg.multiple_tasks {
+            self.matrix.fill_extra_slots(&mut out);
+        }
+        Plan {
+            now: self.now,
+            decisions: out,
+        }
+    }
+
+    /// EASY: start jobs behind the blocked head where that cannot delay its reservation.
+    fn backfill(&mut self, out: &mut Vec<Decision>) {
+        let alloc = self.allocator();
+        let rotates = alloc.rotates();
+        let mut reservation: Option<Option<Reservation>> = None;
+        // Shapes that fit no slice in this pass; anything at least as large is skipped.
+        let mut failed: Vec<Shape> = vec![];
+        let dominated = |s: Shape, f: Shape| {
+            (s.w >= f.w && s.h >= f.h) || (rotates && s.w >= f.h && s.h >= f.w)
+        };
+        let mut i = 1;
+        let mut examined = 0;
+        while i < self.queue.len() && examined < self.cfg.backfill_depth {
+            examined += 1;
+            let shape = self.queue[i].shape;
+            if failed.iter().any(|&f| dominated(shape, f)) {
+                i += 1;
+                continue;
+            }
+            if self.matrix.find(alloc, shape, false).is_none() {
+                failed.push(shape);
+                i += 1;
+                continue;
+            }
+            let res = match reservation.get_or_insert_with(|| self.reservation()) {
+                Some(r) => *r,
+                // No guarantee can be given to the head: backfilling could starve it.
+                None => break,
+            };
+            let ends_in_time = self.queue[i]
+                .estimate
+                .is_some_and(|e| self.now + e / self.min_rate() <= res.at);
+            let spot = self.matrix.slices().iter().find_map(|s| {
+                if ends_in_time || s.id != res.slice {
+                    alloc.find(s.home_occupancy(), shape).map(|sm| (s.id, sm))
+                } else {
+                    let mut masked = s.home_occupancy().clone();
+                    masked.cover(res.submesh);
+                    alloc.find(&masked, shape).map(|sm| (s.id, sm))
+                }
+            });
+            match spot {
+                Some((slice, sm)) => {
+                    let spec = self.queue.remove(i).expect("index in range");
+                    self.start(&spec, slice, sm, out);
+                }
+                None => i += 1,
+            }
+        }
+        if let Some(Some(r)) = reservation
+            && self
+                .last_reservation
+                .is_none_or(|(j, at)| j != r.job || at != r.at)
+        {
+            self.last_reservation = Some((r.job, r.at));
+            out.push(Decision::Reserve {
+                job: r.job,
+                at: r.at,
+                slice: r.slice,
+                submesh: r.submesh,
+            });
+        }
+    }
+
+    /// When, where the head of the queue is guaranteed to fit if every running job ends by
+    /// its requested time at the slowest rate it can have. `None` if that depends on a job
+    /// without a requested time.
+    fn reservation(&self) -> Option<Reservation> {
+        let head = self.queue.front()?;
+        let alloc = self.allocator();
+        let rate = self.min_rate();
+        let mut ends: Vec<(f64, SliceId, Submesh)> = vec![];
+        for (job, p) in self.matrix.placements() {
+            let pr = &self.progress[&job];
+            let Some(est) = pr.estimate else { continue };
+            ends.push((
+                self.now + (est - pr.work).max(0.0) / rate,
+                p.home,
+                p.submesh,
+            ));
+        }
+        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut occs: Vec<_> = self
+            .matrix
+            .slices()
+            .iter()
+            .map(|s| (s.id, s.home_occupancy().clone()))
+            .collect();
+        for (at, slice, sm) in ends {
+            let occ = &mut occs
+                .iter_mut()
+                .find(|(id, _)| *id == slice)
+                .expect("home slice exists")
+                .1;
+            occ.release(sm);
+            if let Some(submesh) = alloc.find(occ, head.shape) {
+                return Some(Reservation {
+                    job: head.id,
+                    at,
+                    slice,
+                    submesh,
+                });
+            }
+        }
+        None
+    }
+
+    /// Every invariant of the scheduler; `Err` names the first one broken. Tests call this
+    /// after every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.matrix.check()?;
+        let k = self.matrix.slices().len();
+        if k > self.cfg.mpl as usize {
+            return Err(format!(
+                "{k} slices exceed the multiprogramming level {}",
+                self.cfg.mpl
+            ));
+        }
+        let running: Vec<JobId> = self.matrix.placements().map(|(j, _)| j).collect();
+        if running.len() != self.progress.len()
+            || running.iter().any(|j| !self.progress.contains_key(j))
+        {
+            return Err("running jobs and their progress records differ".into());
+        }
+        let mut queued = std::collections::BTreeSet::new();
+        for q in &self.queue {
+            if !queued.insert(q.id) {
+                return Err(format!("job {} is queued twice", q.id));
+            }
+            if self.progress.contains_key(&q.id) {
+                return Err(format!("job {} is both queued and running", q.id));
+            }
+            if !self.allocator().can_ever_fit(self.mesh(), q.shape) {
+                return Err(format!(
+                    "queued job {} ({}) can never fit the {} mesh",
+                    q.id,
+                    q.shape,
+                    self.mesh()
+                ));
+            }
+        }
+        if let Some(head) = self.queue.front() {
+            if k < self.cfg.mpl as usize {
+                return Err(format!(
+                    "job {} waits although only {k} of {} slices exist",
+                    head.id, self.cfg.mpl
+                ));
+            }
+            if let Some((s, sm)) = self.matrix.find(self.allocator(), head.shape, false) {
+                return Err(format!(
+                    "job {} waits although {sm} is free in slice {s}",
+                    head.id
+                ));
+            }
+        }
+        if !self.cfg.multiple_tasks && self.matrix.placements().any(|(_, p)| !p.extra.is_empty()) {
+            return Err("a job holds extra slots although multiple tasks are off".into());
+        }
+        Ok(())
+    }
+}
