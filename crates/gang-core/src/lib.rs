@@ -20,7 +20,7 @@ pub mod replay;
 pub mod scheduler;
 
 pub use alloc::{Allocator, AllocatorKind};
-pub use matrix::{Placement, Role, SliceMatrix};
+pub use matrix::{Placement, Role, SliceChoice, SliceMatrix};
 pub use mesh::{Mesh, Request, Shape, ShapeError, Submesh, shape_for_count};
 pub use occupancy::Occupancy;
 pub use plan::{Decision, JobId, Plan, SliceId};

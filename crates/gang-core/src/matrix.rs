@@ -16,6 +16,39 @@ use crate::mesh::{Mesh, Shape, Submesh};
 use crate::occupancy::Occupancy;
 use crate::plan::{Decision, JobId, SliceId};
 
+/// Which slice a job goes into when it fits in several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SliceChoice {
+    /// The first in round-robin order (AP/Linux).
+    #[default]
+    First,
+    /// The one with the most busy nodes.
+    Densest,
+}
+
+impl std::str::FromStr for SliceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "first" => Ok(SliceChoice::First),
+            "densest" => Ok(SliceChoice::Densest),
+            _ => Err(format!(
+                "unknown slice choice {s:?}: expected first or densest"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SliceChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SliceChoice::First => "first",
+            SliceChoice::Densest => "densest",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -71,6 +104,10 @@ pub struct SliceMatrix {
     slices: Vec<Slice>,
     placements: BTreeMap<JobId, Placement>,
     next_slice: u32,
+    /// Slices that gained free nodes (or were opened) since extra slots were last filled.
+    fresh: Vec<SliceId>,
+    /// Jobs started since extra slots were last filled.
+    started: Vec<JobId>,
 }
 
 impl SliceMatrix {
@@ -80,6 +117,8 @@ impl SliceMatrix {
             slices: vec![],
             placements: BTreeMap::new(),
             next_slice: 0,
+            fresh: vec![],
+            started: vec![],
         }
     }
 
@@ -110,19 +149,32 @@ impl SliceMatrix {
             .unwrap_or_else(|| panic!("slice {id} is not in the matrix"))
     }
 
-    /// The first slice (round-robin order) whose home placements leave room for `shape`,
-    /// and where. `use_all`: place against every placement, extras included (so that
-    /// nothing is evicted), instead of against home placements only.
+    /// A slice whose home placements leave room for `shape`, and where: the first such
+    /// slice in round-robin order, or under [`SliceChoice::Densest`] the one with the most
+    /// busy nodes (ties to the first), so that sparse slices drain and are eliminated.
     pub fn find(
         &self,
         alloc: &dyn Allocator,
         shape: Shape,
-        use_all: bool,
+        choice: SliceChoice,
     ) -> Option<(SliceId, Submesh)> {
-        self.slices.iter().find_map(|s| {
-            let occ = if use_all { &s.all } else { &s.home };
-            alloc.find(occ, shape).map(|sm| (s.id, sm))
-        })
+        match choice {
+            SliceChoice::First => self
+                .slices
+                .iter()
+                .find_map(|s| alloc.find(&s.home, shape).map(|sm| (s.id, sm))),
+            SliceChoice::Densest => {
+                let mut order: Vec<&Slice> = self
+                    .slices
+                    .iter()
+                    .filter(|s| s.home.free() >= shape.area())
+                    .collect();
+                order.sort_by_key(|s| std::cmp::Reverse(s.home.busy()));
+                order
+                    .into_iter()
+                    .find_map(|s| alloc.find(&s.home, shape).map(|sm| (s.id, sm)))
+            }
+        }
     }
 
     /// Open an empty slice at the end of the round-robin order.
@@ -135,6 +187,7 @@ impl SliceMatrix {
             all: Occupancy::new(self.mesh),
             jobs: vec![],
         });
+        self.fresh.push(id);
         out.push(Decision::NewSlice { slice: id });
         id
     }
@@ -167,6 +220,7 @@ impl SliceMatrix {
                 extra: vec![],
             },
         );
+        self.started.push(job);
         out.push(Decision::Start {
             job,
             slice,
@@ -184,6 +238,7 @@ impl SliceMatrix {
         let s = &mut self.slices[i];
         s.all.release(p.submesh);
         s.jobs.retain(|&(j, _)| j != job);
+        self.fresh.push(slice);
         out.push(Decision::RemoveSlot { job, slice });
     }
 
@@ -194,6 +249,7 @@ impl SliceMatrix {
             let before = s.jobs.len();
             s.jobs.retain(|&(j, _)| j != job);
             if s.jobs.len() != before {
+                self.fresh.push(s.id);
                 s.all.release(p.submesh);
                 if s.id == p.home {
                     s.home.release(p.submesh);
@@ -220,17 +276,33 @@ impl SliceMatrix {
         }
     }
 
-    /// Give every running job an extra slot in each slice where its nodes are free.
-    /// Jobs are visited in id order (submission order) so the oldest get first pick.
+    /// Whether nodes were freed (or a slice opened) since extra slots were last filled:
+    /// until then, a job that found no room still finds none.
+    pub fn has_fresh_space(&self) -> bool {
+        !self.fresh.is_empty()
+    }
+
+    /// Give running jobs an extra slot in each slice where their nodes are free. Only
+    /// what changed since the last call is searched: every job against slices that gained
+    /// free nodes, and newly started jobs against every slice. Jobs are visited in id
+    /// order (submission order) so the oldest get first pick.
     pub fn fill_extra_slots(&mut self, out: &mut Vec<Decision>) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        let started = std::mem::take(&mut self.started);
+        fresh.sort_unstable();
+        fresh.dedup();
         let jobs: Vec<(JobId, Submesh)> = self
             .placements
             .iter()
             .map(|(&j, p)| (j, p.submesh))
             .collect();
         for (job, sm) in jobs {
+            let everywhere = started.contains(&job);
             for s in self.slices.iter_mut() {
-                if s.all.is_free(sm) {
+                if !everywhere && fresh.binary_search(&s.id).is_err() {
+                    continue;
+                }
+                if s.all.free() >= sm.area() && s.all.is_free(sm) {
                     s.all.occupy(sm);
                     s.jobs.push((job, Role::Extra));
                     self.placements
@@ -242,6 +314,12 @@ impl SliceMatrix {
                 }
             }
         }
+    }
+
+    /// Forget pending extra-slot work (when multiple tasks are off).
+    pub fn clear_fresh(&mut self) {
+        self.fresh.clear();
+        self.started.clear();
     }
 
     /// The matrix's own invariants; `Err` names the first one broken.

@@ -20,7 +20,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::{Allocator, AllocatorKind};
-use crate::matrix::SliceMatrix;
+use crate::matrix::{SliceChoice, SliceMatrix};
 use crate::mesh::{Mesh, Shape, Submesh};
 use crate::plan::{Decision, JobId, Plan, SliceId};
 
@@ -62,6 +62,8 @@ pub struct Config {
     pub backfill: Backfill,
     /// Let running jobs take extra slots where their nodes are free in other slices.
     pub multiple_tasks: bool,
+    /// Which slice a job goes into when it fits in several.
+    pub slice_choice: SliceChoice,
     /// Fraction of each slot lost to switching when more than one slice exists.
     pub switch_overhead: f64,
     /// How many queued jobs behind the head one backfill pass examines at most.
@@ -75,6 +77,7 @@ impl Default for Config {
             allocator: AllocatorKind::AdaptiveScan,
             backfill: Backfill::None,
             multiple_tasks: true,
+            slice_choice: SliceChoice::First,
             switch_overhead: 0.0,
             backfill_depth: 1000,
         }
@@ -135,6 +138,9 @@ pub struct Scheduler {
     progress: BTreeMap<JobId, Progress>,
     now: f64,
     last_reservation: Option<(JobId, f64)>,
+    /// The head found blocked by the last pass. While no nodes are freed it stays
+    /// blocked, and every job behind it that found no backfill spot still finds none.
+    blocked_head: Option<JobId>,
 }
 
 impl Scheduler {
@@ -160,6 +166,7 @@ impl Scheduler {
             progress: BTreeMap::new(),
             now: f64::NEG_INFINITY,
             last_reservation: None,
+            blocked_head: None,
         })
     }
 
@@ -298,35 +305,44 @@ impl Scheduler {
     fn schedule(&mut self) -> Plan {
         let mut out = vec![];
         let alloc = self.allocator();
-        while let Some(head) = self.queue.front() {
-            let spot = match self.matrix.find(alloc, head.shape, false) {
-                Some(spot) => spot,
-                None if self.matrix.slices().len() < self.cfg.mpl as usize => {
-                    let s = self.matrix.open_slice(&mut out);
-                    let occ = self
-                        .matrix
-                        .slices()
-                        .last()
-                        .expect("just opened")
-                        .home_occupancy();
-                    let sm = alloc
-                        .find(occ, head.shape)
-                        .expect("validated: fits the empty mesh");
-                    (s, sm)
-                }
-                None => break,
-            };
-            let head = self.queue.pop_front().expect("front exists");
-            self.start(&head, spot.0, spot.1, &mut out);
+        let unchanged =
+            !self.matrix.has_fresh_space() && self.queue.front().map(|q| q.id) == self.blocked_head;
+        if !unchanged {
+            while let Some(head) = self.queue.front() {
+                let spot = match self.matrix.find(alloc, head.shape, self.cfg.slice_choice) {
+                    Some(spot) => spot,
+                    None if self.matrix.slices().len() < self.cfg.mpl as usize => {
+                        let s = self.matrix.open_slice(&mut out);
+                        let occ = self
+                            .matrix
+                            .slices()
+                            .last()
+                            .expect("just opened")
+                            .home_occupancy();
+                        let sm = alloc
+                            .find(occ, head.shape)
+                            .expect("validated: fits the empty mesh");
+                        (s, sm)
+                    }
+                    None => break,
+                };
+                let head = self.queue.pop_front().expect("front exists");
+                self.start(&head, spot.0, spot.1, &mut out);
+            }
         }
         if self.cfg.backfill == Backfill::Easy && self.queue.len() > 1 {
-            self.backfill(&mut out);
+            // Unchanged: only the newest job has not been tried against this occupancy.
+            let from = if unchanged { self.queue.len() - 1 } else { 1 };
+            self.backfill(from, &mut out);
         }
+        self.blocked_head = self.queue.front().map(|q| q.id);
         if self.queue.is_empty() {
             self.last_reservation = None;
         }
         if self.cfg.multiple_tasks {
             self.matrix.fill_extra_slots(&mut out);
+        } else {
+            self.matrix.clear_fresh();
         }
         Plan {
             now: self.now,
@@ -335,52 +351,78 @@ impl Scheduler {
     }
 
     /// EASY: start jobs behind the blocked head where that cannot delay its reservation.
-    fn backfill(&mut self, out: &mut Vec<Decision>) {
+    fn backfill(&mut self, from: usize, out: &mut Vec<Decision>) {
         let alloc = self.allocator();
         let rotates = alloc.rotates();
         let mut reservation: Option<Option<Reservation>> = None;
-        // Shapes that fit no slice in this pass; anything at least as large is skipped.
-        let mut failed: Vec<Shape> = vec![];
-        let dominated = |s: Shape, f: Shape| {
-            (s.w >= f.w && s.h >= f.h) || (rotates && s.w >= f.h && s.h >= f.w)
+        // Within a pass nodes are only taken, never freed, so a shape that found no spot
+        // finds none later either, nor does any shape at least as large. `failed_any`:
+        // no spot at all; `failed_clear`: no spot clear of the reserved submesh.
+        let (mut failed_any, mut failed_clear): (Vec<Shape>, Vec<Shape>) = (vec![], vec![]);
+        let dominated = |s: Shape, fails: &[Shape]| {
+            fails
+                .iter()
+                .any(|f| (s.w >= f.w && s.h >= f.h) || (rotates && s.w >= f.h && s.h >= f.w))
         };
-        let mut i = 1;
-        let mut examined = 0;
+        let mut i = from;
+        let mut examined = from - 1;
         while i < self.queue.len() && examined < self.cfg.backfill_depth {
             examined += 1;
             let shape = self.queue[i].shape;
-            if failed.iter().any(|&f| dominated(shape, f)) {
+            if dominated(shape, &failed_any) {
                 i += 1;
                 continue;
             }
-            if self.matrix.find(alloc, shape, false).is_none() {
-                failed.push(shape);
-                i += 1;
-                continue;
-            }
-            let res = match reservation.get_or_insert_with(|| self.reservation()) {
-                Some(r) => *r,
+            let res = match reservation {
+                Some(Some(r)) => r,
                 // No guarantee can be given to the head: backfilling could starve it.
-                None => break,
+                Some(None) => break,
+                None => {
+                    // The forecast costs more than a search: make it only once some job fits.
+                    if self.matrix.find(alloc, shape, SliceChoice::First).is_none() {
+                        failed_any.push(shape);
+                        i += 1;
+                        continue;
+                    }
+                    match *reservation.insert(self.reservation()) {
+                        Some(r) => r,
+                        None => break,
+                    }
+                }
             };
             let ends_in_time = self.queue[i]
                 .estimate
                 .is_some_and(|e| self.now + e / self.min_rate() <= res.at);
-            let spot = self.matrix.slices().iter().find_map(|s| {
-                if ends_in_time || s.id != res.slice {
-                    alloc.find(s.home_occupancy(), shape).map(|sm| (s.id, sm))
-                } else {
-                    let mut masked = s.home_occupancy().clone();
-                    masked.cover(res.submesh);
-                    alloc.find(&masked, shape).map(|sm| (s.id, sm))
-                }
-            });
+            if !ends_in_time && dominated(shape, &failed_clear) {
+                i += 1;
+                continue;
+            }
+            let spot = if ends_in_time {
+                self.matrix.find(alloc, shape, SliceChoice::First)
+            } else {
+                self.matrix.slices().iter().find_map(|s| {
+                    if s.id != res.slice {
+                        alloc.find(s.home_occupancy(), shape).map(|sm| (s.id, sm))
+                    } else {
+                        let mut masked = s.home_occupancy().clone();
+                        masked.cover(res.submesh);
+                        alloc.find(&masked, shape).map(|sm| (s.id, sm))
+                    }
+                })
+            };
             match spot {
                 Some((slice, sm)) => {
                     let spec = self.queue.remove(i).expect("index in range");
                     self.start(&spec, slice, sm, out);
                 }
-                None => i += 1,
+                None => {
+                    if ends_in_time {
+                        failed_any.push(shape)
+                    } else {
+                        failed_clear.push(shape)
+                    }
+                    i += 1;
+                }
             }
         }
         if let Some(Some(r)) = reservation
@@ -482,7 +524,10 @@ impl Scheduler {
                     head.id, self.cfg.mpl
                 ));
             }
-            if let Some((s, sm)) = self.matrix.find(self.allocator(), head.shape, false) {
+            if let Some((s, sm)) =
+                self.matrix
+                    .find(self.allocator(), head.shape, SliceChoice::First)
+            {
                 return Err(format!(
                     "job {} waits although {sm} is free in slice {s}",
                     head.id
@@ -491,6 +536,21 @@ impl Scheduler {
         }
         if !self.cfg.multiple_tasks && self.matrix.placements().any(|(_, p)| !p.extra.is_empty()) {
             return Err("a job holds extra slots although multiple tasks are off".into());
+        }
+        if self.cfg.multiple_tasks {
+            for (j, p) in self.matrix.placements() {
+                if let Some(s) = self
+                    .matrix
+                    .slices()
+                    .iter()
+                    .find(|s| s.occupancy().is_free(p.submesh))
+                {
+                    return Err(format!(
+                        "job {j} could run in slice {} too but was not given the slot",
+                        s.id
+                    ));
+                }
+            }
         }
         Ok(())
     }

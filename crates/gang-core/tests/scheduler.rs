@@ -383,13 +383,15 @@ fn config() -> impl Strategy<Value = Config> {
         prop::sample::select(vec![Backfill::None, Backfill::Easy]),
         any::<bool>(),
         prop::sample::select(vec![0.0, 0.05]),
+        prop::sample::select(vec![SliceChoice::First, SliceChoice::Densest]),
     )
         .prop_map(
-            |(mpl, allocator, backfill, multiple_tasks, switch_overhead)| Config {
+            |(mpl, allocator, backfill, multiple_tasks, switch_overhead, slice_choice)| Config {
                 mpl,
                 allocator,
                 backfill,
                 multiple_tasks,
+                slice_choice,
                 switch_overhead,
                 backfill_depth: 1000,
             },
