@@ -71,6 +71,13 @@ impl Occupancy {
     /// The highest busy column inside `sm`, if any: the column a scan must jump past.
     #[inline]
     pub fn last_busy_in(&self, sm: Submesh) -> Option<u32> {
+        if self.words_per_row == 1 {
+            // Meshes up to 64 wide: one AND per row.
+            let mask = word_mask(0, sm.x, sm.x + sm.w);
+            let rows = &self.bits[sm.y as usize..(sm.y + sm.h) as usize];
+            let any = rows.iter().fold(0u64, |acc, r| acc | (r & mask));
+            return (any != 0).then(|| 63 - any.leading_zeros());
+        }
         (sm.y..sm.y + sm.h)
             .filter_map(|y| self.last_busy_in_row(y, sm.x, sm.x + sm.w))
             .max()

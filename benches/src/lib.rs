@@ -1,0 +1,62 @@
+//! Shared fixtures for the benchmarks.
+
+use std::path::PathBuf;
+
+use gang_core::{Occupancy, Shape, Submesh};
+
+/// Where the shared workload traces live (beside the repository).
+pub fn trace(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(name);
+    assert!(p.exists(), "trace not found: {}", p.display());
+    p
+}
+
+/// Median and p99 of a sample (sorted in place), in its unit.
+pub fn median_p99(xs: &mut [f64]) -> (f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    let at = |q: f64| xs[((xs.len() as f64 * q).ceil() as usize).clamp(1, xs.len()) - 1];
+    (at(0.5), at(0.99))
+}
+
+/// A mesh filled to `target` occupancy by jobs of random shapes (1..=8 a side) at random
+/// free spots, topped up with single nodes, so the free space is fragmented the way a
+/// busy machine's is.
+pub fn fragmented(mesh: Shape, target: f64, rng: &mut fastrand::Rng) -> Occupancy {
+    let mut occ = Occupancy::new(mesh);
+    let goal = (target * mesh.area() as f64) as u64;
+    let mut misses = 0;
+    while occ.busy() < goal && misses < 200 {
+        let s = Shape::new(rng.u32(1..=8), rng.u32(1..=8));
+        let sm = Submesh::at(rng.u32(0..mesh.w), rng.u32(0..mesh.h), s);
+        if occ.is_free(sm) && occ.busy() + sm.area() <= goal {
+            occ.occupy(sm);
+            misses = 0;
+        } else {
+            misses += 1;
+        }
+    }
+    while occ.busy() < goal {
+        let sm = Submesh::new(rng.u32(0..mesh.w), rng.u32(0..mesh.h), 1, 1);
+        if occ.is_free(sm) {
+            occ.occupy(sm);
+        }
+    }
+    occ
+}
+
+/// Allocation requests on a 32x32 mesh at 80% occupancy: (occupancy, request) pairs with
+/// requests of 1..=8 a side, about half of which can be placed.
+pub fn alloc_cases(n: usize, seed: u64) -> Vec<(Occupancy, Shape)> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mesh = Shape::new(32, 32);
+    (0..n)
+        .map(|_| {
+            (
+                fragmented(mesh, 0.8, &mut rng),
+                Shape::new(rng.u32(1..=8), rng.u32(1..=8)),
+            )
+        })
+        .collect()
+}
