@@ -3,7 +3,7 @@
 //! (stdout) and the rows as JSON lines (stderr).
 
 use gang_benches::trace;
-use gang_core::{AllocatorKind, Backfill, Config, Shape};
+use gang_core::{AllocatorKind, Backfill, Config, Shape, SliceChoice};
 use gang_sim::{sim, swf};
 
 fn main() {
@@ -23,20 +23,51 @@ fn main() {
         rec.mean_bounded_slowdown,
         rec.p95_bounded_slowdown
     );
+    // The grid, then beyond it: higher MPLs and the densest-slice choice.
+    let mut grid = vec![];
     for alloc in AllocatorKind::ALL {
         for backfill in [Backfill::None, Backfill::Easy] {
             for mpl in 1..=5 {
+                grid.push((alloc, backfill, mpl, SliceChoice::First));
+            }
+        }
+    }
+    for mpl in [5, 6, 8, 10, 16] {
+        grid.push((
+            AllocatorKind::AdaptiveScan,
+            Backfill::Easy,
+            mpl,
+            SliceChoice::Densest,
+        ));
+    }
+    for mpl in [6, 8, 10, 16] {
+        grid.push((
+            AllocatorKind::AdaptiveScan,
+            Backfill::Easy,
+            mpl,
+            SliceChoice::First,
+        ));
+    }
+    {
+        for (alloc, backfill, mpl, choice) in grid {
+            {
                 let cfg = Config {
                     mpl,
                     allocator: alloc,
                     backfill,
+                    slice_choice: choice,
                     ..Config::default()
                 };
                 let w = sim::workload(&t, mesh, None, &cfg);
                 let r = sim::run(&w, &cfg, None, false).unwrap();
                 let f = &r.figures;
                 println!(
-                    "| {alloc} | {mpl} | {backfill} | {:.1}% | {:.0} | {:.0} | {:.1} | {:.1} | {:.3} |",
+                    "| {alloc}{} | {mpl} | {backfill} | {:.1}% | {:.0} | {:.0} | {:.1} | {:.1} | {:.3} |",
+                    if choice == SliceChoice::Densest {
+                        ", densest slice"
+                    } else {
+                        ""
+                    },
                     f.utilization * 100.0,
                     f.mean_wait_s,
                     f.mean_response_s,

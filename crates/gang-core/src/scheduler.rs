@@ -138,8 +138,8 @@ pub struct Scheduler {
     progress: BTreeMap<JobId, Progress>,
     now: f64,
     last_reservation: Option<(JobId, f64)>,
-    /// The head found blocked by the last pass. While no nodes are freed it stays
-    /// blocked, and every job behind it that found no backfill spot still finds none.
+    /// The head found blocked by the last pass: while no nodes are freed it stays blocked,
+    /// so the next pass need not search for it again.
     blocked_head: Option<JobId>,
 }
 
@@ -331,9 +331,9 @@ impl Scheduler {
             }
         }
         if self.cfg.backfill == Backfill::Easy && self.queue.len() > 1 {
-            // Unchanged: only the newest job has not been tried against this occupancy.
-            let from = if unchanged { self.queue.len() - 1 } else { 1 };
-            self.backfill(from, &mut out);
+            // Always a full pass: as time passes the reservation may move to other nodes,
+            // so a job refused a moment ago may fit now even though no node was freed.
+            self.backfill(&mut out);
         }
         self.blocked_head = self.queue.front().map(|q| q.id);
         if self.queue.is_empty() {
@@ -351,7 +351,7 @@ impl Scheduler {
     }
 
     /// EASY: start jobs behind the blocked head where that cannot delay its reservation.
-    fn backfill(&mut self, from: usize, out: &mut Vec<Decision>) {
+    fn backfill(&mut self, out: &mut Vec<Decision>) {
         let alloc = self.allocator();
         let rotates = alloc.rotates();
         let mut reservation: Option<Option<Reservation>> = None;
@@ -364,8 +364,8 @@ impl Scheduler {
                 .iter()
                 .any(|f| (s.w >= f.w && s.h >= f.h) || (rotates && s.w >= f.h && s.h >= f.w))
         };
-        let mut i = from;
-        let mut examined = from - 1;
+        let mut i = 1;
+        let mut examined = 0;
         while i < self.queue.len() && examined < self.cfg.backfill_depth {
             examined += 1;
             let shape = self.queue[i].shape;
