@@ -1,0 +1,59 @@
+//! The gRPC API of the gang scheduler (`proto/gang/v1/gang.proto`).
+
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("gang.v1");
+
+    /// The encoded file descriptor set, for gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gang_descriptor.bin"));
+}
+
+pub use v1::*;
+
+impl From<gang_core::Submesh> for v1::Submesh {
+    fn from(s: gang_core::Submesh) -> Self {
+        v1::Submesh {
+            x: s.x,
+            y: s.y,
+            w: s.w,
+            h: s.h,
+        }
+    }
+}
+
+impl From<v1::Submesh> for gang_core::Submesh {
+    fn from(s: v1::Submesh) -> Self {
+        gang_core::Submesh::new(s.x, s.y, s.w, s.h)
+    }
+}
+
+impl v1::JobState {
+    /// Whether the job has ended (and will not change again).
+    pub fn is_final(self) -> bool {
+        matches!(self, v1::JobState::Completed | v1::JobState::Failed | v1::JobState::Cancelled)
+    }
+
+    /// Lower-case name for people: "queued", "running", ...
+    pub fn label(self) -> &'static str {
+        match self {
+            v1::JobState::Unspecified => "unknown",
+            v1::JobState::Queued => "queued",
+            v1::JobState::Starting => "starting",
+            v1::JobState::Running => "running",
+            v1::JobState::Completed => "completed",
+            v1::JobState::Failed => "failed",
+            v1::JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl v1::NodeState {
+    pub fn label(self) -> &'static str {
+        match self {
+            v1::NodeState::Unspecified => "unknown",
+            v1::NodeState::Up => "up",
+            v1::NodeState::Down => "down",
+            v1::NodeState::Drained => "drained",
+        }
+    }
+}
