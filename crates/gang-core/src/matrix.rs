@@ -7,6 +7,7 @@
 //! bitmaps: `home` (home placements only, what a new job is placed against) and `all`
 //! (every placement, what an extra slot or a backfilled job must avoid).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -108,6 +109,8 @@ pub struct SliceMatrix {
     fresh: Vec<SliceId>,
     /// Jobs started since extra slots were last filled.
     started: Vec<JobId>,
+    /// Nodes that take no new placement (drained or down), in every slice.
+    offline: Occupancy,
 }
 
 impl SliceMatrix {
@@ -119,6 +122,7 @@ impl SliceMatrix {
             next_slice: 0,
             fresh: vec![],
             started: vec![],
+            offline: Occupancy::new(mesh),
         }
     }
 
@@ -149,32 +153,63 @@ impl SliceMatrix {
             .unwrap_or_else(|| panic!("slice {id} is not in the matrix"))
     }
 
-    /// A slice whose home placements leave room for `shape`, and where: the first such
-    /// slice in round-robin order, or under [`SliceChoice::Densest`] the one with the most
-    /// busy nodes (ties to the first), so that sparse slices drain and are eliminated.
+    /// What a new job is placed against in slice `s`: its home placements plus the
+    /// offline nodes.
+    pub fn placeable<'a>(&'a self, s: &'a Slice) -> Cow<'a, Occupancy> {
+        if self.offline.busy() == 0 {
+            Cow::Borrowed(&s.home)
+        } else {
+            Cow::Owned(s.home.merged(&self.offline))
+        }
+    }
+
+    pub fn offline(&self) -> &Occupancy {
+        &self.offline
+    }
+
+    /// Take node `(x, y)` out of (or back into) service for new placements. Jobs already
+    /// on it are not touched. Returns whether anything changed.
+    pub fn set_offline(&mut self, x: u32, y: u32, offline: bool) -> bool {
+        let node = Submesh::new(x, y, 1, 1);
+        assert!(
+            node.within(self.mesh),
+            "node ({x},{y}) is off the {} mesh",
+            self.mesh
+        );
+        match (offline, self.offline.is_busy(x, y)) {
+            (true, false) => self.offline.occupy(node),
+            (false, true) => {
+                self.offline.release(node);
+                // Room may have appeared in every slice.
+                self.fresh.extend(self.slices.iter().map(|s| s.id));
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Where `shape` would go in a new, empty slice (only offline nodes in the way).
+    pub fn find_in_new_slice(&self, alloc: &dyn Allocator, shape: Shape) -> Option<Submesh> {
+        alloc.find(&self.offline, shape)
+    }
+
+    /// A slice with room for `shape`, and where: the first such slice in round-robin
+    /// order, or under [`SliceChoice::Densest`] the one with the most busy nodes (ties to
+    /// the first), so that sparse slices drain and are eliminated.
     pub fn find(
         &self,
         alloc: &dyn Allocator,
         shape: Shape,
         choice: SliceChoice,
     ) -> Option<(SliceId, Submesh)> {
-        match choice {
-            SliceChoice::First => self
-                .slices
-                .iter()
-                .find_map(|s| alloc.find(&s.home, shape).map(|sm| (s.id, sm))),
-            SliceChoice::Densest => {
-                let mut order: Vec<&Slice> = self
-                    .slices
-                    .iter()
-                    .filter(|s| s.home.free() >= shape.area())
-                    .collect();
-                order.sort_by_key(|s| std::cmp::Reverse(s.home.busy()));
-                order
-                    .into_iter()
-                    .find_map(|s| alloc.find(&s.home, shape).map(|sm| (s.id, sm)))
-            }
+        let mut order: Vec<&Slice> = self.slices.iter().collect();
+        if choice == SliceChoice::Densest {
+            order.retain(|s| s.home.free() >= shape.area());
+            order.sort_by_key(|s| std::cmp::Reverse(s.home.busy()));
         }
+        order
+            .into_iter()
+            .find_map(|s| alloc.find(&self.placeable(s), shape).map(|sm| (s.id, sm)))
     }
 
     /// Open an empty slice at the end of the round-robin order.

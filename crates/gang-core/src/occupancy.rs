@@ -104,6 +104,17 @@ impl Occupancy {
         self.apply(sm, false);
     }
 
+    /// The union of two maps of the same mesh: nodes busy in either.
+    pub fn merged(&self, other: &Occupancy) -> Occupancy {
+        assert_eq!(self.mesh, other.mesh, "merging maps of different meshes");
+        let mut m = self.clone();
+        for (a, b) in m.bits.iter_mut().zip(&other.bits) {
+            *a |= b;
+        }
+        m.busy = m.count_busy();
+        m
+    }
+
     /// Mark `sm` busy whether or not parts of it already are: for scratch copies that
     /// block an area from a search (a reservation), never for real placements.
     pub fn cover(&mut self, sm: Submesh) {

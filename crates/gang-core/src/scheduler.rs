@@ -107,6 +107,10 @@ pub enum SchedError {
         mesh: Mesh,
         allocator: AllocatorKind,
     },
+    #[error("job {job} cannot be put back at {submesh}: no slice has those nodes free")]
+    CannotAdopt { job: JobId, submesh: Submesh },
+    #[error("node ({x},{y}) is not on the {mesh} mesh")]
+    NoSuchNode { x: u32, y: u32, mesh: Mesh },
     #[error("time went backwards: {now} is before {last}")]
     TimeWentBack { now: f64, last: f64 },
     #[error("invalid configuration: {0}")]
@@ -237,6 +241,66 @@ impl Scheduler {
         Ok(plan)
     }
 
+    /// Put back a job that is already running at `submesh` (a restarted master finding its
+    /// jobs again): into the first slice where those nodes are free, else a new slice.
+    pub fn adopt(&mut self, now: f64, spec: JobSpec, submesh: Submesh) -> Result<Plan, SchedError> {
+        self.validate(spec.id, spec.shape)?;
+        if self.progress.contains_key(&spec.id) || self.queue.iter().any(|q| q.id == spec.id) {
+            return Err(SchedError::Duplicate(spec.id));
+        }
+        if !submesh.within(self.mesh()) || !spec.shape.fits_in_rotating(submesh.shape()) {
+            return Err(SchedError::CannotAdopt {
+                job: spec.id,
+                submesh,
+            });
+        }
+        self.advance(now)?;
+        let mut out = vec![];
+        let slice = match self
+            .matrix
+            .slices()
+            .iter()
+            .find(|s| s.home_occupancy().is_free(submesh))
+        {
+            Some(s) => s.id,
+            None if self.matrix.slices().len() < self.cfg.mpl as usize => {
+                self.matrix.open_slice(&mut out)
+            }
+            None => {
+                return Err(SchedError::CannotAdopt {
+                    job: spec.id,
+                    submesh,
+                });
+            }
+        };
+        self.start(&spec, slice, submesh, &mut out);
+        let mut plan = self.schedule();
+        out.append(&mut plan.decisions);
+        plan.decisions = out;
+        Ok(plan)
+    }
+
+    /// Take a node out of service for new jobs (drained, or its agent is down), or put it
+    /// back; jobs already on it are the caller's business. Then schedule.
+    pub fn set_node_offline(
+        &mut self,
+        now: f64,
+        x: u32,
+        y: u32,
+        offline: bool,
+    ) -> Result<Plan, SchedError> {
+        let mesh = self.mesh();
+        if x >= mesh.w || y >= mesh.h {
+            return Err(SchedError::NoSuchNode { x, y, mesh });
+        }
+        self.advance(now)?;
+        if self.matrix.set_offline(x, y, offline) && !offline {
+            // Room appeared even where no slice exists yet: look at the head again.
+            self.blocked_head = None;
+        }
+        Ok(self.schedule())
+    }
+
     /// Move the clock to `now` without any other change (progress accrues).
     pub fn advance(&mut self, now: f64) -> Result<(), SchedError> {
         if now < self.now {
@@ -312,17 +376,11 @@ impl Scheduler {
                 let spot = match self.matrix.find(alloc, head.shape, self.cfg.slice_choice) {
                     Some(spot) => spot,
                     None if self.matrix.slices().len() < self.cfg.mpl as usize => {
-                        let s = self.matrix.open_slice(&mut out);
-                        let occ = self
-                            .matrix
-                            .slices()
-                            .last()
-                            .expect("just opened")
-                            .home_occupancy();
-                        let sm = alloc
-                            .find(occ, head.shape)
-                            .expect("validated: fits the empty mesh");
-                        (s, sm)
+                        // Offline nodes may keep it out of even an empty slice.
+                        match self.matrix.find_in_new_slice(alloc, head.shape) {
+                            Some(sm) => (self.matrix.open_slice(&mut out), sm),
+                            None => break,
+                        }
                     }
                     None => break,
                 };
@@ -402,9 +460,11 @@ impl Scheduler {
             } else {
                 self.matrix.slices().iter().find_map(|s| {
                     if s.id != res.slice {
-                        alloc.find(s.home_occupancy(), shape).map(|sm| (s.id, sm))
+                        alloc
+                            .find(&self.matrix.placeable(s), shape)
+                            .map(|sm| (s.id, sm))
                     } else {
-                        let mut masked = s.home_occupancy().clone();
+                        let mut masked = self.matrix.placeable(s).into_owned();
                         masked.cover(res.submesh);
                         alloc.find(&masked, shape).map(|sm| (s.id, sm))
                     }
@@ -462,7 +522,7 @@ impl Scheduler {
             .matrix
             .slices()
             .iter()
-            .map(|s| (s.id, s.home_occupancy().clone()))
+            .map(|s| (s.id, self.matrix.placeable(s).into_owned()))
             .collect();
         for (at, slice, sm) in ends {
             let occ = &mut occs
@@ -518,7 +578,12 @@ impl Scheduler {
             }
         }
         if let Some(head) = self.queue.front() {
-            if k < self.cfg.mpl as usize {
+            if k < self.cfg.mpl as usize
+                && self
+                    .matrix
+                    .find_in_new_slice(self.allocator(), head.shape)
+                    .is_some()
+            {
                 return Err(format!(
                     "job {} waits although only {k} of {} slices exist",
                     head.id, self.cfg.mpl

@@ -459,3 +459,75 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn offline_nodes_take_no_new_jobs_until_back() {
+    let mut h = Harness::new(
+        s(4, 4),
+        Config {
+            mpl: 2,
+            ..Config::default()
+        },
+    );
+    h.sched.set_node_offline(0.0, 0, 0, true).unwrap();
+    h.sched.check_invariants().unwrap();
+    // A 4x4 job cannot go anywhere while (0,0) is offline, not even in a new slice.
+    let p = h.submit(1, s(4, 4), None);
+    assert!(p.is_empty());
+    // A 2x2 job goes around the offline node: first base clear of it in row-major order.
+    let p = h.sched.set_node_offline(0.0, 0, 0, false).unwrap();
+    h.sched.check_invariants().unwrap();
+    assert_eq!(
+        p.started().next(),
+        Some((JobId(1), SliceId(0), Submesh::new(0, 0, 4, 4)))
+    );
+    h.finish(1);
+    h.sched.set_node_offline(0.0, 1, 1, true).unwrap();
+    let p = h.submit(2, s(2, 2), None);
+    assert_eq!(
+        p.started().next().map(|x| x.2),
+        Some(Submesh::new(2, 0, 2, 2))
+    );
+    assert!(matches!(
+        h.sched.set_node_offline(0.0, 4, 0, true),
+        Err(SchedError::NoSuchNode { .. })
+    ));
+}
+
+#[test]
+fn adopt_puts_running_jobs_back_where_they_run() {
+    let mut h = Harness::new(
+        s(4, 4),
+        Config {
+            mpl: 2,
+            ..Config::default()
+        },
+    );
+    let spec = |id, shape| JobSpec {
+        id: JobId(id),
+        shape,
+        estimate: None,
+    };
+    h.sched
+        .adopt(0.0, spec(1, s(2, 2)), Submesh::new(2, 2, 2, 2))
+        .unwrap();
+    h.sched
+        .adopt(0.0, spec(2, s(4, 4)), Submesh::new(0, 0, 4, 4))
+        .unwrap();
+    h.sched.check_invariants().unwrap();
+    assert_eq!(h.placement(1).submesh, Submesh::new(2, 2, 2, 2));
+    assert_eq!(h.placement(2).home, SliceId(1));
+    // No third slice: a third overlapping job cannot be put back.
+    let e = h
+        .sched
+        .adopt(0.0, spec(3, s(1, 1)), Submesh::new(2, 2, 1, 1))
+        .unwrap_err();
+    assert!(matches!(e, SchedError::CannotAdopt { .. }), "{e}");
+    assert_eq!(
+        h.sched
+            .adopt(0.0, spec(1, s(1, 1)), Submesh::new(0, 0, 1, 1))
+            .unwrap_err(),
+        SchedError::Duplicate(JobId(1))
+    );
+    h.sched.check_invariants().unwrap();
+}
