@@ -1,1 +1,151 @@
-fn main() {}
+//! `gang-master`: the gang scheduler's master daemon.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use gang_core::{AllocatorKind, Backfill, Shape};
+use gang_master::config::{FileConfig, MasterConfig, parse_mesh};
+use tracing::info;
+
+/// The master: accepts jobs, places them on the mesh, launches them on the node agents.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// TOML file with any of the options below (flags override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// gRPC address for clients and agents (port 0: any free port).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Address of the Prometheus /metrics endpoint.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+    /// The mesh, WxH.
+    #[arg(long, value_parser = parse_mesh)]
+    mesh: Option<Shape>,
+    /// The state database (SQLite); output logs go beside it.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Maximum multiprogramming level (slices). 1 until the gang executor switches slices.
+    #[arg(long)]
+    mpl: Option<u32>,
+    #[arg(long, value_parser = ["adaptive-scan", "first-fit", "best-fit"])]
+    allocator: Option<String>,
+    #[arg(long, value_parser = ["none", "easy"])]
+    backfill: Option<String>,
+    /// How often agents heartbeat.
+    #[arg(long)]
+    heartbeat_ms: Option<u32>,
+    /// An agent silent this long is down, and its jobs fail.
+    #[arg(long)]
+    node_timeout_ms: Option<u32>,
+    /// Grace between SIGTERM and SIGKILL when a job is cancelled.
+    #[arg(long)]
+    kill_grace_ms: Option<u32>,
+    /// Once serving, write "grpc=ADDR" and "metrics=ADDR" lines here.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    #[arg(long, value_parser = ["human", "json"])]
+    log_format: Option<String>,
+}
+
+fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
+    let f = match &a.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let mesh = match (a.mesh, &f.mesh) {
+        (Some(m), _) => m,
+        (None, Some(m)) => parse_mesh(m).map_err(anyhow::Error::msg)?,
+        (None, None) => {
+            anyhow::bail!("the mesh is required: --mesh WxH or mesh = \"WxH\" in the config")
+        }
+    };
+    let mpl = a.mpl.or(f.mpl).unwrap_or(1);
+    if mpl == 0 {
+        anyhow::bail!("mpl must be at least 1");
+    }
+    let allocator: AllocatorKind = a
+        .allocator
+        .or(f.allocator)
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .transpose()?
+        .unwrap_or_default();
+    let backfill: Backfill = a
+        .backfill
+        .or(f.backfill)
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .transpose()?
+        .unwrap_or(Backfill::Easy);
+    let cfg = MasterConfig {
+        listen: a
+            .listen
+            .or(f.listen)
+            .unwrap_or_else(|| "127.0.0.1:7470".parse().expect("literal")),
+        metrics_listen: a
+            .metrics_listen
+            .or(f.metrics_listen)
+            .unwrap_or_else(|| "127.0.0.1:7471".parse().expect("literal")),
+        mesh,
+        state: a
+            .state
+            .or(f.state)
+            .unwrap_or_else(|| PathBuf::from("gang-master.db")),
+        mpl,
+        allocator,
+        backfill,
+        heartbeat_ms: a.heartbeat_ms.or(f.heartbeat_ms).unwrap_or(500),
+        node_timeout_ms: a.node_timeout_ms.or(f.node_timeout_ms).unwrap_or(3000),
+        kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),
+        ready_file: a.ready_file,
+    };
+    let log = a
+        .log_format
+        .or(f.log_format)
+        .unwrap_or_else(|| "human".into());
+    Ok((cfg, log))
+}
+
+fn init_logs(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let (cfg, log) = match resolve(Args::parse()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("gang-master: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    init_logs(&log);
+    let master = match gang_master::server::start(cfg).await {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("gang-master: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    info!("shutting down");
+    if let Err(e) = master.shutdown().await {
+        eprintln!("gang-master: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,174 @@
+//! A job as the master tracks it: the durable record, and the live state of its ranks.
+
+use std::collections::BTreeMap;
+
+use gang_core::{JobId, Submesh};
+use gang_proto::v1;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Queued,
+    Starting,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl State {
+    pub fn is_final(self) -> bool {
+        matches!(self, State::Completed | State::Failed | State::Cancelled)
+    }
+
+    pub fn proto(self) -> v1::JobState {
+        match self {
+            State::Queued => v1::JobState::Queued,
+            State::Starting => v1::JobState::Starting,
+            State::Running => v1::JobState::Running,
+            State::Completed => v1::JobState::Completed,
+            State::Failed => v1::JobState::Failed,
+            State::Cancelled => v1::JobState::Cancelled,
+        }
+    }
+}
+
+/// What is persisted for a job (one row, JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: u64,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    pub time_limit_s: u64,
+    pub stdin: bool,
+    /// The shape as requested ("4x2" or "8").
+    pub shape: String,
+    /// The shape allocated.
+    pub w: u32,
+    pub h: u32,
+    pub state: State,
+    pub submesh: Option<Submesh>,
+    pub exit_code: Option<i32>,
+    pub reason: String,
+    pub submit_ns: i64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
+/// One rank's lifecycle as far as the master knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rank {
+    /// Launch requested, no answer yet (or, after a master restart, not yet re-reported).
+    Pending,
+    Running,
+    /// Exited with this wait status translated to a shell exit code (128+signal).
+    Exited(i32),
+    /// Never started, or lost with its node.
+    Gone,
+}
+
+impl Rank {
+    pub fn is_done(self) -> bool {
+        matches!(self, Rank::Exited(_) | Rank::Gone)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub record: JobRecord,
+    pub ranks: Vec<Rank>,
+    /// Set once something went wrong: the first failing rank's code (if it ran), and why.
+    pub failure: Option<(Option<i32>, String)>,
+    /// Set when a user or the time limit cancelled it.
+    pub cancelled: Option<String>,
+}
+
+impl Job {
+    pub fn new(record: JobRecord) -> Self {
+        Job {
+            record,
+            ranks: vec![],
+            failure: None,
+            cancelled: None,
+        }
+    }
+
+    pub fn id(&self) -> JobId {
+        JobId(self.record.id)
+    }
+
+    pub fn size(&self) -> u32 {
+        self.record.w * self.record.h
+    }
+
+    /// The node of rank `r`: ranks are numbered row-major from the submesh's base.
+    pub fn node_of(&self, r: u32) -> Option<(u32, u32)> {
+        let sm = self.record.submesh?;
+        Some((sm.x + r % sm.w, sm.y + r / sm.w))
+    }
+
+    /// The rank on node `(x, y)`, if the job runs there.
+    pub fn rank_on(&self, x: u32, y: u32) -> Option<u32> {
+        let sm = self.record.submesh?;
+        (x >= sm.x && x < sm.x + sm.w && y >= sm.y && y < sm.y + sm.h)
+            .then(|| (y - sm.y) * sm.w + (x - sm.x))
+    }
+
+    pub fn nodes(&self) -> Vec<(u32, u32)> {
+        self.record
+            .submesh
+            .map(|sm| sm.nodes().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn all_ranks_done(&self) -> bool {
+        !self.ranks.is_empty() && self.ranks.iter().all(|r| r.is_done())
+    }
+
+    /// Record the first failure only: later ones are consequences (ranks killed after it).
+    pub fn fail(&mut self, code: Option<i32>, reason: String) {
+        if self.failure.is_none() {
+            self.failure = Some((code, reason));
+        }
+    }
+
+    pub fn info(&self, slices: Vec<u32>) -> v1::JobInfo {
+        let r = &self.record;
+        v1::JobInfo {
+            id: r.id,
+            user: r.user.clone(),
+            uid: r.uid,
+            gid: r.gid,
+            spec: Some(v1::JobSpec {
+                shape: r.shape.clone(),
+                argv: r.argv.clone(),
+                cwd: r.cwd.clone(),
+                env: Default::default(),
+                time_limit_s: r.time_limit_s,
+                stdin: r.stdin,
+                name: r.name.clone(),
+            }),
+            state: r.state.proto() as i32,
+            w: r.w,
+            h: r.h,
+            submesh: r.submesh.map(Into::into),
+            slices,
+            exit_code: r.exit_code,
+            reason: r.reason.clone(),
+            submit_ns: r.submit_ns,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+        }
+    }
+}
+
+/// Shell convention: a process killed by signal N exits "128+N".
+pub fn signal_code(signal: i32) -> i32 {
+    128 + signal
+}

@@ -1,0 +1,13 @@
+//! The master daemon: one task owns the scheduler core and the job table; thin gRPC
+//! services talk to it; the database is SQLite; output is logged per job.
+
+pub mod agents;
+pub mod config;
+pub mod error;
+pub mod job;
+pub mod metrics;
+pub mod output;
+pub mod server;
+pub mod service;
+pub mod state;
+pub mod store;

@@ -1,0 +1,118 @@
+//! Prometheus metrics, served as text on `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::job::State;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub jobs_submitted: Counter,
+    pub jobs_finished: Family<StateLabel, Counter>,
+    pub jobs_queued: Gauge,
+    pub jobs_running: Gauge,
+    pub slices: Gauge,
+    pub nodes_up: Gauge,
+    /// From placement to every rank running.
+    pub launch_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("gang");
+        let jobs_submitted = Counter::default();
+        let jobs_finished = Family::<StateLabel, Counter>::default();
+        let jobs_queued = Gauge::default();
+        let jobs_running = Gauge::default();
+        let slices = Gauge::default();
+        let nodes_up = Gauge::default();
+        let launch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register("jobs_submitted", "Jobs accepted", jobs_submitted.clone());
+        registry.register(
+            "jobs_finished",
+            "Jobs ended, by final state",
+            jobs_finished.clone(),
+        );
+        registry.register("jobs_queued", "Jobs waiting for nodes", jobs_queued.clone());
+        registry.register(
+            "jobs_running",
+            "Jobs placed on the mesh",
+            jobs_running.clone(),
+        );
+        registry.register("slices", "Slices in the matrix", slices.clone());
+        registry.register(
+            "nodes_up",
+            "Nodes whose agent is registered",
+            nodes_up.clone(),
+        );
+        registry.register(
+            "launch_seconds",
+            "Time from placing a job to all its ranks running",
+            launch_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            jobs_submitted,
+            jobs_finished,
+            jobs_queued,
+            jobs_running,
+            slices,
+            nodes_up,
+            launch_seconds,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn finished(&self, state: State) {
+        let state = format!("{state:?}").to_lowercase();
+        self.jobs_finished
+            .get_or_create(&StateLabel { state })
+            .inc();
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
+        out
+    }
+}
+
+/// Serve `/metrics` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.render(),
+                )
+            }
+        }),
+    );
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!(error = %e, "metrics server stopped");
+    }
+}
+
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}

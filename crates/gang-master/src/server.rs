@@ -1,0 +1,109 @@
+//! Starting the master: state task, gRPC (with health and reflection), metrics.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use gang_proto::v1::admin_service_server::AdminServiceServer;
+use gang_proto::v1::agent_registry_server::AgentRegistryServer;
+use gang_proto::v1::job_service_server::JobServiceServer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::info;
+
+use crate::agents::AgentPool;
+use crate::config::MasterConfig;
+use crate::metrics::{self, Metrics};
+use crate::output::OutputHub;
+use crate::service::{admin::Admin, jobs::Jobs, registry::Registry};
+use crate::state::MasterState;
+
+pub struct RunningMaster {
+    pub grpc_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl RunningMaster {
+    /// Stop serving and wait for in-flight calls to end.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.server.await??;
+        Ok(())
+    }
+
+    /// Serve until the server ends on its own.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.server.await??;
+        Ok(())
+    }
+}
+
+pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
+    let metrics = Arc::new(Metrics::default());
+    let agents = Arc::new(AgentPool::default());
+    let output = Arc::new(OutputHub::new(cfg.state_dir())?);
+    let grpc = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let metrics_listener = metrics::bind(cfg.metrics_listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {} for metrics: {e}", cfg.metrics_listen))?;
+    let grpc_addr = grpc.local_addr()?;
+    let metrics_addr = metrics_listener.local_addr()?;
+    let ready_file = cfg.ready_file.clone();
+    let mesh = cfg.mesh;
+    let handle = MasterState::start(cfg, metrics.clone(), agents.clone())?;
+
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<JobServiceServer<Jobs>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(gang_proto::v1::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let jobs = Jobs {
+        handle: handle.clone(),
+        output: output.clone(),
+        agents,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(JobServiceServer::new(jobs))
+        .add_service(AdminServiceServer::new(Admin {
+            handle: handle.clone(),
+        }))
+        .add_service(AgentRegistryServer::new(Registry { handle, output }))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
+            let _ = stopped.await;
+        });
+    let server = tokio::spawn(server);
+    tokio::spawn(metrics::serve(metrics_listener, metrics));
+    info!(%grpc_addr, %metrics_addr, %mesh, "master serving");
+    if let Some(path) = ready_file {
+        write_ready(
+            &path,
+            &format!("grpc={grpc_addr}\nmetrics={metrics_addr}\n"),
+        )?;
+    }
+    Ok(RunningMaster {
+        grpc_addr,
+        metrics_addr,
+        stop: Some(stop),
+        server,
+    })
+}
+
+/// Write atomically, so a reader never sees half a file.
+fn write_ready(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)
+}

@@ -1,0 +1,130 @@
+//! Durable state in SQLite (WAL): jobs and drained nodes. A job row is committed before
+//! the submitter hears it was accepted; a restarted master reloads every row.
+//!
+//! Writes are grouped: the state task opens a transaction for a batch of commands and
+//! commits once before replying to any of them, so many submissions share one fsync.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::job::{Job, JobRecord};
+
+pub struct Store {
+    conn: Connection,
+    in_batch: bool,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS drained (
+    x INTEGER NOT NULL,
+    y INTEGER NOT NULL,
+    PRIMARY KEY (x, y)
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+";
+
+impl Store {
+    pub fn open(path: &Path) -> rusqlite::Result<Self> {
+        let conn = Connection::open(path)?;
+        // WAL with synchronous=FULL: a committed transaction survives a crash or power loss.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store {
+            conn,
+            in_batch: false,
+        })
+    }
+
+    /// The mesh the database was created for (None for a new database).
+    pub fn mesh(&self) -> rusqlite::Result<Option<String>> {
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = 'mesh'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+    }
+
+    pub fn set_mesh(&self, mesh: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('mesh', ?1)",
+            [mesh],
+        )?;
+        Ok(())
+    }
+
+    pub fn begin(&mut self) -> rusqlite::Result<()> {
+        if !self.in_batch {
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            self.in_batch = true;
+        }
+        Ok(())
+    }
+
+    pub fn commit(&mut self) -> rusqlite::Result<()> {
+        if self.in_batch {
+            self.in_batch = false;
+            self.conn.execute_batch("COMMIT")?;
+        }
+        Ok(())
+    }
+
+    pub fn next_job_id(&self) -> rusqlite::Result<u64> {
+        let max: Option<i64> = self
+            .conn
+            .query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0))?;
+        Ok(max.map_or(1, |m| m as u64 + 1))
+    }
+
+    pub fn save_job(&self, job: &Job) -> rusqlite::Result<()> {
+        let record = serde_json::to_string(&job.record).expect("job records serialize");
+        self.conn.execute(
+            "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+            params![job.record.id as i64, record],
+        )?;
+        Ok(())
+    }
+
+    pub fn load_jobs(&self) -> anyhow::Result<Vec<JobRecord>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, record FROM jobs ORDER BY id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = vec![];
+        for row in rows {
+            let (id, text) = row?;
+            let rec: JobRecord = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("job {id} in the state database: {e}"))?;
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    pub fn set_drained(&self, x: u32, y: u32, drained: bool) -> rusqlite::Result<()> {
+        if drained {
+            self.conn.execute(
+                "INSERT OR IGNORE INTO drained (x, y) VALUES (?1, ?2)",
+                params![x, y],
+            )?;
+        } else {
+            self.conn
+                .execute("DELETE FROM drained WHERE x = ?1 AND y = ?2", params![x, y])?;
+        }
+        Ok(())
+    }
+
+    pub fn drained(&self) -> rusqlite::Result<Vec<(u32, u32)>> {
+        let mut stmt = self.conn.prepare("SELECT x, y FROM drained")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect()
+    }
+}
