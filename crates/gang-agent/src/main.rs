@@ -1,1 +1,76 @@
-fn main() {}
+//! `gang-agent`: parse the configuration, start the agent, run until SIGTERM or SIGINT,
+//! then kill and reap every rank and exit 0.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use gang_agent::{AgentConfig, Flags, LogFormat};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    // Bad flags: clap prints the usage and exits 2.
+    let flags = Flags::parse();
+    let cfg = match flags.resolve() {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("gang-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(cfg.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cfg))
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not in a launcher's log file.
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn run(cfg: AgentConfig) -> ExitCode {
+    // Install the handlers before any rank exists, so that no SIGTERM can end the agent
+    // the default way and leave ranks behind.
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            error!("cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let agent = match gang_agent::start(cfg).await {
+        Ok(agent) => agent,
+        Err(e) => {
+            error!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+    agent.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,186 @@
+//! Putting the agent together: bind the NodeAgent server, announce the port, then start
+//! the registry session and the uplink. `AgentHandle::shutdown` takes it all down without
+//! leaving a rank behind.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gang_proto::v1::node_agent_server::NodeAgentServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+use crate::config::AgentConfig;
+use crate::node::Node;
+use crate::registry_client;
+use crate::service::AgentService;
+
+/// How long shutdown waits for SIGKILLed ranks to be reaped.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+/// How long shutdown gives the uplink to deliver the last exit reports (best effort: the
+/// master may be down too).
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+/// A running agent.
+#[derive(Debug)]
+pub struct AgentHandle {
+    /// Where the NodeAgent service is bound.
+    pub addr: SocketAddr,
+    pub node: Arc<Node>,
+    stop_server: oneshot::Sender<()>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    session: JoinHandle<()>,
+    uplink: JoinHandle<()>,
+}
+
+/// Start an agent: bind, write the ready file, then register in the background (the
+/// master may not be up yet; the session retries).
+pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let addr = listener.local_addr().context("bound address")?;
+    let node = Node::new(cfg.coord, cfg.kill_grace);
+
+    let (stop_server, stopped) = oneshot::channel::<()>();
+    // Probes time round trips: do not let Nagle hold small replies back.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(NodeAgentServer::new(AgentService::new(Arc::clone(&node))))
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            }),
+    );
+
+    if let Some(path) = &cfg.ready_file {
+        write_ready_file(path, addr)
+            .with_context(|| format!("cannot write the ready file {}", path.display()))?;
+    }
+
+    let client = registry_client::connect(&cfg.master)
+        .with_context(|| format!("bad master address {}", cfg.master))?;
+    let address = advertised_address(addr);
+    info!(node = %cfg.coord, listen = %addr, %address, master = %cfg.master, "agent started");
+    let session = tokio::spawn(registry_client::run_session(
+        client.clone(),
+        Arc::clone(&node),
+        address,
+    ));
+    let uplink = tokio::spawn(registry_client::run_uplink(client, Arc::clone(&node)));
+    Ok(AgentHandle {
+        addr,
+        node,
+        stop_server,
+        server,
+        session,
+        uplink,
+    })
+}
+
+impl AgentHandle {
+    /// Kill and reap every rank, give the master a moment to hear about it, stop serving.
+    pub async fn shutdown(self) {
+        let reaped = self.node.kill_all(Instant::now() + REAP_WAIT).await;
+        if reaped && !self.node.ranks.is_empty() {
+            let delivered = self
+                .node
+                .ranks
+                .wait_empty(Instant::now() + FLUSH_WAIT)
+                .await;
+            if !delivered {
+                warn!(
+                    unacknowledged = self.node.ranks.len(),
+                    "exiting with exit reports the master has not acknowledged"
+                );
+            }
+        }
+        self.session.abort();
+        self.uplink.abort();
+        let _ = self.stop_server.send(());
+        let mut server = self.server;
+        if tokio::time::timeout(FLUSH_WAIT, &mut server).await.is_err() {
+            server.abort();
+        }
+        info!("agent stopped");
+    }
+}
+
+/// `grpc=HOST:PORT\n`, written to a temporary file in the same directory and renamed
+/// into place, so a launcher polling for the file never reads half of it.
+pub fn write_ready_file(path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "ready".into());
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        writeln!(f, "grpc={addr}")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The host:port the master should dial. A wildcard bind (0.0.0.0, [::]) is not an
+/// address anyone can reach, so advertise the host name instead.
+pub fn advertised_address(addr: SocketAddr) -> String {
+    if !addr.ip().is_unspecified() {
+        return addr.to_string();
+    }
+    match std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        Ok(host) if !host.trim().is_empty() => format!("{}:{}", host.trim(), addr.port()),
+        _ => addr.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_file_is_complete_and_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.ready");
+        write_ready_file(&path, "127.0.0.1:4567".parse().unwrap()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "grpc=127.0.0.1:4567\n"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("agent.ready")]);
+    }
+
+    #[test]
+    fn wildcard_binds_advertise_a_host_name() {
+        assert_eq!(
+            advertised_address("127.0.0.1:5".parse().unwrap()),
+            "127.0.0.1:5"
+        );
+        let a = advertised_address("0.0.0.0:5".parse().unwrap());
+        assert!(a.ends_with(":5") && !a.starts_with("0.0.0.0"), "{a}");
+    }
+}

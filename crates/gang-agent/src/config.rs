@@ -1,0 +1,260 @@
+//! Configuration: defaults in code, then a TOML file (`--config`), then the environment
+//! (`GANG_MASTER`) and flags, each layer overriding the one before.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+
+use crate::error::Coord;
+
+/// SIGTERM-to-SIGKILL grace for jobs the master tells us to drop at registration.
+pub const DEFAULT_KILL_GRACE_MS: u32 = 2000;
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// The command line. Every field is optional here so that a flag that was not given
+/// does not hide the config file's value; `resolve` applies the defaults.
+#[derive(Debug, Default, Parser)]
+#[command(
+    name = "gang-agent",
+    version,
+    about = "Gang scheduler node agent: launches this mesh node's ranks for the master."
+)]
+pub struct Flags {
+    /// The master's gRPC address, e.g. http://127.0.0.1:7470 (http:// is added if missing).
+    #[arg(long, env = "GANG_MASTER", value_name = "URL")]
+    pub master: Option<String>,
+    /// This node's mesh column.
+    #[arg(long, value_name = "N")]
+    pub x: Option<u32>,
+    /// This node's mesh row.
+    #[arg(long, value_name = "N")]
+    pub y: Option<u32>,
+    /// Where to serve the NodeAgent service [default: 127.0.0.1:0, an ephemeral port].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Once bound, write `grpc=HOST:PORT` here (atomically), for launchers.
+    #[arg(long, value_name = "PATH")]
+    pub ready_file: Option<PathBuf>,
+    /// A TOML file with the keys master, x, y, listen, kill_grace_ms, log_format.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log format on stderr [default: human].
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Grace between SIGTERM and SIGKILL for jobs the master says to drop [default: 2000].
+    #[arg(long, value_name = "MS")]
+    pub kill_grace_ms: Option<u32>,
+}
+
+/// The `--config` file. Unknown keys are errors: a misspelt key silently ignored is a
+/// node that registers at the wrong coordinate.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub master: Option<String>,
+    pub x: Option<u32>,
+    pub y: Option<u32>,
+    pub listen: Option<SocketAddr>,
+    pub ready_file: Option<PathBuf>,
+    pub kill_grace_ms: Option<u32>,
+    pub log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("missing {0}: give it as a flag or in the --config file")]
+    Missing(&'static str),
+    #[error("bad master address {address:?}: {message}")]
+    Master { address: String, message: String },
+}
+
+/// Everything the agent runs with, resolved.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The master's URL, with a scheme.
+    pub master: String,
+    pub coord: Coord,
+    pub listen: SocketAddr,
+    pub ready_file: Option<PathBuf>,
+    pub kill_grace: Duration,
+    pub log_format: LogFormat,
+}
+
+impl AgentConfig {
+    /// A config for tests: loopback, ephemeral port.
+    pub fn for_test(master: &str, x: u32, y: u32) -> Self {
+        AgentConfig {
+            master: normalize_master(master).expect("a valid test master address"),
+            coord: Coord { x, y },
+            listen: DEFAULT_LISTEN.parse().expect("literal"),
+            ready_file: None,
+            kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
+            log_format: LogFormat::Human,
+        }
+    }
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            // toml's messages end with a newline and a source excerpt; keep them, trimmed.
+            message: e.to_string().trim_end().to_owned(),
+        })
+    }
+}
+
+impl Flags {
+    /// Layer the flags over the config file (if any) over the defaults.
+    pub fn resolve(self) -> Result<AgentConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        self.resolve_with(file)
+    }
+
+    pub fn resolve_with(self, file: FileConfig) -> Result<AgentConfig, ConfigError> {
+        let master = self
+            .master
+            .or(file.master)
+            .ok_or(ConfigError::Missing("--master (or GANG_MASTER)"))?;
+        let x = self.x.or(file.x).ok_or(ConfigError::Missing("--x"))?;
+        let y = self.y.or(file.y).ok_or(ConfigError::Missing("--y"))?;
+        let listen = match self.listen.or(file.listen) {
+            Some(a) => a,
+            None => DEFAULT_LISTEN.parse().expect("literal"),
+        };
+        let grace = self
+            .kill_grace_ms
+            .or(file.kill_grace_ms)
+            .unwrap_or(DEFAULT_KILL_GRACE_MS);
+        Ok(AgentConfig {
+            master: normalize_master(&master)?,
+            coord: Coord { x, y },
+            listen,
+            ready_file: self.ready_file.or(file.ready_file),
+            kill_grace: Duration::from_millis(u64::from(grace)),
+            log_format: self.log_format.or(file.log_format).unwrap_or_default(),
+        })
+    }
+}
+
+/// `127.0.0.1:7470` -> `http://127.0.0.1:7470`; checks that the result is a usable URI so
+/// a typo fails at startup rather than as an endless "master unreachable".
+pub fn normalize_master(address: &str) -> Result<String, ConfigError> {
+    let address = address.trim();
+    let url = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    };
+    let bad = |message: String| ConfigError::Master {
+        address: address.to_owned(),
+        message,
+    };
+    let uri: tonic::codegen::http::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad("no host".into()));
+    }
+    match uri.scheme_str() {
+        Some("http") => Ok(url),
+        // TLS between master and agents is not implemented yet (see the README).
+        other => Err(bad(format!("unsupported scheme {other:?} (use http)"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["gang-agent"];
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).expect("flags parse")
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file = FileConfig::parse(
+            Path::new("agent.toml"),
+            "master = \"10.0.0.1:7470\"\nx = 3\ny = 4\nlisten = \"127.0.0.1:9000\"\nkill_grace_ms = 50\nlog_format = \"json\"\n",
+        )
+        .unwrap();
+        let cfg = flags(&["--master", "http://127.0.0.1:1", "--x", "1"])
+            .resolve_with(file)
+            .unwrap();
+        assert_eq!(cfg.master, "http://127.0.0.1:1");
+        assert_eq!(cfg.coord, Coord { x: 1, y: 4 });
+        assert_eq!(cfg.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(cfg.kill_grace, Duration::from_millis(50));
+        assert_eq!(cfg.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn defaults_and_scheme() {
+        let cfg = flags(&["--master", "127.0.0.1:7470", "--x", "0", "--y", "2"])
+            .resolve_with(FileConfig::default())
+            .unwrap();
+        assert_eq!(cfg.master, "http://127.0.0.1:7470");
+        assert_eq!(cfg.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(cfg.kill_grace, Duration::from_millis(2000));
+        assert_eq!(cfg.log_format, LogFormat::Human);
+        assert!(cfg.ready_file.is_none());
+    }
+
+    #[test]
+    fn missing_coordinate_is_named() {
+        let err = flags(&["--master", "127.0.0.1:1", "--x", "0"])
+            .resolve_with(FileConfig::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("--y"), "{err}");
+    }
+
+    #[test]
+    fn malformed_file_names_file_and_problem() {
+        let err = FileConfig::parse(Path::new("/etc/agent.toml"), "x = \"three\"\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("config file /etc/agent.toml: "), "{msg}");
+        assert!(msg.contains("invalid type"), "{msg}");
+        let err = FileConfig::parse(Path::new("a.toml"), "colour = 1\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn bad_master_is_rejected() {
+        assert!(normalize_master("ftp://h:1").is_err());
+        assert!(normalize_master("https://h:1").is_err());
+        assert!(normalize_master("http://").is_err());
+        assert_eq!(
+            normalize_master(" localhost:7 ").unwrap(),
+            "http://localhost:7"
+        );
+    }
+}

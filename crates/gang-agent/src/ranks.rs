@@ -1,0 +1,367 @@
+//! The one place where the agent keeps which ranks it has and what state they are in.
+//!
+//! A std `Mutex` guards it and is never held across an `.await`: every method does its
+//! bookkeeping (and at most a few non-blocking `kill(2)` calls) and returns.
+//!
+//! A rank's life: `Starting` (reserved by a Launch that is spawning it) -> `Running` (its
+//! process group exists; signals go to it) -> `Exited` (reaped; its exit report is queued)
+//! -> removed once the master has acknowledged the exit. Keeping `Exited` entries until the
+//! ack makes a re-Launch of the same (job, rank) a duplicate and lets a late Stdin to a
+//! finished rank succeed quietly instead of failing as an unknown job.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// One rank of one job. A node runs at most one incarnation of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RankKey {
+    pub job_id: u64,
+    pub rank: u32,
+}
+
+/// What the Stdin RPC hands to a rank's stdin writer, in order.
+#[derive(Debug)]
+pub enum StdinMsg {
+    Data(Vec<u8>),
+    Eof,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Reserved by a Launch still spawning. A Signal arriving now cannot reach a process
+    /// yet; it is remembered (the shortest grace wins) and applied once the group exists.
+    Starting { pending_kill: Option<Duration> },
+    /// The process group `pgid` (= the rank's pid) is ours to signal.
+    Running { pgid: Pid },
+    /// Reaped; waiting for the master to acknowledge the exit report.
+    Exited,
+}
+
+#[derive(Debug)]
+struct Entry {
+    phase: Phase,
+    stdin: Option<mpsc::Sender<StdinMsg>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: BTreeMap<RankKey, Entry>,
+    /// Set at shutdown: no new launches.
+    closing: bool,
+}
+
+/// Why a launch could not reserve its (job, rank).
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReserveError {
+    Duplicate,
+    Closing,
+}
+
+/// Where the Stdin RPC should write for a job.
+#[derive(Debug)]
+pub enum StdinTarget {
+    /// No rank of the job is (or was, unacknowledged) here.
+    UnknownJob,
+    /// The job's ranks here have no stdin pipe (not rank 0, or already exited).
+    Closed,
+    Pipe(mpsc::Sender<StdinMsg>),
+}
+
+#[derive(Debug, Default)]
+pub struct Ranks {
+    inner: Mutex<Inner>,
+    /// Woken whenever a rank is reaped or forgotten (shutdown waits on it).
+    changed: Notify,
+}
+
+impl Ranks {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the map half-updated in a way that
+        // matters more than losing the agent: keep going with the data as it is.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn reserve(&self, key: RankKey) -> Result<(), ReserveError> {
+        let mut inner = self.lock();
+        if inner.closing {
+            return Err(ReserveError::Closing);
+        }
+        if inner.entries.contains_key(&key) {
+            return Err(ReserveError::Duplicate);
+        }
+        inner.entries.insert(
+            key,
+            Entry {
+                phase: Phase::Starting { pending_kill: None },
+                stdin: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// The launch failed: free the reservation.
+    pub fn unreserve(&self, key: RankKey) {
+        let mut inner = self.lock();
+        if matches!(
+            inner.entries.get(&key).map(|e| &e.phase),
+            Some(Phase::Starting { .. })
+        ) {
+            inner.entries.remove(&key);
+        }
+    }
+
+    /// The rank's process (group) exists. Applies a Signal that arrived while it was
+    /// being spawned, or a shutdown.
+    pub fn started(
+        self: &Arc<Self>,
+        key: RankKey,
+        pgid: Pid,
+        stdin: Option<mpsc::Sender<StdinMsg>>,
+    ) {
+        let pending = {
+            let mut inner = self.lock();
+            let closing = inner.closing;
+            let Some(entry) = inner.entries.get_mut(&key) else {
+                return;
+            };
+            let pending = match entry.phase {
+                Phase::Starting { pending_kill } => pending_kill,
+                _ => None,
+            };
+            entry.phase = Phase::Running { pgid };
+            entry.stdin = stdin;
+            if closing {
+                Some(Duration::ZERO)
+            } else {
+                pending
+            }
+        };
+        if let Some(grace) = pending {
+            self.terminate(vec![(key, pgid)], grace);
+        }
+    }
+
+    /// The rank was reaped. From now on its pgid is not ours: never signal it again
+    /// (except the supervisor's own sweep of leftover group members, done right after).
+    pub fn mark_exited(&self, key: RankKey) {
+        let mut inner = self.lock();
+        if let Some(entry) = inner.entries.get_mut(&key) {
+            entry.phase = Phase::Exited;
+            // Dropping the sender ends the stdin writer, which closes the pipe.
+            entry.stdin = None;
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    /// The master acknowledged the rank's exit (or refused it for good): forget the rank.
+    pub fn forget(&self, key: RankKey) {
+        self.lock().entries.remove(&key);
+        self.changed.notify_waiters();
+    }
+
+    /// Ranks alive (or being started) here, for Register and Heartbeat.
+    pub fn running(&self) -> Vec<RankKey> {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|(_, e)| !matches!(e.phase, Phase::Exited))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Every rank known here, including exited ones whose report is not yet acknowledged.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_running(&self, key: RankKey) -> bool {
+        self.lock()
+            .entries
+            .get(&key)
+            .is_some_and(|e| !matches!(e.phase, Phase::Exited))
+    }
+
+    /// SIGCONT + SIGTERM to every process group of the job here, SIGKILL after `grace`
+    /// (at once if zero). Returns whether any rank of the job is known here. Does not wait.
+    pub fn signal_job(self: &Arc<Self>, job_id: u64, grace: Duration) -> bool {
+        let mut found = false;
+        let mut groups = Vec::new();
+        {
+            let mut inner = self.lock();
+            for (key, entry) in inner.entries.range_mut(job_range(job_id)) {
+                found = true;
+                match &mut entry.phase {
+                    Phase::Running { pgid } => groups.push((*key, *pgid)),
+                    Phase::Starting { pending_kill } => {
+                        *pending_kill = Some(pending_kill.map_or(grace, |g| g.min(grace)));
+                    }
+                    Phase::Exited => {}
+                }
+            }
+        }
+        self.terminate(groups, grace);
+        found
+    }
+
+    fn terminate(self: &Arc<Self>, groups: Vec<(RankKey, Pid)>, grace: Duration) {
+        if groups.is_empty() {
+            return;
+        }
+        if grace.is_zero() {
+            for (_, pgid) in &groups {
+                signal_group(*pgid, Signal::SIGKILL);
+            }
+            return;
+        }
+        for (_, pgid) in &groups {
+            // A stopped process (gang-switched out, or ^Z) holds SIGTERM pending until it
+            // runs again: continue it first so that it can act on the TERM.
+            signal_group(*pgid, Signal::SIGCONT);
+            signal_group(*pgid, Signal::SIGTERM);
+        }
+        let ranks = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            ranks.kill_if_running(&groups);
+        });
+    }
+
+    /// SIGKILL the groups of those ranks that are still running (same incarnation).
+    fn kill_if_running(&self, groups: &[(RankKey, Pid)]) {
+        // The lock is held across the kill so that a rank cannot be marked exited (and its
+        // pid become reusable) between the check and the signal.
+        let inner = self.lock();
+        for (key, pgid) in groups {
+            let same = matches!(
+                inner.entries.get(key),
+                Some(Entry { phase: Phase::Running { pgid: current }, .. }) if current == pgid
+            );
+            if same {
+                debug!(job_id = key.job_id, rank = key.rank, "grace over: SIGKILL");
+                signal_group(*pgid, Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// Shutdown: refuse new launches and SIGKILL every rank's group now.
+    pub fn kill_all(&self) {
+        let mut inner = self.lock();
+        inner.closing = true;
+        for entry in inner.entries.values_mut() {
+            match &mut entry.phase {
+                Phase::Running { pgid } => signal_group(*pgid, Signal::SIGKILL),
+                // `started` sees `closing` and kills it as soon as it exists.
+                Phase::Starting { .. } | Phase::Exited => {}
+            }
+        }
+    }
+
+    pub fn stdin_target(&self, job_id: u64) -> StdinTarget {
+        let inner = self.lock();
+        let mut target = StdinTarget::UnknownJob;
+        for (_, entry) in inner.entries.range(job_range(job_id)) {
+            match &entry.stdin {
+                Some(tx) => return StdinTarget::Pipe(tx.clone()),
+                None => target = StdinTarget::Closed,
+            }
+        }
+        target
+    }
+
+    /// Wait until no rank is starting or running (all reaped), or the deadline passes.
+    pub async fn wait_none_running(&self, deadline: Instant) -> bool {
+        self.wait_until(deadline, |r| r.running().is_empty()).await
+    }
+
+    /// Wait until every rank is forgotten (all exits acknowledged), or the deadline passes.
+    pub async fn wait_empty(&self, deadline: Instant) -> bool {
+        self.wait_until(deadline, Ranks::is_empty).await
+    }
+
+    async fn wait_until(&self, deadline: Instant, done: impl Fn(&Ranks) -> bool) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Register interest before checking, so a change in between is not missed.
+            changed.as_mut().enable();
+            if done(self) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return done(self);
+            }
+        }
+    }
+}
+
+fn job_range(job_id: u64) -> std::ops::RangeInclusive<RankKey> {
+    RankKey { job_id, rank: 0 }..=RankKey {
+        job_id,
+        rank: u32::MAX,
+    }
+}
+
+/// Signal a process group; a group that is already gone is not an error.
+pub fn signal_group(pgid: Pid, signal: Signal) {
+    match killpg(pgid, signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => warn!(pgid = pgid.as_raw(), %signal, "cannot signal process group: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(job_id: u64, rank: u32) -> RankKey {
+        RankKey { job_id, rank }
+    }
+
+    #[test]
+    fn reserve_is_exclusive_until_forgotten() {
+        let ranks = Ranks::new();
+        assert_eq!(ranks.reserve(key(1, 0)), Ok(()));
+        assert_eq!(ranks.reserve(key(1, 0)), Err(ReserveError::Duplicate));
+        ranks.unreserve(key(1, 0));
+        assert_eq!(ranks.reserve(key(1, 0)), Ok(()));
+        ranks.mark_exited(key(1, 0));
+        assert!(ranks.running().is_empty());
+        assert_eq!(ranks.reserve(key(1, 0)), Err(ReserveError::Duplicate));
+        ranks.forget(key(1, 0));
+        assert!(ranks.is_empty());
+    }
+
+    #[test]
+    fn closing_refuses_launches() {
+        let ranks = Ranks::new();
+        ranks.kill_all();
+        assert_eq!(ranks.reserve(key(1, 0)), Err(ReserveError::Closing));
+    }
+
+    #[tokio::test]
+    async fn signal_job_reports_found_per_job() {
+        let ranks = Ranks::new();
+        ranks.reserve(key(7, 3)).unwrap();
+        assert!(ranks.signal_job(7, Duration::from_millis(5)));
+        assert!(!ranks.signal_job(8, Duration::ZERO));
+        assert!(matches!(ranks.stdin_target(8), StdinTarget::UnknownJob));
+        assert!(matches!(ranks.stdin_target(7), StdinTarget::Closed));
+    }
+}

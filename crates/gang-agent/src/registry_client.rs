@@ -1,0 +1,276 @@
+//! The agent's side of the master's AgentRegistry: the session (Register, then Heartbeat
+//! until the master is lost or forgets us, then Register again) and the uplink (deliver
+//! the outbox: output batches and exit reports, each retried until acknowledged).
+//!
+//! The two run as separate tasks on one lazily connected channel, so a master restart
+//! is survived by both: the channel reconnects, the session re-registers with the ranks
+//! still running, and the uplink resends what was not acknowledged.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gang_proto::v1::agent_registry_client::AgentRegistryClient;
+use gang_proto::v1::{HeartbeatRequest, RankRef, RegisterRequest};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+use tracing::{debug, error, info, warn};
+
+use crate::node::Node;
+use crate::output::Outgoing;
+use crate::ranks::RankKey;
+
+pub type RegistryClient = AgentRegistryClient<Channel>;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// While the master stays unreachable, repeat the warning this often (in attempts).
+const WARN_EVERY: u32 = 30;
+/// Used when the master answers heartbeat_ms = 0.
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// A channel to the master that connects on first use and reconnects after failures.
+pub fn connect(master: &str) -> Result<RegistryClient, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(master.to_owned())?
+        .connect_timeout(Duration::from_secs(1))
+        // A hung master must not hang the session or the uplink forever.
+        .timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    Ok(AgentRegistryClient::new(endpoint.connect_lazy()))
+}
+
+/// Capped exponential backoff, 100 ms to 1 s.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            next: BACKOFF_MIN,
+            failures: 0,
+        }
+    }
+
+    /// Count a failure; returns whether it deserves a warning (the first, then every
+    /// `WARN_EVERY`th: enough to see in the log that the master is still gone).
+    fn fail(&mut self) -> bool {
+        self.failures += 1;
+        self.failures == 1 || self.failures.is_multiple_of(WARN_EVERY)
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+    }
+}
+
+fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
+    keys.into_iter()
+        .map(|k| RankRef {
+            job_id: k.job_id,
+            rank: k.rank,
+        })
+        .collect()
+}
+
+/// Register, heartbeat, and register again whenever the master is lost or has forgotten
+/// this node. Runs until aborted. `address` is where the master reaches our NodeAgent.
+pub async fn run_session(client: RegistryClient, node: Arc<Node>, address: String) {
+    let mut registered_before = false;
+    loop {
+        let heartbeat = register(&client, &node, &address, registered_before).await;
+        registered_before = true;
+        heartbeat_until_lost(&client, &node, heartbeat).await;
+    }
+}
+
+/// Register until the master accepts; act on its kill list. Returns the heartbeat period.
+async fn register(client: &RegistryClient, node: &Node, address: &str, again: bool) -> Duration {
+    let mut backoff = Backoff::new();
+    let resp = loop {
+        let req = RegisterRequest {
+            x: node.coord.x,
+            y: node.coord.y,
+            address: address.to_owned(),
+            running: rank_refs(node.ranks.running()),
+        };
+        match client.clone().register(req).await {
+            Ok(resp) => break resp.into_inner(),
+            Err(status) => {
+                if backoff.fail() {
+                    if is_final_refusal(&status) {
+                        // E.g. a coordinate outside the master's mesh: a configuration
+                        // error, but the master may be reconfigured, so keep trying.
+                        error!(
+                            attempts = backoff.failures,
+                            "the master refuses this node: {}; retrying",
+                            brief(&status)
+                        );
+                    } else {
+                        warn!(
+                            attempts = backoff.failures,
+                            "cannot register with the master: {}; retrying",
+                            brief(&status)
+                        );
+                    }
+                } else {
+                    debug!("register: {}", brief(&status));
+                }
+                backoff.wait().await;
+            }
+        }
+    };
+    let heartbeat = match resp.heartbeat_ms {
+        0 => DEFAULT_HEARTBEAT,
+        ms => Duration::from_millis(u64::from(ms.max(10))),
+    };
+    info!(
+        node = %node.coord,
+        %address,
+        mesh = %format!("{}x{}", resp.mesh_w, resp.mesh_h),
+        heartbeat_ms = heartbeat.as_millis() as u64,
+        running = node.ranks.running().len(),
+        again,
+        "registered with the master"
+    );
+    for job_id in resp.kill_jobs {
+        // The master ended or forgot these jobs while it could not tell us.
+        if node.signal(job_id, node.kill_grace) {
+            warn!(
+                job_id,
+                "the master no longer runs this job: killing its ranks here"
+            );
+        }
+    }
+    heartbeat
+}
+
+/// Heartbeat every `period` until one fails or the master says it does not know us.
+async fn heartbeat_until_lost(client: &RegistryClient, node: &Node, period: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let req = HeartbeatRequest {
+            x: node.coord.x,
+            y: node.coord.y,
+            running: rank_refs(node.ranks.running()),
+        };
+        match client.clone().heartbeat(req).await {
+            Ok(resp) if resp.get_ref().known => {}
+            Ok(_) => {
+                warn!("the master does not know this node (it restarted?): registering again");
+                return;
+            }
+            Err(status) => {
+                // Ranks keep running; a restarted master learns of them from Register.
+                warn!("heartbeat failed: {}; registering again", brief(&status));
+                return;
+            }
+        }
+    }
+}
+
+/// Deliver the outbox in order, each item until acknowledged. Runs until aborted.
+pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
+    loop {
+        match node.outbox.next().await {
+            Outgoing::Output(batches) => {
+                for batch in batches {
+                    let job_id = batch.job_id;
+                    deliver("output", job_id, || {
+                        let (mut client, batch) = (client.clone(), batch.clone());
+                        async move { client.push_output(batch).await }
+                    })
+                    .await;
+                }
+            }
+            Outgoing::Exit(exit) => {
+                let key = RankKey {
+                    job_id: exit.job_id,
+                    rank: exit.rank,
+                };
+                deliver("exit report", key.job_id, || {
+                    let (mut client, exit) = (client.clone(), exit.clone());
+                    async move { client.report_exit(exit).await }
+                })
+                .await;
+                // Acknowledged: the master knows; the rank is history here.
+                node.ranks.forget(key);
+            }
+        }
+        node.outbox.done();
+    }
+}
+
+/// Answers that will not change by asking again: the master understood the request and
+/// refuses it (for example a job it has no record of). Anything else (unreachable, timed
+/// out, restarting, not registered yet) is retried.
+fn is_final_refusal(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::PermissionDenied
+            | Code::OutOfRange
+            | Code::Unimplemented
+    )
+}
+
+async fn deliver<T, F, Fut>(what: &str, job_id: u64, mut call: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+{
+    let mut backoff = Backoff::new();
+    loop {
+        match call().await {
+            Ok(_) => return,
+            Err(status) if is_final_refusal(&status) => {
+                error!(
+                    job_id,
+                    "the master refused the {what}: {}; dropping it",
+                    brief(&status)
+                );
+                return;
+            }
+            Err(status) => {
+                if backoff.fail() {
+                    warn!(
+                        job_id,
+                        attempts = backoff.failures,
+                        "cannot deliver the {what} to the master: {}; retrying",
+                        brief(&status)
+                    );
+                } else {
+                    debug!(job_id, "deliver {what}: {}", brief(&status));
+                }
+                backoff.wait().await;
+            }
+        }
+    }
+}
+
+/// A status in one line: code, message and the root cause (for a transport error the
+/// useful part, e.g. "Connection refused", is several wrappers down).
+fn brief(status: &Status) -> String {
+    let mut text = format!("{:?}: {}", status.code(), status.message());
+    let mut root = None;
+    let mut cause = std::error::Error::source(status);
+    while let Some(e) = cause {
+        root = Some(e);
+        cause = e.source();
+    }
+    if let Some(root) = root.map(|e| e.to_string())
+        && !text.contains(&root)
+    {
+        text.push_str(" (");
+        text.push_str(&root);
+        text.push(')');
+    }
+    text
+}

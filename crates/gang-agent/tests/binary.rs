@@ -1,0 +1,143 @@
+//! The `gang-agent` binary as a launcher (`gangctl start`, the master's tests) uses it.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::*;
+use gang_proto::v1::Stream;
+use gang_proto::v1::rank_exit::How;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gang-agent");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_config_exits_2_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(&path, "master = \"127.0.0.1:1\"\nx = \"three\"\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env_remove("GANG_MASTER")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+    assert!(stderr.contains("invalid type"), "{stderr}");
+
+    let out = Command::new(BIN)
+        .args(["--x", "1", "--y", "1"])
+        .env_remove("GANG_MASTER")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--master"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_file_registration_and_clean_sigterm() {
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    // The file gives a coordinate the flags override, and a master address without scheme.
+    std::fs::write(
+        &config,
+        format!(
+            "master = \"{}\"\nx = 9\ny = 9\nkill_grace_ms = 100\n",
+            registry.addr
+        ),
+    )
+    .unwrap();
+    let ready = dir.path().join("agent.ready");
+    let mut agent = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["--x", "3", "--y", "1", "--log-format", "json"])
+        .arg("--ready-file")
+        .arg(&ready)
+        .env_remove("GANG_MASTER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    wait_until("the ready file", || ready.exists()).await;
+    let text = std::fs::read_to_string(&ready).unwrap();
+    let addr = text
+        .strip_prefix("grpc=")
+        .and_then(|s| s.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("bad ready file {text:?}"));
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+
+    let reg = registry.wait_register(1).await;
+    assert_eq!((reg.x, reg.y), (3, 1));
+    assert_eq!(reg.address, addr);
+
+    let mut client = agent_client(addr.parse().unwrap()).await;
+    let pid = client
+        .launch(launch_req(
+            1,
+            0,
+            &["sh", "-c", "sleep 30 & echo $!; sleep 30"],
+            "/",
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .pid;
+    let out = registry.wait_output(1, 0, Stream::Stdout, "\n").await;
+    let grandchild: u32 = out.trim().parse().unwrap();
+
+    kill(Pid::from_raw(agent.id().unwrap() as i32), Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(DEADLINE, agent.wait())
+        .await
+        .expect("agent exits after SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    // The agent reaped its rank, and the rank's group went with it.
+    assert_eq!(proc_state(pid), None);
+    wait_until("the grandchild to die", || is_dead(grandchild)).await;
+    assert_eq!(registry.exit_of(1, 0).await.1, How::Signal(9));
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_die_with_a_killed_agent() {
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut agent = Command::new(BIN)
+        .args(["--master", &registry.url(), "--x", "0", "--y", "0"])
+        .arg("--ready-file")
+        .arg(&ready)
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until("the ready file", || ready.exists()).await;
+    let text = std::fs::read_to_string(&ready).unwrap();
+    let addr = text.trim().strip_prefix("grpc=").unwrap().to_owned();
+    let mut client = agent_client(addr.parse().unwrap()).await;
+    let pid = client
+        .launch(launch_req(1, 0, &["sleep", "30"], "/"))
+        .await
+        .unwrap()
+        .into_inner()
+        .pid;
+    // SIGKILL: no cleanup code runs; PR_SET_PDEATHSIG must take the rank down.
+    agent.start_kill().unwrap();
+    agent.wait().await.unwrap();
+    wait_until("the orphaned rank to die", || is_dead(pid)).await;
+    registry.stop().await;
+}
