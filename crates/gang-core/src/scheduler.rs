@@ -366,13 +366,27 @@ impl Scheduler {
         );
     }
 
+    /// The queue's effective head: the first job that could run on the nodes in service.
+    /// Jobs that offline nodes keep out of even an empty mesh are held, not heads: they
+    /// would block everyone behind them for as long as a node is down or drained.
+    fn head_index(&self) -> Option<usize> {
+        if self.matrix.offline().busy() == 0 {
+            return (!self.queue.is_empty()).then_some(0);
+        }
+        let alloc = self.allocator();
+        self.queue
+            .iter()
+            .position(|q| self.matrix.find_in_new_slice(alloc, q.shape).is_some())
+    }
+
     fn schedule(&mut self) -> Plan {
         let mut out = vec![];
         let alloc = self.allocator();
-        let unchanged =
-            !self.matrix.has_fresh_space() && self.queue.front().map(|q| q.id) == self.blocked_head;
+        let unchanged = !self.matrix.has_fresh_space()
+            && self.head_index().map(|h| self.queue[h].id) == self.blocked_head;
         if !unchanged {
-            while let Some(head) = self.queue.front() {
+            while let Some(h) = self.head_index() {
+                let head = &self.queue[h];
                 let spot = match self.matrix.find(alloc, head.shape, self.cfg.slice_choice) {
                     Some(spot) => spot,
                     None if self.matrix.slices().len() < self.cfg.mpl as usize => {
@@ -384,16 +398,20 @@ impl Scheduler {
                     }
                     None => break,
                 };
-                let head = self.queue.pop_front().expect("front exists");
+                let head = self.queue.remove(h).expect("head index in range");
                 self.start(&head, spot.0, spot.1, &mut out);
             }
         }
-        if self.cfg.backfill == Backfill::Easy && self.queue.len() > 1 {
+        let head = self.head_index();
+        if self.cfg.backfill == Backfill::Easy
+            && let Some(h) = head
+            && self.queue.len() > h + 1
+        {
             // Always a full pass: as time passes the reservation may move to other nodes,
             // so a job refused a moment ago may fit now even though no node was freed.
-            self.backfill(&mut out);
+            self.backfill(h, &mut out);
         }
-        self.blocked_head = self.queue.front().map(|q| q.id);
+        self.blocked_head = self.head_index().map(|h| self.queue[h].id);
         if self.queue.is_empty() {
             self.last_reservation = None;
         }
@@ -409,7 +427,7 @@ impl Scheduler {
     }
 
     /// EASY: start jobs behind the blocked head where that cannot delay its reservation.
-    fn backfill(&mut self, out: &mut Vec<Decision>) {
+    fn backfill(&mut self, head: usize, out: &mut Vec<Decision>) {
         let alloc = self.allocator();
         let rotates = alloc.rotates();
         let mut reservation: Option<Option<Reservation>> = None;
@@ -422,7 +440,7 @@ impl Scheduler {
                 .iter()
                 .any(|f| (s.w >= f.w && s.h >= f.h) || (rotates && s.w >= f.h && s.h >= f.w))
         };
-        let mut i = 1;
+        let mut i = head + 1;
         let mut examined = 0;
         while i < self.queue.len() && examined < self.cfg.backfill_depth {
             examined += 1;
@@ -442,7 +460,7 @@ impl Scheduler {
                         i += 1;
                         continue;
                     }
-                    match *reservation.insert(self.reservation()) {
+                    match *reservation.insert(self.reservation(head)) {
                         Some(r) => r,
                         None => break,
                     }
@@ -503,8 +521,8 @@ impl Scheduler {
     /// When, where the head of the queue is guaranteed to fit if every running job ends by
     /// its requested time at the slowest rate it can have. `None` if that depends on a job
     /// without a requested time.
-    fn reservation(&self) -> Option<Reservation> {
-        let head = self.queue.front()?;
+    fn reservation(&self, head: usize) -> Option<Reservation> {
+        let head = self.queue.get(head)?;
         let alloc = self.allocator();
         let rate = self.min_rate();
         let mut ends: Vec<(f64, SliceId, Submesh)> = vec![];
@@ -577,7 +595,7 @@ impl Scheduler {
                 ));
             }
         }
-        if let Some(head) = self.queue.front() {
+        if let Some(head) = self.head_index().map(|h| &self.queue[h]) {
             if k < self.cfg.mpl as usize
                 && self
                     .matrix

@@ -531,3 +531,29 @@ fn adopt_puts_running_jobs_back_where_they_run() {
     );
     h.sched.check_invariants().unwrap();
 }
+
+#[test]
+fn a_job_only_offline_nodes_keep_out_does_not_block_the_queue() {
+    let mut h = Harness::new(
+        s(4, 4),
+        Config {
+            mpl: 1,
+            ..Config::default()
+        },
+    );
+    h.sched.set_node_offline(0.0, 3, 3, true).unwrap();
+    let p = h.submit(1, s(4, 4), None);
+    assert!(p.is_empty(), "held: needs the offline node");
+    let p = h.submit(2, s(2, 2), None);
+    assert_eq!(
+        p.started().next().map(|x| x.0),
+        Some(JobId(2)),
+        "job 2 goes around the held job"
+    );
+    // Back in service: job 1 is the head again and waits for job 2's nodes (FCFS).
+    h.sched.set_node_offline(0.0, 3, 3, false).unwrap();
+    h.sched.check_invariants().unwrap();
+    assert!(h.submit(3, s(1, 1), None).is_empty());
+    let p = h.finish(2);
+    assert_eq!(p.started().next().map(|x| x.0), Some(JobId(1)));
+}

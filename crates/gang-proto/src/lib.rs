@@ -5,7 +5,8 @@ pub mod v1 {
     tonic::include_proto!("gang.v1");
 
     /// The encoded file descriptor set, for gRPC reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gang_descriptor.bin"));
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/gang_descriptor.bin"));
 }
 
 pub use v1::*;
@@ -30,7 +31,10 @@ impl From<v1::Submesh> for gang_core::Submesh {
 impl v1::JobState {
     /// Whether the job has ended (and will not change again).
     pub fn is_final(self) -> bool {
-        matches!(self, v1::JobState::Completed | v1::JobState::Failed | v1::JobState::Cancelled)
+        matches!(
+            self,
+            v1::JobState::Completed | v1::JobState::Failed | v1::JobState::Cancelled
+        )
     }
 
     /// Lower-case name for people: "queued", "running", ...

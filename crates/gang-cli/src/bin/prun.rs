@@ -1,1 +1,183 @@
-fn main() {}
+//! `prun`: run a parallel job on the gang cluster, relay its stdio, return its exit code.
+
+use std::io::Write;
+
+use clap::Parser;
+use gang_cli::attach::{self, AttachOptions};
+use gang_cli::connect::{self, CliError, DEFAULT_MASTER};
+use gang_cli::parse::parse_duration;
+use gang_proto::v1::{JobSpec, SubmitRequest};
+use nix::unistd::{User, getgid, getuid};
+
+/// Run a parallel job on the gang cluster.
+///
+/// prun submits CMD as a job of SHAPE nodes, relays every rank's stdout and stderr (and
+/// our stdin to rank 0) until the job ends, and exits with the job's exit code: the first
+/// failing rank's code, or 128+signal. Ctrl-C cancels the job (a second Ctrl-C leaves at
+/// once).
+#[derive(Debug, Parser)]
+#[command(
+    name = "prun",
+    version,
+    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
+)]
+struct Args {
+    /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
+    /// count to a shape and may rotate a submesh.
+    #[arg(short = 'n', long = "nodes", value_name = "SHAPE")]
+    nodes: String,
+
+    /// Prefix every output line with the rank that wrote it ("3: hello").
+    #[arg(short = 'l', long)]
+    label: bool,
+
+    /// Submit, print the job id and exit; the job runs with its stdin on /dev/null.
+    #[arg(short = 'd', long)]
+    detach: bool,
+
+    /// Cancel the job after this long: seconds (90) or with a unit (30s, 10m, 2h).
+    #[arg(short = 't', long, value_name = "DURATION", value_parser = parse_duration)]
+    time_limit: Option<u64>,
+
+    /// Name shown by `gangctl jobs` (default: the command).
+    #[arg(long)]
+    name: Option<String>,
+
+    /// Master address (host:port or http://host:port).
+    #[arg(long, env = "GANG_MASTER", default_value = DEFAULT_MASTER, value_name = "ADDR")]
+    master: String,
+
+    /// Say when the job starts (and more on stderr).
+    #[arg(short = 'v', long)]
+    verbose: bool,
+
+    /// The program to run on every node (looked up in PATH there) and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 1..
+    )]
+    command: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if args.command.first().is_none_or(|c| c.is_empty()) {
+        use clap::CommandFactory;
+        Args::command()
+            .error(clap::error::ErrorKind::InvalidValue, "the command is empty")
+            .exit();
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prun: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = rt.block_on(run(args));
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // Exit here: the stdin thread may sit in a blocking read.
+    std::process::exit(code);
+}
+
+fn user_name(uid: nix::unistd::Uid) -> String {
+    if let Ok(u) = std::env::var("USER")
+        && !u.is_empty()
+    {
+        return u;
+    }
+    match User::from_uid(uid) {
+        Ok(Some(u)) => u.name,
+        _ => uid.to_string(),
+    }
+}
+
+async fn run(args: Args) -> i32 {
+    match submit_and_attach(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("prun: {e}");
+            1
+        }
+    }
+}
+
+async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
+    let master = connect::normalize_addr(&args.master);
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::other(format!("cannot get the current directory: {e}")))?;
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| {
+            CliError::other(format!(
+                "the current directory {} is not UTF-8",
+                cwd.display()
+            ))
+        })?
+        .to_string();
+    // The proto carries strings: variables that are not UTF-8 are left out.
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let stdin = !args.detach && attach::stdin_is_useful();
+    let uid = getuid();
+    let spec = JobSpec {
+        shape: args.nodes.clone(),
+        argv: args.command.clone(),
+        cwd,
+        env,
+        time_limit_s: args.time_limit.unwrap_or(0),
+        stdin,
+        name: args.name.clone().unwrap_or_default(),
+    };
+    let request = SubmitRequest {
+        spec: Some(spec),
+        uid: uid.as_raw(),
+        gid: getgid().as_raw(),
+        user: user_name(uid),
+    };
+
+    let signals = if args.detach {
+        None
+    } else {
+        Some(
+            attach::Signals::install()
+                .map_err(|e| CliError::other(format!("cannot install signal handlers: {e}")))?,
+        )
+    };
+    let mut client = connect::job_client(&master).await?;
+    let job = client
+        .submit(request)
+        .await?
+        .into_inner()
+        .job
+        .ok_or_else(|| CliError::other("the master accepted the job but did not say its id"))?;
+
+    if args.detach {
+        println!("{}", job.id);
+        return Ok(0);
+    }
+    if args.verbose {
+        eprintln!("prun: job {} submitted ({})", job.id, job.state().label());
+    }
+    drop(client);
+    Ok(attach::run(
+        AttachOptions {
+            master,
+            job_id: job.id,
+            uid: uid.as_raw(),
+            stdin,
+            label: args.label,
+            verbose: args.verbose,
+        },
+        signals.expect("installed when attaching"),
+    )
+    .await)
+}

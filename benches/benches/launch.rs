@@ -1,0 +1,193 @@
+//! Launch latency and submission rate on a real 4x4 loopback cluster (release binaries).
+//!
+//! (1) For 1x1, 2x2 and 4x4 jobs, interleaved: time from spawning `prun` to the moment the
+//!     last rank runs (each rank runs `date +%s%N`), and to prun's exit. RUNS per shape.
+//! (2) Durable submissions per second, with every node drained so jobs only queue:
+//!     `prun --detach` processes from CLIENTS parallel clients, and the gRPC Submit call
+//!     from 8 concurrent API clients (what a portal does). Each answer comes after commit.
+//!
+//! Prints JSON. Env: RUNS (default 60), SUBMITS (per client, default 100).
+
+use std::process::Command;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use gang_benches::median_p99;
+use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
+use gang_proto::v1;
+
+fn env_or(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+fn release_bins() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "gang-master",
+            "-p",
+            "gang-agent",
+            "-p",
+            "gang-cli",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    root.join("target/release")
+}
+
+fn pct(xs: &mut [f64]) -> serde_json::Value {
+    let (median, p99) = median_p99(xs);
+    let p95 = xs[((xs.len() as f64 * 0.95).ceil() as usize).clamp(1, xs.len()) - 1];
+    serde_json::json!({"median_ms": median, "p95_ms": p95, "p99_ms": p99, "min_ms": xs[0], "runs": xs.len()})
+}
+
+fn main() {
+    let runs = env_or("RUNS", 60);
+    let per_client = env_or("SUBMITS", 100);
+    let bins = release_bins();
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bins.clone()),
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        ..LocalClusterOptions::default()
+    };
+    let c = LocalCluster::start((4, 4), opts).expect("cluster");
+    let prun = bins.join("prun");
+
+    // (1) launch latency, shapes interleaved so noise hits them alike.
+    let shapes = ["1x1", "2x2", "4x4"];
+    let mut to_running: Vec<Vec<f64>> = vec![vec![]; shapes.len()];
+    let mut to_exit: Vec<Vec<f64>> = vec![vec![]; shapes.len()];
+    for i in 0..runs + 5 {
+        for (k, shape) in shapes.iter().enumerate() {
+            let t0 = now_ns();
+            let start = Instant::now();
+            let out = Command::new(&prun)
+                .args(["-n", shape, "--label", "--", "date", "+%s%N"])
+                .env("GANG_MASTER", c.master_addr())
+                .output()
+                .unwrap();
+            let total = start.elapsed().as_secs_f64() * 1e3;
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let last = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split(": ").nth(1)?.trim().parse::<i128>().ok())
+                .max()
+                .expect("ranks printed their start time");
+            if i >= 5 {
+                to_running[k].push((last - t0) as f64 / 1e6);
+                to_exit[k].push(total);
+            }
+        }
+    }
+    let launch: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            serde_json::json!({"shape": s, "prun_start_to_all_ranks_running": pct(&mut to_running[k]),
+                "prun_start_to_exit": pct(&mut to_exit[k])})
+        })
+        .collect();
+
+    // (2) submission rate with every node drained: jobs are accepted and queued only.
+    let gangctl = bins.join("gangctl");
+    for y in 0..4 {
+        for x in 0..4 {
+            let st = Command::new(&gangctl)
+                .args(["drain", &format!("{x},{y}")])
+                .env("GANG_MASTER", c.master_addr())
+                .output()
+                .unwrap();
+            assert!(st.status.success());
+        }
+    }
+    let clients = 4;
+    let t = Instant::now();
+    let handles: Vec<_> = (0..clients)
+        .map(|_| {
+            let prun = prun.clone();
+            let master = c.master_addr().to_string();
+            std::thread::spawn(move || {
+                for _ in 0..per_client {
+                    let out = Command::new(&prun)
+                        .args(["-n", "1", "--detach", "--", "true"])
+                        .env("GANG_MASTER", &master)
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let prun_rate = (clients * per_client) as f64 / t.elapsed().as_secs_f64();
+
+    let api_clients = 8;
+    let api_each = per_client * 4;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let api_rate = rt.block_on(async {
+        let ch = tonic::transport::Endpoint::from_shared(c.master_addr().to_string())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let tasks: Vec<_> = (0..api_clients)
+            .map(|_| {
+                let mut client = v1::job_service_client::JobServiceClient::new(ch.clone());
+                tokio::spawn(async move {
+                    for _ in 0..api_each {
+                        let spec = v1::JobSpec {
+                            shape: "1".into(),
+                            argv: vec!["true".into()],
+                            cwd: "/".into(),
+                            ..Default::default()
+                        };
+                        client
+                            .submit(v1::SubmitRequest {
+                                spec: Some(spec),
+                                ..Default::default()
+                            })
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        (api_clients * api_each) as f64 / t.elapsed().as_secs_f64()
+    });
+    c.shutdown().unwrap();
+    let out = serde_json::json!({
+        "bench": "launch", "mesh": "4x4", "launch": launch,
+        "submissions": {
+            "prun_detach": {"clients": clients, "jobs": clients * per_client, "jobs_per_s": prun_rate},
+            "grpc_submit": {"clients": api_clients, "jobs": api_clients * api_each, "jobs_per_s": api_rate},
+            "durable": "each answer after the SQLite WAL commit (synchronous=FULL)"
+        },
+        "anchors": {"slurm_srun_N1_true_ms": 46, "slurm_srun_N4_ms": 72, "slurm_sbatch_jobs_per_s": 148}
+    });
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+}

@@ -1,0 +1,494 @@
+//! `prun`'s attach loop: relay a job's stdio until it finishes, cancel it on Ctrl-C, and
+//! reattach when the stream breaks (a master restart).
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use gang_proto::v1::attach_response::Event;
+use gang_proto::v1::{AttachRequest, AttachResponse, CancelRequest, JobInfo, JobState};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::connect::{self, CliError};
+use crate::output::fmt_submesh;
+use crate::relay::{Dest, Relay};
+
+/// How long `prun` keeps trying to reattach after the stream broke.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const STDIN_CHUNK: usize = 64 * 1024;
+
+/// What `prun` attaches with.
+#[derive(Debug, Clone)]
+pub struct AttachOptions {
+    /// Master address (normalized).
+    pub master: String,
+    pub job_id: u64,
+    /// For `Cancel`.
+    pub uid: u32,
+    /// Forward our stdin to rank 0; otherwise end its stdin at once.
+    pub stdin: bool,
+    /// `--label`: prefix lines with `RANK: `.
+    pub label: bool,
+    /// `-v`: say when the job starts and when reattached.
+    pub verbose: bool,
+}
+
+/// What the stdin reader hands the loop.
+enum StdinMsg {
+    Data(Vec<u8>),
+    Eof,
+}
+
+/// Whether our stdin is worth forwarding: not closed and not /dev/null.
+pub fn stdin_is_useful() -> bool {
+    use nix::sys::stat::{fstat, stat};
+    let Ok(ours) = fstat(std::io::stdin()) else {
+        return false; // closed
+    };
+    match stat("/dev/null") {
+        Ok(null) => {
+            !(ours.st_rdev == null.st_rdev
+                && ours.st_dev == null.st_dev
+                && ours.st_ino == null.st_ino)
+        }
+        Err(_) => true,
+    }
+}
+
+/// Read our stdin on a plain thread (a blocking read must not hold up the runtime, and the
+/// process exits without waiting for it).
+fn spawn_stdin_reader(forward: bool) -> mpsc::Receiver<StdinMsg> {
+    let (tx, rx) = mpsc::channel(16);
+    if !forward {
+        let _ = tx.try_send(StdinMsg::Eof);
+        return rx;
+    }
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; STDIN_CHUNK];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(StdinMsg::Data(buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        eprintln!("prun: reading stdin: {e}; closing the job's stdin");
+                        break;
+                    }
+                }
+            }
+            let _ = tx.blocking_send(StdinMsg::Eof);
+        })
+        .expect("spawn the stdin thread");
+    rx
+}
+
+/// A live attach stream.
+struct Session {
+    requests: mpsc::Sender<AttachRequest>,
+    responses: Streaming<AttachResponse>,
+    /// The master stopped taking requests on this stream (the call is ending).
+    requests_closed: bool,
+    /// Something arrived on this stream (it works, not just opened).
+    answered: bool,
+}
+
+/// Open an attach stream: connect, send `job_id` (and `stdin_eof` again when our stdin
+/// already ended in an earlier session).
+async fn open_session(master: String, job_id: u64, resend_eof: bool) -> Result<Session, CliError> {
+    let mut client = connect::job_client(&master).await?;
+    let (tx, rx) = mpsc::channel(16);
+    tx.try_send(AttachRequest {
+        job_id,
+        ..Default::default()
+    })
+    .expect("fresh channel has room");
+    if resend_eof {
+        tx.try_send(AttachRequest {
+            job_id,
+            stdin_eof: true,
+            ..Default::default()
+        })
+        .expect("fresh channel has room");
+    }
+    let responses = client.attach(ReceiverStream::new(rx)).await?.into_inner();
+    Ok(Session {
+        requests: tx,
+        responses,
+        requests_closed: false,
+        answered: false,
+    })
+}
+
+/// Cancel the job, retrying while the master is unreachable (up to [`RECONNECT_FOR`]).
+async fn cancel_job(master: String, job_id: u64, uid: u32) {
+    let deadline = Instant::now() + RECONNECT_FOR;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let result = async {
+            let mut client = connect::job_client(&master).await?;
+            client.cancel(CancelRequest { job_id, uid }).await?;
+            Ok::<(), CliError>(())
+        }
+        .await;
+        match result {
+            Ok(()) => return,
+            Err(e) if e.is_transient() && Instant::now() + backoff < deadline => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Err(e) => {
+                eprintln!("prun: cannot cancel job {job_id}: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn write_out(dest: Dest, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    // Errors (a closed pipe) are ignored: the job runs on; its exit code still matters.
+    match dest {
+        Dest::Stdout => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(bytes).and_then(|_| out.flush());
+        }
+        Dest::Stderr => {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(bytes).and_then(|_| err.flush());
+        }
+    }
+}
+
+/// The exit code for a finished job, printing why it failed or was cancelled.
+pub fn finished_code(job: &JobInfo, verbose: bool) -> i32 {
+    let id = job.id;
+    let code = job.exit_code.map(clamp_exit);
+    match job.state() {
+        JobState::Cancelled => {
+            eprintln!("prun: job {id} cancelled: {}", or_unknown(&job.reason));
+            code.unwrap_or(143)
+        }
+        JobState::Completed => code.unwrap_or(0),
+        JobState::Failed => match code {
+            Some(c) => {
+                if verbose {
+                    eprintln!("prun: job {id} failed: {}", or_unknown(&job.reason));
+                }
+                c
+            }
+            None => {
+                eprintln!("prun: job {id} failed: {}", or_unknown(&job.reason));
+                1
+            }
+        },
+        other => {
+            eprintln!(
+                "prun: job {id} ended in state {}: {}",
+                other.label(),
+                or_unknown(&job.reason)
+            );
+            code.unwrap_or(1)
+        }
+    }
+}
+
+fn or_unknown(reason: &str) -> &str {
+    if reason.is_empty() {
+        "no reason given"
+    } else {
+        reason
+    }
+}
+
+/// Exit statuses outside 0..=255 cannot be returned as they are; they become 1.
+fn clamp_exit(code: i32) -> i32 {
+    if (0..=255).contains(&code) { code } else { 1 }
+}
+
+enum Conn {
+    Live(Box<Session>),
+    Connecting(JoinHandle<Result<Session, CliError>>),
+    Waiting(Instant),
+}
+
+/// One thing that happened while attached.
+enum Step {
+    /// Ctrl-C or SIGTERM.
+    Signal,
+    Response(Result<Option<AttachResponse>, tonic::Status>),
+    /// A stdin message was handed to the stream (or the stream stopped taking them).
+    Sent,
+    Stdin(Option<StdinMsg>),
+    Connected(Result<Session, CliError>),
+    Retry,
+}
+
+/// The attach loop's state.
+struct Attacher {
+    master: String,
+    job_id: u64,
+    uid: u32,
+    verbose: bool,
+    relay: Relay,
+    stdin_rx: mpsc::Receiver<StdinMsg>,
+    /// More may come from `stdin_rx`.
+    stdin_open: bool,
+    /// `stdin_eof` went out on some stream.
+    eof_sent: bool,
+    /// The next stdin message, waiting for room on the stream.
+    pending: Option<AttachRequest>,
+    conn: Conn,
+    /// Since when the master is lost (`None`: attached and answering).
+    lost_since: Option<Instant>,
+    backoff: Duration,
+    cancelling: bool,
+}
+
+impl Attacher {
+    /// Wait for the next step of the connection (not signals).
+    async fn next_conn_step(&mut self) -> Step {
+        let can_take_stdin = self.stdin_open && self.pending.is_none();
+        match &mut self.conn {
+            Conn::Live(s) => {
+                let has_pending = self.pending.is_some() && !s.requests_closed;
+                tokio::select! {
+                    m = s.responses.message() => Step::Response(m),
+                    permit = s.requests.reserve(), if has_pending => {
+                        match permit {
+                            Ok(p) => p.send(self.pending.take().expect("checked")),
+                            Err(_) => s.requests_closed = true,
+                        }
+                        Step::Sent
+                    }
+                    m = self.stdin_rx.recv(), if can_take_stdin => Step::Stdin(m),
+                }
+            }
+            Conn::Connecting(h) => Step::Connected(match h.await {
+                Ok(r) => r,
+                Err(e) => Err(CliError::other(format!("attaching: {e}"))),
+            }),
+            Conn::Waiting(at) => {
+                tokio::time::sleep_until(*at).await;
+                Step::Retry
+            }
+        }
+    }
+
+    /// Handle one step; `Some(code)` when `prun` is done.
+    fn handle(&mut self, step: Step) -> Option<i32> {
+        let job_id = self.job_id;
+        let mut broke: Option<String> = None;
+        match step {
+            Step::Signal => {
+                if self.cancelling {
+                    return Some(self.finish(130));
+                }
+                self.cancelling = true;
+                eprintln!("prun: cancelling job {job_id}");
+                tokio::spawn(cancel_job(self.master.clone(), job_id, self.uid));
+            }
+            Step::Sent => {
+                if self.pending.is_none() && !self.stdin_open {
+                    self.eof_sent = true;
+                }
+            }
+            Step::Stdin(m) => {
+                self.pending = Some(match m {
+                    Some(StdinMsg::Data(data)) => AttachRequest {
+                        job_id,
+                        stdin: data,
+                        stdin_eof: false,
+                    },
+                    Some(StdinMsg::Eof) | None => {
+                        self.stdin_open = false;
+                        AttachRequest {
+                            job_id,
+                            stdin: Vec::new(),
+                            stdin_eof: true,
+                        }
+                    }
+                });
+            }
+            Step::Response(Ok(Some(resp))) => {
+                if let Conn::Live(s) = &mut self.conn
+                    && !s.answered
+                {
+                    // The stream works: the master is back (if it was lost).
+                    s.answered = true;
+                    self.backoff = FIRST_BACKOFF;
+                    if self.lost_since.take().is_some() && self.verbose {
+                        eprintln!("prun: reattached to job {job_id}");
+                    }
+                }
+                match resp.event {
+                    Some(Event::Output(o)) => {
+                        let (dest, bytes) = self.relay.output(o.rank, o.stream, &o.data);
+                        write_out(dest, &bytes);
+                    }
+                    Some(Event::Started(job)) if self.verbose => {
+                        let at = job.submesh.map(|s| fmt_submesh(&s)).unwrap_or_default();
+                        eprintln!("prun: job {job_id} started on {at}");
+                    }
+                    Some(Event::Finished(job)) => {
+                        let code = finished_code(&job, self.verbose);
+                        return Some(self.finish(code));
+                    }
+                    Some(Event::Started(_)) | None => {}
+                }
+            }
+            Step::Response(Ok(None)) => {
+                broke = Some("the stream ended before the job finished".into())
+            }
+            Step::Response(Err(status)) => match self.transient(CliError::Rpc(status)) {
+                Ok(why) => broke = Some(why),
+                Err(code) => return Some(code),
+            },
+            Step::Connected(Ok(session)) => {
+                self.relay.new_session();
+                self.conn = Conn::Live(Box::new(session));
+            }
+            Step::Connected(Err(e)) => match self.transient(e) {
+                Ok(why) => broke = Some(why),
+                Err(code) => return Some(code),
+            },
+            Step::Retry => {
+                let open = open_session(self.master.clone(), job_id, self.eof_sent);
+                self.conn = Conn::Connecting(tokio::spawn(open));
+            }
+        }
+        if let Some(why) = broke {
+            match self.lost_since {
+                None => {
+                    self.lost_since = Some(Instant::now());
+                    eprintln!("prun: lost the master ({why}); reattaching to job {job_id}");
+                }
+                Some(t) if t.elapsed() >= RECONNECT_FOR => {
+                    let secs = RECONNECT_FOR.as_secs();
+                    eprintln!("prun: gave up reattaching to job {job_id} after {secs} s: {why}");
+                    return Some(self.finish(1));
+                }
+                Some(_) => {}
+            }
+            // Whatever was in flight on the old stream may be lost; stdin already handed
+            // over is not sent twice.
+            self.conn = Conn::Waiting(Instant::now() + self.backoff);
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        }
+        None
+    }
+
+    /// A transient error's message (to retry), or `prun`'s exit code after a fatal one.
+    fn transient(&mut self, e: CliError) -> Result<String, i32> {
+        if e.is_transient() {
+            Ok(e.to_string())
+        } else {
+            let code = self.finish(1);
+            eprintln!("prun: {e}");
+            Err(code)
+        }
+    }
+
+    /// Flush held-back output; returns `code`.
+    fn finish(&mut self, code: i32) -> i32 {
+        for (dest, bytes) in self.relay.finish() {
+            write_out(dest, &bytes);
+        }
+        code
+    }
+}
+
+/// SIGINT and SIGTERM, caught. Install them before submitting: a Ctrl-C between the
+/// submission and the attach must cancel the job, not kill prun and leave the job running.
+pub struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+}
+
+/// Attach to a submitted job and relay its stdio until it finishes. Returns the exit code
+/// for `prun`.
+pub async fn run(opts: AttachOptions, signals: Signals) -> i32 {
+    let Signals {
+        int: mut sigint,
+        term: mut sigterm,
+    } = signals;
+    let mut a = Attacher {
+        master: opts.master.clone(),
+        job_id: opts.job_id,
+        uid: opts.uid,
+        verbose: opts.verbose,
+        relay: Relay::new(opts.label),
+        stdin_rx: spawn_stdin_reader(opts.stdin),
+        stdin_open: true,
+        eof_sent: false,
+        pending: None,
+        conn: Conn::Connecting(tokio::spawn(open_session(opts.master, opts.job_id, false))),
+        lost_since: None,
+        backoff: FIRST_BACKOFF,
+        cancelling: false,
+    };
+    loop {
+        let step = tokio::select! {
+            _ = sigint.recv() => Step::Signal,
+            _ = sigterm.recv() => Step::Signal,
+            step = a.next_conn_step() => step,
+        };
+        if let Some(code) = a.handle(step) {
+            return code;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: JobState, exit_code: Option<i32>) -> JobInfo {
+        JobInfo {
+            id: 4,
+            state: state as i32,
+            exit_code,
+            reason: "why".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(finished_code(&job(JobState::Completed, Some(0)), false), 0);
+        assert_eq!(finished_code(&job(JobState::Completed, None), false), 0);
+        assert_eq!(finished_code(&job(JobState::Failed, Some(3)), false), 3);
+        assert_eq!(finished_code(&job(JobState::Failed, Some(137)), false), 137);
+        assert_eq!(finished_code(&job(JobState::Failed, None), false), 1);
+        assert_eq!(finished_code(&job(JobState::Cancelled, None), false), 143);
+        assert_eq!(
+            finished_code(&job(JobState::Cancelled, Some(130)), false),
+            130
+        );
+        assert_eq!(finished_code(&job(JobState::Failed, Some(300)), false), 1);
+        assert_eq!(finished_code(&job(JobState::Failed, Some(-1)), false), 1);
+    }
+}

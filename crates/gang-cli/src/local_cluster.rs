@@ -1,0 +1,786 @@
+//! A whole gang cluster on loopback: one `gang-master` and W*H `gang-agent` processes, for
+//! `gangctl start` and for end-to-end tests.
+//!
+//! ```no_run
+//! use gang_cli::{LocalCluster, LocalClusterOptions};
+//! let cluster = LocalCluster::start((2, 2), LocalClusterOptions::default())?;
+//! println!("GANG_MASTER={}", cluster.master_addr());
+//! cluster.shutdown()?;
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+//!
+//! Binaries: `gang-master` and `gang-agent` are looked up in
+//! [`LocalClusterOptions::bin_dir`], else next to the current executable, else (for test
+//! executables in `target/*/deps/`) in its parent directory. Cargo builds a workspace
+//! binary for the integration tests of its own crate only, so a test in another crate must
+//! make sure they are built in the same target directory (`cargo build -p gang-master -p
+//! gang-agent` first, or set `bin_dir`).
+//!
+//! Every process runs in its own process group (a Ctrl-C at the terminal reaches the
+//! command, not the cluster), logs to `DIR/master.log` and `DIR/agent-X-Y.log`, and is
+//! reaped: by [`LocalCluster::shutdown`] or, best-effort, on drop.
+//!
+//! [`start`](LocalCluster::start) and the other methods are blocking; they are safe to
+//! call from inside a tokio runtime too (the gRPC polling runs on a thread of its own).
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::SocketAddr;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use gang_proto::v1::admin_service_client::AdminServiceClient;
+use gang_proto::v1::{ListNodesRequest, NodeInfo, NodeState};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+pub const MASTER_BIN: &str = "gang-master";
+pub const AGENT_BIN: &str = "gang-agent";
+/// Lines of a log quoted in errors.
+const TAIL_LINES: usize = 20;
+const POLL: Duration = Duration::from_millis(25);
+
+/// How to start a [`LocalCluster`].
+#[derive(Debug, Clone)]
+pub struct LocalClusterOptions {
+    /// Slices (multiprogramming level); `None`: the master's default.
+    pub mpl: Option<u32>,
+    /// Working directory (state, ready files, logs). Created if missing and never removed.
+    /// `None`: a fresh temporary directory, removed at shutdown unless `keep`.
+    pub dir: Option<PathBuf>,
+    /// Keep the temporary directory at shutdown.
+    pub keep: bool,
+    /// Where `gang-master` and `gang-agent` are; `None`: next to the current executable.
+    pub bin_dir: Option<PathBuf>,
+    /// Extra flags for `gang-master` (e.g. `["--heartbeat-ms", "100"]`).
+    pub master_args: Vec<String>,
+    /// Extra flags for every `gang-agent`.
+    pub agent_args: Vec<String>,
+    /// Extra environment for every process (e.g. `RUST_LOG`).
+    pub env: Vec<(String, String)>,
+    /// How long the master may take to write its ready file.
+    pub master_ready_timeout: Duration,
+    /// How long until every node must be up.
+    pub nodes_up_timeout: Duration,
+    /// SIGTERM-to-SIGKILL grace at shutdown.
+    pub shutdown_grace: Duration,
+    /// Set to `true` (from another thread, e.g. on Ctrl-C) to make a pending
+    /// [`LocalCluster::start`] give up and tear down what it started.
+    pub interrupt: Option<Arc<AtomicBool>>,
+}
+
+impl Default for LocalClusterOptions {
+    fn default() -> Self {
+        LocalClusterOptions {
+            mpl: None,
+            dir: None,
+            keep: false,
+            bin_dir: None,
+            master_args: Vec::new(),
+            agent_args: Vec::new(),
+            env: Vec::new(),
+            master_ready_timeout: Duration::from_secs(15),
+            nodes_up_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(5),
+            interrupt: None,
+        }
+    }
+}
+
+/// A running local cluster. Dropping it tears it down (best effort); call
+/// [`shutdown`](Self::shutdown) to see problems.
+#[derive(Debug)]
+pub struct LocalCluster {
+    mesh: (u32, u32),
+    opts: LocalClusterOptions,
+    dir: PathBuf,
+    /// Remove `dir` at teardown.
+    remove_dir: bool,
+    master_bin: PathBuf,
+    agent_bin: PathBuf,
+    master: Option<Child>,
+    agents: BTreeMap<(u32, u32), Child>,
+    grpc: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+    master_url: String,
+    metrics_url: String,
+    torn_down: bool,
+}
+
+/// The directory the binaries are looked up in by default: the current executable's, or
+/// its parent for test executables in `target/*/deps/`.
+pub fn default_bin_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the current executable")?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow!("the current executable {} has no directory", exe.display()))?
+        .to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps")
+        && !dir.join(MASTER_BIN).exists()
+        && let Some(parent) = dir.parent()
+    {
+        return Ok(parent.to_path_buf());
+    }
+    Ok(dir)
+}
+
+fn find_bin(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "this program".into());
+    bail!(
+        "{name} not found next to {me} in {}; build the workspace: cargo build --release",
+        dir.display()
+    )
+}
+
+/// The last `lines` lines of a file (at most its last 64 KiB), for error messages.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let read = || -> std::io::Result<String> {
+        let mut f = File::open(path)?;
+        let len = f.metadata()?.len();
+        f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    };
+    match read() {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            if tail.is_empty() {
+                "(empty)".into()
+            } else {
+                tail.join("\n")
+            }
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+fn with_tail(msg: String, log: &Path) -> anyhow::Error {
+    anyhow!(
+        "{msg}; last lines of {}:\n{}",
+        log.display(),
+        log_tail(log, TAIL_LINES)
+    )
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with {c}"),
+        (None, Some(s)) => format!(
+            "was killed by {}",
+            Signal::try_from(s)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| format!("signal {s}"))
+        ),
+        _ => format!("ended ({status})"),
+    }
+}
+
+/// Parse a ready file: `grpc=ADDR` and `metrics=ADDR` lines. `None` until both are there.
+fn parse_ready(text: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let mut grpc = None;
+    let mut metrics = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.trim().split_once('=') else {
+            continue;
+        };
+        let v = v.trim();
+        let v = v.strip_prefix("http://").unwrap_or(v).trim_end_matches('/');
+        let v = v.strip_suffix("/metrics").unwrap_or(v);
+        match k.trim() {
+            "grpc" => grpc = v.parse().ok(),
+            "metrics" => metrics = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some((grpc?, metrics?))
+}
+
+/// Run a future to completion on a runtime of its own, on a thread of its own (so that
+/// blocking callers inside a runtime work too).
+fn block_on<F>(f: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("build a tokio runtime")
+                .block_on(f)
+        })
+        .join()
+        .expect("the polling thread does not panic")
+    })
+}
+
+impl LocalCluster {
+    /// Start a `mesh.0` x `mesh.1` cluster and wait until every node is up.
+    ///
+    /// On error everything started so far is torn down; the error quotes the log of the
+    /// process that failed.
+    pub fn start(mesh: (u32, u32), opts: LocalClusterOptions) -> Result<LocalCluster> {
+        if mesh.0 == 0 || mesh.1 == 0 {
+            bail!("the mesh must be at least 1x1, got {}x{}", mesh.0, mesh.1);
+        }
+        let bin_dir = match &opts.bin_dir {
+            Some(d) => d.clone(),
+            None => default_bin_dir()?,
+        };
+        let master_bin = find_bin(&bin_dir, MASTER_BIN)?;
+        let agent_bin = find_bin(&bin_dir, AGENT_BIN)?;
+
+        let (dir, remove_dir) = match &opts.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)
+                    .with_context(|| format!("cannot create {}", d.display()))?;
+                (std::path::absolute(d).unwrap_or_else(|_| d.clone()), false)
+            }
+            None => {
+                let d = tempfile::Builder::new()
+                    .prefix("gang-cluster-")
+                    .tempdir()
+                    .context("cannot create a temporary directory")?
+                    .keep();
+                (d, !opts.keep)
+            }
+        };
+
+        let mut cluster = LocalCluster {
+            mesh,
+            opts,
+            dir,
+            remove_dir,
+            master_bin,
+            agent_bin,
+            master: None,
+            agents: BTreeMap::new(),
+            grpc: None,
+            metrics: None,
+            master_url: String::new(),
+            metrics_url: String::new(),
+            torn_down: false,
+        };
+        // From here on, an early return drops `cluster`, which tears down what started.
+        cluster.start_master()?;
+        for y in 0..mesh.1 {
+            for x in 0..mesh.0 {
+                cluster.spawn_agent(x, y)?;
+            }
+        }
+        let timeout = cluster.opts.nodes_up_timeout;
+        cluster.wait_nodes_up(timeout)?;
+        Ok(cluster)
+    }
+
+    /// `http://127.0.0.1:PORT`: what `--master` / `GANG_MASTER` take.
+    pub fn master_addr(&self) -> &str {
+        &self.master_url
+    }
+
+    /// `http://127.0.0.1:PORT` of the master's metrics server (see [`Self::metrics_url`]).
+    pub fn metrics_addr(&self) -> &str {
+        &self.metrics_url
+    }
+
+    /// `http://127.0.0.1:PORT/metrics`.
+    pub fn metrics_url(&self) -> String {
+        format!("{}/metrics", self.metrics_url)
+    }
+
+    /// The master's gRPC socket address.
+    pub fn grpc_socket(&self) -> Option<SocketAddr> {
+        self.grpc
+    }
+
+    /// The working directory (state, ready files, logs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn mesh(&self) -> (u32, u32) {
+        self.mesh
+    }
+
+    pub fn master_log(&self) -> PathBuf {
+        self.dir.join("master.log")
+    }
+
+    pub fn agent_log(&self, x: u32, y: u32) -> PathBuf {
+        self.dir.join(format!("agent-{x}-{y}.log"))
+    }
+
+    /// The master's pid, while it runs.
+    pub fn master_pid(&mut self) -> Option<u32> {
+        running_pid(self.master.as_mut()?)
+    }
+
+    /// An agent's pid, while it runs.
+    pub fn agent_pid(&mut self, x: u32, y: u32) -> Option<u32> {
+        running_pid(self.agents.get_mut(&(x, y))?)
+    }
+
+    fn command(&self, bin: &Path, log: &Path) -> Result<Command> {
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("cannot open {}", log.display()))?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(bin);
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .current_dir(&self.dir)
+            .process_group(0);
+        for (k, v) in &self.opts.env {
+            cmd.env(k, v);
+        }
+        Ok(cmd)
+    }
+
+    /// Start the master (again) and wait for its ready file. A restart reuses the ports of
+    /// the first start, so agents and clients find it again.
+    pub fn start_master(&mut self) -> Result<()> {
+        if self.master_pid().is_some() {
+            bail!("{MASTER_BIN} is already running");
+        }
+        let ready = self.dir.join("master.ready");
+        let _ = std::fs::remove_file(&ready);
+        let log = self.master_log();
+        let listen = self
+            .grpc
+            .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
+        let metrics = self
+            .metrics
+            .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
+        let mut cmd = self.command(&self.master_bin, &log)?;
+        cmd.arg("--listen")
+            .arg(&listen)
+            .arg("--metrics-listen")
+            .arg(&metrics)
+            .arg("--state")
+            .arg(self.dir.join("state.db"))
+            .arg("--mesh")
+            .arg(format!("{}x{}", self.mesh.0, self.mesh.1));
+        if let Some(mpl) = self.opts.mpl {
+            cmd.arg("--mpl").arg(mpl.to_string());
+        }
+        cmd.arg("--ready-file")
+            .arg(&ready)
+            .args(&self.opts.master_args);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.master_bin.display()))?;
+        self.master = Some(child);
+
+        let timeout = self.opts.master_ready_timeout;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_interrupt()?;
+            let master = self.master.as_mut().expect("just spawned");
+            if let Some(status) = master.try_wait()? {
+                return Err(with_tail(
+                    format!("{MASTER_BIN} {} before it was ready", describe(status)),
+                    &log,
+                ));
+            }
+            if let Some((grpc, metrics)) = std::fs::read_to_string(&ready)
+                .ok()
+                .as_deref()
+                .and_then(parse_ready)
+            {
+                self.grpc = Some(grpc);
+                self.metrics = Some(metrics);
+                self.master_url = format!("http://{grpc}");
+                self.metrics_url = format!("http://{metrics}");
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let _ = self.stop_master(Signal::SIGKILL);
+                return Err(with_tail(
+                    format!(
+                        "{MASTER_BIN} did not write {} within {} s",
+                        ready.display(),
+                        timeout.as_secs_f64()
+                    ),
+                    &log,
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn spawn_agent(&mut self, x: u32, y: u32) -> Result<()> {
+        let log = self.agent_log(x, y);
+        let ready = self.dir.join(format!("agent-{x}-{y}.ready"));
+        let _ = std::fs::remove_file(&ready);
+        let mut cmd = self.command(&self.agent_bin, &log)?;
+        cmd.arg("--master")
+            .arg(&self.master_url)
+            .arg("--x")
+            .arg(x.to_string())
+            .arg("--y")
+            .arg(y.to_string())
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(&self.opts.agent_args);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.agent_bin.display()))?;
+        self.agents.insert((x, y), child);
+        Ok(())
+    }
+
+    /// Start the agent of node (x, y) (again, after [`stop_agent`](Self::stop_agent)).
+    /// Does not wait for it to register; see [`wait_nodes_up`](Self::wait_nodes_up).
+    pub fn start_agent(&mut self, x: u32, y: u32) -> Result<()> {
+        if x >= self.mesh.0 || y >= self.mesh.1 {
+            bail!(
+                "node {x},{y} is outside the {}x{} mesh",
+                self.mesh.0,
+                self.mesh.1
+            );
+        }
+        if self.agent_pid(x, y).is_some() {
+            bail!("the agent of node {x},{y} is already running");
+        }
+        self.spawn_agent(x, y)
+    }
+
+    /// Send `signal` to the master and wait for it to exit (SIGKILL after the grace).
+    pub fn stop_master(&mut self, signal: Signal) -> Result<ExitStatus> {
+        let child = self
+            .master
+            .take()
+            .ok_or_else(|| anyhow!("{MASTER_BIN} is not running"))?;
+        let grace = self.opts.shutdown_grace;
+        let (status, _killed) = stop_child(child, signal, grace)?;
+        Ok(status)
+    }
+
+    /// Stop the master (SIGTERM) and start it again on the same ports and state.
+    pub fn restart_master(&mut self) -> Result<()> {
+        self.stop_master(Signal::SIGTERM)?;
+        self.start_master()
+    }
+
+    /// Send `signal` to the agent of node (x, y) and wait for it to exit (SIGKILL after
+    /// the grace).
+    pub fn stop_agent(&mut self, x: u32, y: u32, signal: Signal) -> Result<ExitStatus> {
+        let child = self
+            .agents
+            .remove(&(x, y))
+            .ok_or_else(|| anyhow!("no agent of node {x},{y} is running"))?;
+        let grace = self.opts.shutdown_grace;
+        let (status, _killed) = stop_child(child, signal, grace)?;
+        Ok(status)
+    }
+
+    fn check_interrupt(&self) -> Result<()> {
+        match &self.opts.interrupt {
+            Some(flag) if flag.load(Ordering::SeqCst) => bail!("interrupted"),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every process still running? An error names the first that is not, with its log.
+    pub fn check_alive(&mut self) -> Result<()> {
+        let log = self.master_log();
+        match self.master.as_mut() {
+            None => bail!("{MASTER_BIN} is not running"),
+            Some(m) => {
+                if let Some(status) = m.try_wait()? {
+                    return Err(with_tail(
+                        format!("{MASTER_BIN} {}", describe(status)),
+                        &log,
+                    ));
+                }
+            }
+        }
+        let mut dead = None;
+        for (&(x, y), agent) in self.agents.iter_mut() {
+            if let Some(status) = agent.try_wait()? {
+                dead = Some((x, y, status));
+                break;
+            }
+        }
+        if let Some((x, y, status)) = dead {
+            return Err(with_tail(
+                format!("the agent of node {x},{y} {}", describe(status)),
+                &self.agent_log(x, y),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Wait until the master reports every node up, failing early when a process dies.
+    pub fn wait_nodes_up(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let url = self.master_url.clone();
+        let expected = (self.mesh.0 * self.mesh.1) as usize;
+        let mut last: Result<Vec<NodeInfo>> = Err(anyhow!("no answer yet"));
+        loop {
+            self.check_interrupt()?;
+            self.check_alive()?;
+            let polled = block_on(list_nodes(url.clone()));
+            if let Ok(nodes) = &polled
+                && nodes.len() >= expected
+                && nodes.iter().all(|n| n.state() == NodeState::Up)
+            {
+                return Ok(());
+            }
+            match polled {
+                Ok(nodes) => last = Ok(nodes),
+                Err(e) if last.is_err() => last = Err(e),
+                Err(_) => {}
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let secs = timeout.as_secs_f64();
+        match last {
+            Err(e) => Err(with_tail(
+                format!("the master at {url} did not list the nodes within {secs} s: {e:#}"),
+                &self.master_log(),
+            )),
+            Ok(nodes) => {
+                let mut not_up: Vec<(u32, u32, &'static str)> = Vec::new();
+                for y in 0..self.mesh.1 {
+                    for x in 0..self.mesh.0 {
+                        let state = nodes
+                            .iter()
+                            .find(|n| n.x == x && n.y == y)
+                            .map_or("missing", |n| n.state().label());
+                        if state != "up" {
+                            not_up.push((x, y, state));
+                        }
+                    }
+                }
+                let list: Vec<String> = not_up
+                    .iter()
+                    .map(|(x, y, s)| format!("{x},{y} ({s})"))
+                    .collect();
+                let msg = format!("nodes not up after {secs} s: {}", list.join(", "));
+                match not_up.first() {
+                    Some(&(x, y, _)) => Err(with_tail(msg, &self.agent_log(x, y))),
+                    None => Err(anyhow!(msg)),
+                }
+            }
+        }
+    }
+
+    /// Stop everything (the agents, then the master: SIGTERM, then SIGKILL after the
+    /// grace), reap every process, and remove the directory if it was a temporary one not
+    /// kept. An error reports what went wrong (a process that had to be killed or exited
+    /// with an error); everything is torn down regardless.
+    pub fn shutdown(mut self) -> Result<()> {
+        let problems = self.teardown();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", problems.join("; "))
+        }
+    }
+
+    fn teardown(&mut self) -> Vec<String> {
+        if self.torn_down {
+            return Vec::new();
+        }
+        self.torn_down = true;
+        let grace = self.opts.shutdown_grace;
+        let mut problems = Vec::new();
+        // Agents first, so that they can still report their ranks' ends to the master;
+        // then the master.
+        let agents: Vec<(String, Child)> = std::mem::take(&mut self.agents)
+            .into_iter()
+            .map(|((x, y), child)| (format!("the agent of node {x},{y}"), child))
+            .collect();
+        stop_all(agents, grace, &mut problems);
+        if let Some(m) = self.master.take() {
+            stop_all(vec![(MASTER_BIN.to_string(), m)], grace, &mut problems);
+        }
+        if self.remove_dir
+            && let Err(e) = std::fs::remove_dir_all(&self.dir)
+        {
+            problems.push(format!("cannot remove {}: {e}", self.dir.display()));
+        }
+        problems
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// SIGTERM every process, wait for them all until `grace` has passed, SIGKILL the rest;
+/// reap all. Problems are added to `problems`.
+fn stop_all(mut procs: Vec<(String, Child)>, grace: Duration, problems: &mut Vec<String>) {
+    for (_, child) in procs.iter_mut() {
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    for (name, child) in procs.iter_mut() {
+        match wait_until(child, deadline) {
+            Ok(Some(status)) => {
+                let by_term = status.signal() == Some(Signal::SIGTERM as i32);
+                if !(status.success() || by_term) {
+                    problems.push(format!("{name} {}", describe(status)));
+                }
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                problems.push(format!(
+                    "{name} did not exit within {} s of SIGTERM and was killed",
+                    grace.as_secs_f64()
+                ));
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                problems.push(format!("waiting for {name}: {e}"));
+            }
+        }
+    }
+}
+
+fn running_pid(child: &mut Child) -> Option<u32> {
+    matches!(child.try_wait(), Ok(None)).then(|| child.id())
+}
+
+/// Wait for a child until `deadline`; `None` if it still runs.
+fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Signal a child and reap it, SIGKILLing it after `grace`. Returns its status and whether
+/// it had to be killed.
+fn stop_child(mut child: Child, signal: Signal, grace: Duration) -> Result<(ExitStatus, bool)> {
+    if child.try_wait()?.is_none() {
+        let _ = kill(Pid::from_raw(child.id() as i32), signal);
+    }
+    if let Some(status) = wait_until(&mut child, Instant::now() + grace)? {
+        return Ok((status, false));
+    }
+    let _ = child.kill();
+    Ok((child.wait()?, true))
+}
+
+async fn list_nodes(url: String) -> Result<Vec<NodeInfo>> {
+    let call = async {
+        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .await?;
+        let resp = AdminServiceClient::new(channel)
+            .list_nodes(ListNodesRequest {})
+            .await?;
+        Ok::<_, anyhow::Error>(resp.into_inner().nodes)
+    };
+    tokio::time::timeout(Duration::from_secs(3), call)
+        .await
+        .map_err(|_| anyhow!("ListNodes timed out"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_files() {
+        let a: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+        assert_eq!(
+            parse_ready("grpc=127.0.0.1:4000\nmetrics=127.0.0.1:4001\n"),
+            Some((a, b))
+        );
+        assert_eq!(
+            parse_ready("metrics=http://127.0.0.1:4001/metrics\ngrpc=http://127.0.0.1:4000\n"),
+            Some((a, b))
+        );
+        assert_eq!(parse_ready("grpc=127.0.0.1:4000\n"), None);
+        assert_eq!(parse_ready(""), None);
+    }
+
+    #[test]
+    fn tails() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        let text: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&p, text).unwrap();
+        assert_eq!(log_tail(&p, 2), "line 29\nline 30");
+        std::fs::write(&p, "").unwrap();
+        assert_eq!(log_tail(&p, 2), "(empty)");
+        assert!(log_tail(&dir.path().join("nope"), 2).starts_with("(cannot read"));
+    }
+
+    #[test]
+    fn missing_binaries_are_reported_before_anything_starts() {
+        let empty = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let opts = LocalClusterOptions {
+            bin_dir: Some(empty.path().to_path_buf()),
+            dir: Some(work.path().join("cluster")),
+            ..Default::default()
+        };
+        let e = LocalCluster::start((2, 2), opts).unwrap_err().to_string();
+        assert!(e.starts_with("gang-master not found next to "), "{e}");
+        assert!(e.contains(&empty.path().display().to_string()), "{e}");
+        assert!(!work.path().join("cluster").exists(), "nothing created");
+    }
+
+    /// A master that exits at once: the error quotes its log; nothing is left running.
+    #[test]
+    fn master_dying_early_is_reported_with_its_log() {
+        use std::os::unix::fs::PermissionsExt;
+        let bins = tempfile::tempdir().unwrap();
+        for name in [MASTER_BIN, AGENT_BIN] {
+            let p = bins.path().join(name);
+            std::fs::write(&p, "#!/bin/sh\necho \"bad flag: $2\" >&2\nexit 3\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let opts = LocalClusterOptions {
+            bin_dir: Some(bins.path().to_path_buf()),
+            ..Default::default()
+        };
+        let e = LocalCluster::start((1, 1), opts).unwrap_err().to_string();
+        assert!(
+            e.starts_with("gang-master exited with 3 before it was ready"),
+            "{e}"
+        );
+        assert!(e.contains("bad flag: 127.0.0.1:0"), "{e}");
+    }
+}

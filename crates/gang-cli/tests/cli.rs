@@ -1,0 +1,276 @@
+//! The real `prun` and `gangctl` binaries on the error paths that need no cluster.
+//!
+//! End-to-end tests against a running cluster need `gang-master` and `gang-agent` built in
+//! the same target directory (see `gang_cli::local_cluster`); these do not.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const PRUN: &str = env!("CARGO_BIN_EXE_prun");
+const GANGCTL: &str = env!("CARGO_BIN_EXE_gangctl");
+
+/// Run a binary with no GANG_* settings from the environment and stdin on /dev/null.
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .env_remove("GANG_MASTER")
+        .env_remove("GANG_OUTPUT")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the binary")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn prun_without_a_command_is_a_usage_error() {
+    for args in [&["-n", "4x2"][..], &["-n", "4x2", "--"][..]] {
+        let o = run(PRUN, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("<CMD>"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("Usage: prun"), "{}", stderr(&o));
+    }
+    let o = run(PRUN, &["-n", "4x2", "--", ""]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("the command is empty"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn prun_needs_a_shape() {
+    let o = run(PRUN, &["hostname"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--nodes <SHAPE>"), "{}", stderr(&o));
+}
+
+#[test]
+fn prun_rejects_bad_durations() {
+    let o = run(PRUN, &["-n", "2", "--time-limit", "10x", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("expected a duration like 90, 30s, 10m or 2h"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn prun_reports_an_unreachable_master() {
+    let o = run(
+        PRUN,
+        &["--master", "127.0.0.1:1", "-n", "4x2", "--", "hostname"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("prun: cannot reach the master at http://127.0.0.1:1: "),
+        "{err}"
+    );
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn prun_takes_the_master_from_the_environment() {
+    let o = Command::new(PRUN)
+        .args(["-n", "2", "--detach", "--", "true"])
+        .env("GANG_MASTER", "127.0.0.1:1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with("prun: cannot reach the master at http://127.0.0.1:1: "),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn gangctl_reports_an_unreachable_master() {
+    for cmd in [
+        &["jobs"][..],
+        &["job", "3"],
+        &["nodes"],
+        &["slices"],
+        &["cancel", "1"],
+        &["drain", "1,1"],
+    ] {
+        let mut args = vec!["--master", "127.0.0.1:1"];
+        args.extend_from_slice(cmd);
+        let o = run(GANGCTL, &args);
+        assert_eq!(o.status.code(), Some(1), "{cmd:?}");
+        let err = stderr(&o);
+        assert!(
+            err.starts_with("gangctl: cannot reach the master at http://127.0.0.1:1: "),
+            "{cmd:?}: {err}"
+        );
+    }
+    // Global flags go after the subcommand too, and the environment works.
+    let o = Command::new(GANGCTL)
+        .args(["nodes", "--output", "json"])
+        .env("GANG_MASTER", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with("gangctl: cannot reach the master at http://127.0.0.1:1: "),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn gangctl_usage_errors() {
+    let o = run(GANGCTL, &["drain", "1x2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("expected a node as X,Y"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(GANGCTL, &["resume", "a,b"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("expected a node as X,Y"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(GANGCTL, &["start", "--mesh", "4"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("expected the mesh as WxH"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(GANGCTL, &["job", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+
+    let o = run(GANGCTL, &["--output", "yaml", "jobs"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("[possible values: cli, json]"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(GANGCTL, &[]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn gangctl_start_reports_missing_binaries() {
+    let empty = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("cluster");
+    let o = run(
+        GANGCTL,
+        &[
+            "start",
+            "--bin-dir",
+            empty.path().to_str().unwrap(),
+            "--mesh",
+            "2x2",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    let expected = format!(
+        "gangctl: gang-master not found next to gangctl in {}; build the workspace: cargo build --release\n",
+        empty.path().display()
+    );
+    assert_eq!(err, expected);
+    assert!(!dir.exists(), "nothing is created when a binary is missing");
+}
+
+#[test]
+fn gangctl_start_reports_a_missing_agent() {
+    // A gang-master is there (any file will do: it is never run), the agent is not.
+    let bins = tempfile::tempdir().unwrap();
+    std::fs::write(bins.path().join("gang-master"), "").unwrap();
+    let o = run(
+        GANGCTL,
+        &[
+            "start",
+            "--bin-dir",
+            bins.path().to_str().unwrap(),
+            "--mesh",
+            "1x1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with("gangctl: gang-agent not found next to gangctl in "),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn help_of_every_command() {
+    let o = run(PRUN, &["--help"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    for flag in [
+        "--nodes",
+        "--label",
+        "--detach",
+        "--time-limit",
+        "--name",
+        "--master",
+        "GANG_MASTER",
+    ] {
+        assert!(text.contains(flag), "prun --help lacks {flag}:\n{text}");
+    }
+
+    let o = run(GANGCTL, &["--help"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    for sub in [
+        "start", "jobs", "job", "cancel", "nodes", "slices", "drain", "resume", "--output",
+    ] {
+        assert!(text.contains(sub), "gangctl --help lacks {sub}:\n{text}");
+    }
+
+    let subs: &[(&str, &[&str])] = &[
+        ("start", &["--mesh", "--mpl", "--keep", "--dir", "CMD"]),
+        ("jobs", &["--all", "--limit"]),
+        ("job", &["<ID>"]),
+        ("cancel", &["<ID>..."]),
+        ("nodes", &["--master"]),
+        (
+            "slices",
+            &["--watch", "--interval-ms", "row y=H-1 at the top"],
+        ),
+        ("drain", &["<X,Y>"]),
+        ("resume", &["<X,Y>"]),
+    ];
+    for (sub, words) in subs {
+        let o = run(GANGCTL, &[sub, "--help"]);
+        assert!(o.status.success(), "gangctl {sub} --help: {}", stderr(&o));
+        let text = stdout(&o);
+        for w in *words {
+            assert!(text.contains(w), "gangctl {sub} --help lacks {w}:\n{text}");
+        }
+        assert!(!text.contains("--bin-dir"), "--bin-dir is hidden");
+    }
+}
+
+#[test]
+fn binaries_sit_together() {
+    // LocalCluster looks for gang-master / gang-agent next to gangctl.
+    assert_eq!(Path::new(PRUN).parent(), Path::new(GANGCTL).parent());
+}

@@ -1,0 +1,228 @@
+//! Helpers for end-to-end tests: a local cluster of the real binaries, the commands run as
+//! a user would, and waits on conditions with deadlines.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions, default_bin_dir};
+use gang_proto::v1;
+
+/// The binaries a cluster needs; built on demand when a test runs alone
+/// (`cargo test --workspace` has built them already).
+pub fn bin_dir() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let dir = default_bin_dir().expect("test executable location");
+    BUILT.call_once(|| {
+        let all = ["gang-master", "gang-agent", "prun", "gangctl"];
+        if all.iter().all(|b| dir.join(b).is_file()) {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "-p",
+            "gang-master",
+            "-p",
+            "gang-agent",
+            "-p",
+            "gang-cli",
+        ]);
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("cargo runs");
+        assert!(st.success(), "building the binaries failed");
+    });
+    dir
+}
+
+/// A cluster of `w x h` agents with quick failure detection for tests.
+pub fn cluster(w: u32, h: u32, extra_master: &[&str]) -> LocalCluster {
+    let mut master_args: Vec<String> = [
+        "--heartbeat-ms",
+        "100",
+        "--node-timeout-ms",
+        "1500",
+        "--kill-grace-ms",
+        "1000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    master_args.extend(extra_master.iter().map(|s| s.to_string()));
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bin_dir()),
+        master_args,
+        ..LocalClusterOptions::default()
+    };
+    LocalCluster::start((w, h), opts).expect("local cluster starts")
+}
+
+/// Run `prun ARGS` against `c`, with `stdin` fed to it.
+pub fn prun(c: &LocalCluster, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(bin_dir().join("prun"));
+    cmd.args(args).env("GANG_MASTER", c.master_addr());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = cmd.spawn().expect("prun runs");
+    if let Some(data) = stdin {
+        use std::io::Write;
+        let mut si = child.stdin.take().expect("piped");
+        si.write_all(data).expect("stdin written");
+    }
+    // Never hang a test: kill prun (which cancels nothing; the cluster is torn down
+    // anyway) and fail with what it printed.
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let watchdog = std::thread::spawn(move || {
+        let deadline = Instant::now() + PRUN_DEADLINE;
+        while Instant::now() < deadline {
+            if nix::sys::signal::kill(pid, None).is_err() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok()
+    });
+    let out = child.wait_with_output().expect("prun ends");
+    let killed = watchdog.join().unwrap_or(false);
+    assert!(
+        !killed,
+        "prun {args:?} did not end within {PRUN_DEADLINE:?}; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The longest any prun in a test may take.
+pub const PRUN_DEADLINE: Duration = Duration::from_secs(60);
+
+/// `gangctl --output json ARGS`, parsed.
+pub fn gangctl_json(c: &LocalCluster, args: &[&str]) -> Result<serde_json::Value> {
+    let out = gangctl(c, &[&["--output", "json"], args].concat());
+    if !out.status.success() {
+        bail!(
+            "gangctl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("gangctl printed JSON")
+}
+
+pub fn gangctl(c: &LocalCluster, args: &[&str]) -> Output {
+    Command::new(bin_dir().join("gangctl"))
+        .args(args)
+        .env("GANG_MASTER", c.master_addr())
+        .output()
+        .expect("gangctl runs")
+}
+
+/// Poll `f` until it returns `Some`, or fail after `timeout` with `what`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A job as `gangctl job ID --output json` shows it.
+pub fn job(c: &LocalCluster, id: u64) -> serde_json::Value {
+    gangctl_json(c, &["job", &id.to_string()]).expect("gangctl job")
+}
+
+/// Wait until job `id` is in `state` ("running", "completed", ...).
+pub fn wait_state(c: &LocalCluster, id: u64, state: &str, timeout: Duration) -> serde_json::Value {
+    wait_for(timeout, &format!("job {id} to be {state}"), || {
+        let j = job(c, id);
+        (j["state"] == state).then_some(j)
+    })
+}
+
+/// Submit with `prun --detach` and return the job id.
+pub fn submit(c: &LocalCluster, shape: &str, cmd: &[&str]) -> u64 {
+    let out = prun(c, &[&["-n", shape, "--detach", "--"], cmd].concat(), None);
+    assert!(
+        out.status.success(),
+        "prun --detach failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("prun --detach prints the job id")
+}
+
+/// Whether process `pid` exists.
+pub fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// Pids written by ranks into `dir/pid.RANK`, once all `n` are there.
+pub fn rank_pids(dir: &Path, n: usize, timeout: Duration) -> Vec<i32> {
+    wait_for(timeout, &format!("{n} ranks to write their pids"), || {
+        let pids: Vec<i32> = (0..n)
+            .filter_map(|r| std::fs::read_to_string(dir.join(format!("pid.{r}"))).ok())
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
+        (pids.len() == n).then_some(pids)
+    })
+}
+
+/// A gRPC client of the master's JobService (for what portals do).
+pub async fn jobs_client(
+    c: &LocalCluster,
+) -> v1::job_service_client::JobServiceClient<tonic::transport::Channel> {
+    v1::job_service_client::JobServiceClient::connect(c.master_addr().to_string())
+        .await
+        .expect("master reachable")
+}
+
+/// Attach to a job through the API (no stdin) and collect all its output until it ends.
+pub async fn attach_all(c: &LocalCluster, id: u64) -> (String, v1::JobInfo) {
+    let mut client = jobs_client(c).await;
+    let first = v1::AttachRequest {
+        job_id: id,
+        stdin: vec![],
+        stdin_eof: true,
+    };
+    let mut stream = client
+        .attach(tokio_stream::once(first))
+        .await
+        .expect("attach accepted")
+        .into_inner();
+    let mut text = Vec::new();
+    while let Some(msg) = stream.message().await.expect("attach stream") {
+        match msg.event {
+            Some(v1::attach_response::Event::Output(o)) => text.extend_from_slice(&o.data),
+            Some(v1::attach_response::Event::Finished(info)) => {
+                return (String::from_utf8_lossy(&text).into_owned(), info);
+            }
+            _ => {}
+        }
+    }
+    panic!("attach stream of job {id} ended without the final state");
+}
+
+/// A plain HTTP/1.0 GET (for the metrics endpoint); the whole response as text.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = addr.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint reachable");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request sent");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response read");
+    out
+}
