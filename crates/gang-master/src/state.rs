@@ -128,7 +128,7 @@ impl MasterState {
         metrics: Arc<Metrics>,
         agents: Arc<AgentPool>,
     ) -> anyhow::Result<Handle> {
-        std::fs::create_dir_all(&cfg.state_dir())?;
+        std::fs::create_dir_all(cfg.state_dir())?;
         let store = Store::open(&cfg.state)?;
         let mesh_s = cfg.mesh.to_string();
         match store.mesh()? {
@@ -677,12 +677,10 @@ impl MasterState {
                 let plan = self.sched.finish(now_s(), id)?;
                 self.execute(plan);
             }
-            State::Starting | State::Running => {
-                if job.cancelled.is_none() {
-                    job.cancelled = Some(reason);
-                    let grace = self.cfg.kill_grace_ms;
-                    self.kill(id, grace);
-                }
+            State::Starting | State::Running if job.cancelled.is_none() => {
+                job.cancelled = Some(reason);
+                let grace = self.cfg.kill_grace_ms;
+                self.kill(id, grace);
             }
             _ => {}
         }
