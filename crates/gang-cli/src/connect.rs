@@ -113,6 +113,7 @@ pub async fn channel(addr: &str) -> Result<Channel, CliError> {
             ))
         })?
         .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(20))
         .keep_alive_while_idle(true);

@@ -92,6 +92,21 @@ fn prun_on_a_4x4_mesh() {
     assert_eq!(out.stdout.len(), 4_000_000);
     assert_eq!(stderr(&out), "err\nerr\nerr\nerr\n");
 
+    // A time limit cancels the job with the reason, and prun returns its ranks' status.
+    let t0 = std::time::Instant::now();
+    let out = prun(
+        &c,
+        &["-n", "2x1", "--time-limit", "1", "-v", "--", "sleep", "30"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("time limit of 1 s reached"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+
     // Bad input: clear errors, nothing hangs.
     let out = prun(&c, &["-n", "5x5", "--", "true"], None);
     assert_eq!(out.status.code(), Some(1));

@@ -9,6 +9,7 @@ use gang_proto::v1::agent_registry_server::AgentRegistryServer;
 use gang_proto::v1::job_service_server::JobServiceServer;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
 
@@ -71,9 +72,15 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         output: output.clone(),
         agents,
     };
+    // Serving our own listener, tonic's tcp_nodelay does not apply: without it, small
+    // replies wait for delayed ACKs (40 ms on Linux) and every prun pays for it.
+    let incoming = TcpListenerStream::new(grpc).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(health)
         .add_service(reflection)
         .add_service(JobServiceServer::new(jobs))
@@ -81,7 +88,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
             handle: handle.clone(),
         }))
         .add_service(AgentRegistryServer::new(Registry { handle, output }))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async {
+        .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });
     let server = tokio::spawn(server);
