@@ -75,6 +75,19 @@ fn prun_on_a_4x4_mesh() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "0: hello\n0: world\n");
 
+    // Ranks other than 0 end at once (cat of /dev/null), often before the master hears
+    // they started; stdin must still reach rank 0, every time.
+    for i in 0..20 {
+        let data = format!("line {i}\n");
+        let out = prun(
+            &c,
+            &["-n", "4x1", "--label", "--", "cat"],
+            Some(data.as_bytes()),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stdout(&out), format!("0: {data}"));
+    }
+
     // A megabyte of output from each of 4 ranks arrives whole, stdout and stderr apart.
     let out = prun(
         &c,

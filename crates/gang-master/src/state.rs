@@ -29,7 +29,8 @@ pub enum Cmd {
     Cancel(JobId, u32, Reply<v1::JobInfo>),
     GetJob(JobId, Reply<v1::JobInfo>),
     ListJobs(v1::ListJobsRequest, Reply<Vec<v1::JobInfo>>),
-    /// Where rank 0 of a running job is (for stdin), once it runs.
+    /// Where rank 0 of a job runs (for stdin): answered once it runs, or `None` once the
+    /// job has ended without it running.
     Rank0(JobId, Reply<Option<String>>),
     Register(v1::RegisterRequest, Reply<v1::RegisterResponse>),
     Heartbeat(v1::HeartbeatRequest, Reply<v1::HeartbeatResponse>),
@@ -99,6 +100,8 @@ pub struct MasterState {
     pending_events: Vec<v1::JobInfo>,
     /// When a job was placed, for the launch latency histogram.
     placed_at: HashMap<JobId, Instant>,
+    /// Waiting for rank 0 of a job to run.
+    rank0_waiters: HashMap<JobId, Vec<Reply<Option<String>>>>,
 }
 
 pub fn now_ns() -> i64 {
@@ -173,6 +176,7 @@ impl MasterState {
             replies: vec![],
             pending_events: vec![],
             placed_at: HashMap::new(),
+            rank0_waiters: HashMap::new(),
             cfg,
         };
         st.recover()?;
@@ -289,10 +293,17 @@ impl MasterState {
                 let r = Ok(self.list(req));
                 defer(&mut self.replies, tx, r);
             }
-            Cmd::Rank0(job, tx) => {
-                let r = self.rank0(job);
-                defer(&mut self.replies, tx, r);
-            }
+            Cmd::Rank0(job, tx) => match self.rank0(job) {
+                Ok(None)
+                    if self
+                        .jobs
+                        .get(&job)
+                        .is_some_and(|j| !j.record.state.is_final()) =>
+                {
+                    self.rank0_waiters.entry(job).or_default().push(tx);
+                }
+                r => defer(&mut self.replies, tx, r),
+            },
             Cmd::Register(req, tx) => {
                 let r = self.register(req);
                 defer(&mut self.replies, tx, r);
@@ -513,6 +524,43 @@ impl MasterState {
         }
     }
 
+    /// Every rank has started (it runs, or already ran to its end): the job is running.
+    /// Also answers those waiting for rank 0.
+    fn note_started(&mut self, id: JobId) {
+        if let Some(waiters) = self.rank0_waiters.remove(&id) {
+            match self.rank0(id) {
+                Ok(Some(addr)) => {
+                    for tx in waiters {
+                        defer(&mut self.replies, tx, Ok(Some(addr.clone())));
+                    }
+                }
+                _ => {
+                    self.rank0_waiters.insert(id, waiters);
+                }
+            }
+        }
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let started = job
+            .ranks
+            .iter()
+            .all(|r| matches!(r, Rank::Running | Rank::Exited(_)));
+        if started
+            && job.record.state == State::Starting
+            && job.failure.is_none()
+            && job.cancelled.is_none()
+        {
+            job.record.state = State::Running;
+            if let Some(t) = self.placed_at.remove(&id) {
+                self.metrics
+                    .launch_seconds
+                    .observe(t.elapsed().as_secs_f64());
+            }
+            self.save(id);
+        }
+    }
+
     fn launched(&mut self, id: JobId, rank: u32, result: std::result::Result<u32, String>) {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
@@ -532,15 +580,8 @@ impl MasterState {
                     if let Some((x, y)) = node {
                         self.signal_node(id, x, y, 0);
                     }
-                } else if job.ranks.iter().all(|r| *r == Rank::Running) {
-                    job.record.state = State::Running;
-                    if let Some(t) = self.placed_at.remove(&id) {
-                        self.metrics
-                            .launch_seconds
-                            .observe(t.elapsed().as_secs_f64());
-                    }
-                    self.save(id);
                 }
+                self.note_started(id);
             }
             Ok(_) => {}
             Err(msg) => self.rank_gone(id, rank, msg),
@@ -619,6 +660,10 @@ impl MasterState {
             None => (1, "ended for an unknown reason".into()),
         };
         *slot = Rank::Exited(code);
+        self.note_started(id);
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
         if code != 0 {
             job.fail(
                 Some(code),
@@ -649,6 +694,9 @@ impl MasterState {
         job.record.end_ns = now_ns();
         self.adopted.remove(&id);
         self.placed_at.remove(&id);
+        for tx in self.rank0_waiters.remove(&id).unwrap_or_default() {
+            defer(&mut self.replies, tx, Ok(None));
+        }
         self.metrics.finished(state);
         self.save(id);
         match self.sched.finish(now_s(), id) {
@@ -739,12 +787,7 @@ impl MasterState {
                     {
                         *slot = Rank::Running;
                     }
-                    if job.ranks.iter().all(|r| *r == Rank::Running)
-                        && job.record.state != State::Running
-                    {
-                        job.record.state = State::Running;
-                        self.save(id);
-                    }
+                    self.note_started(id);
                 }
                 _ => kill_jobs.push(r.job_id),
             }

@@ -223,27 +223,10 @@ async fn forward_stdin(
     first: v1::AttachRequest,
     mut inbound: Streaming<v1::AttachRequest>,
 ) {
-    let mut events = handle.events();
-    let addr = loop {
-        match handle.call(|t| Cmd::Rank0(id, t)).await {
-            Ok(Some(addr)) => break addr,
-            Ok(None) => {}
-            Err(_) => return,
-        }
-        match handle.call(|t| Cmd::GetJob(id, t)).await {
-            Ok(j) if is_final(&j) => return,
-            Ok(_) => {}
-            Err(_) => return,
-        }
-        // Wait for this job's next state change (or a lag, which means many changed).
-        loop {
-            match events.recv().await {
-                Ok(j) if j.id == id.0 => break,
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => break,
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
-        }
+    // Answered once rank 0 runs, or with None once the job ended without it.
+    let addr = match handle.call(|t| Cmd::Rank0(id, t)).await {
+        Ok(Some(addr)) => addr,
+        _ => return,
     };
     let Ok(mut client) = agents.client(&addr) else {
         return;
