@@ -9,6 +9,7 @@
 //! - [`local_cluster`]: a whole cluster on loopback (`gangctl start`, end-to-end tests).
 
 pub mod attach;
+pub mod client_config;
 pub mod connect;
 pub mod local_cluster;
 pub mod matrix_view;

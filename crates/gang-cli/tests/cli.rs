@@ -15,6 +15,7 @@ fn run(bin: &str, args: &[&str]) -> Output {
         .args(args)
         .env_remove("GANG_MASTER")
         .env_remove("GANG_OUTPUT")
+        .env("GANG_CONFIG", "/dev/null")
         .stdin(Stdio::null())
         .output()
         .expect("run the binary")
@@ -273,4 +274,61 @@ fn help_of_every_command() {
 fn binaries_sit_together() {
     // LocalCluster looks for gang-master / gang-agent next to gangctl.
     assert_eq!(Path::new(PRUN).parent(), Path::new(GANGCTL).parent());
+}
+
+#[test]
+fn the_master_comes_from_the_client_config_file_below_flag_and_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("client.toml");
+    std::fs::write(&cfg, "master = \"127.0.0.1:2\"\n").unwrap();
+    let with = |envs: &[(&str, &str)], bin: &str, args: &[&str]| {
+        let mut c = Command::new(bin);
+        c.args(args)
+            .env_remove("GANG_MASTER")
+            .env("GANG_CONFIG", &cfg)
+            .stdin(Stdio::null());
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let o = with(&[], PRUN, &["-n", "1", "--detach", "--", "true"]);
+    assert!(
+        stderr(&o).contains("cannot reach the master at http://127.0.0.1:2"),
+        "{}",
+        stderr(&o)
+    );
+    let o = with(&[], GANGCTL, &["jobs"]);
+    assert!(
+        stderr(&o).contains("cannot reach the master at http://127.0.0.1:2"),
+        "{}",
+        stderr(&o)
+    );
+    let o = with(
+        &[("GANG_MASTER", "127.0.0.1:3")],
+        PRUN,
+        &["-n", "1", "--detach", "--", "true"],
+    );
+    assert!(stderr(&o).contains("http://127.0.0.1:3"), "{}", stderr(&o));
+    let o = with(&[], GANGCTL, &["--master", "127.0.0.1:4", "nodes"]);
+    assert!(stderr(&o).contains("http://127.0.0.1:4"), "{}", stderr(&o));
+    // A malformed file, or a GANG_CONFIG naming no file, is an error that names it.
+    std::fs::write(&cfg, "mastr = 1\n").unwrap();
+    let o = with(&[], PRUN, &["-n", "1", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("client.toml") && stderr(&o).contains("mastr"),
+        "{}",
+        stderr(&o)
+    );
+    let o = with(
+        &[("GANG_CONFIG", "/no/such/client.toml")],
+        GANGCTL,
+        &["jobs"],
+    );
+    assert!(
+        stderr(&o).contains("cannot read config /no/such/client.toml"),
+        "{}",
+        stderr(&o)
+    );
 }

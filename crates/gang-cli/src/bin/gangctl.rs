@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use gang_cli::connect::{self, CliError, DEFAULT_MASTER};
+use gang_cli::client_config;
+use gang_cli::connect::{self, CliError};
 use gang_cli::output::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, OutputMode, View,
 };
@@ -31,9 +32,11 @@ use tokio::signal::unix::{SignalKind, signal};
     after_help = "Exit status: 0 on success, 1 on errors (printed as \"gangctl: ...\"), 2 for usage errors;\n`gangctl start -- CMD` exits with CMD's status."
 )]
 struct Cli {
-    /// Master address (host:port or http://host:port).
-    #[arg(long, global = true, env = "GANG_MASTER", default_value = DEFAULT_MASTER, value_name = "ADDR")]
-    master: String,
+    /// Master address (host:port or http://host:port); else the client config file's
+    /// `master` ($GANG_CONFIG, ~/.config/gang/client.toml, /etc/gang/client.toml); else
+    /// http://127.0.0.1:7470.
+    #[arg(long, global = true, env = "GANG_MASTER", value_name = "ADDR")]
+    master: Option<String>,
 
     /// How to print results: cli (text for people) or json (for programs).
     #[arg(long, global = true, env = "GANG_OUTPUT", value_enum, default_value_t = OutputMode::Cli, value_name = "MODE")]
@@ -171,7 +174,11 @@ fn print<V: View>(mode: OutputMode, view: &V) {
 
 async fn run(cli: Cli) -> Result<i32, CliError> {
     let mode = cli.output;
-    let master = connect::normalize_addr(&cli.master);
+    // `start` makes its own cluster and needs no address.
+    let master = match &cli.command {
+        Cmd::Start(_) => String::new(),
+        _ => connect::normalize_addr(&client_config::master(cli.master.clone())?),
+    };
     match cli.command {
         Cmd::Start(args) => start(args).await,
         Cmd::Jobs { all, limit } => {

@@ -4,7 +4,8 @@ use std::io::Write;
 
 use clap::Parser;
 use gang_cli::attach::{self, AttachOptions};
-use gang_cli::connect::{self, CliError, DEFAULT_MASTER};
+use gang_cli::client_config;
+use gang_cli::connect::{self, CliError};
 use gang_cli::parse::parse_duration;
 use gang_proto::v1::{JobSpec, SubmitRequest};
 use nix::unistd::{User, getgid, getuid};
@@ -43,9 +44,11 @@ struct Args {
     #[arg(long)]
     name: Option<String>,
 
-    /// Master address (host:port or http://host:port).
-    #[arg(long, env = "GANG_MASTER", default_value = DEFAULT_MASTER, value_name = "ADDR")]
-    master: String,
+    /// Master address (host:port or http://host:port); else the client config file's
+    /// `master` ($GANG_CONFIG, ~/.config/gang/client.toml, /etc/gang/client.toml); else
+    /// http://127.0.0.1:7470.
+    #[arg(long, env = "GANG_MASTER", value_name = "ADDR")]
+    master: Option<String>,
 
     /// Say when the job starts (and more on stderr).
     #[arg(short = 'v', long)]
@@ -110,7 +113,7 @@ async fn run(args: Args) -> i32 {
 }
 
 async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
-    let master = connect::normalize_addr(&args.master);
+    let master = connect::normalize_addr(&client_config::master(args.master.clone())?);
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::other(format!("cannot get the current directory: {e}")))?;
     let cwd = cwd
