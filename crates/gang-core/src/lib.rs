@@ -10,14 +10,18 @@
 //! - [`matrix`]: the slice (Ousterhout) matrix with single and multiple tasks.
 //! - [`scheduler`]: the queue (FCFS, EASY backfilling), progress under time sharing, and
 //!   [`scheduler::Scheduler::check_invariants`], which every test runs after every step.
+//! - [`table`]: slice tables, which row runs at instant `t` (the gang executor's schedule).
+//! - [`clock`]: clock offset estimation from four-timestamp probes.
 
 pub mod alloc;
+pub mod clock;
 pub mod matrix;
 pub mod mesh;
 pub mod occupancy;
 pub mod plan;
 pub mod replay;
 pub mod scheduler;
+pub mod table;
 
 pub use alloc::{Allocator, AllocatorKind};
 pub use matrix::{Placement, Role, SliceChoice, SliceMatrix};
