@@ -557,3 +557,72 @@ fn a_job_only_offline_nodes_keep_out_does_not_block_the_queue() {
     let p = h.finish(2);
     assert_eq!(p.started().next().map(|x| x.0), Some(JobId(1)));
 }
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit(u32, u32, Option<u8>),
+    Finish(prop::sample::Index),
+    Offline(u32, u32, bool),
+    Wait(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u32..=4, 1u32..=4, proptest::option::of(1u8..50)).prop_map(|(w, h, e)| Op::Submit(w, h, e)),
+        3 => any::<prop::sample::Index>().prop_map(Op::Finish),
+        2 => (0u32..4, 0u32..4, any::<bool>()).prop_map(|(x, y, o)| Op::Offline(x, y, o)),
+        1 => (1u8..30).prop_map(Op::Wait),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Submissions, completions and nodes going offline and back in any order: every
+    /// invariant holds after every step, no job is placed on an offline node, and once
+    /// every node is back and every running job is finished, the queue drains.
+    #[test]
+    fn offline_nodes_never_break_invariants(ops in proptest::collection::vec(op(), 1..80), cfg in config()) {
+        let mesh = Shape::new(4, 4);
+        let mut sched = Scheduler::new(mesh, cfg.clone()).unwrap();
+        let mut offline = std::collections::BTreeSet::new();
+        let (mut now, mut next) = (0.0, 0u64);
+        for op in ops {
+            let plan = match op {
+                Op::Submit(w, h, e) => {
+                    next += 1;
+                    let spec = JobSpec { id: JobId(next), shape: Shape::new(w, h), estimate: e.map(f64::from) };
+                    sched.submit(now, spec).unwrap()
+                }
+                Op::Finish(i) => {
+                    let running: Vec<JobId> = sched.matrix().placements().map(|(j, _)| j).collect();
+                    if running.is_empty() { continue }
+                    sched.finish(now, running[i.index(running.len())]).unwrap()
+                }
+                Op::Offline(x, y, o) => {
+                    if o { offline.insert((x, y)); } else { offline.remove(&(x, y)); }
+                    sched.set_node_offline(now, x, y, o).unwrap()
+                }
+                Op::Wait(dt) => { now += f64::from(dt); sched.advance(now).unwrap(); continue }
+            };
+            prop_assert_eq!(sched.check_invariants(), Ok(()));
+            for (job, _, sm) in plan.started() {
+                for n in sm.nodes() {
+                    prop_assert!(!offline.contains(&n), "job {} started on offline node {:?}", job, n);
+                }
+            }
+        }
+        for (x, y) in std::mem::take(&mut offline) {
+            sched.set_node_offline(now, x, y, false).unwrap();
+        }
+        // Finish everything: the queue must drain.
+        for _ in 0..200 {
+            let Some(j) = sched.matrix().placements().map(|(j, _)| j).next() else { break };
+            now += 1.0;
+            sched.finish(now, j).unwrap();
+            prop_assert_eq!(sched.check_invariants(), Ok(()));
+        }
+        prop_assert_eq!(sched.queue().count(), 0);
+        prop_assert_eq!(sched.matrix().running(), 0);
+    }
+}
