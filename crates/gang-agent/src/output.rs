@@ -32,6 +32,7 @@ enum Item {
     Output {
         key: RankKey,
         stream: Stream,
+        offset: u64,
         data: Vec<u8>,
         at: Instant,
     },
@@ -53,6 +54,9 @@ struct RankBytes {
     warned_at: Option<Instant>,
     /// The exit is queued: no more output will come; the entry can go once drained.
     ended: bool,
+    /// Bytes produced so far per stream (indexed by `Stream as usize`): the offset of the
+    /// next chunk, so the master can drop bytes a retried push repeats.
+    produced: [u64; 3],
 }
 
 #[derive(Debug, Default)]
@@ -108,18 +112,21 @@ impl Outbox {
         }
         let mut st = self.lock();
         let len = data.len();
+        let (offset, queued) = {
+            let r = st.per_rank.entry(key).or_default();
+            let offset = r.produced[stream as usize];
+            r.produced[stream as usize] += len as u64;
+            r.queued += len;
+            (offset, r.queued)
+        };
         st.queue.push_back(Item::Output {
             key,
             stream,
+            offset,
             data,
             at: Instant::now(),
         });
         st.output_bytes += len;
-        let queued = {
-            let r = st.per_rank.entry(key).or_default();
-            r.queued += len;
-            r.queued
-        };
         if queued > self.cap {
             st.drop_oldest(key, self.cap);
         }
@@ -281,7 +288,11 @@ impl State {
         let mut taken = 0usize;
         while taken < BATCH_BYTES && matches!(self.queue.front(), Some(Item::Output { .. })) {
             let Some(Item::Output {
-                key, stream, data, ..
+                key,
+                stream,
+                offset,
+                data,
+                ..
             }) = self.queue.pop_front()
             else {
                 unreachable!("front was output");
@@ -305,13 +316,19 @@ impl State {
                 }
             };
             match batch.chunks.last_mut() {
-                Some(last) if last.rank == key.rank && last.stream == stream as i32 => {
+                // Only contiguous bytes merge: a gap (oldest output dropped) keeps its offset.
+                Some(last)
+                    if last.rank == key.rank
+                        && last.stream == stream as i32
+                        && last.offset.map(|o| o + last.data.len() as u64) == Some(offset) =>
+                {
                     last.data.extend_from_slice(&data);
                 }
                 _ => batch.chunks.push(Output {
                     rank: key.rank,
                     stream: stream as i32,
                     data,
+                    offset: Some(offset),
                 }),
             }
         }

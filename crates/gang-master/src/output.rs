@@ -19,6 +19,8 @@ struct JobLog {
     file: File,
     len: u64,
     notify: watch::Sender<u64>,
+    /// Bytes logged so far per (rank, stream): where the next new byte of each starts.
+    have: HashMap<(u32, i32), u64>,
 }
 
 pub struct OutputHub {
@@ -49,22 +51,53 @@ impl OutputHub {
             .open(self.dir.join(format!("{job}.out")))?;
         let len = file.metadata()?.len();
         let (notify, _) = watch::channel(len);
-        let l = Arc::new(Mutex::new(JobLog { file, len, notify }));
+        // After a restart, what each stream already has is what the log holds.
+        let mut have: HashMap<(u32, i32), u64> = HashMap::new();
+        for c in read_records(&file, 0, len)? {
+            *have.entry((c.rank, c.stream)).or_default() += c.data.len() as u64;
+        }
+        let l = Arc::new(Mutex::new(JobLog {
+            file,
+            len,
+            notify,
+            have,
+        }));
         logs.insert(job, l.clone());
         Ok(l)
     }
 
-    /// Append chunks for `job` and wake its readers.
+    /// Append chunks for `job` and wake its readers. Bytes of a chunk with an offset that
+    /// the log already has (a push retried after its acknowledgment was lost) are dropped.
     pub fn append(&self, job: u64, chunks: &[v1::Output]) -> std::io::Result<()> {
-        let mut buf = Vec::with_capacity(chunks.iter().map(|c| c.data.len() + HEADER).sum());
-        for c in chunks.iter().filter(|c| !c.data.is_empty()) {
-            buf.extend_from_slice(&c.rank.to_le_bytes());
-            buf.push(c.stream as u8);
-            buf.extend_from_slice(&(c.data.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&c.data);
-        }
         let log = self.log(job)?;
         let mut l = log.lock().expect("job log lock");
+        let mut buf = Vec::with_capacity(chunks.iter().map(|c| c.data.len() + HEADER).sum());
+        for c in chunks.iter().filter(|c| !c.data.is_empty()) {
+            let have = l.have.entry((c.rank, c.stream)).or_default();
+            let data = match c.offset {
+                Some(off) => {
+                    let end = off + c.data.len() as u64;
+                    if end <= *have {
+                        continue;
+                    }
+                    // A gap (off > have) is output the agent had to drop: keep what came.
+                    let skip = have.saturating_sub(off) as usize;
+                    *have = end;
+                    &c.data[skip..]
+                }
+                None => {
+                    *have += c.data.len() as u64;
+                    &c.data[..]
+                }
+            };
+            buf.extend_from_slice(&c.rank.to_le_bytes());
+            buf.push(c.stream as u8);
+            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            buf.extend_from_slice(data);
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
         l.file.write_all(&buf)?;
         l.len += buf.len() as u64;
         let len = l.len;
@@ -85,23 +118,34 @@ impl OutputHub {
             return Ok(vec![]);
         }
         let log = self.log(job)?;
-        let mut buf = vec![0u8; (to - from) as usize];
-        log.lock()
-            .expect("job log lock")
-            .file
-            .read_exact_at(&mut buf, from)?;
-        let mut out = vec![];
-        let mut i = 0;
-        while i + HEADER <= buf.len() {
-            let rank = u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
-            let stream = buf[i + 4] as i32;
-            let n = u32::from_le_bytes(buf[i + 5..i + 9].try_into().expect("4 bytes")) as usize;
-            let data = buf[i + HEADER..(i + HEADER + n).min(buf.len())].to_vec();
-            i += HEADER + n;
-            out.push(v1::Output { rank, stream, data });
-        }
-        Ok(out)
+        let l = log.lock().expect("job log lock");
+        read_records(&l.file, from, to)
     }
+}
+
+/// Parse the records in `[from, to)` of a log file.
+fn read_records(file: &File, from: u64, to: u64) -> std::io::Result<Vec<v1::Output>> {
+    if to <= from {
+        return Ok(vec![]);
+    }
+    let mut buf = vec![0u8; (to - from) as usize];
+    file.read_exact_at(&mut buf, from)?;
+    let mut out = vec![];
+    let mut i = 0;
+    while i + HEADER <= buf.len() {
+        let rank = u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
+        let stream = buf[i + 4] as i32;
+        let n = u32::from_le_bytes(buf[i + 5..i + 9].try_into().expect("4 bytes")) as usize;
+        let data = buf[i + HEADER..(i + HEADER + n).min(buf.len())].to_vec();
+        i += HEADER + n;
+        out.push(v1::Output {
+            rank,
+            stream,
+            data,
+            offset: None,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -113,7 +157,39 @@ mod tests {
             rank,
             stream: stream as i32,
             data: data.as_bytes().to_vec(),
+            offset: None,
         }
+    }
+
+    fn at(offset: u64, data: &str) -> v1::Output {
+        v1::Output {
+            rank: 0,
+            stream: v1::Stream::Stdout as i32,
+            data: data.as_bytes().to_vec(),
+            offset: Some(offset),
+        }
+    }
+
+    #[test]
+    fn retried_pushes_are_not_logged_twice_even_across_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = |hub: &OutputHub| {
+            let len = *hub.follow(1).unwrap().borrow();
+            let chunks = hub.read(1, 0, len).unwrap();
+            String::from_utf8(chunks.into_iter().flat_map(|c| c.data).collect()).unwrap()
+        };
+        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        hub.append(1, &[at(0, "one\n")]).unwrap();
+        hub.append(1, &[at(0, "one\n")]).unwrap(); // the same push again
+        hub.append(1, &[at(2, "e\ntwo\n")]).unwrap(); // overlapping the end
+        assert_eq!(text(&hub), "one\ntwo\n");
+        drop(hub);
+        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        hub.append(1, &[at(4, "two\n"), at(8, "three\n")]).unwrap();
+        assert_eq!(text(&hub), "one\ntwo\nthree\n");
+        // A gap (output the agent dropped) is kept as it came.
+        hub.append(1, &[at(100, "late\n")]).unwrap();
+        assert_eq!(text(&hub), "one\ntwo\nthree\nlate\n");
     }
 
     #[test]
