@@ -467,7 +467,11 @@ impl MasterState {
     }
 
     fn launch(&mut self, id: JobId, submesh: gang_core::Submesh) {
-        let Some(job) = self.jobs.get_mut(&id) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(&id)
+            .filter(|j| !j.record.state.is_final())
+        else {
             return;
         };
         job.record.state = State::Starting;
@@ -720,6 +724,9 @@ impl MasterState {
                 job.record.state = State::Cancelled;
                 job.record.reason = reason;
                 job.record.end_ns = now_ns();
+                for tx in self.rank0_waiters.remove(&id).unwrap_or_default() {
+                    defer(&mut self.replies, tx, Ok(None));
+                }
                 self.metrics.finished(State::Cancelled);
                 self.save(id);
                 let plan = self.sched.finish(now_s(), id)?;
@@ -852,6 +859,12 @@ impl MasterState {
                     .values()
                     .filter(|j| !j.record.state.is_final())
                     .filter_map(|j| j.rank_on(x, y).map(|r| (j.id(), r)))
+                    .filter(|&(id, r)| {
+                        self.jobs[&id]
+                            .ranks
+                            .get(r as usize)
+                            .is_some_and(|s| !s.is_done())
+                    })
                     .collect();
                 for (id, rank) in hit {
                     let ms = timeout.as_millis();
