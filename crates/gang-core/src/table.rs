@@ -70,6 +70,37 @@ impl SliceTable {
         if b == t_ns { b } else { b + self.quantum_ns }
     }
 
+    /// How long `job` runs in `[from, to)`: the parts of the slots of the rows that hold
+    /// it (home or multiple-task slots). Time before the epoch counts for nothing.
+    pub fn scheduled_ns(&self, job: JobId, from: i64, to: i64) -> i64 {
+        let holds: Vec<bool> = self
+            .rows
+            .iter()
+            .map(|r| r.jobs.iter().any(|(j, _)| *j == job))
+            .collect();
+        let per_cycle = holds.iter().filter(|&&h| h).count() as i64;
+        if per_cycle == 0 || to <= from {
+            return 0;
+        }
+        let n = holds.len() as i64;
+        // Scheduled time in [epoch, t).
+        let upto = |t: i64| -> i64 {
+            if t <= self.epoch_ns {
+                return 0;
+            }
+            let k = self.slot_at(t);
+            let (cycles, r) = (k / n, (k % n) as usize);
+            let before = holds[..r].iter().filter(|&&h| h).count() as i64;
+            let partial = if holds[r] {
+                t - (self.epoch_ns + k * self.quantum_ns)
+            } else {
+                0
+            };
+            (cycles * per_cycle + before) * self.quantum_ns + partial
+        };
+        upto(to) - upto(from)
+    }
+
     /// What node `(x, y)` runs in each row: at most one job (jobs of a slice never overlap).
     pub fn for_node(&self, x: u32, y: u32) -> Vec<Option<JobId>> {
         let on = |s: &Submesh| x >= s.x && x < s.x + s.w && y >= s.y && y < s.y + s.h;
@@ -149,6 +180,34 @@ mod tests {
         // No table, or a new quantum: a fresh grid.
         assert_eq!(effective_epoch(None, 1095, 20, 10), 1120);
         assert_eq!(effective_epoch(Some(&t), 1095, 20, 7), 1120);
+    }
+
+    #[test]
+    fn scheduled_time_counts_only_the_rows_holding_the_job() {
+        let mut t = table(3);
+        t.rows[0].jobs.push((JobId(1), Submesh::new(0, 0, 1, 1)));
+        t.rows[2].jobs.push((JobId(1), Submesh::new(0, 0, 1, 1)));
+        t.rows[1].jobs.push((JobId(2), Submesh::new(0, 0, 1, 1)));
+        // Slots of 10 from 1000: job 1 runs [1000,1010) and [1020,1040), and so on.
+        assert_eq!(t.scheduled_ns(JobId(1), 0, 1000), 0);
+        assert_eq!(t.scheduled_ns(JobId(1), 1000, 1030), 20);
+        assert_eq!(t.scheduled_ns(JobId(1), 1005, 1025), 10);
+        assert_eq!(t.scheduled_ns(JobId(2), 1005, 1025), 10);
+        assert_eq!(t.scheduled_ns(JobId(1), 1000, 1000 + 30 * 100), 2000);
+        assert_eq!(t.scheduled_ns(JobId(3), 1000, 5000), 0);
+        assert_eq!(t.scheduled_ns(JobId(1), 1030, 1020), 0);
+        // Brute force over every instant agrees.
+        for (a, b) in [(990, 1100), (1013, 1077), (1040, 1041), (1019, 1020)] {
+            for job in [JobId(1), JobId(2)] {
+                let brute = (a..b)
+                    .filter(|&i| {
+                        t.row_at(i)
+                            .is_some_and(|r| t.rows[r].jobs.iter().any(|(j, _)| *j == job))
+                    })
+                    .count() as i64;
+                assert_eq!(t.scheduled_ns(job, a, b), brute, "{job:?} in [{a},{b})");
+            }
+        }
     }
 
     #[test]

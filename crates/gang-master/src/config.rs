@@ -6,6 +6,12 @@ use std::path::{Path, PathBuf};
 use gang_core::{AllocatorKind, Backfill, Request, Shape};
 use serde::Deserialize;
 
+use crate::job::GangMode;
+
+/// The default quantum (see README: gang overhead against quantum).
+pub const DEFAULT_QUANTUM_MS: u32 = 50;
+pub const DEFAULT_TABLE_LEAD_MS: u32 = 20;
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -20,6 +26,9 @@ pub struct FileConfig {
     pub node_timeout_ms: Option<u32>,
     pub kill_grace_ms: Option<u32>,
     pub log_format: Option<String>,
+    pub quantum_ms: Option<u32>,
+    pub gang_mode: Option<String>,
+    pub table_lead_ms: Option<u32>,
 }
 
 impl FileConfig {
@@ -46,6 +55,13 @@ pub struct MasterConfig {
     /// SIGTERM-to-SIGKILL grace when a job is cancelled.
     pub kill_grace_ms: u32,
     pub ready_file: Option<PathBuf>,
+    /// Length of a time slot: each row of the slice matrix runs this long in turn.
+    pub quantum_ms: u32,
+    /// How jobs that do not choose are switched.
+    pub gang_mode: GangMode,
+    /// How far ahead of its first slot a new slice table is published, so that every
+    /// agent has it in time.
+    pub table_lead_ms: u32,
 }
 
 impl MasterConfig {
@@ -69,6 +85,9 @@ impl MasterConfig {
             node_timeout_ms: 2000,
             kill_grace_ms: 2000,
             ready_file: None,
+            quantum_ms: DEFAULT_QUANTUM_MS,
+            gang_mode: GangMode::Stop,
+            table_lead_ms: DEFAULT_TABLE_LEAD_MS,
         }
     }
 }

@@ -34,6 +34,54 @@ impl State {
     }
 }
 
+/// How a job is switched out of its time slices (`v1::GangMode` resolved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GangMode {
+    #[default]
+    Stop,
+    Priority,
+    None,
+    Freeze,
+}
+
+impl GangMode {
+    pub fn proto(self) -> v1::GangMode {
+        match self {
+            GangMode::Stop => v1::GangMode::Stop,
+            GangMode::Priority => v1::GangMode::Priority,
+            GangMode::None => v1::GangMode::None,
+            GangMode::Freeze => v1::GangMode::Freeze,
+        }
+    }
+
+    /// `None` for UNSPECIFIED (the cluster default applies).
+    pub fn from_proto(m: v1::GangMode) -> Option<Self> {
+        match m {
+            v1::GangMode::Unspecified => None,
+            v1::GangMode::Stop => Some(GangMode::Stop),
+            v1::GangMode::Priority => Some(GangMode::Priority),
+            v1::GangMode::None => Some(GangMode::None),
+            v1::GangMode::Freeze => Some(GangMode::Freeze),
+        }
+    }
+}
+
+impl std::str::FromStr for GangMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "stop" => Ok(GangMode::Stop),
+            "priority" => Ok(GangMode::Priority),
+            "none" => Ok(GangMode::None),
+            "freeze" => Ok(GangMode::Freeze),
+            _ => Err(format!(
+                "unknown gang mode {s:?}: expected stop, priority, none or freeze"
+            )),
+        }
+    }
+}
+
 /// What is persisted for a job (one row, JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -59,6 +107,11 @@ pub struct JobRecord {
     pub submit_ns: i64,
     pub start_ns: i64,
     pub end_ns: i64,
+    #[serde(default)]
+    pub gang: GangMode,
+    /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
+    #[serde(default)]
+    pub run_ns: i64,
 }
 
 /// One rank's lifecycle as far as the master knows.
@@ -87,6 +140,8 @@ pub struct Job {
     pub failure: Option<(Option<i32>, String)>,
     /// Set when a user or the time limit cancelled it.
     pub cancelled: Option<String>,
+    /// Master-clock instant up to which `record.run_ns` is accounted.
+    pub run_accounted_to: i64,
 }
 
 impl Job {
@@ -96,6 +151,7 @@ impl Job {
             ranks: vec![],
             failure: None,
             cancelled: None,
+            run_accounted_to: 0,
         }
     }
 
@@ -138,7 +194,8 @@ impl Job {
         }
     }
 
-    pub fn info(&self, slices: Vec<u32>) -> v1::JobInfo {
+    /// `run_ns`: the run time up to now (the record holds it up to `run_accounted_to`).
+    pub fn info(&self, slices: Vec<u32>, run_ns: i64) -> v1::JobInfo {
         let r = &self.record;
         v1::JobInfo {
             id: r.id,
@@ -153,6 +210,7 @@ impl Job {
                 time_limit_s: r.time_limit_s,
                 stdin: r.stdin,
                 name: r.name.clone(),
+                gang: r.gang.proto() as i32,
             }),
             state: r.state.proto() as i32,
             w: r.w,
@@ -164,6 +222,8 @@ impl Job {
             submit_ns: r.submit_ns,
             start_ns: r.start_ns,
             end_ns: r.end_ns,
+            run_ns,
+            gang: r.gang.proto() as i32,
         }
     }
 }

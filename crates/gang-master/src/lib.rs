@@ -9,5 +9,7 @@ pub mod metrics;
 pub mod output;
 pub mod server;
 pub mod service;
+pub mod slicing;
 pub mod state;
 pub mod store;
+pub mod switch_stats;

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use gang_core::{AllocatorKind, Backfill, Shape};
-use gang_master::config::{FileConfig, MasterConfig, parse_mesh};
+use gang_master::config::{
+    DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, FileConfig, MasterConfig, parse_mesh,
+};
+use gang_master::job::GangMode;
 use tracing::info;
 
 /// The master: accepts jobs, places them on the mesh, launches them on the node agents.
@@ -27,9 +30,18 @@ struct Args {
     /// The state database (SQLite); output logs go beside it.
     #[arg(long)]
     state: Option<PathBuf>,
-    /// Maximum multiprogramming level (slices). 1 until the gang executor switches slices.
+    /// Maximum multiprogramming level: how many slices (rows of the matrix) take turns.
     #[arg(long)]
     mpl: Option<u32>,
+    /// Time slot length in ms (1 ms at least): each slice runs this long in turn.
+    #[arg(long)]
+    quantum_ms: Option<u32>,
+    /// How jobs that do not choose are switched out of their slices.
+    #[arg(long, value_parser = ["stop", "priority", "none", "freeze"])]
+    gang_mode: Option<String>,
+    /// How far ahead a new slice table is published (ms).
+    #[arg(long)]
+    table_lead_ms: Option<u32>,
     #[arg(long, value_parser = ["adaptive-scan", "first-fit", "best-fit"])]
     allocator: Option<String>,
     #[arg(long, value_parser = ["none", "easy"])]
@@ -66,6 +78,16 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
     if mpl == 0 {
         anyhow::bail!("mpl must be at least 1");
     }
+    let quantum_ms = a.quantum_ms.or(f.quantum_ms).unwrap_or(DEFAULT_QUANTUM_MS);
+    if !(1..=60_000).contains(&quantum_ms) {
+        anyhow::bail!("quantum_ms must be between 1 and 60000, got {quantum_ms}");
+    }
+    let gang_mode: GangMode = a
+        .gang_mode
+        .or(f.gang_mode)
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .transpose()?
+        .unwrap_or_default();
     let allocator: AllocatorKind = a
         .allocator
         .or(f.allocator)
@@ -99,6 +121,12 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         node_timeout_ms: a.node_timeout_ms.or(f.node_timeout_ms).unwrap_or(3000),
         kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),
         ready_file: a.ready_file,
+        quantum_ms,
+        gang_mode,
+        table_lead_ms: a
+            .table_lead_ms
+            .or(f.table_lead_ms)
+            .unwrap_or(DEFAULT_TABLE_LEAD_MS),
     };
     let log = a
         .log_format

@@ -27,6 +27,14 @@ pub struct Metrics {
     pub nodes_up: Gauge,
     /// From placement to every rank running.
     pub launch_seconds: Histogram,
+    /// Per slot boundary: spread of the agents' last-signal times.
+    pub switch_skew_seconds: Histogram,
+    /// Per agent and switch: last signal minus the deadline.
+    pub switch_latency_seconds: Histogram,
+    /// Per agent and switch: last signal minus first signal.
+    pub switch_cost_seconds: Histogram,
+    pub switches_dropped: Counter,
+    pub table_version: Gauge,
 }
 
 impl Default for Metrics {
@@ -39,6 +47,37 @@ impl Default for Metrics {
         let slices = Gauge::default();
         let nodes_up = Gauge::default();
         let launch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        // 1 us .. about 1 s.
+        let switch = || Histogram::new(exponential_buckets(1e-6, 2.0, 21));
+        let (switch_skew_seconds, switch_latency_seconds, switch_cost_seconds) =
+            (switch(), switch(), switch());
+        let switches_dropped = Counter::default();
+        let table_version = Gauge::default();
+        registry.register(
+            "switch_skew_seconds",
+            "Co-scheduling skew per slot boundary: spread of the agents' last-signal times, clock offsets corrected",
+            switch_skew_seconds.clone(),
+        );
+        registry.register(
+            "switch_latency_seconds",
+            "Per agent and switch: last signal sent minus the slot boundary",
+            switch_latency_seconds.clone(),
+        );
+        registry.register(
+            "switch_cost_seconds",
+            "Per agent and switch: last signal minus first signal",
+            switch_cost_seconds.clone(),
+        );
+        registry.register(
+            "switches_dropped",
+            "Switch records agents dropped (report buffer full)",
+            switches_dropped.clone(),
+        );
+        registry.register(
+            "table_version",
+            "Newest slice table version published",
+            table_version.clone(),
+        );
         registry.register("jobs_submitted", "Jobs accepted", jobs_submitted.clone());
         registry.register(
             "jobs_finished",
@@ -71,6 +110,11 @@ impl Default for Metrics {
             slices,
             nodes_up,
             launch_seconds,
+            switch_skew_seconds,
+            switch_latency_seconds,
+            switch_cost_seconds,
+            switches_dropped,
+            table_version,
         }
     }
 }

@@ -29,6 +29,8 @@ pub struct OutputHub {
 }
 
 const HEADER: usize = 9;
+/// Above this many open logs, idle ones are closed (each holds a file descriptor).
+const MAX_OPEN_LOGS: usize = 256;
 
 impl OutputHub {
     pub fn new(dir: PathBuf) -> std::io::Result<Self> {
@@ -63,7 +65,22 @@ impl OutputHub {
             have,
         }));
         logs.insert(job, l.clone());
+        if logs.len() > MAX_OPEN_LOGS {
+            // Close the logs nobody follows or writes now (ended jobs, mostly); one is
+            // reopened, and its `have` rebuilt from the file, if it is needed again.
+            logs.retain(|_, l| {
+                Arc::strong_count(l) > 1
+                    || l.lock()
+                        .map(|l| l.notify.receiver_count() > 0)
+                        .unwrap_or(true)
+            });
+        }
         Ok(l)
+    }
+
+    /// How many log files are open now.
+    pub fn open_logs(&self) -> usize {
+        self.logs.lock().expect("output map lock").len()
     }
 
     /// Append chunks for `job` and wake its readers. Bytes of a chunk with an offset that
@@ -190,6 +207,30 @@ mod tests {
         // A gap (output the agent dropped) is kept as it came.
         hub.append(1, &[at(100, "late\n")]).unwrap();
         assert_eq!(text(&hub), "one\ntwo\nthree\nlate\n");
+    }
+
+    #[test]
+    fn idle_logs_are_closed_so_descriptors_do_not_run_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        let followed = hub.follow(0).unwrap();
+        for job in 0..3 * MAX_OPEN_LOGS as u64 {
+            hub.append(job, &[at(0, "x\n")]).unwrap();
+            assert!(hub.open_logs() <= MAX_OPEN_LOGS + 1);
+        }
+        // The followed log stayed open and still wakes its follower.
+        hub.append(0, &[at(2, "y\n")]).unwrap();
+        assert_eq!(*followed.borrow(), 2 * (HEADER as u64 + 2));
+        // A closed log reopens with what it had: a retried push is still deduplicated.
+        hub.append(5, &[at(0, "x\n"), at(2, "z\n")]).unwrap();
+        let len = *hub.follow(5).unwrap().borrow();
+        let text: Vec<u8> = hub
+            .read(5, 0, len)
+            .unwrap()
+            .into_iter()
+            .flat_map(|c| c.data)
+            .collect();
+        assert_eq!(text, b"x\nz\n");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use gang_proto::v1::admin_service_server::AdminServiceServer;
 use gang_proto::v1::agent_registry_server::AgentRegistryServer;
@@ -19,6 +19,7 @@ use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry};
 use crate::state::MasterState;
+use crate::switch_stats::SwitchStats;
 
 pub struct RunningMaster {
     pub grpc_addr: SocketAddr,
@@ -58,7 +59,9 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let metrics_addr = metrics_listener.local_addr()?;
     let ready_file = cfg.ready_file.clone();
     let mesh = cfg.mesh;
-    let handle = MasterState::start(cfg, metrics.clone(), agents.clone())?;
+    // Boundaries settle 2 s after their deadline: reports come in batches every ~250 ms.
+    let stats = Arc::new(Mutex::new(SwitchStats::new(2_000_000_000, 100_000)));
+    let handle = MasterState::start(cfg, metrics.clone(), agents.clone(), stats.clone())?;
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
@@ -87,7 +90,12 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .add_service(AdminServiceServer::new(Admin {
             handle: handle.clone(),
         }))
-        .add_service(AgentRegistryServer::new(Registry { handle, output }))
+        .add_service(AgentRegistryServer::new(Registry {
+            handle,
+            output,
+            stats,
+            metrics: metrics.clone(),
+        }))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });

@@ -7,7 +7,7 @@
 //! replies go out only after it commits, so an accepted job is always durable.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gang_core::{Config as CoreConfig, Decision, JobId, JobSpec, Plan, Request, Scheduler, Shape};
@@ -18,9 +18,11 @@ use tracing::{info, warn};
 use crate::agents::AgentPool;
 use crate::config::MasterConfig;
 use crate::error::{MasterError, Result};
-use crate::job::{Job, JobRecord, Rank, State, signal_code};
+use crate::job::{GangMode, Job, JobRecord, Rank, State, signal_code};
 use crate::metrics::Metrics;
+use crate::slicing::Slicer;
 use crate::store::Store;
+use crate::switch_stats::SwitchStats;
 
 type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -38,6 +40,13 @@ pub enum Cmd {
     ListNodes(Reply<v1::ListNodesResponse>),
     SetDrained(u32, u32, bool, Reply<v1::NodeInfo>),
     Matrix(Reply<v1::Matrix>),
+    Stats(Reply<v1::Stats>),
+    /// An agent acknowledged a slice table.
+    TableAcked {
+        x: u32,
+        y: u32,
+        version: u64,
+    },
     /// A launch finished: the rank's pid, or the error naming the node.
     Launched {
         job: JobId,
@@ -78,6 +87,13 @@ struct Node {
     drained: bool,
     last_heartbeat: Instant,
     last_heartbeat_ns: i64,
+    clock_offset_ns: i64,
+    clock_error_ns: i64,
+    clock_from_host: bool,
+    /// The newest slice table version the agent acknowledged.
+    table_version: u64,
+    /// The last table version sent, and when (a heartbeat behind it triggers a resend).
+    table_sent: Option<(u64, Instant)>,
 }
 
 pub struct MasterState {
@@ -102,7 +118,18 @@ pub struct MasterState {
     placed_at: HashMap<JobId, Instant>,
     /// Waiting for rank 0 of a job to run.
     rank0_waiters: HashMap<JobId, Vec<Reply<Option<String>>>>,
+    /// Slice tables published to the agents.
+    slicer: Slicer,
+    /// Switch reports (fed by the registry service directly).
+    stats: Arc<Mutex<SwitchStats>>,
+    /// When run times were last written to the database.
+    run_saved: Instant,
 }
+
+/// How often accumulated run times are written (a crash loses at most this much of them).
+const RUN_SAVE_EVERY: Duration = Duration::from_secs(5);
+/// A table the agent has not acknowledged is sent again after this long.
+const TABLE_RESEND: Duration = Duration::from_millis(500);
 
 pub fn now_ns() -> i64 {
     SystemTime::now()
@@ -130,6 +157,7 @@ impl MasterState {
         cfg: MasterConfig,
         metrics: Arc<Metrics>,
         agents: Arc<AgentPool>,
+        stats: Arc<Mutex<SwitchStats>>,
     ) -> anyhow::Result<Handle> {
         std::fs::create_dir_all(cfg.state_dir())?;
         let store = Store::open(&cfg.state)?;
@@ -149,6 +177,7 @@ impl MasterState {
             ..CoreConfig::default()
         };
         let sched = Scheduler::new(cfg.mesh, core_cfg)?;
+        let table_version = store.table_version()?;
         let (tx, rx) = mpsc::channel(4096);
         let (events, _) = broadcast::channel(4096);
         let n = cfg.mesh.area() as usize;
@@ -161,6 +190,11 @@ impl MasterState {
                     drained: false,
                     last_heartbeat: started,
                     last_heartbeat_ns: 0,
+                    clock_offset_ns: 0,
+                    clock_error_ns: 0,
+                    clock_from_host: false,
+                    table_version: 0,
+                    table_sent: None,
                 };
                 n
             ],
@@ -177,6 +211,13 @@ impl MasterState {
             pending_events: vec![],
             placed_at: HashMap::new(),
             rank0_waiters: HashMap::new(),
+            slicer: Slicer::new(
+                cfg.quantum_ms as i64 * 1_000_000,
+                cfg.table_lead_ms as i64 * 1_000_000,
+                table_version,
+            ),
+            stats,
+            run_saved: Instant::now(),
             cfg,
         };
         st.recover()?;
@@ -233,6 +274,7 @@ impl MasterState {
                         .ok_or_else(|| anyhow::anyhow!("running job {id} has no submesh"))?;
                     self.sched.adopt(now_s(), spec, sm)?;
                     job.ranks = vec![Rank::Pending; job.size() as usize];
+                    job.run_accounted_to = now_ns();
                     self.adopted.insert(id, Instant::now());
                     adopted += 1;
                 }
@@ -260,6 +302,7 @@ impl MasterState {
             for cmd in batch {
                 self.handle(cmd);
             }
+            self.publish_table();
             if let Err(e) = self.store.commit() {
                 // Replies still go out: callers of writes get the error from their
                 // handler only if it failed there; a failed commit is logged loudly.
@@ -328,6 +371,15 @@ impl MasterState {
                 let r = Ok(self.matrix());
                 defer(&mut self.replies, tx, r);
             }
+            Cmd::Stats(tx) => {
+                let r = Ok(self.stats());
+                defer(&mut self.replies, tx, r);
+            }
+            Cmd::TableAcked { x, y, version } => {
+                if let Some(n) = self.node_mut(x, y) {
+                    n.table_version = n.table_version.max(version);
+                }
+            }
             Cmd::Launched { job, rank, result } => self.launched(job, rank, result),
             Cmd::Tick => self.tick(),
         }
@@ -367,7 +419,131 @@ impl MasterState {
 
     fn info(&self, job: JobId) -> Result<v1::JobInfo> {
         let j = self.jobs.get(&job).ok_or(MasterError::UnknownJob(job))?;
-        Ok(j.info(self.slices_of(job)))
+        Ok(self.job_info(j))
+    }
+
+    fn job_info(&self, j: &Job) -> v1::JobInfo {
+        j.info(self.slices_of(j.id()), self.run_ns(j, now_ns()))
+    }
+
+    /// A job's run time up to `now`: accounted, plus what its tables give since.
+    fn run_ns(&self, j: &Job, now: i64) -> i64 {
+        if !matches!(j.record.state, State::Starting | State::Running) {
+            return j.record.run_ns;
+        }
+        j.record.run_ns
+            + self.slicer.run_ns(
+                j.id(),
+                j.record.gang == GangMode::None,
+                j.run_accounted_to,
+                now,
+            )
+    }
+
+    /// Bring every running job's run time up to `now`.
+    fn account_run_time(&mut self, now: i64) {
+        let ids: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| matches!(j.record.state, State::Starting | State::Running))
+            .map(|j| j.id())
+            .collect();
+        for id in ids {
+            let run = self.run_ns(&self.jobs[&id], now);
+            let j = self.jobs.get_mut(&id).expect("listed");
+            j.record.run_ns = run;
+            j.run_accounted_to = now;
+        }
+        self.slicer.prune(now);
+    }
+
+    /// Publish a new slice table if the matrix changed: persist its version, then send
+    /// each agent its view. Agents acknowledge; one that misses it gets it again when a
+    /// heartbeat shows it behind, or when it registers.
+    fn publish_table(&mut self) {
+        let now = now_ns();
+        // Run times under the old tables are settled before the tables change.
+        self.account_run_time(now);
+        let Some((effective, table)) = self.slicer.update(self.sched.matrix(), now) else {
+            return;
+        };
+        let (version, rows) = (table.version, table.rows.len());
+        if let Err(e) = self.store.set_table_version(version) {
+            warn!(error = %e, "cannot save the slice table version");
+        }
+        self.metrics.table_version.set(version as i64);
+        tracing::debug!(
+            version,
+            rows,
+            lead_ns = effective - now,
+            "slice table published"
+        );
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].up {
+                self.send_table(i);
+            }
+        }
+    }
+
+    /// This node's view of the newest table.
+    fn node_table(&self, i: usize) -> Option<v1::NodeTable> {
+        let (effective, t) = self.slicer.latest()?;
+        let m = self.cfg.mesh;
+        let (x, y) = (i as u32 % m.w, i as u32 / m.w);
+        let rows: Vec<u64> = t
+            .for_node(x, y)
+            .into_iter()
+            .map(|j| j.map_or(0, |j| j.0))
+            .collect();
+        let mut jobs: Vec<v1::TableJob> = vec![];
+        for &j in rows.iter().filter(|&&j| j != 0) {
+            if jobs.iter().any(|tj| tj.job_id == j) {
+                continue;
+            }
+            let mode = self
+                .jobs
+                .get(&JobId(j))
+                .map_or(self.cfg.gang_mode, |job| job.record.gang);
+            jobs.push(v1::TableJob {
+                job_id: j,
+                mode: mode.proto() as i32,
+            });
+        }
+        Some(v1::NodeTable {
+            version: t.version,
+            epoch_ns: t.epoch_ns,
+            quantum_ns: t.quantum_ns,
+            effective_ns: effective,
+            rows,
+            jobs,
+        })
+    }
+
+    fn send_table(&mut self, i: usize) {
+        let Some(table) = self.node_table(i) else {
+            return;
+        };
+        let Some(addr) = self.nodes[i].address.clone() else {
+            return;
+        };
+        let Ok(mut client) = self.agents.client(&addr) else {
+            return;
+        };
+        self.nodes[i].table_sent = Some((table.version, Instant::now()));
+        let m = self.cfg.mesh;
+        let (x, y) = (i as u32 % m.w, i as u32 / m.w);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            match client.set_table(table).await {
+                Ok(r) => {
+                    let version = r.into_inner().version;
+                    let _ = tx.send(Cmd::TableAcked { x, y, version }).await;
+                }
+                Err(s) => {
+                    tracing::debug!(node = %format!("{x},{y}"), error = %s.message(), "slice table not delivered");
+                }
+            }
+        });
     }
 
     /// Persist a job and announce its new state once the batch commits.
@@ -376,7 +552,7 @@ impl MasterState {
         if let Err(e) = self.store.save_job(j) {
             warn!(job = %job, error = %e, "cannot save job");
         }
-        let info = j.info(self.slices_of(job));
+        let info = self.job_info(j);
         self.pending_events.push(info);
     }
 
@@ -394,6 +570,12 @@ impl MasterState {
                 spec.cwd
             )));
         }
+        if v1::GangMode::try_from(spec.gang).is_err() {
+            return Err(MasterError::Invalid(format!(
+                "unknown gang mode {}: expected stop, priority, none or freeze",
+                spec.gang
+            )));
+        }
         let shape = spec.shape.parse::<Request>()?.resolve(self.cfg.mesh)?;
         self.sched.validate(JobId(self.next_id), shape)?;
         Ok((spec, shape))
@@ -401,6 +583,10 @@ impl MasterState {
 
     fn submit(&mut self, req: v1::SubmitRequest) -> Result<v1::JobInfo> {
         let (spec, shape) = self.validate(&req)?;
+        let gang = v1::GangMode::try_from(spec.gang)
+            .ok()
+            .and_then(GangMode::from_proto)
+            .unwrap_or(self.cfg.gang_mode);
         let id = JobId(self.next_id);
         let name = if spec.name.is_empty() {
             spec.argv[0].clone()
@@ -428,6 +614,8 @@ impl MasterState {
             submit_ns: now_ns(),
             start_ns: 0,
             end_ns: 0,
+            gang,
+            run_ns: 0,
         };
         let job = Job::new(record);
         self.store.save_job(&job)?;
@@ -477,6 +665,7 @@ impl MasterState {
         job.record.state = State::Starting;
         job.record.submesh = Some(submesh);
         job.record.start_ns = now_ns();
+        job.run_accounted_to = job.record.start_ns;
         job.ranks = vec![Rank::Pending; job.size() as usize];
         self.placed_at.insert(id, Instant::now());
         let size = job.size();
@@ -501,6 +690,7 @@ impl MasterState {
                 uid: job.record.uid,
                 gid: job.record.gid,
                 stdin: job.record.stdin && rank == 0,
+                gang: job.record.gang.proto() as i32,
             };
             let client = self.agents.client(&addr);
             let tx = self.tx.clone();
@@ -687,6 +877,12 @@ impl MasterState {
         if job.record.state.is_final() || !job.all_ranks_done() {
             return;
         }
+        let now = now_ns();
+        let job = &self.jobs[&id];
+        let run = self.run_ns(job, now);
+        let job = self.jobs.get_mut(&id).expect("present");
+        job.record.run_ns = run;
+        job.run_accounted_to = now;
         let (state, code, reason) = match (&job.cancelled, &job.failure) {
             (Some(why), f) => (State::Cancelled, f.as_ref().and_then(|f| f.0), why.clone()),
             (None, Some((code, why))) => (State::Failed, *code, why.clone()),
@@ -755,7 +951,7 @@ impl MasterState {
                 req.states.is_empty() || req.states.contains(&(j.record.state.proto() as i32))
             })
             .take(limit)
-            .map(|j| j.info(self.slices_of(j.id())))
+            .map(|j| self.job_info(j))
             .collect()
     }
 
@@ -821,6 +1017,10 @@ impl MasterState {
             let plan = self.sched.set_node_offline(now_s(), x, y, false)?;
             self.execute(plan);
         }
+        // A new table for the changes above goes out after the batch; this one brings the
+        // agent up to date now (it may have missed tables while away).
+        self.nodes[i].table_version = 0;
+        self.send_table(i);
         Ok(v1::RegisterResponse {
             mesh_w: self.cfg.mesh.w,
             mesh_h: self.cfg.mesh.h,
@@ -830,15 +1030,24 @@ impl MasterState {
     }
 
     fn heartbeat(&mut self, req: v1::HeartbeatRequest) -> v1::HeartbeatResponse {
-        let known = match self.node_mut(req.x, req.y) {
-            Some(n) if n.up => {
-                n.last_heartbeat = Instant::now();
-                n.last_heartbeat_ns = now_ns();
-                true
-            }
-            _ => false,
+        let Some(i) = self.node_index(req.x, req.y).filter(|&i| self.nodes[i].up) else {
+            return v1::HeartbeatResponse { known: false };
         };
-        v1::HeartbeatResponse { known }
+        let n = &mut self.nodes[i];
+        n.last_heartbeat = Instant::now();
+        n.last_heartbeat_ns = now_ns();
+        n.clock_offset_ns = req.clock_offset_ns;
+        n.clock_error_ns = req.clock_error_ns;
+        n.clock_from_host = req.clock_from_host;
+        n.table_version = req.table_version;
+        let latest = self.slicer.latest().map_or(0, |(_, t)| t.version);
+        let resend = req.table_version < latest
+            && n.table_sent
+                .is_none_or(|(v, at)| v < latest || at.elapsed() > TABLE_RESEND);
+        if resend {
+            self.send_table(i);
+        }
+        v1::HeartbeatResponse { known: true }
     }
 
     fn tick(&mut self) {
@@ -899,7 +1108,8 @@ impl MasterState {
                 );
             }
         }
-        // Time limits: wall time since the job started.
+        // Time limits count the time a job was scheduled to run, not time spent stopped.
+        self.account_run_time(now_ns());
         let limited: Vec<(JobId, u64)> = self
             .jobs
             .values()
@@ -907,9 +1117,21 @@ impl MasterState {
                 matches!(j.record.state, State::Starting | State::Running) && j.cancelled.is_none()
             })
             .filter(|j| j.record.time_limit_s > 0)
-            .filter(|j| now_ns() - j.record.start_ns > j.record.time_limit_s as i64 * 1_000_000_000)
+            .filter(|j| j.record.run_ns > j.record.time_limit_s as i64 * 1_000_000_000)
             .map(|j| (j.id(), j.record.time_limit_s))
             .collect();
+        if self.run_saved.elapsed() > RUN_SAVE_EVERY {
+            self.run_saved = Instant::now();
+            for j in self
+                .jobs
+                .values()
+                .filter(|j| matches!(j.record.state, State::Starting | State::Running))
+            {
+                if let Err(e) = self.store.save_job(j) {
+                    warn!(job = %j.id(), error = %e, "cannot save the run time");
+                }
+            }
+        }
         for (id, limit) in limited {
             let _ = self.cancel(id, 0, format!("time limit of {limit} s reached"));
         }
@@ -936,9 +1158,11 @@ impl MasterState {
             state: state as i32,
             address: n.address.clone().unwrap_or_default(),
             jobs,
-            clock_offset_ns: 0,
-            clock_error_ns: 0,
+            clock_offset_ns: n.clock_offset_ns,
+            clock_error_ns: n.clock_error_ns,
             last_heartbeat_ns: n.last_heartbeat_ns,
+            clock_from_host: n.clock_from_host,
+            table_version: n.table_version,
         }
     }
 
@@ -963,6 +1187,20 @@ impl MasterState {
     }
 
     fn matrix(&self) -> v1::Matrix {
+        let now = now_ns();
+        let in_force = self.slicer.in_force(now);
+        let (table_version, epoch_ns, quantum_ns, effective_ns, row_slices, running_row) =
+            match in_force {
+                Some((e, t)) => (
+                    t.version,
+                    t.epoch_ns,
+                    t.quantum_ns,
+                    e,
+                    t.rows.iter().map(|r| r.slice).collect(),
+                    t.row_at(now).map(|r| r as u32),
+                ),
+                None => (0, 0, 0, 0, vec![], None),
+            };
         let m = self.sched.matrix();
         v1::Matrix {
             mesh_w: self.cfg.mesh.w,
@@ -985,7 +1223,26 @@ impl MasterState {
                 })
                 .collect(),
             queue: self.sched.queue().map(|q| q.id.0).collect(),
+            table_version,
+            epoch_ns,
+            quantum_ns,
+            effective_ns,
+            row_slices,
+            now_ns: now,
+            running_row,
         }
+    }
+
+    fn stats(&self) -> v1::Stats {
+        let now = now_ns();
+        let mut st = {
+            let mut s = self.stats.lock().expect("switch stats lock");
+            s.close(now);
+            s.snapshot()
+        };
+        st.table_version = self.slicer.in_force(now).map_or(0, |(_, t)| t.version);
+        st.quantum_ns = self.slicer.quantum_ns();
+        st
     }
 
     fn update_gauges(&self) {

@@ -62,6 +62,28 @@ impl Store {
         Ok(())
     }
 
+    /// The last slice table version published (0 for a new database). Agents keep the
+    /// newest version they were given, so versions must grow across restarts.
+    pub fn table_version(&self) -> rusqlite::Result<u64> {
+        let v: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'table_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
+    }
+
+    pub fn set_table_version(&self, version: u64) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('table_version', ?1)",
+            [version.to_string()],
+        )?;
+        Ok(())
+    }
+
     pub fn begin(&mut self) -> rusqlite::Result<()> {
         if !self.in_batch {
             self.conn.execute_batch("BEGIN IMMEDIATE")?;

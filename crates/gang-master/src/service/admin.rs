@@ -48,4 +48,11 @@ impl AdminService for Admin {
     ) -> Result<Response<v1::Matrix>, Status> {
         Ok(Response::new(self.handle.call(Cmd::Matrix).await?))
     }
+
+    async fn get_stats(
+        &self,
+        _: Request<v1::GetStatsRequest>,
+    ) -> Result<Response<v1::Stats>, Status> {
+        Ok(Response::new(self.handle.call(Cmd::Stats).await?))
+    }
 }

@@ -1,16 +1,20 @@
 //! `AgentRegistry`: what node agents call.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use gang_proto::v1::{self, agent_registry_server::AgentRegistry};
 use tonic::{Request, Response, Status};
 
+use crate::metrics::Metrics;
 use crate::output::OutputHub;
-use crate::state::{Cmd, Handle};
+use crate::state::{Cmd, Handle, now_ns};
+use crate::switch_stats::SwitchStats;
 
 pub struct Registry {
     pub handle: Handle,
     pub output: Arc<OutputHub>,
+    pub stats: Arc<Mutex<SwitchStats>>,
+    pub metrics: Arc<Metrics>,
 }
 
 #[tonic::async_trait]
@@ -57,5 +61,49 @@ impl AgentRegistry for Registry {
             .append(b.job_id, &b.chunks)
             .map_err(|e| Status::internal(format!("output log of job {}: {e}", b.job_id)))?;
         Ok(Response::new(v1::OutputAck {}))
+    }
+
+    async fn report_switches(
+        &self,
+        req: Request<v1::SwitchReport>,
+    ) -> Result<Response<v1::SwitchReportAck>, Status> {
+        let r = req.into_inner();
+        // Figures only: they never wait behind scheduling work.
+        let samples = self
+            .stats
+            .lock()
+            .map_err(|_| Status::internal("switch statistics unavailable"))?
+            .add(&r, now_ns());
+        let m = &self.metrics;
+        let s = |ns: i64| ns.max(0) as f64 / 1e9;
+        samples
+            .latency_ns
+            .iter()
+            .for_each(|&v| m.switch_latency_seconds.observe(s(v)));
+        samples
+            .cost_ns
+            .iter()
+            .for_each(|&v| m.switch_cost_seconds.observe(s(v)));
+        samples
+            .skew_ns
+            .iter()
+            .for_each(|&v| m.switch_skew_seconds.observe(s(v)));
+        m.switches_dropped.inc_by(r.dropped);
+        Ok(Response::new(v1::SwitchReportAck {}))
+    }
+
+    async fn clock_probe(
+        &self,
+        req: Request<v1::ClockProbeRequest>,
+    ) -> Result<Response<v1::ClockProbeResponse>, Status> {
+        // Answered here, not by the state task: queueing would widen the round trip and
+        // with it the error bound.
+        let t2_ns = now_ns();
+        let t1_ns = req.into_inner().t1_ns;
+        Ok(Response::new(v1::ClockProbeResponse {
+            t1_ns,
+            t2_ns,
+            t3_ns: now_ns(),
+        }))
     }
 }

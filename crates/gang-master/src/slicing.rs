@@ -1,0 +1,204 @@
+//! Slice tables as the master publishes them: which table is in force when, and how long
+//! each job has run under them (a time limit counts run time, not time spent stopped).
+//!
+//! Pure: time comes in as an argument. Tables share one slot grid (one epoch) for as long
+//! as the quantum stays the same, so a new version never shifts the boundaries agents
+//! already sleep to, and each takes effect at a boundary at least `lead` ahead, so every
+//! agent has it in time.
+
+use std::collections::VecDeque;
+
+use gang_core::table::SliceTable;
+use gang_core::{JobId, SliceMatrix};
+
+#[derive(Debug, Clone)]
+pub struct Slicer {
+    quantum_ns: i64,
+    lead_ns: i64,
+    /// The grid origin, fixed by the first table.
+    epoch_ns: Option<i64>,
+    version: u64,
+    /// `(effective_ns, table)`, oldest first; the first is in force once its time came.
+    tables: VecDeque<(i64, SliceTable)>,
+}
+
+impl Slicer {
+    /// `version` is the last version published (versions only grow, across restarts too).
+    pub fn new(quantum_ns: i64, lead_ns: i64, version: u64) -> Self {
+        assert!(quantum_ns > 0, "a quantum must be positive");
+        Slicer {
+            quantum_ns,
+            lead_ns: lead_ns.max(0),
+            epoch_ns: None,
+            version,
+            tables: VecDeque::new(),
+        }
+    }
+
+    pub fn quantum_ns(&self) -> i64 {
+        self.quantum_ns
+    }
+
+    /// The newest table, and when it takes effect.
+    pub fn latest(&self) -> Option<(i64, &SliceTable)> {
+        self.tables.back().map(|(e, t)| (*e, t))
+    }
+
+    /// The table in force at `t`.
+    pub fn in_force(&self, t: i64) -> Option<(i64, &SliceTable)> {
+        self.tables
+            .iter()
+            .rev()
+            .find(|(e, _)| *e <= t)
+            .map(|(e, t)| (*e, t))
+    }
+
+    /// Make a new table if the matrix's rows differ from the newest table's. It takes
+    /// effect at the first boundary at least `lead` after `now`; a table not yet in force
+    /// that late enough is replaced (same instant, newer version), so agents never need
+    /// to hold more than one table ahead of the one in force.
+    pub fn update(&mut self, matrix: &SliceMatrix, now_ns: i64) -> Option<(i64, &SliceTable)> {
+        let epoch = *self.epoch_ns.get_or_insert_with(|| {
+            let at = now_ns + self.lead_ns;
+            at + (self.quantum_ns - at.rem_euclid(self.quantum_ns)) % self.quantum_ns
+        });
+        let next = SliceTable::from_matrix(matrix, self.version + 1, epoch, self.quantum_ns);
+        if self.tables.back().is_some_and(|(_, t)| t.rows == next.rows) {
+            return None;
+        }
+        self.version += 1;
+        let at = now_ns + self.lead_ns;
+        let effective = next.boundary_at_or_after(at.max(epoch));
+        match self.tables.back() {
+            Some((e, _)) if *e >= at => {
+                let e = *e;
+                self.tables.pop_back();
+                self.tables.push_back((e, next));
+            }
+            _ => self.tables.push_back((effective, next)),
+        }
+        self.latest()
+    }
+
+    /// How long `job` ran in `[from, to)`: in its rows' slots under each table in force,
+    /// and all the time while no table in force names it (agents leave such jobs running:
+    /// just started, before their first table) or when it is never switched (`always`).
+    pub fn run_ns(&self, job: JobId, always: bool, from: i64, to: i64) -> i64 {
+        if to <= from {
+            return 0;
+        }
+        if always {
+            return to - from;
+        }
+        let mut total = 0;
+        // Segments [start, end) with the table in force (None before the first).
+        let mut start = from;
+        let mut current = self.in_force(from).map(|(_, t)| t);
+        for (e, t) in self.tables.iter().filter(|(e, _)| *e > from && *e < to) {
+            total += segment(current, job, start, *e);
+            start = *e;
+            current = Some(t);
+        }
+        total + segment(current, job, start, to)
+    }
+
+    /// Forget tables superseded before `t` (keep the one in force at `t`).
+    pub fn prune(&mut self, t: i64) {
+        while self.tables.len() > 1 && self.tables[1].0 <= t {
+            self.tables.pop_front();
+        }
+    }
+}
+
+fn segment(table: Option<&SliceTable>, job: JobId, a: i64, b: i64) -> i64 {
+    match table {
+        Some(t) if t.rows.iter().any(|r| r.jobs.iter().any(|(j, _)| *j == job)) => {
+            t.scheduled_ns(job, a, b)
+        }
+        _ => b - a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gang_core::{Config, JobSpec, Scheduler, Shape};
+
+    const Q: i64 = 10_000_000;
+
+    fn sched() -> Scheduler {
+        Scheduler::new(
+            Shape::new(4, 4),
+            Config {
+                mpl: 3,
+                ..Config::default()
+            },
+        )
+        .unwrap()
+    }
+
+    fn spec(id: u64) -> JobSpec {
+        JobSpec {
+            id: JobId(id),
+            shape: Shape::new(4, 4),
+            estimate: None,
+        }
+    }
+
+    #[test]
+    fn tables_stay_on_one_grid_and_take_effect_a_lead_ahead() {
+        let mut s = sched();
+        let mut sl = Slicer::new(Q, 3 * Q, 0);
+        s.submit(0.0, spec(1)).unwrap();
+        let (e1, t1) = sl.update(s.matrix(), 5).unwrap();
+        assert_eq!((e1, t1.version, t1.epoch_ns), (4 * Q, 1, 4 * Q));
+        assert!(
+            sl.update(s.matrix(), 7).is_none(),
+            "same rows, no new table"
+        );
+        s.submit(0.0, spec(2)).unwrap();
+        // Later than the pending table's time: a new boundary on the same grid.
+        let (e2, t2) = sl.update(s.matrix(), 2 * Q + 1).unwrap();
+        assert_eq!(
+            (e2, t2.version, t2.epoch_ns, t2.rows.len()),
+            (6 * Q, 2, 4 * Q, 2)
+        );
+        assert_eq!(sl.in_force(5 * Q).unwrap().1.version, 1);
+        assert_eq!(sl.in_force(6 * Q).unwrap().1.version, 2);
+        assert!(sl.in_force(4 * Q - 1).is_none());
+        // Early enough to replace the pending table at its instant.
+        s.submit(0.0, spec(3)).unwrap();
+        let (e3, t3) = sl.update(s.matrix(), 2 * Q + 2).unwrap();
+        assert_eq!((e3, t3.version, t3.rows.len()), (6 * Q, 3, 3));
+        assert_eq!(sl.tables.len(), 2);
+        sl.prune(7 * Q);
+        assert_eq!(sl.tables.len(), 1);
+        assert_eq!(sl.in_force(7 * Q).unwrap().1.version, 3);
+    }
+
+    #[test]
+    fn run_time_counts_only_the_job_s_slots_once_its_table_is_in_force() {
+        let mut s = sched();
+        let mut sl = Slicer::new(Q, 0, 0);
+        s.submit(0.0, spec(1)).unwrap();
+        sl.update(s.matrix(), 0).unwrap(); // job 1 alone from 0
+        s.submit(0.0, spec(2)).unwrap();
+        let (e, _) = sl.update(s.matrix(), 10 * Q).unwrap(); // two rows from 10q
+        assert_eq!(e, 10 * Q);
+        // Alone: all the time; then every other slot.
+        assert_eq!(sl.run_ns(JobId(1), false, 0, 10 * Q), 10 * Q);
+        assert_eq!(sl.run_ns(JobId(1), false, 10 * Q, 20 * Q), 5 * Q);
+        assert_eq!(sl.run_ns(JobId(2), false, 10 * Q, 20 * Q), 5 * Q);
+        assert_eq!(sl.run_ns(JobId(1), false, 5 * Q, 15 * Q), 5 * Q + 3 * Q);
+        // Job 2 ran unmanaged before its table.
+        assert_eq!(sl.run_ns(JobId(2), false, 8 * Q, 10 * Q), 2 * Q);
+        // Never switched: wall time.
+        assert_eq!(sl.run_ns(JobId(1), true, 10 * Q, 20 * Q), 10 * Q);
+        // Shares add up to the wall time while both run.
+        let (a, b) = (10 * Q + 3, 37 * Q + 7);
+        assert_eq!(
+            sl.run_ns(JobId(1), false, a, b) + sl.run_ns(JobId(2), false, a, b),
+            b - a
+        );
+    }
+}
