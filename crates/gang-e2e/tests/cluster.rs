@@ -352,11 +352,26 @@ fn master_crash_loses_no_job() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("go");
     let script = format!(
-        "echo started $GANG_RANK; while [ ! -e {} ]; do sleep 0.05; done; echo done $GANG_RANK; [ $GANG_RANK = 0 ] && sleep 0.3 && exit 3; exit 0",
+        "echo started $GANG_RANK; [ $GANG_RANK = 3 ] && exit 0; while [ ! -e {} ]; do sleep 0.05; done; echo done $GANG_RANK; [ $GANG_RANK = 0 ] && sleep 0.3 && exit 3; exit 0",
         gate.display()
     );
     let running = submit(&c, "2x2", &["sh", "-c", &script]);
     wait_state(&c, running, "running", T);
+    // Rank 3 has ended before the crash: the restarted master must remember it.
+    wait_for(T, "rank 3 to end", || {
+        let text = c
+            .dir()
+            .join("state.db.output")
+            .join(format!("{running}.out"));
+        std::fs::read(text)
+            .ok()?
+            .windows(9)
+            .any(|w| w == b"started 3")
+            .then_some(())
+    });
+    wait_for(T, "rank 3 exit to be recorded", || {
+        (job(&c, running)["ranks_done"] == 1).then_some(())
+    });
     let queued = submit(&c, "2x1", &["sh", "-c", "echo queued-ran"]);
     assert_eq!(job(&c, queued)["state"], "queued");
     c.stop_master(nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -375,9 +390,26 @@ fn master_crash_loses_no_job() {
     let (text, info) = rt.block_on(attach_all(&c, running));
     for r in 0..4 {
         assert!(text.contains(&format!("started {r}\n")), "{text}");
+    }
+    for r in 0..3 {
         assert!(text.contains(&format!("done {r}\n")), "{text}");
     }
     assert_eq!(info.exit_code, Some(3));
+
+    // A cancel is durable before it is answered: the master dies right after it, the
+    // agents carry out the kill, and the restarted master calls the job cancelled.
+    let stubborn = submit(&c, "2x2", &["sh", "-c", "trap '' TERM; echo up; sleep 30"]);
+    wait_state(&c, stubborn, "running", T);
+    let out = gangctl(&c, &["cancel", &stubborn.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.stop_master(nix::sys::signal::Signal::SIGKILL).unwrap();
+    c.start_master().unwrap();
+    let j = wait_state(&c, stubborn, "cancelled", T);
+    assert_eq!(j["reason"], "cancelled by user", "{j}");
     c.shutdown().unwrap();
 }
 

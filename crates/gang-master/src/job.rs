@@ -112,6 +112,20 @@ pub struct JobRecord {
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,
+    /// While it runs: what a restarted master needs to carry on exactly where it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Live>,
+}
+
+/// The live part of a running job, persisted with it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Live {
+    /// Per rank: its exit code once it ended (`None` while it may run).
+    pub exits: Vec<Option<i32>>,
+    pub failure: Option<(Option<i32>, String)>,
+    pub cancelled: Option<String>,
+    /// The home slice, so that adoption after a restart rebuilds a matrix that fits.
+    pub home_slice: Option<u32>,
 }
 
 /// One rank's lifecycle as far as the master knows.
@@ -153,6 +167,44 @@ impl Job {
             cancelled: None,
             run_accounted_to: 0,
         }
+    }
+
+    /// The record to persist: with its live part while it runs.
+    pub fn persisted(&self, home_slice: Option<u32>) -> JobRecord {
+        let mut r = self.record.clone();
+        r.live = (!r.state.is_final() && r.state != State::Queued).then(|| Live {
+            exits: self
+                .ranks
+                .iter()
+                .map(|r| match r {
+                    Rank::Exited(c) => Some(*c),
+                    Rank::Gone => Some(128 + 9),
+                    _ => None,
+                })
+                .collect(),
+            failure: self.failure.clone(),
+            cancelled: self.cancelled.clone(),
+            home_slice,
+        });
+        r
+    }
+
+    /// A job reloaded from the database: ranks that had ended stay ended, the others are
+    /// pending until their agents report them again.
+    pub fn restored(mut record: JobRecord) -> Self {
+        let live = record.live.take().unwrap_or_default();
+        let mut job = Job::new(record);
+        if matches!(job.record.state, State::Starting | State::Running) {
+            job.ranks = (0..job.size() as usize)
+                .map(|i| match live.exits.get(i).copied().flatten() {
+                    Some(c) => Rank::Exited(c),
+                    None => Rank::Pending,
+                })
+                .collect();
+            job.failure = live.failure;
+            job.cancelled = live.cancelled;
+        }
+        job
     }
 
     pub fn id(&self) -> JobId {
@@ -224,6 +276,7 @@ impl Job {
             end_ns: r.end_ns,
             run_ns,
             gang: r.gang.proto() as i32,
+            ranks_done: self.ranks.iter().filter(|r| r.is_done()).count() as u32,
         }
     }
 }

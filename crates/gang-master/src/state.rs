@@ -137,8 +137,11 @@ pub fn now_ns() -> i64 {
         .map_or(0, |d| d.as_nanos() as i64)
 }
 
+/// The scheduler's clock: monotonic seconds since the master started (the core errors out
+/// if time goes backwards, and the wall clock can be stepped).
 fn now_s() -> f64 {
-    now_ns() as f64 / 1e9
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
 }
 
 fn defer<T: Send + 'static>(
@@ -250,10 +253,23 @@ impl MasterState {
                 n.drained = true;
             }
         }
-        let records = self.store.load_jobs()?;
-        let (mut adopted, mut queued) = (0, 0);
+        let mut records = self.store.load_jobs()?;
+        // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
+        // so each lands in a slice no later than its old one and the matrix fits again.
+        // Queued jobs keep their submission (id) order.
+        records.sort_by_key(|r| {
+            let running = matches!(r.state, State::Starting | State::Running);
+            let slice = r
+                .live
+                .as_ref()
+                .and_then(|l| l.home_slice)
+                .unwrap_or(u32::MAX);
+            (!running, if running { slice } else { 0 }, r.id)
+        });
+        let (mut adopted, mut queued, mut lost) = (0, 0, 0);
+        let mut touched = vec![];
         for rec in records {
-            let mut job = Job::new(rec);
+            let mut job = Job::restored(rec);
             let id = job.id();
             let spec = JobSpec {
                 id,
@@ -272,17 +288,50 @@ impl MasterState {
                         .record
                         .submesh
                         .ok_or_else(|| anyhow::anyhow!("running job {id} has no submesh"))?;
-                    self.sched.adopt(now_s(), spec, sm)?;
-                    job.ranks = vec![Rank::Pending; job.size() as usize];
                     job.run_accounted_to = now_ns();
-                    self.adopted.insert(id, Instant::now());
-                    adopted += 1;
+                    touched.push(id);
+                    match self.sched.adopt(now_s(), spec, sm) {
+                        Ok(_) => {
+                            self.adopted.insert(id, Instant::now());
+                            adopted += 1;
+                        }
+                        Err(e) => {
+                            // Never abort startup over one job: fail it; its ranks are
+                            // killed when their agents register (the job is final then).
+                            warn!(job = %id, error = %e, "cannot place a running job back");
+                            job.fail(
+                                None,
+                                format!("could not be placed back after a master restart: {e}"),
+                            );
+                            job.record.state = State::Failed;
+                            job.record.reason = job
+                                .failure
+                                .as_ref()
+                                .map(|f| f.1.clone())
+                                .unwrap_or_default();
+                            job.record.end_ns = now_ns();
+                            lost += 1;
+                        }
+                    }
                 }
                 _ => {}
             }
             self.jobs.insert(id, job);
         }
-        info!(adopted, queued, total = self.jobs.len(), "state recovered");
+        // Home slices were renumbered: save them, so a later restart groups jobs right.
+        self.store.begin()?;
+        for id in touched {
+            self.store
+                .save_job(&self.jobs[&id].persisted(self.home_slice(id)))?;
+        }
+        self.store.commit()?;
+        info!(
+            adopted,
+            queued,
+            lost,
+            total = self.jobs.len(),
+            "state recovered"
+        );
         self.update_gauges();
         Ok(())
     }
@@ -417,6 +466,10 @@ impl MasterState {
             .unwrap_or_default()
     }
 
+    fn home_slice(&self, job: JobId) -> Option<u32> {
+        self.sched.matrix().placement(job).map(|p| p.home.0)
+    }
+
     fn info(&self, job: JobId) -> Result<v1::JobInfo> {
         let j = self.jobs.get(&job).ok_or(MasterError::UnknownJob(job))?;
         Ok(self.job_info(j))
@@ -549,7 +602,7 @@ impl MasterState {
     /// Persist a job and announce its new state once the batch commits.
     fn save(&mut self, job: JobId) {
         let Some(j) = self.jobs.get(&job) else { return };
-        if let Err(e) = self.store.save_job(j) {
+        if let Err(e) = self.store.save_job(&j.persisted(self.home_slice(job))) {
             warn!(job = %job, error = %e, "cannot save job");
         }
         let info = self.job_info(j);
@@ -616,9 +669,10 @@ impl MasterState {
             end_ns: 0,
             gang,
             run_ns: 0,
+            live: None,
         };
         let job = Job::new(record);
-        self.store.save_job(&job)?;
+        self.store.save_job(&job.persisted(None))?;
         self.next_id += 1;
         self.jobs.insert(id, job);
         self.metrics.jobs_submitted.inc();
@@ -930,6 +984,8 @@ impl MasterState {
             }
             State::Starting | State::Running if job.cancelled.is_none() => {
                 job.cancelled = Some(reason);
+                // Durable before the reply: a master restart carries the cancel on.
+                self.save(id);
                 let grace = self.cfg.kill_grace_ms;
                 self.kill(id, grace);
             }
@@ -985,12 +1041,19 @@ impl MasterState {
             let id = JobId(r.job_id);
             match self.jobs.get_mut(&id) {
                 Some(job) if !job.record.state.is_final() && job.rank_on(x, y) == Some(r.rank) => {
-                    if let Some(slot) = job.ranks.get_mut(r.rank as usize)
-                        && *slot == Rank::Pending
-                    {
+                    let Some(slot) = job.ranks.get_mut(r.rank as usize) else {
+                        continue;
+                    };
+                    if *slot == Rank::Pending {
                         *slot = Rank::Running;
                     }
+                    // Counted lost while the node was away, or the job is being torn down
+                    // (it failed or was cancelled, perhaps before a master restart).
+                    let doomed = slot.is_done() || job.failure.is_some() || job.cancelled.is_some();
                     self.note_started(id);
+                    if doomed {
+                        kill_jobs.push(r.job_id);
+                    }
                 }
                 _ => kill_jobs.push(r.job_id),
             }
@@ -1040,6 +1103,23 @@ impl MasterState {
         n.clock_error_ns = req.clock_error_ns;
         n.clock_from_host = req.clock_from_host;
         n.table_version = req.table_version;
+        // Ranks the agent still runs that should not run: their job ended, or they were
+        // counted lost while the node was silent. Killed until they are gone.
+        let (x, y) = (req.x, req.y);
+        for r in &req.running {
+            let id = JobId(r.job_id);
+            let stray = self.jobs.get(&id).is_none_or(|j| {
+                j.record.state.is_final()
+                    || j.ranks
+                        .get(r.rank as usize)
+                        .is_none_or(|s| *s == Rank::Gone)
+            });
+            if stray {
+                warn!(job = %id, rank = r.rank, node = %format!("{x},{y}"), "killing a rank that should not run");
+                self.signal_node(id, x, y, 0);
+            }
+        }
+        let n = &mut self.nodes[i];
         let latest = self.slicer.latest().map_or(0, |(_, t)| t.version);
         let resend = req.table_version < latest
             && n.table_sent
@@ -1127,7 +1207,7 @@ impl MasterState {
                 .values()
                 .filter(|j| matches!(j.record.state, State::Starting | State::Running))
             {
-                if let Err(e) = self.store.save_job(j) {
+                if let Err(e) = self.store.save_job(&j.persisted(self.home_slice(j.id()))) {
                     warn!(job = %j.id(), error = %e, "cannot save the run time");
                 }
             }

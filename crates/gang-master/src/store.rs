@@ -8,7 +8,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::job::{Job, JobRecord};
+use crate::job::JobRecord;
 
 pub struct Store {
     conn: Connection,
@@ -107,11 +107,11 @@ impl Store {
         Ok(max.map_or(1, |m| m as u64 + 1))
     }
 
-    pub fn save_job(&self, job: &Job) -> rusqlite::Result<()> {
-        let record = serde_json::to_string(&job.record).expect("job records serialize");
+    pub fn save_job(&self, record: &JobRecord) -> rusqlite::Result<()> {
+        let text = serde_json::to_string(record).expect("job records serialize");
         self.conn.execute(
             "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
-            params![job.record.id as i64, record],
+            params![record.id as i64, text],
         )?;
         Ok(())
     }
