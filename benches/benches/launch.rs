@@ -11,7 +11,7 @@
 use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use gang_benches::median_p99;
+use gang_benches::{median_p99, release_bins};
 use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
@@ -27,27 +27,6 @@ fn now_ns() -> i128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i128
-}
-
-fn release_bins() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "gang-master",
-            "-p",
-            "gang-agent",
-            "-p",
-            "gang-cli",
-        ])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    root.join("target/release")
 }
 
 fn pct(xs: &mut [f64]) -> serde_json::Value {

@@ -13,6 +13,28 @@ pub fn trace(name: &str) -> PathBuf {
     p
 }
 
+/// Build the release binaries of the daemons and CLIs; their directory.
+pub fn release_bins() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = std::process::Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "gang-master",
+            "-p",
+            "gang-agent",
+            "-p",
+            "gang-cli",
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(st.success(), "building the release binaries failed");
+    root.join("target/release")
+}
+
 /// Median and p99 of a sample (sorted in place), in its unit.
 pub fn median_p99(xs: &mut [f64]) -> (f64, f64) {
     xs.sort_by(f64::total_cmp);

@@ -226,3 +226,30 @@ pub fn http_get(addr: &str, path: &str) -> String {
     s.read_to_string(&mut out).expect("response read");
     out
 }
+
+/// A process's scheduler state letter and CPU time (user + system, clock ticks) from
+/// `/proc/PID/stat`; `None` once it is gone.
+pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first()?.chars().next()?;
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((state, utime + stime))
+}
+
+/// Stopped by a signal or the tracer (`T`/`t`), or frozen by the cgroup freezer (which
+/// shows as `D`).
+pub fn is_stopped(state: char) -> bool {
+    matches!(state, 'T' | 't' | 'D')
+}
+
+/// A shell loop that writes its pid to `DIR/pid.RANK` and then burns CPU forever.
+pub fn busy_script(dir: &Path) -> String {
+    format!(
+        "echo $$ > {}/pid.$GANG_RANK; while :; do :; done",
+        dir.display()
+    )
+}
