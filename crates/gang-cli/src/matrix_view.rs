@@ -6,9 +6,14 @@
 //! a multiple-task slot (not the job's home slice) has `*` after the id. Cells are padded
 //! to one width over the whole matrix.
 //!
+//! The second line is the slice table in force (issue #4): its version, the quantum, the
+//! slices in row order, and the one running now, whose header is marked `▶ running`. A
+//! slice the table does not hold yet (the next table takes it) says so.
+//!
 //! ```text
 //! mesh 4x3, mpl 2; row y=2 at the top
-//! slice 0 (2 jobs)
+//! table v3, quantum 50ms, rows: slice 0, 1; running: slice 0
+//! slice 0 (2 jobs)  ▶ running
 //! 2 | .  .  .  .
 //! 1 | 1  1  .  .
 //! 0 | 1  1  12 12
@@ -21,16 +26,85 @@ use std::collections::BTreeSet;
 
 use gang_proto::v1::Matrix;
 
+/// The slice running according to `m.running_row` (`row_slices[running_row]`).
+pub fn running_slice(m: &Matrix) -> Option<u32> {
+    m.running_row
+        .and_then(|r| m.row_slices.get(r as usize).copied())
+}
+
+/// Whether `m` carries a slice table (the master has published one).
+fn has_table(m: &Matrix) -> bool {
+    m.table_version != 0 && m.quantum_ns > 0
+}
+
+/// The row of `m`'s table running at master time `t_ns`: slot `k = floor((t - epoch) /
+/// quantum)` runs row `k mod rows`. Before the table took effect this is the master's
+/// answer (`m.running_row`), since the table in force then is not known here; `None`
+/// before the epoch, without a table, or with no rows.
+pub fn running_row_at(m: &Matrix, t_ns: i64) -> Option<u32> {
+    if !has_table(m) || m.row_slices.is_empty() {
+        return None;
+    }
+    if t_ns < m.effective_ns {
+        return m.running_row;
+    }
+    let k = (t_ns - m.epoch_ns).div_euclid(m.quantum_ns);
+    (k >= 0).then(|| (k % m.row_slices.len() as i64) as u32)
+}
+
+/// The first slot boundary of `m`'s table after master time `t_ns` (`None` without a
+/// table).
+pub fn next_boundary_after(m: &Matrix, t_ns: i64) -> Option<i64> {
+    if !has_table(m) {
+        return None;
+    }
+    let k = (t_ns - m.epoch_ns).div_euclid(m.quantum_ns);
+    Some(m.epoch_ns + (k + 1) * m.quantum_ns)
+}
+
+/// `m` as it stands at master time `t_ns` (its `now_ns` and `running_row` moved on).
+pub fn at(m: &Matrix, t_ns: i64) -> Matrix {
+    Matrix {
+        now_ns: t_ns,
+        running_row: running_row_at(m, t_ns),
+        ..m.clone()
+    }
+}
+
+/// The line about the slice table: version, quantum, rows, the slice running now.
+fn table_line(m: &Matrix) -> String {
+    if !has_table(m) {
+        return "no slice table in force".into();
+    }
+    let rows = if m.row_slices.is_empty() {
+        "no rows".to_string()
+    } else {
+        let ids: Vec<String> = m.row_slices.iter().map(|s| s.to_string()).collect();
+        format!("rows: slice {}", ids.join(", "))
+    };
+    let running = match running_slice(m) {
+        Some(s) => format!("running: slice {s}"),
+        None => "running: none".into(),
+    };
+    format!(
+        "table v{}, quantum {}, {rows}; {running}",
+        m.table_version,
+        crate::output::fmt_ns(m.quantum_ns, false)
+    )
+}
+
 /// The text for a matrix (ends with a newline).
 pub fn draw(m: &Matrix) -> String {
     let (w, h) = (m.mesh_w as usize, m.mesh_h as usize);
     let mut out = format!(
-        "mesh {}x{}, mpl {}; row y={} at the top\n",
+        "mesh {}x{}, mpl {}; row y={} at the top\n{}\n",
         m.mesh_w,
         m.mesh_h,
         m.mpl,
-        m.mesh_h.saturating_sub(1)
+        m.mesh_h.saturating_sub(1),
+        table_line(m)
     );
+    let running = running_slice(m);
 
     // grids[s][y][x]: the cell text of each slice.
     let grids: Vec<Vec<Vec<String>>> = m
@@ -84,7 +158,18 @@ pub fn draw(m: &Matrix) -> String {
     for (slice, grid) in m.slices.iter().zip(&grids) {
         let jobs: BTreeSet<u64> = slice.placements.iter().map(|p| p.job_id).collect();
         let noun = if jobs.len() == 1 { "job" } else { "jobs" };
-        out.push_str(&format!("slice {} ({} {noun})\n", slice.id, jobs.len()));
+        let mark = if running == Some(slice.id) {
+            "  ▶ running"
+        } else if has_table(m) && !m.row_slices.contains(&slice.id) {
+            "  (not in the table yet)"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "slice {} ({} {noun}){mark}\n",
+            slice.id,
+            jobs.len()
+        ));
         for y in (0..h).rev() {
             let line = format!("{y:>y_w$} | {}", row_text(&grid[y]));
             out.push_str(line.trim_end());
@@ -133,9 +218,11 @@ mod tests {
                 },
             ],
             queue: vec![7, 8],
+            ..Default::default()
         };
         let expected = "\
 mesh 4x3, mpl 2; row y=2 at the top
+no slice table in force
 slice 0 (2 jobs)
 2 | .  .  .  .
 1 | 1  1  .  .
@@ -164,10 +251,12 @@ queue: 7 8
                 placements: vec![place(5, 9, 8, 2, 2, true)],
             }],
             queue: vec![],
+            ..Default::default()
         };
         let text = draw(&m);
-        let lines: Vec<&str> = text.lines().collect();
+        let mut lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "mesh 11x10, mpl 1; row y=9 at the top");
+        assert_eq!(lines.remove(1), "no slice table in force");
         assert_eq!(lines[1], "slice 0 (1 job)");
         assert_eq!(lines[2], "9 | .  .  .  .  .  .  .  .  .  5  5");
         assert_eq!(lines[11], "0 | .  .  .  .  .  .  .  .  .  .  .");
@@ -183,10 +272,128 @@ queue: 7 8
             mpl: 4,
             slices: vec![],
             queue: vec![3],
+            ..Default::default()
         };
         assert_eq!(
             draw(&m),
-            "mesh 2x2, mpl 4; row y=1 at the top\nno slices in use\nqueue: 3\n"
+            "mesh 2x2, mpl 4; row y=1 at the top\nno slice table in force\nno slices in use\nqueue: 3\n"
         );
+    }
+
+    const MS: i64 = 1_000_000;
+
+    /// Two slices in rows [1, 0] of table v5 (quantum 50 ms, epoch 1000 ms, in force from
+    /// 1100 ms), a third slice not in the table yet; the master answered at 1130 ms (slot 2:
+    /// row 0, slice 1).
+    fn timed() -> Matrix {
+        Matrix {
+            mesh_w: 2,
+            mesh_h: 1,
+            mpl: 3,
+            slices: vec![
+                SliceInfo {
+                    id: 0,
+                    placements: vec![place(4, 0, 0, 2, 1, true)],
+                },
+                SliceInfo {
+                    id: 1,
+                    placements: vec![place(5, 0, 0, 1, 1, true), place(6, 1, 0, 1, 1, true)],
+                },
+                SliceInfo {
+                    id: 2,
+                    placements: vec![place(7, 0, 0, 2, 1, true)],
+                },
+            ],
+            queue: vec![],
+            table_version: 5,
+            epoch_ns: 1000 * MS,
+            quantum_ns: 50 * MS,
+            effective_ns: 1100 * MS,
+            row_slices: vec![1, 0],
+            now_ns: 1130 * MS,
+            running_row: Some(0),
+        }
+    }
+
+    #[test]
+    fn marks_the_running_slice() {
+        let expected = "\
+mesh 2x1, mpl 3; row y=0 at the top
+table v5, quantum 50ms, rows: slice 1, 0; running: slice 1
+slice 0 (1 job)
+0 | 4 4
+    0 1
+
+slice 1 (2 jobs)  ▶ running
+0 | 5 6
+    0 1
+
+slice 2 (1 job)  (not in the table yet)
+0 | 7 7
+    0 1
+
+queue: empty
+";
+        assert_eq!(draw(&timed()), expected);
+
+        let idle = Matrix {
+            running_row: None,
+            ..timed()
+        };
+        let text = draw(&idle);
+        assert!(text.contains("rows: slice 1, 0; running: none\n"), "{text}");
+        assert!(!text.contains('▶'), "{text}");
+    }
+
+    #[test]
+    fn the_running_row_moves_with_the_clock() {
+        let m = timed();
+        assert_eq!(running_row_at(&m, 1130 * MS), Some(0), "slot 2");
+        assert_eq!(running_row_at(&m, 1150 * MS - 1), Some(0));
+        assert_eq!(running_row_at(&m, 1150 * MS), Some(1), "slot 3");
+        assert_eq!(running_row_at(&m, 1200 * MS), Some(0), "slot 4");
+        assert_eq!(
+            running_row_at(&m, 10_000 * MS + 60 * MS),
+            Some(1),
+            "slot 181"
+        );
+        assert_eq!(
+            running_row_at(&m, 11_000 * MS + 10 * MS),
+            Some(0),
+            "slot 200"
+        );
+        // Before the table took effect, the master's answer stands.
+        assert_eq!(running_row_at(&m, 1090 * MS), Some(0));
+        assert_eq!(
+            next_boundary_after(&m, 1130 * MS),
+            Some(1150 * MS),
+            "the next boundary"
+        );
+        assert_eq!(next_boundary_after(&m, 1150 * MS), Some(1200 * MS));
+
+        let later = at(&m, 1160 * MS);
+        assert_eq!(later.now_ns, 1160 * MS);
+        assert_eq!(later.running_row, Some(1));
+        assert_eq!(running_slice(&later), Some(0));
+        assert!(draw(&later).contains("slice 0 (1 job)  ▶ running\n"));
+
+        // No table: nothing runs and there are no boundaries.
+        let none = Matrix {
+            table_version: 0,
+            quantum_ns: 0,
+            running_row: None,
+            row_slices: vec![],
+            ..timed()
+        };
+        assert_eq!(running_row_at(&none, 1130 * MS), None);
+        assert_eq!(next_boundary_after(&none, 1130 * MS), None);
+        assert!(!draw(&none).contains("not in the table"));
+        // A table with no rows (nothing placed) runs nothing.
+        let empty = Matrix {
+            row_slices: vec![],
+            running_row: None,
+            ..timed()
+        };
+        assert_eq!(running_row_at(&empty, 1130 * MS), None);
     }
 }

@@ -65,6 +65,49 @@ fn prun_rejects_bad_durations() {
 }
 
 #[test]
+fn prun_rejects_unknown_gang_modes() {
+    let o = run(PRUN, &["-n", "2", "--gang", "strict", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("[possible values: stop, priority, none, freeze]"),
+        "{err}"
+    );
+    // From the environment too.
+    let o = Command::new(PRUN)
+        .args(["-n", "2", "--", "true"])
+        .env("GANG_MODE", "sometimes")
+        .env("GANG_CONFIG", "/dev/null")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sometimes"), "{}", stderr(&o));
+    // A valid mode gets as far as the (unreachable) master.
+    for mode in ["stop", "priority", "none", "freeze"] {
+        let o = run(
+            PRUN,
+            &[
+                "--master",
+                "127.0.0.1:1",
+                "-n",
+                "2",
+                "--gang",
+                mode,
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(o.status.code(), Some(1), "{mode}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot reach the master"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn prun_reports_an_unreachable_master() {
     let o = run(
         PRUN,
@@ -102,6 +145,8 @@ fn gangctl_reports_an_unreachable_master() {
         &["job", "3"],
         &["nodes"],
         &["slices"],
+        &["slices", "--watch"],
+        &["stats"],
         &["cancel", "1"],
         &["drain", "1,1"],
     ] {
@@ -157,6 +202,15 @@ fn gangctl_usage_errors() {
 
     let o = run(GANGCTL, &["job", "x"]);
     assert_eq!(o.status.code(), Some(2));
+
+    for args in [
+        &["start", "--mesh", "2x2", "--quantum-ms", "0"][..],
+        &["start", "--mesh", "2x2", "--quantum-ms", "60001"],
+        &["start", "--mesh", "2x2", "--gang-mode", "strict"],
+    ] {
+        let o = run(GANGCTL, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
 
     let o = run(GANGCTL, &["--output", "yaml", "jobs"]);
     assert_eq!(o.status.code(), Some(2));
@@ -220,6 +274,72 @@ fn gangctl_start_reports_a_missing_agent() {
     );
 }
 
+/// `gangctl start` hands --mpl, --quantum-ms, --gang-mode and --master-arg to the master
+/// and --agent-arg to every agent (fake binaries that print their arguments).
+#[test]
+fn gangctl_start_passes_flags_to_the_daemons() {
+    use std::os::unix::fs::PermissionsExt;
+    let bins = tempfile::tempdir().unwrap();
+    let master = "#!/bin/sh\n\
+        echo \"master args: $*\"\n\
+        while [ $# -gt 0 ]; do\n\
+          if [ \"$1\" = --ready-file ]; then printf 'grpc=127.0.0.1:1\\nmetrics=127.0.0.1:1\\n' > \"$2\"; fi\n\
+          shift\n\
+        done\n\
+        exec sleep 30\n";
+    let agent = "#!/bin/sh\necho \"agent args: $*\"\nexit 4\n";
+    for (name, text) in [("gang-master", master), ("gang-agent", agent)] {
+        let p = bins.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let work = tempfile::tempdir().unwrap();
+    let o = run(
+        GANGCTL,
+        &[
+            "start",
+            "--bin-dir",
+            bins.path().to_str().unwrap(),
+            "--dir",
+            work.path().to_str().unwrap(),
+            "--mesh",
+            "1x1",
+            "--mpl",
+            "2",
+            "--quantum-ms",
+            "100",
+            "--gang-mode",
+            "priority",
+            "--master-arg=--table-lead-ms",
+            "--master-arg",
+            "40",
+            "--agent-arg",
+            "--clock",
+            "--agent-arg=host",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("gangctl: the agent of node 0,0 exited with 4"),
+        "{err}"
+    );
+    assert!(
+        err.contains("agent args: --master http://127.0.0.1:1 "),
+        "{err}"
+    );
+    assert!(err.trim_end().ends_with(" --clock host"), "{err}");
+    let log = std::fs::read_to_string(work.path().join("master.log")).unwrap();
+    assert!(log.starts_with("master args: --listen "), "{log}");
+    assert!(
+        log.contains(" --mpl 2 ")
+            && log
+                .trim_end()
+                .ends_with(" --quantum-ms 100 --gang-mode priority --table-lead-ms 40"),
+        "{log}"
+    );
+}
+
 #[test]
 fn help_of_every_command() {
     let o = run(PRUN, &["--help"]);
@@ -233,6 +353,11 @@ fn help_of_every_command() {
         "--name",
         "--master",
         "GANG_MASTER",
+        "--gang",
+        "GANG_MODE",
+        "SIGSTOP",
+        "nice +15",
+        "cgroup freezer",
     ] {
         assert!(text.contains(flag), "prun --help lacks {flag}:\n{text}");
     }
@@ -241,20 +366,42 @@ fn help_of_every_command() {
     assert!(o.status.success());
     let text = stdout(&o);
     for sub in [
-        "start", "jobs", "job", "cancel", "nodes", "slices", "drain", "resume", "--output",
+        "start", "jobs", "job", "cancel", "nodes", "slices", "stats", "drain", "resume", "--output",
     ] {
         assert!(text.contains(sub), "gangctl --help lacks {sub}:\n{text}");
     }
 
     let subs: &[(&str, &[&str])] = &[
-        ("start", &["--mesh", "--mpl", "--keep", "--dir", "CMD"]),
+        (
+            "start",
+            &[
+                "--mesh",
+                "--mpl",
+                "--quantum-ms",
+                "--gang-mode",
+                "--master-arg",
+                "--agent-arg",
+                "--keep",
+                "--dir",
+                "CMD",
+            ],
+        ),
         ("jobs", &["--all", "--limit"]),
         ("job", &["<ID>"]),
         ("cancel", &["<ID>..."]),
         ("nodes", &["--master"]),
         (
             "slices",
-            &["--watch", "--interval-ms", "row y=H-1 at the top"],
+            &[
+                "--watch",
+                "--interval-ms",
+                "row y=H-1 at the top",
+                "▶ running",
+            ],
+        ),
+        (
+            "stats",
+            &["skew", "switch latency", "switch cost", "p99_ns"],
         ),
         ("drain", &["<X,Y>"]),
         ("resume", &["<X,Y>"]),

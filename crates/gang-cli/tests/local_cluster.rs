@@ -143,10 +143,10 @@ fn jobs_run_on_a_local_cluster() {
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(text(&o.stdout), "hello\nworld\n");
 
-    // --detach, gangctl job, cancel.
+    // --detach, --gang, gangctl job, cancel.
     let o = cmd(PRUN, &c)
         .args([
-            "-n", "2", "--detach", "--name", "sleeper", "--", "sleep", "30",
+            "-n", "2", "--detach", "--name", "sleeper", "--gang", "priority", "--", "sleep", "30",
         ])
         .output()
         .unwrap();
@@ -158,6 +158,8 @@ fn jobs_run_on_a_local_cluster() {
     let job = gangctl_json(&c, &["job", &id.to_string()]);
     assert_eq!(job["name"], "sleeper");
     assert_eq!(job["argv"], serde_json::json!(["sleep", "30"]));
+    assert_eq!(job["gang"], "priority", "{job}");
+    assert!(job["run_ns"].is_i64(), "{job}");
     let o = cmd(GANGCTL, &c)
         .args(["cancel", &id.to_string()])
         .output()
@@ -181,6 +183,13 @@ fn jobs_run_on_a_local_cluster() {
     assert_eq!(all.as_array().unwrap().len(), 5, "{all}");
     let matrix = gangctl_json(&c, &["slices"]);
     assert_eq!(matrix["mesh_w"], 2);
+    assert!(matrix["table_version"].is_u64(), "{matrix}");
+    assert!(matrix["row_slices"].is_array(), "{matrix}");
+    let stats = gangctl_json(&c, &["stats"]);
+    assert!(stats["skew"]["p99_ns"].is_i64(), "{stats}");
+    assert!(stats["quantum_ns"].as_i64().unwrap() > 0, "{stats}");
+    let nodes = gangctl_json(&c, &["nodes"]);
+    assert!(nodes["nodes"][0]["clock_from_host"].is_boolean(), "{nodes}");
 
     c.shutdown().expect("clean shutdown");
 }

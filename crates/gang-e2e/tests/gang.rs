@@ -172,7 +172,7 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|p| p["job_id"] == narrow.id)
+                .any(|p| p["job"] == narrow.id)
         })
         .count();
     assert_eq!(in_slices, 2, "{m}");

@@ -1,5 +1,5 @@
-//! `gangctl`: look at and steer the gang cluster (jobs, nodes, slices, cancel, drain), or
-//! start a whole local cluster.
+//! `gangctl`: look at and steer the gang cluster (jobs, nodes, slices, stats, cancel,
+//! drain), or start a whole local cluster.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,16 +10,20 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
+use gang_cli::gang_mode::GangModeArg;
+use gang_cli::matrix_view;
 use gang_cli::output::{
-    CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, OutputMode, View,
+    CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, OutputMode, StatsView, View,
 };
 use gang_cli::parse::{parse_mesh, parse_node};
 use gang_cli::{LocalCluster, LocalClusterOptions};
+use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{
-    CancelRequest, GetJobRequest, GetMatrixRequest, JobState, ListJobsRequest, ListNodesRequest,
-    NodeRequest,
+    CancelRequest, GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest,
+    ListNodesRequest, Matrix, NodeRequest,
 };
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
 
 /// Look at and steer the gang cluster, or start a local one.
 ///
@@ -56,7 +60,7 @@ enum Cmd {
     /// when it exits (exiting with its status), or, without CMD, waits for Ctrl-C. State
     /// and logs go to a temporary directory, removed at the end unless --keep or --dir.
     #[command(
-        after_help = "Examples:\n  gangctl start --mesh 4x4\n  gangctl start --mesh 2x2 --mpl 2 -- prun -n 4 hostname"
+        after_help = "Examples:\n  gangctl start --mesh 4x4\n  gangctl start --mesh 2x2 --mpl 2 -- prun -n 4 hostname\n  gangctl start --mesh 4x4 --mpl 2 --quantum-ms 100 --gang-mode priority\n  gangctl start --mesh 2x2 --agent-arg=--clock --agent-arg=host"
     )]
     Start(StartArgs),
 
@@ -84,22 +88,41 @@ enum Cmd {
         ids: Vec<u64>,
     },
 
-    /// List the nodes of the mesh: state, agent address, jobs, clock offset.
+    /// List the nodes of the mesh: state, agent address, jobs, clock offset from the
+    /// master ± its error bound ("host": the agent trusts its host clock), and the newest
+    /// slice table version the agent acknowledged.
     Nodes,
 
-    /// Show the slice matrix: which job holds which node in each slice, and the queue.
+    /// Show the slice matrix: which job holds which node in each slice, the slice table in
+    /// force (version, quantum, row order), the slice running now, and the queue.
     ///
     /// Each slice is drawn as a grid, row y=H-1 at the top and x=0 at the left; a cell is
     /// the id of the job on that node ("." if free); "*" marks a multiple-task slot (a job
-    /// running in a slice besides its home slice).
+    /// running in a slice besides its home slice). The slice running now is marked
+    /// "▶ running".
     Slices {
-        /// Redraw every interval until Ctrl-C (with --output json: one JSON line each time).
+        /// Redraw until Ctrl-C: the matrix is fetched every interval, and in between the
+        /// running slice is moved on at each slot boundary (computed from the table's
+        /// epoch and quantum; at most every 100 ms). With --output json: one JSON line per
+        /// fetch.
         #[arg(short, long)]
         watch: bool,
-        /// Redraw interval for --watch, in milliseconds.
-        #[arg(long, default_value_t = 1000, value_name = "N", value_parser = clap::value_parser!(u64).range(10..))]
+        /// How often --watch fetches the matrix, in milliseconds.
+        #[arg(long, default_value_t = 500, value_name = "N", value_parser = clap::value_parser!(u64).range(10..))]
         interval_ms: u64,
     },
+
+    /// Gang switching figures over a recent window: co-scheduling skew, switch latency and
+    /// switch cost (count, p50, p99, max, mean), switches reported and dropped, and the
+    /// slice table version and quantum.
+    ///
+    /// skew: per slot boundary, the spread of the agents' last-signal times (corrected by
+    /// their clock offsets). switch latency: per agent and switch, last signal sent minus
+    /// the deadline. switch cost: per agent and switch, last signal minus first signal.
+    /// JSON: {"skew":{"count","p50_ns","p99_ns","max_ns","mean_ns"},"switch_latency":{..},
+    /// "switch_cost":{..},"switches_reported","switches_dropped","table_version","quantum_ns"}
+    /// (integers, nanoseconds).
+    Stats,
 
     /// Drain a node: it takes no new jobs; running ones finish.
     Drain {
@@ -125,6 +148,25 @@ struct StartArgs {
     /// Slices of the Ousterhout matrix (multiprogramming level); default: the master's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     mpl: Option<u32>,
+
+    /// Length of a time slot in ms (gang-master --quantum-ms); default: the master's.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    quantum_ms: Option<u32>,
+
+    /// How jobs that do not choose (prun --gang) are switched (gang-master --gang-mode);
+    /// default: the master's.
+    #[arg(long, value_enum, value_name = "MODE")]
+    gang_mode: Option<GangModeArg>,
+
+    /// An extra gang-master flag (repeat for each word: --master-arg=--table-lead-ms
+    /// --master-arg=40).
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    master_arg: Vec<String>,
+
+    /// An extra flag for every gang-agent (repeat for each word: --agent-arg=--clock
+    /// --agent-arg=host).
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    agent_arg: Vec<String>,
 
     /// Keep the temporary directory (state, logs) after the cluster stops.
     #[arg(long)]
@@ -243,29 +285,13 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                 print(mode, &MatrixView(&m));
                 return Ok(0);
             }
-            let mut ticker = tokio::time::interval(Duration::from_millis(interval_ms));
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let ctrl_c = tokio::signal::ctrl_c();
-            tokio::pin!(ctrl_c);
-            loop {
-                tokio::select! {
-                    _ = &mut ctrl_c => return Ok(0),
-                    _ = ticker.tick() => {
-                        let m = client.get_matrix(GetMatrixRequest {}).await?.into_inner();
-                        let text = match mode {
-                            OutputMode::Cli => format!(
-                                "\x1b[H\x1b[2J{master} every {interval_ms} ms (Ctrl-C to stop)\n\n{}",
-                                mode.render(&MatrixView(&m))
-                            ),
-                            OutputMode::Json => mode.render_compact(&MatrixView(&m)),
-                        };
-                        let mut out = std::io::stdout().lock();
-                        if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
-                            return Ok(0); // the reader went away
-                        }
-                    }
-                }
-            }
+            watch_slices(&mut client, mode, &master, interval_ms).await
+        }
+        Cmd::Stats => {
+            let mut client = connect::admin_client(&master).await?;
+            let stats = client.get_stats(GetStatsRequest {}).await?.into_inner();
+            print(mode, &StatsView(&stats));
+            Ok(0)
         }
         Cmd::Drain { node: (x, y) } => {
             let mut client = connect::admin_client(&master).await?;
@@ -302,8 +328,18 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
 
     let (w, h) = args.mesh;
     let interrupted = Arc::new(AtomicBool::new(false));
+    let mut master_args = Vec::new();
+    if let Some(q) = args.quantum_ms {
+        master_args.extend(["--quantum-ms".to_string(), q.to_string()]);
+    }
+    if let Some(g) = args.gang_mode {
+        master_args.extend(["--gang-mode".to_string(), g.as_str().to_string()]);
+    }
+    master_args.extend(args.master_arg.iter().cloned());
     let opts = LocalClusterOptions {
         mpl: args.mpl,
+        master_args,
+        agent_args: args.agent_arg.clone(),
         dir: args.dir.clone(),
         keep: args.keep,
         bin_dir: args.bin_dir.clone(),
@@ -399,6 +435,127 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
         eprintln!("gangctl: state and logs kept in {}", dir.display());
     }
     Ok(code)
+}
+
+/// The running slice is recomputed at most this often between fetches.
+const MIN_REDRAW: Duration = Duration::from_millis(100);
+
+/// A matrix and the local instant matching its `now_ns` on the master clock.
+struct Fetched {
+    matrix: Matrix,
+    at: Instant,
+}
+
+impl Fetched {
+    /// The master's clock at local instant `t` (extrapolated from the answer).
+    fn master_ns(&self, t: Instant) -> i64 {
+        let d = if t >= self.at {
+            (t - self.at).as_nanos() as i64
+        } else {
+            -((self.at - t).as_nanos() as i64)
+        };
+        self.matrix.now_ns + d
+    }
+
+    /// The local instant of master time `ns`.
+    fn local(&self, ns: i64) -> Instant {
+        let d = ns - self.matrix.now_ns;
+        if d >= 0 {
+            self.at + Duration::from_nanos(d as u64)
+        } else {
+            self.at
+                .checked_sub(Duration::from_nanos(d.unsigned_abs()))
+                .unwrap_or(self.at)
+        }
+    }
+}
+
+/// `gangctl slices --watch`.
+async fn watch_slices(
+    client: &mut AdminServiceClient<tonic::transport::Channel>,
+    mode: OutputMode,
+    master: &str,
+    interval_ms: u64,
+) -> Result<i32, CliError> {
+    let interval = Duration::from_millis(interval_ms);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut next_fetch = Instant::now();
+    let mut fetched: Option<Fetched> = None;
+    // When the text was last computed (drawn or found unchanged).
+    let mut last_check = Instant::now();
+    let mut last_text = String::new();
+    loop {
+        // Wake for the next fetch, or (text) for the next slot boundary, if sooner.
+        let mut wake = next_fetch;
+        if mode == OutputMode::Cli
+            && let Some(f) = &fetched
+            && let Some(b) =
+                matrix_view::next_boundary_after(&f.matrix, f.master_ns(Instant::now()))
+        {
+            // A little past the boundary, so that the row computed there is the new one.
+            let at = (f.local(b) + Duration::from_millis(1)).max(last_check + MIN_REDRAW);
+            wake = wake.min(at);
+        }
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(0),
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+        let now = Instant::now();
+        let mut new_fetch = false;
+        if now >= next_fetch {
+            let sent = Instant::now();
+            let matrix = client.get_matrix(GetMatrixRequest {}).await?.into_inner();
+            let received = Instant::now();
+            // The master read its clock about halfway through the round trip.
+            fetched = Some(Fetched {
+                matrix,
+                at: sent + (received - sent) / 2,
+            });
+            next_fetch = (next_fetch + interval).max(received);
+            new_fetch = true;
+        }
+        let Some(f) = &fetched else { continue };
+        let text = match mode {
+            OutputMode::Json if new_fetch => mode.render_compact(&MatrixView(&f.matrix)),
+            OutputMode::Json => continue,
+            OutputMode::Cli => {
+                last_check = Instant::now();
+                let m = matrix_view::at(&f.matrix, f.master_ns(last_check));
+                let body = format!(
+                    "{master} every {interval_ms} ms (Ctrl-C to stop)\n\n{}",
+                    mode.render(&MatrixView(&m))
+                );
+                if body == last_text {
+                    continue;
+                }
+                let first = last_text.is_empty();
+                last_text = body;
+                redraw_text(&last_text, first)
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            return Ok(0); // the reader went away
+        }
+    }
+}
+
+/// Terminal text that replaces the screen with `body` without flicker: home, each line
+/// cleared to its end, then the rest of the screen cleared (the whole screen the first
+/// time).
+fn redraw_text(body: &str, first: bool) -> String {
+    let mut out = String::from(if first { "\x1b[H\x1b[2J" } else { "\x1b[H" });
+    for line in body.lines() {
+        out.push_str(line);
+        out.push_str("\x1b[K\n");
+    }
+    out.push_str("\x1b[J");
+    out
 }
 
 /// `PATH` with the directory of this executable in front.

@@ -6,6 +6,7 @@ use clap::Parser;
 use gang_cli::attach::{self, AttachOptions};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
+use gang_cli::gang_mode::{self, GangModeArg};
 use gang_cli::parse::parse_duration;
 use gang_proto::v1::{JobSpec, SubmitRequest};
 use nix::unistd::{User, getgid, getuid};
@@ -20,7 +21,7 @@ use nix::unistd::{User, getgid, getuid};
 #[command(
     name = "prun",
     version,
-    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
+    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
 )]
 struct Args {
     /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
@@ -39,6 +40,11 @@ struct Args {
     /// Cancel the job after this long: seconds (90) or with a unit (30s, 10m, 2h).
     #[arg(short = 't', long, value_name = "DURATION", value_parser = parse_duration)]
     time_limit: Option<u64>,
+
+    /// How the job is switched out of its time slices when the cluster time-shares the
+    /// mesh; default: the cluster's (gang-master --gang-mode).
+    #[arg(long, env = "GANG_MODE", value_enum, value_name = "MODE")]
+    gang: Option<GangModeArg>,
 
     /// Name shown by `gangctl jobs` (default: the command).
     #[arg(long)]
@@ -139,6 +145,7 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         time_limit_s: args.time_limit.unwrap_or(0),
         stdin,
         name: args.name.clone().unwrap_or_default(),
+        gang: gang_mode::to_proto(args.gang) as i32,
     };
     let request = SubmitRequest {
         spec: Some(spec),
@@ -168,7 +175,12 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         return Ok(0);
     }
     if args.verbose {
-        eprintln!("prun: job {} submitted ({})", job.id, job.state().label());
+        eprintln!(
+            "prun: job {} submitted ({}, gang mode {})",
+            job.id,
+            job.state().label(),
+            gang_mode::label(job.gang())
+        );
     }
     drop(client);
     Ok(attach::run(
