@@ -84,9 +84,11 @@ fn watch(a: &Job, b: &Job, span: Duration) -> Watch {
 
 /// Both jobs are in a table in force: one of them is seen fully stopped.
 fn wait_switching(a: &Job, b: &Job) {
-    wait_for(T, "one of the jobs to be stopped by its slice table", || {
-        (running(&a.pids).0 == 0 || running(&b.pids).0 == 0).then_some(())
-    });
+    wait_for(
+        T,
+        "one of the jobs to be stopped by its slice table",
+        || (running(&a.pids).0 == 0 || running(&b.pids).0 == 0).then_some(()),
+    );
 }
 
 /// Two CPU-bound 4x4 jobs in two slices alternate, share the CPU evenly, and keep
@@ -107,14 +109,20 @@ fn two_4x4_jobs_alternate_and_share_the_cpu() {
         w.samples, w.longest_overlap, w.a_stopped_runs, w.b_stopped_runs, w.a_cpu, w.b_cpu
     );
     // 4 s at 100 ms slots: about 20 turns each.
-    assert!(w.a_stopped_runs >= 10 && w.b_stopped_runs >= 10, "they do not alternate");
+    assert!(
+        w.a_stopped_runs >= 10 && w.b_stopped_runs >= 10,
+        "they do not alternate"
+    );
     // Both run at once only around a boundary (the spread of 16 agents' switches).
     assert!(
         w.longest_overlap < Duration::from_millis(QUANTUM_MS / 4),
         "both jobs ran together for {:?}",
         w.longest_overlap
     );
-    assert!((0.45..=0.55).contains(&share), "CPU share of job A {share:.3}");
+    assert!(
+        (0.45..=0.55).contains(&share),
+        "CPU share of job A {share:.3}"
+    );
 
     // The matrix shows the row running now.
     let m = gangctl_json(&c, &["slices"]).unwrap();
@@ -145,7 +153,11 @@ fn two_4x4_jobs_alternate_and_share_the_cpu() {
         }
     });
     let out = gangctl(&c, &["cancel", &stopped.id.to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let j = wait_state(&c, stopped.id, "cancelled", T);
     // Killed by its SIGTERM, not by SIGKILL after the grace: it was continued to take it.
     assert_eq!(j["exit_code"], 128 + 15, "{j}");
@@ -215,7 +227,10 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
     let run = j["run_ns"].as_i64().unwrap() as f64 / 1e9;
     eprintln!("time-limited job: wall {wall:.2} s, run {run:.2} s");
     assert!((1.0..1.4).contains(&run), "run time {run}: {j}");
-    assert!(wall > 1.6, "the limit counted stopped time: wall {wall} s: {j}");
+    assert!(
+        wall > 1.6,
+        "the limit counted stopped time: wall {wall} s: {j}"
+    );
     assert!(j["reason"].as_str().unwrap().contains("time limit"), "{j}");
     c.shutdown().unwrap();
 }

@@ -8,6 +8,8 @@ use serde::Deserialize;
 
 use crate::job::GangMode;
 
+/// Slices by default: Slurm's gang scheduler also shares a node four ways by default.
+pub const DEFAULT_MPL: u32 = 4;
 /// The default quantum (see README: gang overhead against quantum).
 pub const DEFAULT_QUANTUM_MS: u32 = 50;
 pub const DEFAULT_TABLE_LEAD_MS: u32 = 20;

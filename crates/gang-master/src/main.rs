@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_master::config::{
-    DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, FileConfig, MasterConfig, parse_mesh,
+    DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, FileConfig, MasterConfig, parse_mesh,
 };
 use gang_master::job::GangMode;
 use tracing::info;
@@ -74,7 +74,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             anyhow::bail!("the mesh is required: --mesh WxH or mesh = \"WxH\" in the config")
         }
     };
-    let mpl = a.mpl.or(f.mpl).unwrap_or(1);
+    let mpl = a.mpl.or(f.mpl).unwrap_or(DEFAULT_MPL);
     if mpl == 0 {
         anyhow::bail!("mpl must be at least 1");
     }

@@ -18,7 +18,9 @@ fn shipped_example_config_parses() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/master.toml");
     let c = FileConfig::load(&p).unwrap();
     assert_eq!(c.mesh.as_deref(), Some("4x4"));
-    assert_eq!(c.mpl, Some(1));
+    assert_eq!(c.mpl, Some(4));
+    assert_eq!(c.quantum_ms, Some(50));
+    assert_eq!(c.gang_mode.as_deref(), Some("stop"));
 }
 
 #[test]
