@@ -1,6 +1,7 @@
 #!/bin/sh
 # The README's demo, run inside `gangctl start --mesh 4x4 -- sh demo/demo.sh`:
-# a few jobs of different shapes share the 4x4 mesh; gangctl shows where they landed.
+# jobs share the 4x4 mesh in space and in time; gangctl shows where they landed, which
+# slice runs now, and how closely the agents switched.
 set -e
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -13,21 +14,29 @@ prun -n 2x2 -- sh -c 'exit 7' || echo "prun exited with $?"
 say "stdin goes to rank 0: echo hello | prun -n 2x1 --label -- cat"
 echo hello | prun -n 2x1 --label -- cat
 
-say "three jobs at once: 2x2, 2x2 and 4x2 (a node count, 8, also works)"
+say "time sharing: two CPU-bound 4x4 jobs take turns on the whole mesh (50 ms slots)"
+spin='awk "BEGIN{for(i=0;i<4000000;i++)s+=i}"'
+prun -n 4x4 --name spin-a -- sh -c "$spin" &
+prun -n 4x4 --name spin-b --gang priority -- sh -c "$spin" &
+sleep 1
+gangctl slices
+say "gangctl jobs: RUN counts the time a job was scheduled, not the time it was stopped"
+gangctl jobs
+wait
+say "gangctl stats: how closely the 16 agents switched (skew), and what a switch costs"
+gangctl stats
+
+say "jobs of shapes 2x2, 2x2 and 8 nodes share the mesh in space (and a 4x4 one in time)"
 a=$(prun -n 2x2 --detach --name two-by-two -- sleep 30)
 b=$(prun -n 2x2 --detach --name another -- sleep 30)
 c=$(prun -n 8 --detach --name eight-nodes -- sleep 30)
-d=$(prun -n 1 --detach --name waits -- echo "I waited for a free node")
+d=$(prun -n 4x4 --detach --name whole-mesh -- sleep 30)
 sleep 1
 gangctl jobs
-say "the slice matrix: which job holds which node"
+say "the slice matrix: which job holds which node in which slice"
 gangctl slices
+gangctl cancel "$a" "$b" "$c" "$d" >/dev/null
 
-say "cancel job $a: the waiting job $d gets its nodes"
-gangctl cancel "$a"
-sleep 1
-gangctl jobs --all
-gangctl cancel "$b" "$c" >/dev/null
 say "bad input gets a clear error"
 prun -n 5x5 -- true || true
 prun -n 2x2 -- /no/such/program || true
