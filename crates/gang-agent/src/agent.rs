@@ -18,10 +18,12 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
+use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::node::Node;
 use crate::registry_client;
 use crate::service::AgentService;
+use crate::switch::{SwitchOptions, Switcher, report};
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -39,6 +41,9 @@ pub struct AgentHandle {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     session: JoinHandle<()>,
     uplink: JoinHandle<()>,
+    /// Clock probes (None with `clock = "host"`).
+    probes: Option<JoinHandle<()>>,
+    reports: JoinHandle<()>,
 }
 
 /// Start an agent: bind, write the ready file, then register in the background (the
@@ -48,7 +53,27 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let addr = listener.local_addr().context("bound address")?;
-    let node = Node::new(cfg.coord, cfg.kill_grace);
+    let clock = Clock::new(cfg.clock);
+    if cfg.clock == ClockMode::Host {
+        info!("clock: trusting the host clock (offset 0)");
+    }
+    let switch = Switcher::start(
+        cfg.coord,
+        Arc::clone(&clock),
+        &SwitchOptions {
+            freezer: cfg.freezer.clone(),
+            rt_priority: cfg.rt_priority,
+            spin: cfg.switch_spin,
+            ..SwitchOptions::default()
+        },
+    )
+    .context("cannot start the switch thread")?;
+    let node = Node::new(
+        cfg.coord,
+        cfg.kill_grace,
+        Arc::clone(&switch),
+        Arc::clone(&clock),
+    );
 
     let (stop_server, stopped) = oneshot::channel::<()>();
     // Probes time round trips: do not let Nagle hold small replies back.
@@ -79,7 +104,17 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         Arc::clone(&node),
         address,
     ));
-    let uplink = tokio::spawn(registry_client::run_uplink(client, Arc::clone(&node)));
+    let uplink = tokio::spawn(registry_client::run_uplink(
+        client.clone(),
+        Arc::clone(&node),
+    ));
+    let probes = (cfg.clock == ClockMode::Probe).then(|| {
+        let kick = Arc::clone(&switch);
+        tokio::spawn(clock::run_probes(client.clone(), clock, move || {
+            kick.kick()
+        }))
+    });
+    let reports = tokio::spawn(report::run_reports(client, switch));
     Ok(AgentHandle {
         addr,
         node,
@@ -87,6 +122,8 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         server,
         session,
         uplink,
+        probes,
+        reports,
     })
 }
 
@@ -107,8 +144,13 @@ impl AgentHandle {
                 );
             }
         }
+        self.node.switch.finish().await;
         self.session.abort();
         self.uplink.abort();
+        self.reports.abort();
+        if let Some(p) = &self.probes {
+            p.abort();
+        }
         let _ = self.stop_server.send(());
         let mut server = self.server;
         if tokio::time::timeout(FLUSH_WAIT, &mut server).await.is_err() {

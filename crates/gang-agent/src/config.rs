@@ -8,7 +8,10 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 
+use crate::clock::ClockMode;
 use crate::error::Coord;
+use crate::switch::RT_PRIORITY;
+use crate::switch::freezer::FreezerSetting;
 
 /// SIGTERM-to-SIGKILL grace for jobs the master tells us to drop at registration.
 pub const DEFAULT_KILL_GRACE_MS: u32 = 2000;
@@ -46,7 +49,8 @@ pub struct Flags {
     /// Once bound, write `grpc=HOST:PORT` here (atomically), for launchers.
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
-    /// A TOML file with the keys master, x, y, listen, kill_grace_ms, log_format.
+    /// A TOML file with the keys master, x, y, listen, kill_grace_ms, log_format, clock,
+    /// freezer, rt_priority, switch_spin_us.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log format on stderr [default: human].
@@ -55,6 +59,21 @@ pub struct Flags {
     /// Grace between SIGTERM and SIGKILL for jobs the master says to drop [default: 2000].
     #[arg(long, value_name = "MS")]
     pub kill_grace_ms: Option<u32>,
+    /// The master clock: probe the master (NTP-style), or trust the host clock (chrony,
+    /// PTP) [default: probe].
+    #[arg(long, value_enum)]
+    pub clock: Option<ClockMode>,
+    /// The cgroup freezer for FREEZE jobs: auto, off, or a directory in a cgroup
+    /// hierarchy [default: auto].
+    #[arg(long, value_name = "auto|off|PATH")]
+    pub freezer: Option<FreezerSetting>,
+    /// SCHED_FIFO priority of the switch thread, 1-99; 0: normal scheduling [default: 50].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=99))]
+    pub rt_priority: Option<i32>,
+    /// Wake the switch thread this long before each slot boundary and spin to it, trading
+    /// CPU for switch latency (at most 5000) [default: 0].
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=5000))]
+    pub switch_spin_us: Option<u32>,
 }
 
 /// The `--config` file. Unknown keys are errors: a misspelt key silently ignored is a
@@ -69,6 +88,10 @@ pub struct FileConfig {
     pub ready_file: Option<PathBuf>,
     pub kill_grace_ms: Option<u32>,
     pub log_format: Option<LogFormat>,
+    pub clock: Option<ClockMode>,
+    pub freezer: Option<FreezerSetting>,
+    pub rt_priority: Option<i32>,
+    pub switch_spin_us: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +105,10 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("missing {0}: give it as a flag or in the --config file")]
     Missing(&'static str),
+    #[error("rt_priority {0} is out of range (0-99)")]
+    RtPriority(i32),
+    #[error("switch_spin_us {0} is out of range (0-5000)")]
+    SwitchSpin(u32),
     #[error("bad master address {address:?}: {message}")]
     Master { address: String, message: String },
 }
@@ -96,6 +123,12 @@ pub struct AgentConfig {
     pub ready_file: Option<PathBuf>,
     pub kill_grace: Duration,
     pub log_format: LogFormat,
+    pub clock: ClockMode,
+    pub freezer: FreezerSetting,
+    /// SCHED_FIFO priority of the switch thread (0: normal scheduling).
+    pub rt_priority: i32,
+    /// How long before each boundary the switch thread wakes and spins.
+    pub switch_spin: Duration,
 }
 
 impl AgentConfig {
@@ -108,6 +141,10 @@ impl AgentConfig {
             ready_file: None,
             kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
             log_format: LogFormat::Human,
+            clock: ClockMode::Probe,
+            freezer: FreezerSetting::Auto,
+            rt_priority: RT_PRIORITY,
+            switch_spin: Duration::ZERO,
         }
     }
 }
@@ -155,6 +192,14 @@ impl Flags {
             .kill_grace_ms
             .or(file.kill_grace_ms)
             .unwrap_or(DEFAULT_KILL_GRACE_MS);
+        let rt_priority = self.rt_priority.or(file.rt_priority).unwrap_or(RT_PRIORITY);
+        if !(0..=99).contains(&rt_priority) {
+            return Err(ConfigError::RtPriority(rt_priority));
+        }
+        let spin_us = self.switch_spin_us.or(file.switch_spin_us).unwrap_or(0);
+        if spin_us > 5000 {
+            return Err(ConfigError::SwitchSpin(spin_us));
+        }
         Ok(AgentConfig {
             master: normalize_master(&master)?,
             coord: Coord { x, y },
@@ -162,6 +207,10 @@ impl Flags {
             ready_file: self.ready_file.or(file.ready_file),
             kill_grace: Duration::from_millis(u64::from(grace)),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
+            clock: self.clock.or(file.clock).unwrap_or_default(),
+            freezer: self.freezer.or(file.freezer).unwrap_or_default(),
+            rt_priority,
+            switch_spin: Duration::from_micros(u64::from(spin_us)),
         })
     }
 }
@@ -218,6 +267,54 @@ mod tests {
     }
 
     #[test]
+    fn clock_freezer_and_priority() {
+        let file = FileConfig::parse(
+            Path::new("agent.toml"),
+            "clock = \"host\"\nfreezer = \"/sys/fs/cgroup/freezer/g\"\nrt_priority = 0\nswitch_spin_us = 150\n",
+        )
+        .unwrap();
+        let cfg = flags(&["--master", "h:1", "--x", "0", "--y", "0"])
+            .resolve_with(file)
+            .unwrap();
+        assert_eq!(cfg.clock, ClockMode::Host);
+        assert_eq!(
+            cfg.freezer,
+            FreezerSetting::Path("/sys/fs/cgroup/freezer/g".into())
+        );
+        assert_eq!(cfg.rt_priority, 0);
+        assert_eq!(cfg.switch_spin, Duration::from_micros(150));
+        let cfg = flags(&[
+            "--master",
+            "h:1",
+            "--x",
+            "0",
+            "--y",
+            "0",
+            "--clock",
+            "probe",
+            "--freezer",
+            "off",
+            "--rt-priority",
+            "20",
+        ])
+        .resolve_with(FileConfig::default())
+        .unwrap();
+        assert_eq!(
+            (cfg.clock, cfg.freezer, cfg.rt_priority),
+            (ClockMode::Probe, FreezerSetting::Off, 20)
+        );
+        let err = FileConfig::parse(Path::new("a.toml"), "freezer = \"nope\"\n").unwrap_err();
+        assert!(err.to_string().contains("expected auto, off"), "{err}");
+        let err = FileConfig::parse(Path::new("a.toml"), "clock = \"ntp\"\n").unwrap_err();
+        assert!(err.to_string().contains("clock"), "{err}");
+        let err = flags(&["--master", "h:1", "--x", "0", "--y", "0"])
+            .resolve_with(FileConfig::parse(Path::new("a.toml"), "rt_priority = 120\n").unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("rt_priority 120"), "{err}");
+        assert!(Flags::try_parse_from(["gang-agent", "--rt-priority", "100"]).is_err());
+    }
+
+    #[test]
     fn defaults_and_scheme() {
         let cfg = flags(&["--master", "127.0.0.1:7470", "--x", "0", "--y", "2"])
             .resolve_with(FileConfig::default())
@@ -227,6 +324,9 @@ mod tests {
         assert_eq!(cfg.kill_grace, Duration::from_millis(2000));
         assert_eq!(cfg.log_format, LogFormat::Human);
         assert!(cfg.ready_file.is_none());
+        assert_eq!(cfg.clock, ClockMode::Probe);
+        assert_eq!(cfg.freezer, FreezerSetting::Auto);
+        assert_eq!(cfg.rt_priority, RT_PRIORITY);
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub struct RankSpec<'a> {
     pub env: &'a HashMap<String, String>,
     pub run_as: RunAs,
     pub stdin: bool,
+    /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
+    /// "0" to it before exec, so it runs inside the cgroup from its first instruction.
+    pub cgroup_procs: Option<std::os::fd::RawFd>,
 }
 
 /// The environment of a rank: exactly the request's, plus the GANG_* variables (which win
@@ -165,10 +168,14 @@ pub fn command(spec: &RankSpec<'_>) -> Command {
         cmd.uid(uid).gid(gid);
     }
     let agent_pid = std::process::id();
+    let cgroup_procs = spec.cgroup_procs;
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (prctl, getppid); it allocates nothing.
+    // async-signal-safe system calls (write, prctl, getppid); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(fd) = cgroup_procs {
+                crate::switch::freezer::enter(fd)?;
+            }
             // std runs this after setuid/setgid, which would have cleared the setting.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // The agent may have died between fork and prctl; then no signal will come.
@@ -238,9 +245,14 @@ pub async fn supervise(node: Arc<Node>, key: RankKey, mut child: Child, pgid: Pi
         }
     };
     node.ranks.mark_exited(key);
+    // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
+    let cgroup = node.switch.rank_ended(key);
     // Leftover members of the group (`cmd &` in a script) would keep the pipes open and
     // outlive the job.
     signal_group(pgid, Signal::SIGKILL);
+    if let Some(cgroup) = cgroup {
+        tokio::spawn(cgroup.run());
+    }
 
     let drained = tokio::time::timeout(PIPE_DRAIN, async {
         for p in &mut pumps {

@@ -7,17 +7,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gang_proto::v1::LaunchRequest;
+use gang_proto::v1::{GangMode, LaunchRequest};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
 use crate::launch::{self, Pipes, RankSpec};
 use crate::output::Outbox;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
+use crate::switch::Switcher;
 
 /// Stdin messages buffered per rank before the Stdin RPC waits (back-pressure to the
 /// client when the rank does not read).
@@ -30,20 +32,27 @@ pub struct Node {
     pub outbox: Arc<Outbox>,
     /// SIGTERM-to-SIGKILL grace for jobs the master tells us to drop.
     pub kill_grace: Duration,
+    /// Time slicing: the slice tables and the switch thread.
+    pub switch: Arc<Switcher>,
+    /// The master clock as this node estimates it.
+    pub clock: Arc<Clock>,
     agent_uid: u32,
 }
 
 impl Node {
-    pub fn new(coord: Coord, kill_grace: Duration) -> Arc<Self> {
-        Self::with_outbox(coord, kill_grace, Arc::new(Outbox::new()))
-    }
-
-    pub fn with_outbox(coord: Coord, kill_grace: Duration, outbox: Arc<Outbox>) -> Arc<Self> {
+    pub fn new(
+        coord: Coord,
+        kill_grace: Duration,
+        switch: Arc<Switcher>,
+        clock: Arc<Clock>,
+    ) -> Arc<Self> {
         Arc::new(Node {
             coord,
             ranks: Ranks::new(),
-            outbox,
+            outbox: Arc::new(Outbox::new()),
             kill_grace,
+            switch,
+            clock,
             agent_uid: nix::unistd::geteuid().as_raw(),
         })
     }
@@ -103,6 +112,10 @@ impl Node {
             },
             ReserveError::Closing => AgentError::ShuttingDown { node },
         })?;
+        // UNSPECIFIED (an older master) is STOP; the table's mode wins anyway.
+        let mode = GangMode::try_from(req.gang).unwrap_or(GangMode::Unspecified);
+        // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
+        let prepared = self.switch.prepare(key, mode);
         let spec = RankSpec {
             key,
             size: req.size,
@@ -113,16 +126,19 @@ impl Node {
             env: &req.env,
             run_as,
             stdin: req.stdin,
+            cgroup_procs: prepared.cgroup.as_ref().and_then(|c| c.procs_fd()),
         };
         let mut child = match launch::command(&spec).spawn() {
             Ok(child) => child,
             Err(e) => {
+                self.switch.abandon(prepared);
                 self.ranks.unreserve(key);
                 return Err(spawn_error(e));
             }
         };
         let Some(pid) = child.id() else {
             // Only possible if the child was already reaped, which nobody else does.
+            self.switch.abandon(prepared);
             self.ranks.unreserve(key);
             return Err(spawn_error(std::io::Error::other(
                 "the process vanished at spawn",
@@ -130,6 +146,8 @@ impl Node {
         };
         // process_group(0): the rank leads its own group, whose id is its pid.
         let pgid = Pid::from_raw(pid as i32);
+        // Managed from now on: if a table in force names its job, it is switched in step.
+        self.switch.add(prepared, pgid.as_raw());
         let stdin = child.stdin.take().map(|pipe| {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
             tokio::spawn(launch::feed_stdin(pipe, rx, key));
@@ -153,7 +171,10 @@ impl Node {
     }
 
     /// SIGCONT+SIGTERM to the job's ranks here, SIGKILL after `grace`. Whether any were here.
+    /// The job leaves time slicing first, and is continued (thawed, reniced), so that a
+    /// switched-out rank can act on the SIGTERM.
     pub fn signal(&self, job_id: u64, grace: Duration) -> bool {
+        self.switch.release_job(job_id);
         let found = self.ranks.signal_job(job_id, grace);
         if found {
             info!(
@@ -189,8 +210,10 @@ impl Node {
         Ok(())
     }
 
-    /// Shutdown: SIGKILL every rank's group, and wait (bounded) until all are reaped.
+    /// Shutdown: stop switching and continue every rank (a frozen one cannot even die),
+    /// SIGKILL every rank's group, and wait (bounded) until all are reaped.
     pub async fn kill_all(&self, deadline: Instant) -> bool {
+        self.switch.stop_and_release_all().await;
         let running = self.ranks.running().len();
         if running > 0 {
             info!(running, "killing all ranks");

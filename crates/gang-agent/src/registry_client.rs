@@ -2,8 +2,9 @@
 //! until the master is lost or forgets us, then Register again) and the uplink (deliver
 //! the outbox: output batches and exit reports, each retried until acknowledged).
 //!
-//! The two run as separate tasks on one lazily connected channel, so a master restart
-//! is survived by both: the channel reconnects, the session re-registers with the ranks
+//! The two run as separate tasks on one lazily connected channel (with the clock probes,
+//! `clock::run_probes`, and the switch reports, `switch::report`), so a master restart
+//! is survived by all: the channel reconnects, the session re-registers with the ranks
 //! still running, and the uplink resends what was not acknowledged.
 
 use std::future::Future;
@@ -154,10 +155,16 @@ async fn heartbeat_until_lost(client: &RegistryClient, node: &Node, period: Dura
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
+        let clock = node.clock.report();
         let req = HeartbeatRequest {
             x: node.coord.x,
             y: node.coord.y,
             running: rank_refs(node.ranks.running()),
+            // Until a probe is answered: 0 and 0 (the master shows "not probed").
+            clock_offset_ns: clock.offset_ns,
+            clock_error_ns: clock.error_ns,
+            clock_from_host: clock.from_host,
+            table_version: node.switch.table_version(),
         };
         match client.clone().heartbeat(req).await {
             Ok(resp) if resp.get_ref().known => {}

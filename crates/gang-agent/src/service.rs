@@ -1,16 +1,17 @@
 //! The NodeAgent gRPC service: a thin adapter from messages to `Node` calls.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use gang_proto::v1::node_agent_server::NodeAgent;
 use gang_proto::v1::{
-    LaunchRequest, LaunchResponse, ProbeRequest, ProbeResponse, SignalRequest, SignalResponse,
+    LaunchRequest, LaunchResponse, NodeTable, SetTableResponse, SignalRequest, SignalResponse,
     StdinRequest, StdinResponse,
 };
 use tonic::{Request, Response, Status};
 use tracing::warn;
 
+use crate::error::AgentError;
 use crate::node::Node;
 
 #[derive(Debug, Clone)]
@@ -21,14 +22,6 @@ pub struct AgentService {
 impl AgentService {
     pub fn new(node: Arc<Node>) -> Self {
         AgentService { node }
-    }
-}
-
-/// CLOCK_REALTIME in nanoseconds since the Unix epoch (what the master's probes compare).
-pub fn realtime_ns() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
     }
 }
 
@@ -70,16 +63,20 @@ impl NodeAgent for AgentService {
         Ok(Response::new(StdinResponse {}))
     }
 
-    async fn probe(
+    async fn set_table(
         &self,
-        request: Request<ProbeRequest>,
-    ) -> Result<Response<ProbeResponse>, Status> {
-        let t2_ns = realtime_ns();
-        let t1_ns = request.get_ref().t1_ns;
-        Ok(Response::new(ProbeResponse {
-            t1_ns,
-            t2_ns,
-            t3_ns: realtime_ns(),
-        }))
+        request: Request<NodeTable>,
+    ) -> Result<Response<SetTableResponse>, Status> {
+        match self.node.switch.set_table(request.into_inner()) {
+            Ok(version) => Ok(Response::new(SetTableResponse { version })),
+            Err(what) => {
+                warn!("slice table refused: {what}");
+                Err(AgentError::InvalidArgument {
+                    node: self.node.coord,
+                    what,
+                }
+                .into())
+            }
+        }
     }
 }

@@ -13,8 +13,9 @@ use gang_proto::v1::agent_registry_server::{AgentRegistry, AgentRegistryServer};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{
-    HeartbeatRequest, HeartbeatResponse, LaunchRequest, OutputAck, OutputBatch, RankExit,
-    RankExitAck, RegisterRequest, RegisterResponse, Stream,
+    ClockProbeRequest, ClockProbeResponse, GangMode, HeartbeatRequest, HeartbeatResponse,
+    LaunchRequest, OutputAck, OutputBatch, RankExit, RankExitAck, RegisterRequest,
+    RegisterResponse, Stream, SwitchReport, SwitchReportAck,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -34,6 +35,7 @@ pub enum Event {
     Heartbeat(HeartbeatRequest),
     Output(OutputBatch),
     Exit(RankExit),
+    Switches(SwitchReport),
 }
 
 #[derive(Debug)]
@@ -44,6 +46,9 @@ struct Shared {
     /// a restarted master).
     known: Mutex<Vec<(u32, u32)>>,
     kill_jobs: Mutex<Vec<u64>>,
+    /// This "master" clock runs this far ahead of the host's (for clock probes).
+    clock_ahead_ns: i64,
+    probes: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -98,6 +103,29 @@ impl AgentRegistry for Recorder {
         self.0.record(Event::Output(request.into_inner()));
         Ok(Response::new(OutputAck {}))
     }
+
+    async fn report_switches(
+        &self,
+        request: Request<SwitchReport>,
+    ) -> Result<Response<SwitchReportAck>, Status> {
+        self.0.record(Event::Switches(request.into_inner()));
+        Ok(Response::new(SwitchReportAck {}))
+    }
+
+    async fn clock_probe(
+        &self,
+        request: Request<ClockProbeRequest>,
+    ) -> Result<Response<ClockProbeResponse>, Status> {
+        let t2_ns = gang_agent::clock::realtime_ns() + self.0.clock_ahead_ns;
+        self.0
+            .probes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Response::new(ClockProbeResponse {
+            t1_ns: request.into_inner().t1_ns,
+            t2_ns,
+            t3_ns: gang_agent::clock::realtime_ns() + self.0.clock_ahead_ns,
+        }))
+    }
 }
 
 /// A recording AgentRegistry server.
@@ -116,6 +144,11 @@ impl TestRegistry {
     /// Start on a given address (to restart "the master" where agents expect it), with
     /// jobs to hand back as `kill_jobs` on registration.
     pub async fn start_on(addr: SocketAddr, kill_jobs: Vec<u64>) -> Self {
+        Self::start_with(addr, kill_jobs, 0).await
+    }
+
+    /// Like `start_on`, with a master clock `clock_ahead_ns` ahead of the host's.
+    pub async fn start_with(addr: SocketAddr, kill_jobs: Vec<u64>, clock_ahead_ns: i64) -> Self {
         let listener = TcpListener::bind(addr).await.expect("bind test registry");
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
@@ -123,6 +156,8 @@ impl TestRegistry {
             version: watch::Sender::new(0),
             known: Mutex::default(),
             kill_jobs: Mutex::new(kill_jobs),
+            clock_ahead_ns,
+            probes: Default::default(),
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
@@ -158,6 +193,13 @@ impl TestRegistry {
     /// Answer `known = false` from now on, as a master that lost its memory would.
     pub fn forget_nodes(&self) {
         self.shared.known.lock().unwrap().clear();
+    }
+
+    /// Clock probes answered so far.
+    pub fn probes(&self) -> u64 {
+        self.shared
+            .probes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn events(&self) -> Vec<Event> {
@@ -267,7 +309,23 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         uid: nix::unistd::geteuid().as_raw(),
         gid: nix::unistd::getegid().as_raw(),
         stdin: false,
+        gang: GangMode::Unspecified as i32,
     }
+}
+
+/// Time a process has spent on a CPU, ns (/proc/PID/schedstat; exact whenever it is not
+/// on a CPU at the moment).
+pub fn proc_run_ns(pid: u32) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The nice value of a process (field 19 of /proc/PID/stat), or None if it is gone.
+pub fn proc_nice(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command: state is field 3, nice field 19.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(16)?.parse().ok()
 }
 
 /// The state letter of a process (R, S, T, Z, ...), or None if it no longer exists.

@@ -1,0 +1,229 @@
+//! The agent's view of the master clock: `master = agent CLOCK_REALTIME + offset`.
+//!
+//! With `clock = "probe"` (the default) an async task probes the master with NTP-style
+//! four-timestamp probes (`AgentRegistry.ClockProbe`): a burst of `BURST` probes
+//! `BURST_GAP` apart at start, then one every `PERIOD`, keeping the minimum-round-trip
+//! sample of the last `WINDOW` (`gang_core::clock::ClockEstimator`). Until the first probe
+//! is answered the offset is 0 (the host clock), and the log says so. With
+//! `clock = "host"` the host clock is trusted (chrony or PTP discipline it): offset 0,
+//! error 0, `clock_from_host` in heartbeats.
+//!
+//! The estimate is published through atomics, so the switch thread reads it without a
+//! lock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use gang_core::clock::{ClockEstimator, Probe};
+use gang_proto::v1::ClockProbeRequest;
+use serde::Deserialize;
+use tracing::{debug, info, warn};
+
+use crate::registry_client::RegistryClient;
+
+pub const BURST: usize = 8;
+pub const BURST_GAP: Duration = Duration::from_millis(20);
+pub const PERIOD: Duration = Duration::from_secs(1);
+pub const WINDOW: usize = 16;
+/// A probe that takes longer than this is useless for timing anyway.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Wake the switch thread when the offset moves by more than this (it re-arms its timer).
+const KICK_THRESHOLD_NS: i64 = 100_000;
+
+/// Where the master clock comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockMode {
+    /// Probe the master (NTP-style, over gRPC).
+    #[default]
+    Probe,
+    /// Trust the host clock (disciplined by chrony or PTP): offset 0.
+    Host,
+}
+
+/// CLOCK_REALTIME, nanoseconds since the Unix epoch. Allocation-free (vDSO).
+pub fn realtime_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// The current estimate, shared lock-free with the switch thread.
+#[derive(Debug)]
+pub struct Clock {
+    offset_ns: AtomicI64,
+    error_ns: AtomicI64,
+    synced: AtomicBool,
+    from_host: bool,
+}
+
+/// A snapshot of the estimate, for heartbeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockReport {
+    pub offset_ns: i64,
+    pub error_ns: i64,
+    pub from_host: bool,
+    /// Whether the offset comes from a probe (or the host clock is trusted); false while
+    /// no probe was answered yet (offset 0, error unknown, reported as 0).
+    pub synced: bool,
+}
+
+impl Clock {
+    pub fn new(mode: ClockMode) -> Arc<Self> {
+        let host = mode == ClockMode::Host;
+        Arc::new(Clock {
+            offset_ns: AtomicI64::new(0),
+            error_ns: AtomicI64::new(0),
+            synced: AtomicBool::new(host),
+            from_host: host,
+        })
+    }
+
+    /// Master minus agent clock, nanoseconds.
+    pub fn offset_ns(&self) -> i64 {
+        self.offset_ns.load(Ordering::Relaxed)
+    }
+
+    pub fn error_ns(&self) -> i64 {
+        self.error_ns.load(Ordering::Relaxed)
+    }
+
+    /// The master clock now, as this agent estimates it.
+    pub fn master_now_ns(&self) -> i64 {
+        realtime_ns() + self.offset_ns()
+    }
+
+    pub fn report(&self) -> ClockReport {
+        ClockReport {
+            offset_ns: self.offset_ns(),
+            error_ns: self.error_ns(),
+            from_host: self.from_host,
+            synced: self.synced.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Publish a new estimate; returns how far the offset moved.
+    pub fn publish(&self, offset_ns: i64, error_ns: i64) -> i64 {
+        let old = self.offset_ns.swap(offset_ns, Ordering::Relaxed);
+        self.error_ns.store(error_ns, Ordering::Relaxed);
+        self.synced.store(true, Ordering::Relaxed);
+        offset_ns - old
+    }
+}
+
+/// Probe the master forever (until aborted), publishing each new estimate to `clock` and
+/// calling `moved` when the offset moved enough for the switch thread to re-arm.
+pub async fn run_probes(client: RegistryClient, clock: Arc<Clock>, moved: impl Fn() + Send) {
+    let mut estimator = ClockEstimator::new(WINDOW);
+    let mut answered = 0usize;
+    let mut failures = 0u32;
+    loop {
+        match probe_once(&client).await {
+            Ok(p) => {
+                failures = 0;
+                if estimator.add(p)
+                    && let Some(est) = estimator.estimate()
+                {
+                    let moved_by = clock.publish(est.offset_ns, est.error_ns);
+                    if answered == 0 {
+                        info!(
+                            offset_ns = est.offset_ns,
+                            error_ns = est.error_ns,
+                            "clock: first probe answered, following the master clock"
+                        );
+                    } else {
+                        debug!(
+                            offset_ns = est.offset_ns,
+                            error_ns = est.error_ns,
+                            "clock estimate"
+                        );
+                    }
+                    if moved_by.abs() > KICK_THRESHOLD_NS {
+                        moved();
+                    }
+                }
+                answered += 1;
+            }
+            Err(e) => {
+                failures += 1;
+                if answered == 0 && failures == 1 {
+                    info!(
+                        "clock: the master has not answered a probe yet ({e}); using the host clock (offset 0) until it does"
+                    );
+                } else if failures == 1 || failures.is_multiple_of(60) {
+                    warn!(
+                        failures,
+                        "clock probe failed: {e}; keeping the last estimate"
+                    );
+                } else {
+                    debug!("clock probe failed: {e}");
+                }
+            }
+        }
+        let gap = if answered < BURST { BURST_GAP } else { PERIOD };
+        tokio::time::sleep(gap).await;
+    }
+}
+
+async fn probe_once(client: &RegistryClient) -> Result<Probe, String> {
+    let t1 = realtime_ns();
+    let resp = tokio::time::timeout(
+        PROBE_TIMEOUT,
+        client.clone().clock_probe(ClockProbeRequest { t1_ns: t1 }),
+    )
+    .await
+    .map_err(|_| format!("no answer within {PROBE_TIMEOUT:?}"))?
+    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+    let t4 = realtime_ns();
+    let r = resp.into_inner();
+    if r.t1_ns != t1 {
+        return Err("the answer echoes another probe".into());
+    }
+    Ok(Probe {
+        t1,
+        t2: r.t2_ns,
+        t3: r.t3_ns,
+        t4,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_mode_is_synced_at_offset_zero() {
+        let c = Clock::new(ClockMode::Host);
+        assert_eq!(
+            c.report(),
+            ClockReport {
+                offset_ns: 0,
+                error_ns: 0,
+                from_host: true,
+                synced: true
+            }
+        );
+        let p = Clock::new(ClockMode::Probe);
+        assert!(!p.report().synced && !p.report().from_host);
+        assert_eq!(p.publish(5_000, 200), 5_000);
+        assert_eq!(p.publish(4_000, 100), -1_000);
+        assert_eq!((p.offset_ns(), p.error_ns()), (4_000, 100));
+        assert!(p.report().synced);
+    }
+
+    #[test]
+    fn realtime_matches_system_time() {
+        let a = realtime_ns();
+        let b = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        let c = realtime_ns();
+        assert!(a <= b && b <= c + 1_000, "{a} {b} {c}");
+    }
+}

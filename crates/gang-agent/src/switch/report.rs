@@ -1,0 +1,180 @@
+//! Sending the switch records to the master: every `PERIOD` the ring is drained into a
+//! bounded buffer and sent as one `ReportSwitches` batch with the count of records lost.
+//! While the master is unreachable the buffer keeps the newest `BUFFER_CAP` records and
+//! counts the rest as dropped. The switch thread is never waited on.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gang_proto::v1::{SwitchRecord, SwitchReport};
+use tonic::Code;
+use tracing::{debug, warn};
+
+use crate::registry_client::RegistryClient;
+use crate::switch::Switcher;
+use crate::switch::ring::Record;
+
+pub const PERIOD: Duration = Duration::from_millis(250);
+/// Records kept while the master cannot be reached.
+pub const BUFFER_CAP: usize = 4096;
+/// Records per message.
+pub const BATCH: usize = 1024;
+/// At most one warning about failing actions this often.
+const ERROR_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The bounded buffer between the ring and the master.
+#[derive(Debug, Default)]
+pub struct Pending {
+    records: VecDeque<SwitchRecord>,
+    /// Lost since the last report the master accepted.
+    pub dropped: u64,
+}
+
+impl Pending {
+    /// Add drained records (and the ring's drop count), keeping the newest `cap`.
+    pub fn add(
+        &mut self,
+        records: impl IntoIterator<Item = Record>,
+        ring_dropped: u64,
+        cap: usize,
+    ) {
+        self.dropped += ring_dropped;
+        for r in records {
+            if self.records.len() >= cap {
+                self.records.pop_front();
+                self.dropped += 1;
+            }
+            self.records.push_back(r.into());
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.dropped == 0
+    }
+
+    /// The next message: up to `BATCH` records and the drop count.
+    pub fn batch(&self, x: u32, y: u32) -> SwitchReport {
+        SwitchReport {
+            x,
+            y,
+            records: self.records.iter().take(BATCH).cloned().collect(),
+            dropped: self.dropped,
+        }
+    }
+
+    /// The master took `batch` (the last one `batch` returned; nothing was added since).
+    pub fn sent(&mut self, batch: &SwitchReport) {
+        let n = batch.records.len().min(self.records.len());
+        self.records.drain(..n);
+        self.dropped -= batch.dropped.min(self.dropped);
+    }
+}
+
+/// Drain and report until aborted.
+pub async fn run_reports(client: RegistryClient, switcher: Arc<Switcher>) {
+    let node = switcher.node();
+    let mut pending = Pending::default();
+    let mut drained = Vec::new();
+    let mut ticks = tokio::time::interval(PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut errors_seen = 0u64;
+    let mut warned_at: Option<tokio::time::Instant> = None;
+    let mut refused = false;
+    loop {
+        ticks.tick().await;
+        let (errors, errno) = switcher.errors();
+        if errors > errors_seen && warned_at.is_none_or(|t| t.elapsed() >= ERROR_WARN_EVERY) {
+            warn!(
+                failed = errors - errors_seen,
+                "switch actions failed: {}",
+                std::io::Error::from_raw_os_error(errno)
+            );
+            errors_seen = errors;
+            warned_at = Some(tokio::time::Instant::now());
+        }
+        drained.clear();
+        let ring_dropped = switcher.drain_records(&mut drained);
+        pending.add(drained.drain(..), ring_dropped, BUFFER_CAP);
+        if pending.is_empty() {
+            continue;
+        }
+        let batch = pending.batch(node.x, node.y);
+        match client.clone().report_switches(batch.clone()).await {
+            Ok(_) => {
+                pending.sent(&batch);
+                refused = false;
+            }
+            Err(s) if matches!(s.code(), Code::Unimplemented | Code::InvalidArgument) => {
+                // This master does not take them: nothing to retry.
+                if !refused {
+                    warn!(
+                        "the master refuses switch reports: {}; dropping them",
+                        s.message()
+                    );
+                    refused = true;
+                }
+                pending.dropped += batch.records.len() as u64;
+                pending.sent(&SwitchReport {
+                    dropped: 0,
+                    ..batch
+                });
+            }
+            Err(s) => debug!(
+                buffered = pending.len(),
+                dropped = pending.dropped,
+                "switch report not delivered: {}",
+                s.message()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(slot: i64) -> Record {
+        Record {
+            table_version: 1,
+            slot,
+            deadline_ns: 0,
+            first_ns: 0,
+            last_ns: 0,
+            actions: 1,
+            clock_error_ns: 0,
+        }
+    }
+
+    #[test]
+    fn keeps_the_newest_and_counts_the_rest() {
+        let mut p = Pending::default();
+        p.add((0..10).map(rec), 3, 4);
+        assert_eq!(p.len(), 4);
+        assert_eq!(p.dropped, 3 + 6);
+        let b = p.batch(1, 2);
+        assert_eq!(
+            b.records.iter().map(|r| r.slot).collect::<Vec<_>>(),
+            vec![6, 7, 8, 9]
+        );
+        assert_eq!((b.x, b.y, b.dropped), (1, 2, 9));
+        p.sent(&b);
+        assert!(p.is_empty());
+        p.add([rec(10)], 1, 4);
+        assert_eq!((p.len(), p.dropped), (1, 1));
+    }
+
+    #[test]
+    fn batches_are_bounded() {
+        let mut p = Pending::default();
+        p.add((0..(BATCH as i64 + 5)).map(rec), 0, BUFFER_CAP);
+        let b = p.batch(0, 0);
+        assert_eq!(b.records.len(), BATCH);
+        p.sent(&b);
+        assert_eq!(p.len(), 5);
+    }
+}
