@@ -116,8 +116,8 @@ fn span_s(j: &v1::JobInfo) -> f64 {
     (j.end_ns - j.start_ns) as f64 / 1e9
 }
 
-fn q_json(q: &Option<v1::Quantiles>) -> serde_json::Value {
-    let q = q.clone().unwrap_or_default();
+fn q_json(q: Option<v1::Quantiles>) -> serde_json::Value {
+    let q = q.unwrap_or_default();
     serde_json::json!({
         "count": q.count, "p50_us": q.p50_ns as f64 / 1e3, "p99_us": q.p99_ns as f64 / 1e3,
         "max_us": q.max_ns as f64 / 1e3, "mean_us": q.mean_ns as f64 / 1e3,
@@ -237,9 +237,9 @@ fn main() {
                 "sequential_s_median": seq_med, "sliced_s_median": tog_med,
             },
             "b_cpu_share_a": {"median": share_med, "runs": shares},
-            "c_skew": q_json(&stats.skew),
-            "switch_latency": q_json(&stats.switch_latency),
-            "switch_cost": q_json(&stats.switch_cost),
+            "c_skew": q_json(stats.skew),
+            "switch_latency": q_json(stats.switch_latency),
+            "switch_cost": q_json(stats.switch_cost),
             "switches_reported": stats.switches_reported,
             "switches_dropped": stats.switches_dropped,
         });
