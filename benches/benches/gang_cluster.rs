@@ -3,8 +3,11 @@
 //! For each quantum (5, 10, 20, 50, 100 ms; a cluster each, MPL 2, `stop` mode):
 //! (a) gang overhead: two identical CPU-bound 4x4 jobs of fixed work, run one after the
 //!     other (one slice: nothing is switched) and then together (two slices switched every
-//!     quantum). overhead = makespan together / sum of the two alone - 1. Pairs are
-//!     interleaved so the machine's noise hits both alike; medians over RUNS pairs.
+//!     quantum). Wall: makespan together / sum of the two alone - 1; on a shared 2-core
+//!     machine this swings by +-20% from run to run, so two noise-robust parts are also
+//!     given: the extra CPU time the same work took (cache and TLB refills after switches;
+//!     the ranks' own user+system time, from `times`), and the extra CPU left idle (gaps
+//!     at boundaries), both relative to the work's CPU time. Medians over RUNS pairs.
 //! (b) CPU share of each job while both run (CPU time of their ranks from /proc).
 //! (c) co-scheduling skew across the 16 agents, from the master's statistics (spread of
 //!     the agents' last-signal times per boundary, clock offsets corrected), with switch
@@ -16,7 +19,7 @@
 //! estimates, whose real error on one host is the offset itself (the true offset is 0).
 //!
 //! Prints JSON. Env: RUNS (pairs per quantum, default 3), WORK (loop iterations per rank,
-//! default 20,000,000: about 2.7 s for a job alone on 2 cores), QUANTA (e.g. "10,50").
+//! default 10,000,000: about 1.4 s for a job alone on 2 cores), QUANTA (e.g. "10,50").
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -36,8 +39,8 @@ type Client = v1::job_service_client::JobServiceClient<tonic::transport::Channel
 
 async fn submit(client: &mut Client, dir: &Path, work: usize) -> u64 {
     let script = format!(
-        "echo $$ > {}/pid.$GANG_RANK; exec awk 'BEGIN{{for(i=0;i<{work};i++)s+=i}}'",
-        dir.display()
+        "echo $$ > {d}/pid.$GANG_RANK; awk 'BEGIN{{for(i=0;i<{work};i++)s+=i}}'; times > {d}/times.$GANG_RANK",
+        d = dir.display()
     );
     let spec = v1::JobSpec {
         shape: "4x4".into(),
@@ -79,6 +82,40 @@ async fn wait_done(client: &mut Client, id: u64) -> v1::JobInfo {
         assert!(Instant::now() < deadline, "job {id} did not finish");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// CPU seconds the ranks' work took (user + system of the shell's children, from `times`).
+fn work_cpu_s(dir: &Path) -> f64 {
+    let secs = |t: &str| -> f64 {
+        let (m, s) = t
+            .trim_end_matches('s')
+            .split_once('m')
+            .unwrap_or(("0", "0"));
+        m.parse::<f64>().unwrap_or(0.0) * 60.0 + s.parse::<f64>().unwrap_or(0.0)
+    };
+    (0..16)
+        .map(|r| {
+            let text = std::fs::read_to_string(dir.join(format!("times.{r}"))).unwrap_or_default();
+            text.lines()
+                .nth(1)
+                .map(|l| l.split_whitespace().map(secs).sum::<f64>())
+                .unwrap_or(0.0)
+        })
+        .sum()
+}
+
+/// CPU time the whole machine left idle (idle + iowait), seconds, from /proc/stat.
+fn idle_s() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (f.get(3).copied().unwrap_or(0.0) + f.get(4).copied().unwrap_or(0.0)) / 100.0
 }
 
 fn pids(dir: &Path) -> Vec<i32> {
@@ -125,8 +162,8 @@ fn q_json(q: Option<v1::Quantiles>) -> serde_json::Value {
 }
 
 fn main() {
-    let runs = env_or("RUNS", 3);
-    let work = env_or("WORK", 20_000_000);
+    let runs = env_or("RUNS", 5);
+    let work = env_or("WORK", 10_000_000);
     let quanta: Vec<u64> = std::env::var("QUANTA")
         .ok()
         .map(|s| s.split(',').filter_map(|q| q.trim().parse().ok()).collect())
@@ -156,19 +193,26 @@ fn main() {
         c.wait_nodes_up(Duration::from_secs(30)).unwrap();
         let addr = c.master_addr().to_string();
         let (mut seq, mut together, mut shares) = (vec![], vec![], vec![]);
+        let (mut seq_cpu, mut tog_cpu, mut seq_idle, mut tog_idle) =
+            (vec![], vec![], vec![], vec![]);
         rt.block_on(async {
             let mut client = Client::connect(addr.clone()).await.unwrap();
             for _ in 0..runs {
                 // One after the other: a single slice, never switched.
-                let mut alone = 0.0;
+                let (mut alone, mut cpu_alone) = (0.0, 0.0);
+                let idle0 = idle_s();
                 for _ in 0..2 {
                     let d = tempfile::tempdir().unwrap();
                     let id = submit(&mut client, d.path(), work).await;
                     alone += span_s(&wait_done(&mut client, id).await);
+                    cpu_alone += work_cpu_s(d.path());
                 }
                 seq.push(alone);
+                seq_cpu.push(cpu_alone);
+                seq_idle.push(idle_s() - idle0);
                 // Together: two slices taking turns every quantum.
                 let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+                let idle0 = idle_s();
                 let a = submit(&mut client, da.path(), work).await;
                 let b = submit(&mut client, db.path(), work).await;
                 let (pa, pb) = (pids(da.path()), pids(db.path()));
@@ -184,6 +228,8 @@ fn main() {
                 let makespan =
                     (ja.end_ns.max(jb.end_ns) - ja.start_ns.min(jb.start_ns)) as f64 / 1e9;
                 together.push(makespan);
+                tog_cpu.push(work_cpu_s(da.path()) + work_cpu_s(db.path()));
+                tog_idle.push(idle_s() - idle0);
             }
         });
         let (stats, offsets) = rt.block_on(async {
@@ -225,6 +271,20 @@ fn main() {
         let (o_med, _) = median_p99(&mut o);
         let (seq_med, _) = median_p99(&mut seq.clone());
         let (tog_med, _) = median_p99(&mut together.clone());
+        // Noise-robust: CPU the same work took, and CPU left idle, sliced against alone.
+        let cpu_over: Vec<f64> = tog_cpu
+            .iter()
+            .zip(&seq_cpu)
+            .map(|(t, s)| t / s - 1.0)
+            .collect();
+        let (cpu_over_med, _) = median_p99(&mut cpu_over.clone());
+        let idle_extra: Vec<f64> = tog_idle
+            .iter()
+            .zip(&seq_idle)
+            .zip(tog_cpu.iter())
+            .map(|((t, s), c)| (t - s) / c)
+            .collect();
+        let (idle_med, _) = median_p99(&mut idle_extra.clone());
         let mut sh = shares.clone();
         let (share_med, _) = median_p99(&mut sh);
         let r = serde_json::json!({
@@ -235,6 +295,9 @@ fn main() {
                 "median_pct": o_med * 100.0,
                 "runs_pct": overheads.iter().map(|x| x * 100.0).collect::<Vec<_>>(),
                 "sequential_s_median": seq_med, "sliced_s_median": tog_med,
+                "work_cpu_extra_pct_median": cpu_over_med * 100.0,
+                "work_cpu_extra_pct_runs": cpu_over.iter().map(|x| x * 100.0).collect::<Vec<_>>(),
+                "idle_cpu_extra_pct_of_work_median": idle_med * 100.0,
             },
             "b_cpu_share_a": {"median": share_med, "runs": shares},
             "c_skew": q_json(stats.skew),

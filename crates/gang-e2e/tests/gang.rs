@@ -157,6 +157,23 @@ fn two_4x4_jobs_alternate_and_share_the_cpu() {
     assert_eq!(m["row_slices"].as_array().map(|r| r.len()), Some(2), "{m}");
     assert!(m["running_row"].is_u64(), "{m}");
 
+    // Every agent reported its switches: skew per boundary, in stats and in Prometheus.
+    let st = gangctl_json(&c, &["stats"]).unwrap();
+    assert!(st["skew"]["count"].as_u64().unwrap() >= 10, "{st}");
+    assert!(st["switch_latency"]["count"].as_u64().unwrap() >= 16 * 10, "{st}");
+    eprintln!("stats: {st}");
+    let metrics = http_get(c.metrics_addr(), "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gang_switch_skew_seconds_count") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    let nodes = gangctl_json(&c, &["nodes"]).unwrap();
+    for n in nodes["nodes"].as_array().unwrap() {
+        assert!(n["table_version"].as_u64().unwrap() >= 1, "{n}");
+    }
+
     // No master: the agents keep cycling their last table.
     c.stop_master(nix::sys::signal::Signal::SIGKILL).unwrap();
     let w = watch(&a, &b, Duration::from_secs(2));
