@@ -133,18 +133,28 @@ fn pids(dir: &Path) -> Vec<i32> {
     }
 }
 
-/// CPU ticks (user + system) used so far by `pids` (those still alive).
+/// CPU ticks (user + system) used so far by `pids` and their children (the shells run
+/// the work in an awk child), those still alive.
 fn cpu(pids: &[i32]) -> u64 {
+    let ticks = |p: &str| -> u64 {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|t| {
+                let f: Vec<u64> = t[t.rfind(')')? + 2..]
+                    .split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                (f.len() == 2).then(|| f[0] + f[1])
+            })
+            .unwrap_or(0)
+    };
     pids.iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
-        .filter_map(|t| {
-            let f: Vec<u64> = t[t.rfind(')')? + 2..]
-                .split_whitespace()
-                .skip(11)
-                .take(2)
-                .filter_map(|x| x.parse().ok())
-                .collect();
-            (f.len() == 2).then(|| f[0] + f[1])
+        .map(|p| {
+            let children =
+                std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+            ticks(&p.to_string()) + children.split_whitespace().map(ticks).sum::<u64>()
         })
         .sum()
 }

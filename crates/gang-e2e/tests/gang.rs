@@ -160,7 +160,10 @@ fn two_4x4_jobs_alternate_and_share_the_cpu() {
     // Every agent reported its switches: skew per boundary, in stats and in Prometheus.
     let st = gangctl_json(&c, &["stats"]).unwrap();
     assert!(st["skew"]["count"].as_u64().unwrap() >= 10, "{st}");
-    assert!(st["switch_latency"]["count"].as_u64().unwrap() >= 16 * 10, "{st}");
+    assert!(
+        st["switch_latency"]["count"].as_u64().unwrap() >= 16 * 10,
+        "{st}"
+    );
     eprintln!("stats: {st}");
     let metrics = http_get(c.metrics_addr(), "/metrics");
     assert!(
