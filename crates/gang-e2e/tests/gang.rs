@@ -261,6 +261,28 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
     // Two full-mesh jobs take turns; the limited one runs half the time, so 1 s of limit
     // takes about 2 s of wall time.
     let _other = start_busy(&c, "4x4", 16);
+
+    // prun's output keeps flowing while its job is stopped and continued every slot.
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "4x4",
+            "--label",
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5; do echo line $i; awk 'BEGIN{for(j=0;j<300000;j++)s+=j}'; done",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for r in 0..16 {
+        for i in 1..=5 {
+            assert!(text.contains(&format!("{r}: line {i}\n")), "rank {r} line {i}: {text}");
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     let out = prun(
         &c,
