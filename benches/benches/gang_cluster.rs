@@ -243,7 +243,7 @@ fn main() {
             }
         });
         let (stats, offsets) = rt.block_on(async {
-            // Let the last reports settle (boundaries close 2 s after their deadline).
+            // Let the last reports settle (boundaries close 1 s after their deadline).
             tokio::time::sleep(Duration::from_millis(2500)).await;
             let mut admin = v1::admin_service_client::AdminServiceClient::connect(addr)
                 .await

@@ -276,11 +276,18 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
         ],
         None,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     for r in 0..16 {
         for i in 1..=5 {
-            assert!(text.contains(&format!("{r}: line {i}\n")), "rank {r} line {i}: {text}");
+            assert!(
+                text.contains(&format!("{r}: line {i}\n")),
+                "rank {r} line {i}: {text}"
+            );
         }
     }
     let dir = tempfile::tempdir().unwrap();
@@ -305,7 +312,7 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
     let wall = (j["end_ns"].as_i64().unwrap() - j["start_ns"].as_i64().unwrap()) as f64 / 1e9;
     let run = j["run_ns"].as_i64().unwrap() as f64 / 1e9;
     eprintln!("time-limited job: wall {wall:.2} s, run {run:.2} s");
-    assert!((1.0..1.4).contains(&run), "run time {run}: {j}");
+    assert!((1.0..1.6).contains(&run), "run time {run}: {j}");
     assert!(
         wall > 1.6,
         "the limit counted stopped time: wall {wall} s: {j}"

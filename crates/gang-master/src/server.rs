@@ -59,8 +59,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let metrics_addr = metrics_listener.local_addr()?;
     let ready_file = cfg.ready_file.clone();
     let mesh = cfg.mesh;
-    // Boundaries settle 2 s after their deadline: reports come in batches every ~250 ms.
-    let stats = Arc::new(Mutex::new(SwitchStats::new(2_000_000_000, 100_000)));
+    // Boundaries settle 1 s after their deadline: agents report every 250 ms.
+    let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
     let handle = MasterState::start(cfg, metrics.clone(), agents.clone(), stats.clone())?;
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
