@@ -23,13 +23,14 @@ pub struct Slicer {
 }
 
 impl Slicer {
-    /// `version` is the last version published (versions only grow, across restarts too).
-    pub fn new(quantum_ns: i64, lead_ns: i64, version: u64) -> Self {
+    /// `version` is the last version published and `epoch_ns` the grid of the last master
+    /// run, kept so that a restarted master's first table lines up with what agents cycle.
+    pub fn new(quantum_ns: i64, lead_ns: i64, version: u64, epoch_ns: Option<i64>) -> Self {
         assert!(quantum_ns > 0, "a quantum must be positive");
         Slicer {
             quantum_ns,
             lead_ns: lead_ns.max(0),
-            epoch_ns: None,
+            epoch_ns,
             version,
             tables: VecDeque::new(),
         }
@@ -37,6 +38,11 @@ impl Slicer {
 
     pub fn quantum_ns(&self) -> i64 {
         self.quantum_ns
+    }
+
+    /// The slot grid's origin, once a table was made.
+    pub fn epoch_ns(&self) -> Option<i64> {
+        self.epoch_ns
     }
 
     /// The newest table, and when it takes effect.
@@ -62,11 +68,15 @@ impl Slicer {
             let at = now_ns + self.lead_ns;
             at + (self.quantum_ns - at.rem_euclid(self.quantum_ns)) % self.quantum_ns
         });
-        let next = SliceTable::from_matrix(matrix, self.version + 1, epoch, self.quantum_ns);
+        // Versions grow by one, and never fall behind the clock in microseconds: a master
+        // that lost its database, or crashed before committing a version it had sent,
+        // still outnumbers every table agents hold (they ignore older versions).
+        let version = (self.version + 1).max(u64::try_from(now_ns / 1000).unwrap_or(0));
+        let next = SliceTable::from_matrix(matrix, version, epoch, self.quantum_ns);
         if self.tables.back().is_some_and(|(_, t)| t.rows == next.rows) {
             return None;
         }
-        self.version += 1;
+        self.version = version;
         let at = now_ns + self.lead_ns;
         let effective = next.boundary_at_or_after(at.max(epoch));
         match self.tables.back() {
@@ -148,7 +158,7 @@ mod tests {
     #[test]
     fn tables_stay_on_one_grid_and_take_effect_a_lead_ahead() {
         let mut s = sched();
-        let mut sl = Slicer::new(Q, 3 * Q, 0);
+        let mut sl = Slicer::new(Q, 3 * Q, 0, None);
         s.submit(0.0, spec(1)).unwrap();
         let (e1, t1) = sl.update(s.matrix(), 5).unwrap();
         assert_eq!((e1, t1.version, t1.epoch_ns), (4 * Q, 1, 4 * Q));
@@ -161,25 +171,48 @@ mod tests {
         let (e2, t2) = sl.update(s.matrix(), 2 * Q + 1).unwrap();
         assert_eq!(
             (e2, t2.version, t2.epoch_ns, t2.rows.len()),
-            (6 * Q, 2, 4 * Q, 2)
+            (6 * Q, 20_000, 4 * Q, 2),
+            "the clock in microseconds outruns version 2"
         );
         assert_eq!(sl.in_force(5 * Q).unwrap().1.version, 1);
-        assert_eq!(sl.in_force(6 * Q).unwrap().1.version, 2);
+        assert_eq!(sl.in_force(6 * Q).unwrap().1.version, 20_000);
         assert!(sl.in_force(4 * Q - 1).is_none());
         // Early enough to replace the pending table at its instant.
         s.submit(0.0, spec(3)).unwrap();
         let (e3, t3) = sl.update(s.matrix(), 2 * Q + 2).unwrap();
-        assert_eq!((e3, t3.version, t3.rows.len()), (6 * Q, 3, 3));
+        assert_eq!((e3, t3.version, t3.rows.len()), (6 * Q, 20_001, 3));
         assert_eq!(sl.tables.len(), 2);
         sl.prune(7 * Q);
         assert_eq!(sl.tables.len(), 1);
-        assert_eq!(sl.in_force(7 * Q).unwrap().1.version, 3);
+        assert_eq!(sl.in_force(7 * Q).unwrap().1.version, 20_001);
+    }
+
+    #[test]
+    fn versions_outgrow_a_lost_database_and_a_kept_epoch_is_reused() {
+        let mut s = sched();
+        s.submit(0.0, spec(1)).unwrap();
+        let now = 1_700_000_000_000_000_000; // ns
+        let mut sl = Slicer::new(Q, 2 * Q, 0, Some(5 * Q));
+        let (e, t) = sl.update(s.matrix(), now).unwrap();
+        assert_eq!(
+            t.version, 1_700_000_000_000_000,
+            "microseconds of the clock"
+        );
+        assert_eq!(t.epoch_ns, 5 * Q, "the kept grid");
+        assert_eq!((e - 5 * Q) % Q, 0);
+        assert!(e >= now + 2 * Q);
+        s.submit(0.0, spec(2)).unwrap();
+        let (_, t2) = sl.update(s.matrix(), now).unwrap();
+        assert_eq!(
+            t2.version, 1_700_000_000_000_001,
+            "one more, within one microsecond"
+        );
     }
 
     #[test]
     fn run_time_counts_only_the_job_s_slots_once_its_table_is_in_force() {
         let mut s = sched();
-        let mut sl = Slicer::new(Q, 0, 0);
+        let mut sl = Slicer::new(Q, 0, 0, None);
         s.submit(0.0, spec(1)).unwrap();
         sl.update(s.matrix(), 0).unwrap(); // job 1 alone from 0
         s.submit(0.0, spec(2)).unwrap();

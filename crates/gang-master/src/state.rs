@@ -181,6 +181,8 @@ impl MasterState {
         };
         let sched = Scheduler::new(cfg.mesh, core_cfg)?;
         let table_version = store.table_version()?;
+        let quantum_ns = cfg.quantum_ms as i64 * 1_000_000;
+        let table_epoch = store.table_epoch(quantum_ns)?;
         let (tx, rx) = mpsc::channel(4096);
         let (events, _) = broadcast::channel(4096);
         let n = cfg.mesh.area() as usize;
@@ -215,9 +217,10 @@ impl MasterState {
             placed_at: HashMap::new(),
             rank0_waiters: HashMap::new(),
             slicer: Slicer::new(
-                cfg.quantum_ms as i64 * 1_000_000,
+                quantum_ns,
                 cfg.table_lead_ms as i64 * 1_000_000,
                 table_version,
+                table_epoch,
             ),
             stats,
             run_saved: Instant::now(),
@@ -521,7 +524,12 @@ impl MasterState {
             return;
         };
         let (version, rows) = (table.version, table.rows.len());
-        if let Err(e) = self.store.set_table_version(version) {
+        let epoch = self.slicer.epoch_ns().unwrap_or(0);
+        let saved = self
+            .store
+            .set_table_version(version)
+            .and_then(|_| self.store.set_table_epoch(epoch, self.slicer.quantum_ns()));
+        if let Err(e) = saved {
             warn!(error = %e, "cannot save the slice table version");
         }
         self.metrics.table_version.set(version as i64);

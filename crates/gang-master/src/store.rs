@@ -84,6 +84,30 @@ impl Store {
         Ok(())
     }
 
+    /// The slot grid's origin of the last run, if it used `quantum_ns`.
+    pub fn table_epoch(&self, quantum_ns: i64) -> rusqlite::Result<Option<i64>> {
+        let v: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'table_epoch'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(v.and_then(|v| {
+            let (e, q) = v.split_once(':')?;
+            (q.parse::<i64>().ok()? == quantum_ns).then(|| e.parse().ok())?
+        }))
+    }
+
+    pub fn set_table_epoch(&self, epoch_ns: i64, quantum_ns: i64) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('table_epoch', ?1)",
+            [format!("{epoch_ns}:{quantum_ns}")],
+        )?;
+        Ok(())
+    }
+
     pub fn begin(&mut self) -> rusqlite::Result<()> {
         if !self.in_batch {
             self.conn.execute_batch("BEGIN IMMEDIATE")?;
