@@ -24,16 +24,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gang_benches::{median_p99, release_bins};
+use gang_benches::{env_or, median_p99, release_bins};
 use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
-
-fn env_or(k: &str, d: usize) -> usize {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
 
 type Client = v1::job_service_client::JobServiceClient<tonic::transport::Channel>;
 

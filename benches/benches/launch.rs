@@ -11,16 +11,9 @@
 use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use gang_benches::{median_p99, release_bins};
+use gang_benches::{env_or, median_p99, release_bins};
 use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
-
-fn env_or(k: &str, d: usize) -> usize {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
 
 fn now_ns() -> i128 {
     SystemTime::now()

@@ -18,6 +18,7 @@
 //! `GANG_BENCH_SWITCHES` (default 1000) switches per method; `GANG_BENCH_QUANTUM_MS`
 //! (default 10). Prints JSON. Every process is killed at the end, and on a panic.
 
+use gang_benches::env_or;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -43,13 +44,6 @@ const LOOK_AHEAD_NS: i64 = 300_000;
 const POLL_GAP_NS: i64 = 20_000;
 /// Dense polling lasts until this long after each deadline.
 const WINDOW_NS: i64 = 3_000_000;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One rank process of the benchmark.
 struct Proc {

@@ -8,6 +8,7 @@
 //! `GANG_BENCH_SWITCHES` (default 2000) switches per run; `GANG_BENCH_QUANTUM_MS`
 //! (default 10). Prints JSON. Every process is killed at the end, and on a panic.
 
+use gang_benches::env_or;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -24,13 +25,6 @@ use serde_json::json;
 
 const BUSY: &str = "while :; do :; done";
 const RANKS: u32 = 4;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The benchmark's processes: continued and SIGKILLed when dropped (also on a panic).
 struct Procs {

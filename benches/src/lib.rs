@@ -13,6 +13,14 @@ pub fn trace(name: &str) -> PathBuf {
     p
 }
 
+/// A benchmark knob from the environment, or its default.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Build the release binaries of the daemons and CLIs; their directory.
 pub fn release_bins() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
