@@ -516,9 +516,9 @@ impl MasterState {
     /// each agent its view. Agents acknowledge; one that misses it gets it again when a
     /// heartbeat shows it behind, or when it registers.
     fn publish_table(&mut self) {
+        // A new table takes effect after `now`, so run times accounted so far stay right;
+        // the tick accounts and prunes old tables.
         let now = now_ns();
-        // Run times under the old tables are settled before the tables change.
-        self.account_run_time(now);
         let Some((effective, table)) = self.slicer.update(self.sched.matrix(), now) else {
             return;
         };
