@@ -10,23 +10,36 @@
 //! - [`matrix`]: the slice (Ousterhout) matrix with single and multiple tasks.
 //! - [`scheduler`]: the queue (FCFS, EASY backfilling), progress under time sharing, and
 //!   [`scheduler::Scheduler::check_invariants`], which every test runs after every step.
+//! - [`grid`]: the slot grid, the one place that knows which slot an instant is in.
 //! - [`table`]: slice tables, which row runs at instant `t` (the gang executor's schedule).
+//! - [`slicer`]: the slice-table planner (which table the master publishes, and when it
+//!   takes effect) and run-time accounting under the tables.
+//! - [`gang_mode`]: how a job is switched out of its slots.
+//! - [`quantile`]: nearest-rank quantiles for every reported p50/p99.
 //! - [`clock`]: clock offset estimation from four-timestamp probes.
 
 pub mod alloc;
 pub mod clock;
+pub mod gang_mode;
+pub mod grid;
 pub mod matrix;
 pub mod mesh;
 pub mod occupancy;
 pub mod plan;
+pub mod quantile;
 pub mod replay;
 pub mod scheduler;
+pub mod slicer;
 pub mod table;
 
 pub use alloc::{Allocator, AllocatorKind};
+pub use gang_mode::GangMode;
+pub use grid::SlotGrid;
 pub use matrix::{Placement, Role, SliceChoice, SliceMatrix};
 pub use mesh::{Mesh, Request, Shape, ShapeError, Submesh, shape_for_count};
 pub use occupancy::Occupancy;
 pub use plan::{Decision, JobId, Plan, SliceId};
 pub use replay::{Interval, IntervalTracker, Outcome, WorkloadJob, replay};
 pub use scheduler::{Backfill, Config, JobSpec, SchedError, Scheduler};
+pub use slicer::Slicer;
+pub use table::SliceTable;

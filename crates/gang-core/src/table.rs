@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::grid::SlotGrid;
 use crate::matrix::SliceMatrix;
 use crate::mesh::Submesh;
 use crate::plan::JobId;
@@ -18,20 +19,17 @@ pub struct Row {
     pub jobs: Vec<(JobId, Submesh)>,
 }
 
-/// A versioned schedule of the whole mesh.
+/// A versioned schedule of the whole mesh on a slot grid: slot k runs row k mod rows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SliceTable {
     pub version: u64,
-    /// Start of slot 0, in master-clock nanoseconds.
-    pub epoch_ns: i64,
-    pub quantum_ns: i64,
+    pub grid: SlotGrid,
     pub rows: Vec<Row>,
 }
 
 impl SliceTable {
-    /// The table of `matrix` (rows in round-robin order), effective from `epoch_ns`.
-    pub fn from_matrix(matrix: &SliceMatrix, version: u64, epoch_ns: i64, quantum_ns: i64) -> Self {
-        assert!(quantum_ns > 0, "a quantum must be positive");
+    /// The table of `matrix` (rows in round-robin order) on `grid`.
+    pub fn from_matrix(matrix: &SliceMatrix, version: u64, grid: SlotGrid) -> Self {
         let rows = matrix
             .slices()
             .iter()
@@ -46,28 +44,21 @@ impl SliceTable {
             .collect();
         SliceTable {
             version,
-            epoch_ns,
-            quantum_ns,
+            grid,
             rows,
         }
     }
 
-    /// The slot number at `t_ns` (negative before the epoch).
-    pub fn slot_at(&self, t_ns: i64) -> i64 {
-        (t_ns - self.epoch_ns).div_euclid(self.quantum_ns)
-    }
-
     /// The row running at `t_ns`: `None` before the epoch or when there are no rows.
     pub fn row_at(&self, t_ns: i64) -> Option<usize> {
-        let k = self.slot_at(t_ns);
-        (k >= 0 && !self.rows.is_empty()).then(|| (k as usize) % self.rows.len())
+        self.grid.row_at(t_ns, self.rows.len())
     }
 
-    /// The first slot boundary at or after `t_ns`.
-    pub fn boundary_at_or_after(&self, t_ns: i64) -> i64 {
-        let k = (t_ns - self.epoch_ns).div_euclid(self.quantum_ns);
-        let b = self.epoch_ns + k * self.quantum_ns;
-        if b == t_ns { b } else { b + self.quantum_ns }
+    /// Whether any row holds `job` (home or multiple-task slot).
+    pub fn names(&self, job: JobId) -> bool {
+        self.rows
+            .iter()
+            .any(|r| r.jobs.iter().any(|(j, _)| *j == job))
     }
 
     /// How long `job` runs in `[from, to)`: the parts of the slots of the rows that hold
@@ -83,20 +74,17 @@ impl SliceTable {
             return 0;
         }
         let n = holds.len() as i64;
+        let g = self.grid;
         // Scheduled time in [epoch, t).
         let upto = |t: i64| -> i64 {
-            if t <= self.epoch_ns {
+            if t <= g.epoch_ns {
                 return 0;
             }
-            let k = self.slot_at(t);
+            let k = g.slot_at(t);
             let (cycles, r) = (k / n, (k % n) as usize);
             let before = holds[..r].iter().filter(|&&h| h).count() as i64;
-            let partial = if holds[r] {
-                t - (self.epoch_ns + k * self.quantum_ns)
-            } else {
-                0
-            };
-            (cycles * per_cycle + before) * self.quantum_ns + partial
+            let partial = if holds[r] { t - g.slot_start(k) } else { 0 };
+            (cycles * per_cycle + before) * g.quantum_ns + partial
         };
         upto(to) - upto(from)
     }
@@ -111,30 +99,6 @@ impl SliceTable {
     }
 }
 
-/// When a new table should take effect: the first slot boundary at least `lead_ns` after
-/// `now_ns` on the grid of the table in force (so slots stay aligned across versions), or
-/// `now_ns + lead_ns` rounded up to a whole quantum when there is none. `lead_ns` is how
-/// long every agent needs to receive the table.
-pub fn effective_epoch(
-    current: Option<&SliceTable>,
-    now_ns: i64,
-    lead_ns: i64,
-    quantum_ns: i64,
-) -> i64 {
-    let at = now_ns + lead_ns;
-    match current {
-        Some(t) if t.quantum_ns == quantum_ns && at > t.epoch_ns => t.boundary_at_or_after(at),
-        _ => {
-            at.div_euclid(quantum_ns) * quantum_ns
-                + if at.rem_euclid(quantum_ns) == 0 {
-                    0
-                } else {
-                    quantum_ns
-                }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,8 +108,7 @@ mod tests {
     fn table(rows: usize) -> SliceTable {
         SliceTable {
             version: 1,
-            epoch_ns: 1000,
-            quantum_ns: 10,
+            grid: SlotGrid::new(1000, 10),
             rows: (0..rows)
                 .map(|i| Row {
                     slice: i as u32,
@@ -160,26 +123,9 @@ mod tests {
         let t = table(3);
         assert_eq!(t.row_at(999), None);
         assert_eq!(t.row_at(1000), Some(0));
-        assert_eq!(t.row_at(1009), Some(0));
-        assert_eq!(t.row_at(1010), Some(1));
         assert_eq!(t.row_at(1029), Some(2));
         assert_eq!(t.row_at(1030), Some(0));
-        assert_eq!(t.slot_at(995), -1);
         assert_eq!(table(0).row_at(2000), None);
-    }
-
-    #[test]
-    fn boundaries_and_effective_epochs_stay_on_the_grid() {
-        let t = table(2);
-        assert_eq!(t.boundary_at_or_after(1000), 1000);
-        assert_eq!(t.boundary_at_or_after(1001), 1010);
-        assert_eq!(t.boundary_at_or_after(990), 990);
-        // On the current grid, at least `lead` ahead.
-        assert_eq!(effective_epoch(Some(&t), 1095, 20, 10), 1120);
-        assert_eq!(effective_epoch(Some(&t), 1090, 20, 10), 1110);
-        // No table, or a new quantum: a fresh grid.
-        assert_eq!(effective_epoch(None, 1095, 20, 10), 1120);
-        assert_eq!(effective_epoch(Some(&t), 1095, 20, 7), 1120);
     }
 
     #[test]
@@ -233,7 +179,7 @@ mod tests {
                 .iter()
                 .any(|d| matches!(d, Decision::AddSlot { .. }))
         );
-        let t = SliceTable::from_matrix(s.matrix(), 7, 0, 10_000_000);
+        let t = SliceTable::from_matrix(s.matrix(), 7, SlotGrid::new(0, 10_000_000));
         assert_eq!(t.rows.len(), 2);
         // Node (3,0): job 2 at home in row 0, and in row 1 as a multiple task.
         assert_eq!(t.for_node(3, 0), vec![Some(JobId(2)), Some(JobId(2))]);

@@ -9,7 +9,6 @@ pub mod metrics;
 pub mod output;
 pub mod server;
 pub mod service;
-pub mod slicing;
 pub mod state;
 pub mod store;
 pub mod switch_stats;

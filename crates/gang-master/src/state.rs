@@ -20,9 +20,9 @@ use crate::config::MasterConfig;
 use crate::error::{MasterError, Result};
 use crate::job::{GangMode, Job, JobRecord, Rank, State, signal_code};
 use crate::metrics::Metrics;
-use crate::slicing::Slicer;
 use crate::store::Store;
 use crate::switch_stats::SwitchStats;
+use gang_core::Slicer;
 
 type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -523,7 +523,7 @@ impl MasterState {
             return;
         };
         let (version, rows) = (table.version, table.rows.len());
-        let epoch = self.slicer.epoch_ns().unwrap_or(0);
+        let epoch = self.slicer.grid().map_or(0, |g| g.epoch_ns);
         let saved = self
             .store
             .set_table_version(version)
@@ -571,8 +571,8 @@ impl MasterState {
         }
         Some(v1::NodeTable {
             version: t.version,
-            epoch_ns: t.epoch_ns,
-            quantum_ns: t.quantum_ns,
+            epoch_ns: t.grid.epoch_ns,
+            quantum_ns: t.grid.quantum_ns,
             effective_ns: effective,
             rows,
             jobs,
@@ -1280,8 +1280,8 @@ impl MasterState {
             match in_force {
                 Some((e, t)) => (
                     t.version,
-                    t.epoch_ns,
-                    t.quantum_ns,
+                    t.grid.epoch_ns,
+                    t.grid.quantum_ns,
                     e,
                     t.rows.iter().map(|r| r.slice).collect(),
                     t.row_at(now).map(|r| r as u32),

@@ -61,3 +61,27 @@ impl v1::NodeState {
         }
     }
 }
+
+impl From<gang_core::GangMode> for v1::GangMode {
+    fn from(m: gang_core::GangMode) -> Self {
+        match m {
+            gang_core::GangMode::Stop => v1::GangMode::Stop,
+            gang_core::GangMode::Priority => v1::GangMode::Priority,
+            gang_core::GangMode::None => v1::GangMode::None,
+            gang_core::GangMode::Freeze => v1::GangMode::Freeze,
+        }
+    }
+}
+
+impl v1::GangMode {
+    /// The mode this names; `None` for UNSPECIFIED (the cluster default applies).
+    pub fn resolved(self) -> Option<gang_core::GangMode> {
+        match self {
+            v1::GangMode::Unspecified => None,
+            v1::GangMode::Stop => Some(gang_core::GangMode::Stop),
+            v1::GangMode::Priority => Some(gang_core::GangMode::Priority),
+            v1::GangMode::None => Some(gang_core::GangMode::None),
+            v1::GangMode::Freeze => Some(gang_core::GangMode::Freeze),
+        }
+    }
+}

@@ -1,22 +1,25 @@
-//! Slice tables as the master publishes them: which table is in force when, and how long
-//! each job has run under them (a time limit counts run time, not time spent stopped).
+//! The slice-table planner: which table the master publishes when, which is in force at an
+//! instant, and how long each job has run under them (a time limit counts run time, not
+//! time spent stopped).
 //!
-//! Pure: time comes in as an argument. Tables share one slot grid (one epoch) for as long
-//! as the quantum stays the same, so a new version never shifts the boundaries agents
-//! already sleep to, and each takes effect at a boundary at least `lead` ahead, so every
-//! agent has it in time.
+//! Pure: time comes in as an argument. Tables share one [`SlotGrid`] for as long as the
+//! quantum stays the same, so a new version never shifts the boundaries agents already
+//! sleep to, and each takes effect at a boundary at least `lead` ahead, so every agent has
+//! it in time.
 
 use std::collections::VecDeque;
 
-use gang_core::table::SliceTable;
-use gang_core::{JobId, SliceMatrix};
+use crate::grid::SlotGrid;
+use crate::matrix::SliceMatrix;
+use crate::plan::JobId;
+use crate::table::SliceTable;
 
 #[derive(Debug, Clone)]
 pub struct Slicer {
     quantum_ns: i64,
     lead_ns: i64,
-    /// The grid origin, fixed by the first table.
-    epoch_ns: Option<i64>,
+    /// Fixed by the first table (or kept from the last master run).
+    grid: Option<SlotGrid>,
     version: u64,
     /// `(effective_ns, table)`, oldest first; the first is in force once its time came.
     tables: VecDeque<(i64, SliceTable)>,
@@ -30,7 +33,7 @@ impl Slicer {
         Slicer {
             quantum_ns,
             lead_ns: lead_ns.max(0),
-            epoch_ns,
+            grid: epoch_ns.map(|e| SlotGrid::new(e, quantum_ns)),
             version,
             tables: VecDeque::new(),
         }
@@ -40,9 +43,14 @@ impl Slicer {
         self.quantum_ns
     }
 
-    /// The slot grid's origin, once a table was made.
-    pub fn epoch_ns(&self) -> Option<i64> {
-        self.epoch_ns
+    /// The slot grid, once a table was made.
+    pub fn grid(&self) -> Option<SlotGrid> {
+        self.grid
+    }
+
+    /// The last version published.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The newest table, and when it takes effect.
@@ -64,21 +72,21 @@ impl Slicer {
     /// that late enough is replaced (same instant, newer version), so agents never need
     /// to hold more than one table ahead of the one in force.
     pub fn update(&mut self, matrix: &SliceMatrix, now_ns: i64) -> Option<(i64, &SliceTable)> {
-        let epoch = *self.epoch_ns.get_or_insert_with(|| {
-            let at = now_ns + self.lead_ns;
-            at + (self.quantum_ns - at.rem_euclid(self.quantum_ns)) % self.quantum_ns
-        });
+        let (lead, quantum) = (self.lead_ns, self.quantum_ns);
+        let grid = *self
+            .grid
+            .get_or_insert_with(|| SlotGrid::starting_at_or_after(now_ns + lead, quantum));
         // Versions grow by one, and never fall behind the clock in microseconds: a master
         // that lost its database, or crashed before committing a version it had sent,
         // still outnumbers every table agents hold (they ignore older versions).
         let version = (self.version + 1).max(u64::try_from(now_ns / 1000).unwrap_or(0));
-        let next = SliceTable::from_matrix(matrix, version, epoch, self.quantum_ns);
+        let next = SliceTable::from_matrix(matrix, version, grid);
         if self.tables.back().is_some_and(|(_, t)| t.rows == next.rows) {
             return None;
         }
         self.version = version;
         let at = now_ns + self.lead_ns;
-        let effective = next.boundary_at_or_after(at.max(epoch));
+        let effective = grid.effective_from(now_ns, self.lead_ns);
         match self.tables.back() {
             Some((e, _)) if *e >= at => {
                 let e = *e;
@@ -122,9 +130,7 @@ impl Slicer {
 
 fn segment(table: Option<&SliceTable>, job: JobId, a: i64, b: i64) -> i64 {
     match table {
-        Some(t) if t.rows.iter().any(|r| r.jobs.iter().any(|(j, _)| *j == job)) => {
-            t.scheduled_ns(job, a, b)
-        }
+        Some(t) if t.names(job) => t.scheduled_ns(job, a, b),
         _ => b - a,
     }
 }
@@ -132,7 +138,7 @@ fn segment(table: Option<&SliceTable>, job: JobId, a: i64, b: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gang_core::{Config, JobSpec, Scheduler, Shape};
+    use crate::{Config, JobSpec, Scheduler, Shape};
 
     const Q: i64 = 10_000_000;
 
@@ -161,7 +167,7 @@ mod tests {
         let mut sl = Slicer::new(Q, 3 * Q, 0, None);
         s.submit(0.0, spec(1)).unwrap();
         let (e1, t1) = sl.update(s.matrix(), 5).unwrap();
-        assert_eq!((e1, t1.version, t1.epoch_ns), (4 * Q, 1, 4 * Q));
+        assert_eq!((e1, t1.version, t1.grid.epoch_ns), (4 * Q, 1, 4 * Q));
         assert!(
             sl.update(s.matrix(), 7).is_none(),
             "same rows, no new table"
@@ -170,7 +176,7 @@ mod tests {
         // Later than the pending table's time: a new boundary on the same grid.
         let (e2, t2) = sl.update(s.matrix(), 2 * Q + 1).unwrap();
         assert_eq!(
-            (e2, t2.version, t2.epoch_ns, t2.rows.len()),
+            (e2, t2.version, t2.grid.epoch_ns, t2.rows.len()),
             (6 * Q, 20_000, 4 * Q, 2),
             "the clock in microseconds outruns version 2"
         );
@@ -198,7 +204,7 @@ mod tests {
             t.version, 1_700_000_000_000_000,
             "microseconds of the clock"
         );
-        assert_eq!(t.epoch_ns, 5 * Q, "the kept grid");
+        assert_eq!(t.grid.epoch_ns, 5 * Q, "the kept grid");
         assert_eq!((e - 5 * Q) % Q, 0);
         assert!(e >= now + 2 * Q);
         s.submit(0.0, spec(2)).unwrap();
