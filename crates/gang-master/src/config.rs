@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use gang_core::{AllocatorKind, Backfill, Request, Shape};
 use serde::Deserialize;
 
-use crate::job::GangMode;
+use gang_core::GangMode;
 
 /// Slices by default: Slurm's gang scheduler also shares a node four ways by default.
 pub const DEFAULT_MPL: u32 = 4;

@@ -1,4 +1,5 @@
-//! Domain errors of the master, and their one mapping to gRPC status codes.
+//! Domain errors of the master. Their one mapping to gRPC status codes is in
+//! `service/convert.rs`.
 
 use gang_core::{JobId, SchedError, ShapeError};
 
@@ -23,29 +24,13 @@ pub enum MasterError {
     Sched(#[from] SchedError),
     #[error("state database: {0}")]
     Store(#[from] rusqlite::Error),
+    /// The batch holding the request could not be committed; nothing of it was applied.
+    #[error("state not saved: {0}")]
+    NotSaved(String),
+    #[error("output log of job {job}: {source}")]
+    Output { job: u64, source: std::io::Error },
     #[error("the master is shutting down")]
     ShuttingDown,
-}
-
-impl From<MasterError> for tonic::Status {
-    fn from(e: MasterError) -> Self {
-        use tonic::Status;
-        let msg = e.to_string();
-        match e {
-            MasterError::Invalid(_) | MasterError::Shape(_) => Status::invalid_argument(msg),
-            MasterError::Sched(SchedError::NeverFits { .. }) => Status::invalid_argument(msg),
-            MasterError::Sched(SchedError::Duplicate(_)) => Status::already_exists(msg),
-            MasterError::Sched(SchedError::UnknownJob(_)) | MasterError::UnknownJob(_) => {
-                Status::not_found(msg)
-            }
-            MasterError::UnknownNode { .. } | MasterError::Sched(SchedError::NoSuchNode { .. }) => {
-                Status::not_found(msg)
-            }
-            MasterError::NotOwner { .. } => Status::permission_denied(msg),
-            MasterError::ShuttingDown => Status::unavailable(msg),
-            MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
-        }
-    }
 }
 
 pub type Result<T, E = MasterError> = std::result::Result<T, E>;

@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use gang_core::{JobId, Submesh};
-use gang_proto::v1;
+use gang_core::{GangMode, JobId, Submesh};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,63 +21,9 @@ impl State {
         matches!(self, State::Completed | State::Failed | State::Cancelled)
     }
 
-    pub fn proto(self) -> v1::JobState {
-        match self {
-            State::Queued => v1::JobState::Queued,
-            State::Starting => v1::JobState::Starting,
-            State::Running => v1::JobState::Running,
-            State::Completed => v1::JobState::Completed,
-            State::Failed => v1::JobState::Failed,
-            State::Cancelled => v1::JobState::Cancelled,
-        }
-    }
-}
-
-/// How a job is switched out of its time slices (`v1::GangMode` resolved).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GangMode {
-    #[default]
-    Stop,
-    Priority,
-    None,
-    Freeze,
-}
-
-impl GangMode {
-    pub fn proto(self) -> v1::GangMode {
-        match self {
-            GangMode::Stop => v1::GangMode::Stop,
-            GangMode::Priority => v1::GangMode::Priority,
-            GangMode::None => v1::GangMode::None,
-            GangMode::Freeze => v1::GangMode::Freeze,
-        }
-    }
-
-    /// `None` for UNSPECIFIED (the cluster default applies).
-    pub fn from_proto(m: v1::GangMode) -> Option<Self> {
-        match m {
-            v1::GangMode::Unspecified => None,
-            v1::GangMode::Stop => Some(GangMode::Stop),
-            v1::GangMode::Priority => Some(GangMode::Priority),
-            v1::GangMode::None => Some(GangMode::None),
-            v1::GangMode::Freeze => Some(GangMode::Freeze),
-        }
-    }
-}
-
-impl std::str::FromStr for GangMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "stop" => Ok(GangMode::Stop),
-            "priority" => Ok(GangMode::Priority),
-            "none" => Ok(GangMode::None),
-            "freeze" => Ok(GangMode::Freeze),
-            _ => Err(format!(
-                "unknown gang mode {s:?}: expected stop, priority, none or freeze"
-            )),
-        }
+    /// Placed on the mesh (its ranks are being launched, or run).
+    pub fn is_placed(self) -> bool {
+        matches!(self, State::Starting | State::Running)
     }
 }
 
@@ -246,38 +191,12 @@ impl Job {
         }
     }
 
-    /// `run_ns`: the run time up to now (the record holds it up to `run_accounted_to`).
-    pub fn info(&self, slices: Vec<u32>, run_ns: i64) -> v1::JobInfo {
-        let r = &self.record;
-        v1::JobInfo {
-            id: r.id,
-            user: r.user.clone(),
-            uid: r.uid,
-            gid: r.gid,
-            spec: Some(v1::JobSpec {
-                shape: r.shape.clone(),
-                argv: r.argv.clone(),
-                cwd: r.cwd.clone(),
-                env: Default::default(),
-                time_limit_s: r.time_limit_s,
-                stdin: r.stdin,
-                name: r.name.clone(),
-                gang: r.gang.proto() as i32,
-            }),
-            state: r.state.proto() as i32,
-            w: r.w,
-            h: r.h,
-            submesh: r.submesh.map(Into::into),
-            slices,
-            exit_code: r.exit_code,
-            reason: r.reason.clone(),
-            submit_ns: r.submit_ns,
-            start_ns: r.start_ns,
-            end_ns: r.end_ns,
-            run_ns,
-            gang: r.gang.proto() as i32,
-            ranks_done: self.ranks.iter().filter(|r| r.is_done()).count() as u32,
-        }
+    /// Record a failure; whether it starts the job's teardown (it is the first thing to
+    /// go wrong, and nobody cancelled it): only then must its other ranks be stopped.
+    pub fn start_teardown(&mut self, code: Option<i32>, reason: String) -> bool {
+        let first = self.failure.is_none() && self.cancelled.is_none();
+        self.fail(code, reason);
+        first
     }
 }
 

@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use gang_core::GangMode;
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_master::config::{
     DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, FileConfig, MasterConfig, parse_mesh,
 };
-use gang_master::job::GangMode;
-use tracing::info;
+use tracing::error;
 
 /// The master: accepts jobs, places them on the mesh, launches them on the node agents.
 #[derive(Parser, Debug)]
@@ -167,20 +167,20 @@ async fn main() {
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    info!("shutting down");
-    // Attached clients hold streams open; they reconnect to the next master, so do not
-    // wait on them for long. Everything accepted is already committed.
-    match tokio::time::timeout(std::time::Duration::from_secs(2), master.shutdown()).await {
-        Ok(Err(e)) => {
-            eprintln!("gang-master: {e:#}");
-            std::process::exit(1);
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
         }
-        Ok(Ok(())) => {}
-        Err(_) => info!("streams still open after 2 s; exiting anyway"),
+    };
+    if let Err(e) = master
+        .serve_until(stop, std::time::Duration::from_secs(2))
+        .await
+    {
+        // Exit non-zero so that systemd restarts us: recovery rebuilds what was saved.
+        error!("{e:#}");
+        eprintln!("gang-master: {e:#}");
+        std::process::exit(1);
     }
     std::process::exit(0);
 }

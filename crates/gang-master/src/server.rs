@@ -18,7 +18,7 @@ use crate::config::MasterConfig;
 use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry};
-use crate::state::MasterState;
+use crate::state::actor;
 use crate::switch_stats::SwitchStats;
 
 pub struct RunningMaster {
@@ -26,21 +26,41 @@ pub struct RunningMaster {
     pub metrics_addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    state: JoinHandle<()>,
 }
 
 impl RunningMaster {
-    /// Stop serving and wait for in-flight calls to end.
-    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+    /// Serve until `shutdown` resolves, then stop serving and wait (at most `grace`) for
+    /// in-flight calls. An error if the server or the state task ends first: without its
+    /// state task the master can answer nothing, so it must exit and be restarted.
+    pub async fn serve_until(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+        grace: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        tokio::select! {
+            () = shutdown => {}
+            r = &mut self.state => {
+                anyhow::bail!("the state task ended: {}", match r {
+                    Ok(()) => "it stopped".to_string(),
+                    Err(e) => e.to_string(),
+                });
+            }
+            r = &mut self.server => {
+                r??;
+                anyhow::bail!("the gRPC server stopped");
+            }
+        }
+        info!("shutting down");
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
-        self.server.await??;
-        Ok(())
-    }
-
-    /// Serve until the server ends on its own.
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.server.await??;
+        // Attached clients hold streams open; they reconnect to the next master, so do not
+        // wait on them for long. Everything accepted is already committed.
+        match tokio::time::timeout(grace, &mut self.server).await {
+            Ok(r) => r??,
+            Err(_) => info!("streams still open after {grace:?}; exiting anyway"),
+        }
         Ok(())
     }
 }
@@ -61,7 +81,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let mesh = cfg.mesh;
     // Boundaries settle 1 s after their deadline: agents report every 250 ms.
     let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
-    let handle = MasterState::start(cfg, metrics.clone(), agents.clone(), stats.clone())?;
+    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
@@ -89,6 +110,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .add_service(JobServiceServer::new(jobs))
         .add_service(AdminServiceServer::new(Admin {
             handle: handle.clone(),
+            stats: stats.clone(),
+            quantum_ns,
         }))
         .add_service(AgentRegistryServer::new(Registry {
             handle,
@@ -113,6 +136,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         metrics_addr,
         stop: Some(stop),
         server,
+        state,
     })
 }
 
@@ -121,4 +145,28 @@ fn write_ready(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_master_fails_when_its_state_task_dies() {
+        let state = tokio::spawn(async { panic!("a broken invariant") });
+        let server = tokio::spawn(std::future::pending());
+        let master = RunningMaster {
+            grpc_addr: "127.0.0.1:1".parse().unwrap(),
+            metrics_addr: "127.0.0.1:2".parse().unwrap(),
+            stop: None,
+            server,
+            state,
+        };
+        let e = master
+            .serve_until(std::future::pending(), std::time::Duration::from_millis(10))
+            .await
+            .expect_err("no state task, no master");
+        assert!(e.to_string().contains("the state task ended"), "{e}");
+        assert!(e.to_string().contains("a broken invariant"), "{e}");
+    }
 }

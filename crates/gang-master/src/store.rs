@@ -124,6 +124,15 @@ impl Store {
         Ok(())
     }
 
+    /// Undo the open transaction (also after a failed COMMIT, which may leave it open).
+    pub fn rollback(&mut self) -> rusqlite::Result<()> {
+        self.in_batch = false;
+        if !self.conn.is_autocommit() {
+            self.conn.execute_batch("ROLLBACK")?;
+        }
+        Ok(())
+    }
+
     pub fn next_job_id(&self) -> rusqlite::Result<u64> {
         let max: Option<i64> = self
             .conn

@@ -121,18 +121,16 @@ fn push(q: &mut VecDeque<i64>, cap: usize, v: i64) {
 
 /// Nearest-rank quantiles.
 pub fn quantiles(samples: &VecDeque<i64>) -> v1::Quantiles {
-    if samples.is_empty() {
-        return v1::Quantiles::default();
-    }
     let mut v: Vec<i64> = samples.iter().copied().collect();
-    v.sort_unstable();
-    let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    let Some(s) = gang_core::quantile::summarize(&mut v) else {
+        return v1::Quantiles::default();
+    };
     v1::Quantiles {
-        count: v.len() as u64,
-        p50_ns: at(0.50),
-        p99_ns: at(0.99),
-        max_ns: *v.last().expect("non-empty"),
-        mean_ns: (v.iter().map(|&x| x as i128).sum::<i128>() / v.len() as i128) as i64,
+        count: s.count as u64,
+        p50_ns: s.p50,
+        p99_ns: s.p99,
+        max_ns: s.max,
+        mean_ns: s.mean as i64,
     }
 }
 

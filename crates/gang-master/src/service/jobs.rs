@@ -6,14 +6,17 @@ use std::sync::Arc;
 use gang_core::JobId;
 use gang_proto::v1::{self, job_service_server::JobService};
 use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
 use crate::agents::AgentPool;
+use crate::error::MasterError;
 use crate::output::OutputHub;
-use crate::state::{Cmd, Handle};
+use crate::service::convert;
+use crate::state::actor::{Cmd, Handle};
+use crate::state::views::{JobView, Rank0};
 
 pub struct Jobs {
     pub handle: Handle,
@@ -23,21 +26,17 @@ pub struct Jobs {
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-fn is_final(info: &v1::JobInfo) -> bool {
-    v1::JobState::try_from(info.state).is_ok_and(|s| s.is_final())
-}
-
 #[tonic::async_trait]
 impl JobService for Jobs {
     async fn submit(
         &self,
         req: Request<v1::SubmitRequest>,
     ) -> Result<Response<v1::SubmitResponse>, Status> {
-        let job = self
-            .handle
-            .call(|tx| Cmd::Submit(req.into_inner(), tx))
-            .await?;
-        Ok(Response::new(v1::SubmitResponse { job: Some(job) }))
+        let job = convert::new_job(req.into_inner())?;
+        let view = self.handle.call(|tx| Cmd::Submit(job, tx)).await?;
+        Ok(Response::new(v1::SubmitResponse {
+            job: Some(convert::job_info(&view)),
+        }))
     }
 
     async fn cancel(
@@ -45,11 +44,13 @@ impl JobService for Jobs {
         req: Request<v1::CancelRequest>,
     ) -> Result<Response<v1::CancelResponse>, Status> {
         let r = req.into_inner();
-        let job = self
+        let view = self
             .handle
             .call(|tx| Cmd::Cancel(JobId(r.job_id), r.uid, tx))
             .await?;
-        Ok(Response::new(v1::CancelResponse { job: Some(job) }))
+        Ok(Response::new(v1::CancelResponse {
+            job: Some(convert::job_info(&view)),
+        }))
     }
 
     async fn get_job(
@@ -57,20 +58,19 @@ impl JobService for Jobs {
         req: Request<v1::GetJobRequest>,
     ) -> Result<Response<v1::JobInfo>, Status> {
         let id = JobId(req.into_inner().job_id);
-        Ok(Response::new(
-            self.handle.call(|tx| Cmd::GetJob(id, tx)).await?,
-        ))
+        let view = self.handle.call(|tx| Cmd::GetJob(id, tx)).await?;
+        Ok(Response::new(convert::job_info(&view)))
     }
 
     async fn list_jobs(
         &self,
         req: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
-        let jobs = self
-            .handle
-            .call(|tx| Cmd::ListJobs(req.into_inner(), tx))
-            .await?;
-        Ok(Response::new(v1::ListJobsResponse { jobs }))
+        let filter = convert::list_filter(req.into_inner())?;
+        let jobs = self.handle.call(|tx| Cmd::ListJobs(filter, tx)).await?;
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs: jobs.iter().map(convert::job_info).collect(),
+        }))
     }
 
     type WatchStream = Boxed<v1::JobEvent>;
@@ -80,9 +80,11 @@ impl JobService for Jobs {
         req: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let only = req.into_inner().job_id;
-        let events = tokio_stream::wrappers::BroadcastStream::new(self.handle.events());
+        let events = BroadcastStream::new(self.handle.events());
         let stream = events.filter_map(move |e| match e {
-            Ok(job) if only == 0 || job.id == only => Some(Ok(v1::JobEvent { job: Some(job) })),
+            Ok(job) if only == 0 || job.id.0 == only => Some(Ok(v1::JobEvent {
+                job: Some(convert::job_info(&job)),
+            })),
             _ => None,
         });
         Ok(Response::new(Box::pin(stream)))
@@ -96,17 +98,20 @@ impl JobService for Jobs {
     ) -> Result<Response<Self::AttachStream>, Status> {
         let mut inbound = req.into_inner();
         let first = inbound.message().await?.ok_or_else(|| {
-            Status::invalid_argument("the attach stream ended before naming a job")
+            MasterError::Invalid("the attach stream ended before naming a job".into())
         })?;
         let id = JobId(first.job_id);
         // Subscribe before looking at the job, so its final event cannot slip between.
         let events = self.handle.events();
+        let rank0 = self.handle.rank0_started();
+        let stdin_events = self.handle.events();
         let info = self.handle.call(|tx| Cmd::GetJob(id, tx)).await?;
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(forward_stdin(
             self.handle.clone(),
             self.agents.clone(),
             id,
+            (rank0, stdin_events),
             first,
             inbound,
         ));
@@ -127,8 +132,8 @@ async fn relay_output(
     handle: Handle,
     hub: Arc<OutputHub>,
     id: JobId,
-    info: v1::JobInfo,
-    mut events: broadcast::Receiver<v1::JobInfo>,
+    info: JobView,
+    mut events: broadcast::Receiver<JobView>,
     tx: mpsc::Sender<Result<v1::AttachResponse, Status>>,
 ) {
     use v1::attach_response::Event;
@@ -140,21 +145,23 @@ async fn relay_output(
                 .is_ok()
         }
     };
+    let log_error = |e: std::io::Error| {
+        Status::from(MasterError::Output {
+            job: id.0,
+            source: e,
+        })
+    };
     let mut follow = match hub.follow(id.0) {
         Ok(f) => f,
         Err(e) => {
-            let _ = tx
-                .send(Err(Status::internal(format!(
-                    "output log of job {id}: {e}"
-                ))))
-                .await;
+            let _ = tx.send(Err(log_error(e))).await;
             return;
         }
     };
     let mut sent = 0u64;
-    let mut finished = is_final(&info).then_some(info.clone());
-    let mut started = info.state == v1::JobState::Running as i32;
-    if started && !send(Event::Started(info)).await {
+    let mut finished = info.state.is_final().then(|| info.clone());
+    let mut started = info.state == crate::job::State::Running;
+    if started && !send(Event::Started(convert::job_info(&info))).await {
         return;
     }
     loop {
@@ -169,11 +176,7 @@ async fn relay_output(
                 sent = len;
             }
             Err(e) => {
-                let _ = tx
-                    .send(Err(Status::internal(format!(
-                        "output log of job {id}: {e}"
-                    ))))
-                    .await;
+                let _ = tx.send(Err(log_error(e))).await;
                 return;
             }
         }
@@ -185,18 +188,18 @@ async fn relay_output(
                     return;
                 }
             }
-            send(Event::Finished(f)).await;
+            send(Event::Finished(convert::job_info(&f))).await;
             return;
         }
         tokio::select! {
             r = follow.changed() => if r.is_err() { return },
             e = events.recv() => match e {
-                Ok(j) if j.id == id.0 => {
-                    if is_final(&j) {
+                Ok(j) if j.id == id => {
+                    if j.state.is_final() {
                         finished = Some(j);
-                    } else if !started && j.state == v1::JobState::Running as i32 {
+                    } else if !started && j.state == crate::job::State::Running {
                         started = true;
-                        if !send(Event::Started(j)).await {
+                        if !send(Event::Started(convert::job_info(&j))).await {
                             return;
                         }
                     }
@@ -204,7 +207,7 @@ async fn relay_output(
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     match handle.call(|t| Cmd::GetJob(id, t)).await {
-                        Ok(j) if is_final(&j) => finished = Some(j),
+                        Ok(j) if j.state.is_final() => finished = Some(j),
                         Ok(_) => {}
                         Err(_) => return,
                     }
@@ -215,18 +218,57 @@ async fn relay_output(
     }
 }
 
+/// Where rank 0 runs, once it runs; `None` once the job has ended without it.
+async fn rank0_address(
+    handle: &Handle,
+    id: JobId,
+    (mut started, mut events): (
+        broadcast::Receiver<(JobId, String)>,
+        broadcast::Receiver<JobView>,
+    ),
+) -> Option<String> {
+    use broadcast::error::RecvError;
+    loop {
+        // Both receivers were subscribed before this query: nothing can slip between.
+        match handle.call(|t| Cmd::Rank0(id, t)).await {
+            Ok(Rank0::Running(addr)) => return Some(addr),
+            Ok(Rank0::NotYet) => {}
+            Ok(Rank0::Ended) | Err(_) => return None,
+        }
+        // Ask again only when something about this job happened (or we lost track).
+        loop {
+            tokio::select! {
+                r = started.recv() => match r {
+                    Ok((j, addr)) if j == id => return Some(addr),
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return None,
+                },
+                e = events.recv() => match e {
+                    Ok(j) if j.id == id => break,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+}
+
 /// Stdin from the client to rank 0, once rank 0 runs.
 async fn forward_stdin(
     handle: Handle,
     agents: Arc<AgentPool>,
     id: JobId,
+    watch: (
+        broadcast::Receiver<(JobId, String)>,
+        broadcast::Receiver<JobView>,
+    ),
     first: v1::AttachRequest,
     mut inbound: Streaming<v1::AttachRequest>,
 ) {
-    // Answered once rank 0 runs, or with None once the job ended without it.
-    let addr = match handle.call(|t| Cmd::Rank0(id, t)).await {
-        Ok(Some(addr)) => addr,
-        _ => return,
+    let Some(addr) = rank0_address(&handle, id, watch).await else {
+        return;
     };
     let Ok(mut client) = agents.client(&addr) else {
         return;

@@ -1,5 +1,7 @@
-//! Thin gRPC adapters: translate requests into state-task commands and results back.
+//! Thin gRPC adapters: requests become state-task commands in domain terms
+//! (`convert.rs`), and answers and errors go back as protobuf.
 
 pub mod admin;
+pub mod convert;
 pub mod jobs;
 pub mod registry;

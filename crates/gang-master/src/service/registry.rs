@@ -5,9 +5,11 @@ use std::sync::{Arc, Mutex};
 use gang_proto::v1::{self, agent_registry_server::AgentRegistry};
 use tonic::{Request, Response, Status};
 
+use crate::error::MasterError;
 use crate::metrics::Metrics;
 use crate::output::OutputHub;
-use crate::state::{Cmd, Handle, now_ns};
+use crate::service::convert;
+use crate::state::actor::{Cmd, Handle, wall_ns};
 use crate::switch_stats::SwitchStats;
 
 pub struct Registry {
@@ -23,31 +25,26 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
-        Ok(Response::new(
-            self.handle
-                .call(|tx| Cmd::Register(req.into_inner(), tx))
-                .await?,
-        ))
+        let reg = convert::registration(req.into_inner());
+        let done = self.handle.call(|tx| Cmd::Register(reg, tx)).await?;
+        Ok(Response::new(convert::registered(done)))
     }
 
     async fn heartbeat(
         &self,
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
-        Ok(Response::new(
-            self.handle
-                .call(|tx| Cmd::Heartbeat(req.into_inner(), tx))
-                .await?,
-        ))
+        let hb = convert::heartbeat(req.into_inner());
+        let known = self.handle.call(|tx| Cmd::Heartbeat(hb, tx)).await?;
+        Ok(Response::new(v1::HeartbeatResponse { known }))
     }
 
     async fn report_exit(
         &self,
         req: Request<v1::RankExit>,
     ) -> Result<Response<v1::RankExitAck>, Status> {
-        self.handle
-            .call(|tx| Cmd::RankExit(req.into_inner(), tx))
-            .await?;
+        let exit = convert::rank_exit(req.into_inner());
+        self.handle.call(|tx| Cmd::RankExit(exit, tx)).await?;
         Ok(Response::new(v1::RankExitAck {}))
     }
 
@@ -59,7 +56,10 @@ impl AgentRegistry for Registry {
         // Straight to the log: output never queues behind scheduling work.
         self.output
             .append(b.job_id, &b.chunks)
-            .map_err(|e| Status::internal(format!("output log of job {}: {e}", b.job_id)))?;
+            .map_err(|source| MasterError::Output {
+                job: b.job_id,
+                source,
+            })?;
         Ok(Response::new(v1::OutputAck {}))
     }
 
@@ -72,8 +72,9 @@ impl AgentRegistry for Registry {
         let samples = self
             .stats
             .lock()
-            .map_err(|_| Status::internal("switch statistics unavailable"))?
-            .add(&r, now_ns());
+            // Figures only: a panic elsewhere while holding the lock leaves them usable.
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&r, wall_ns());
         let m = &self.metrics;
         let s = |ns: i64| ns.max(0) as f64 / 1e9;
         samples
@@ -98,12 +99,12 @@ impl AgentRegistry for Registry {
     ) -> Result<Response<v1::ClockProbeResponse>, Status> {
         // Answered here, not by the state task: queueing would widen the round trip and
         // with it the error bound.
-        let t2_ns = now_ns();
+        let t2_ns = wall_ns();
         let t1_ns = req.into_inner().t1_ns;
         Ok(Response::new(v1::ClockProbeResponse {
             t1_ns,
             t2_ns,
-            t3_ns: now_ns(),
+            t3_ns: wall_ns(),
         }))
     }
 }

@@ -1,0 +1,297 @@
+//! Protobuf at the edge: requests become domain commands, domain answers become replies,
+//! and every error becomes a `Status` through the one map below.
+
+use gang_core::{GangMode, JobId, SchedError};
+use gang_proto::v1;
+use tonic::Status;
+
+use crate::error::MasterError;
+use crate::job::State;
+use crate::state::effects::{Coord, LaunchOrder, NodeTable};
+use crate::state::events::{
+    ClockReport, ExitHow, Heartbeat, LaunchFailure, ListFilter, NewJob, Owner, RankExit,
+    Registered, Registration,
+};
+use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
+
+/// The one mapping of the master's errors to gRPC status codes.
+impl From<MasterError> for Status {
+    fn from(e: MasterError) -> Self {
+        let msg = e.to_string();
+        match e {
+            MasterError::Invalid(_) | MasterError::Shape(_) => Status::invalid_argument(msg),
+            MasterError::Sched(SchedError::NeverFits { .. }) => Status::invalid_argument(msg),
+            MasterError::Sched(SchedError::Duplicate(_)) => Status::already_exists(msg),
+            MasterError::Sched(SchedError::UnknownJob(_)) | MasterError::UnknownJob(_) => {
+                Status::not_found(msg)
+            }
+            MasterError::UnknownNode { .. } | MasterError::Sched(SchedError::NoSuchNode { .. }) => {
+                Status::not_found(msg)
+            }
+            MasterError::NotOwner { .. } => Status::permission_denied(msg),
+            MasterError::ShuttingDown | MasterError::NotSaved(_) => Status::unavailable(msg),
+            MasterError::Output { .. } => Status::internal(msg),
+            MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
+        }
+    }
+}
+
+fn invalid(what: String) -> MasterError {
+    MasterError::Invalid(what)
+}
+
+/// A gang mode from the wire: `None` for UNSPECIFIED (the cluster default).
+fn gang_mode(m: i32) -> Result<Option<GangMode>, MasterError> {
+    v1::GangMode::try_from(m)
+        .map(v1::GangMode::resolved)
+        .map_err(|_| {
+            invalid(format!(
+                "unknown gang mode {m}: expected stop, priority, none or freeze"
+            ))
+        })
+}
+
+pub fn new_job(req: v1::SubmitRequest) -> Result<NewJob, MasterError> {
+    let spec = req
+        .spec
+        .ok_or_else(|| invalid("the request has no job spec".into()))?;
+    Ok(NewJob {
+        owner: Owner {
+            uid: req.uid,
+            gid: req.gid,
+            user: req.user,
+        },
+        gang: gang_mode(spec.gang)?,
+        name: spec.name,
+        argv: spec.argv,
+        cwd: spec.cwd,
+        env: spec.env.into_iter().collect(),
+        time_limit_s: spec.time_limit_s,
+        stdin: spec.stdin,
+        shape: spec.shape,
+    })
+}
+
+pub fn job_state(s: State) -> v1::JobState {
+    match s {
+        State::Queued => v1::JobState::Queued,
+        State::Starting => v1::JobState::Starting,
+        State::Running => v1::JobState::Running,
+        State::Completed => v1::JobState::Completed,
+        State::Failed => v1::JobState::Failed,
+        State::Cancelled => v1::JobState::Cancelled,
+    }
+}
+
+fn state_of(s: v1::JobState) -> Option<State> {
+    Some(match s {
+        v1::JobState::Unspecified => return None,
+        v1::JobState::Queued => State::Queued,
+        v1::JobState::Starting => State::Starting,
+        v1::JobState::Running => State::Running,
+        v1::JobState::Completed => State::Completed,
+        v1::JobState::Failed => State::Failed,
+        v1::JobState::Cancelled => State::Cancelled,
+    })
+}
+
+pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> {
+    let states = req
+        .states
+        .iter()
+        .map(|&s| {
+            v1::JobState::try_from(s)
+                .ok()
+                .and_then(state_of)
+                .ok_or_else(|| invalid(format!("unknown job state {s} in the filter")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(ListFilter {
+        states,
+        limit: req.limit as usize,
+    })
+}
+
+pub fn job_info(v: &JobView) -> v1::JobInfo {
+    let gang = v1::GangMode::from(v.gang) as i32;
+    v1::JobInfo {
+        id: v.id.0,
+        user: v.user.clone(),
+        uid: v.uid,
+        gid: v.gid,
+        spec: Some(v1::JobSpec {
+            shape: v.shape.clone(),
+            argv: v.argv.clone(),
+            cwd: v.cwd.clone(),
+            env: Default::default(),
+            time_limit_s: v.time_limit_s,
+            stdin: v.stdin,
+            name: v.name.clone(),
+            gang,
+        }),
+        state: job_state(v.state) as i32,
+        w: v.w,
+        h: v.h,
+        submesh: v.submesh.map(Into::into),
+        slices: v.slices.clone(),
+        exit_code: v.exit_code,
+        reason: v.reason.clone(),
+        submit_ns: v.submit_ns,
+        start_ns: v.start_ns,
+        end_ns: v.end_ns,
+        run_ns: v.run_ns,
+        gang,
+        ranks_done: v.ranks_done,
+    }
+}
+
+fn rank_refs(rs: &[v1::RankRef]) -> Vec<(JobId, u32)> {
+    rs.iter().map(|r| (JobId(r.job_id), r.rank)).collect()
+}
+
+pub fn registration(r: v1::RegisterRequest) -> Registration {
+    Registration {
+        node: (r.x, r.y),
+        running: rank_refs(&r.running),
+        address: r.address,
+    }
+}
+
+pub fn registered(r: Registered) -> v1::RegisterResponse {
+    v1::RegisterResponse {
+        mesh_w: r.mesh_w,
+        mesh_h: r.mesh_h,
+        heartbeat_ms: r.heartbeat_ms,
+        kill_jobs: r.kill_jobs.into_iter().map(|j| j.0).collect(),
+    }
+}
+
+pub fn heartbeat(r: v1::HeartbeatRequest) -> Heartbeat {
+    Heartbeat {
+        node: (r.x, r.y),
+        running: rank_refs(&r.running),
+        clock: ClockReport {
+            offset_ns: r.clock_offset_ns,
+            error_ns: r.clock_error_ns,
+            from_host: r.clock_from_host,
+        },
+        table_version: r.table_version,
+    }
+}
+
+pub fn rank_exit(r: v1::RankExit) -> RankExit {
+    use v1::rank_exit::How;
+    RankExit {
+        job: JobId(r.job_id),
+        rank: r.rank,
+        node: (r.x, r.y),
+        how: match r.how {
+            Some(How::Code(c)) => ExitHow::Code(c),
+            Some(How::Signal(s)) => ExitHow::Signal(s),
+            Some(How::Error(e)) => ExitHow::Error(e),
+            None => ExitHow::Unknown,
+        },
+    }
+}
+
+pub fn node_info(n: &NodeView) -> v1::NodeInfo {
+    let state = match n.state {
+        NodeState::Up => v1::NodeState::Up,
+        NodeState::Down => v1::NodeState::Down,
+        NodeState::Drained => v1::NodeState::Drained,
+    };
+    v1::NodeInfo {
+        x: n.node.0,
+        y: n.node.1,
+        state: state as i32,
+        address: n.address.clone().unwrap_or_default(),
+        jobs: n.jobs.iter().map(|j| j.0).collect(),
+        clock_offset_ns: n.clock_offset_ns,
+        clock_error_ns: n.clock_error_ns,
+        last_heartbeat_ns: n.last_heartbeat_ns,
+        clock_from_host: n.clock_from_host,
+        table_version: n.table_version,
+    }
+}
+
+pub fn nodes(v: &NodesView) -> v1::ListNodesResponse {
+    v1::ListNodesResponse {
+        mesh_w: v.mesh.w,
+        mesh_h: v.mesh.h,
+        nodes: v.nodes.iter().map(node_info).collect(),
+    }
+}
+
+pub fn matrix(m: &MatrixView) -> v1::Matrix {
+    let t = m.table.as_ref();
+    v1::Matrix {
+        mesh_w: m.mesh.w,
+        mesh_h: m.mesh.h,
+        mpl: m.mpl,
+        slices: m
+            .slices
+            .iter()
+            .map(|s| v1::SliceInfo {
+                id: s.id,
+                placements: s
+                    .placements
+                    .iter()
+                    .map(|p| v1::Placement {
+                        job_id: p.job.0,
+                        submesh: Some(p.submesh.into()),
+                        home: p.home,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        queue: m.queue.iter().map(|j| j.0).collect(),
+        table_version: t.map_or(0, |t| t.version),
+        epoch_ns: t.map_or(0, |t| t.grid.epoch_ns),
+        quantum_ns: t.map_or(0, |t| t.grid.quantum_ns),
+        effective_ns: t.map_or(0, |t| t.effective_ns),
+        row_slices: t.map_or(vec![], |t| t.row_slices.clone()),
+        now_ns: m.now_ns,
+        running_row: m.running_row,
+    }
+}
+
+pub fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
+    v1::LaunchRequest {
+        job_id: o.job.0,
+        rank: o.rank,
+        size: o.size,
+        argv: o.argv,
+        cwd: o.cwd,
+        env: o.env.into_iter().collect(),
+        uid: o.uid,
+        gid: o.gid,
+        stdin: o.stdin,
+        gang: v1::GangMode::from(o.gang) as i32,
+    }
+}
+
+pub fn node_table(t: &NodeTable) -> v1::NodeTable {
+    v1::NodeTable {
+        version: t.version,
+        epoch_ns: t.grid.epoch_ns,
+        quantum_ns: t.grid.quantum_ns,
+        effective_ns: t.effective_ns,
+        rows: t.rows.iter().map(|j| j.map_or(0, |j| j.0)).collect(),
+        ..Default::default()
+    }
+}
+
+/// Why an agent's Launch failed. The agent answers a refusal with a status naming its
+/// node; a broken or refused connection is the transport's, and says nothing of the node.
+pub fn launch_failure(s: &Status, node: Coord) -> LaunchFailure {
+    use tonic::Code;
+    match s.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+            LaunchFailure::Unreachable {
+                node,
+                detail: s.message().to_string(),
+            }
+        }
+        _ => LaunchFailure::Refused(s.message().to_string()),
+    }
+}

@@ -1,0 +1,392 @@
+//! The one task that owns the master's state. gRPC handlers send it [`Cmd`]s and await the
+//! reply; network calls run in spawned tasks that report back with another command, so the
+//! task never awaits anything but its queue.
+//!
+//! Commands are taken in batches. A batch reads the clock once, runs the reactor, and
+//! commits one SQLite transaction; only then do replies, network calls and announcements
+//! go out. If the transaction fails, the whole batch is taken back: every reply of the
+//! batch is `UNAVAILABLE: state not saved: ...` and nothing of it stays, in memory or on
+//! disk. Outcomes of network calls in such a batch are handled again with the next one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gang_core::JobId;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+
+use crate::agents::AgentPool;
+use crate::config::MasterConfig;
+use crate::error::{MasterError, Result};
+use crate::metrics::Metrics;
+use crate::service::convert;
+use crate::state::daemon::{DaemonEffects, Out};
+use crate::state::effects::{Coord, LaunchOrder, Metric, NodeTable};
+use crate::state::events::{
+    Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered, Registration,
+};
+use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
+use crate::state::{MasterState, Now, Persisted, reactor};
+use crate::store::Store;
+
+type Reply<T> = oneshot::Sender<Result<T>>;
+
+/// Commands handled in one batch at most (one transaction, one fsync).
+const MAX_BATCH: usize = 512;
+/// How often the tick runs (timeouts, run time, time limits).
+const TICK: Duration = Duration::from_millis(100);
+
+pub enum Cmd {
+    Submit(NewJob, Reply<JobView>),
+    Cancel(JobId, u32, Reply<JobView>),
+    GetJob(JobId, Reply<JobView>),
+    ListJobs(ListFilter, Reply<Vec<JobView>>),
+    /// Where rank 0 of a job runs now (for stdin).
+    Rank0(JobId, Reply<Rank0>),
+    Register(Registration, Reply<Registered>),
+    Heartbeat(Heartbeat, Reply<bool>),
+    RankExit(RankExit, Reply<()>),
+    ListNodes(Reply<NodesView>),
+    SetDrained(Coord, bool, Reply<NodeView>),
+    Matrix(Reply<MatrixView>),
+    TableInForce(Reply<Option<TableInForce>>),
+    /// An agent acknowledged a slice table.
+    TableAcked(Coord, u64),
+    /// A launch finished: the rank's pid, or why it did not start.
+    Launched(JobId, u32, std::result::Result<u32, LaunchFailure>),
+    Tick,
+}
+
+/// How the gRPC side talks to the state task.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Cmd>,
+    events: broadcast::Sender<JobView>,
+    rank0: broadcast::Sender<(JobId, String)>,
+}
+
+impl Handle {
+    pub async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .await
+            .map_err(|_| MasterError::ShuttingDown)?;
+        rx.await.map_err(|_| MasterError::ShuttingDown)?
+    }
+
+    /// Job changes, as they are committed.
+    pub fn events(&self) -> broadcast::Receiver<JobView> {
+        self.events.subscribe()
+    }
+
+    /// Rank 0 of a job started running, and where.
+    pub fn rank0_started(&self) -> broadcast::Receiver<(JobId, String)> {
+        self.rank0.subscribe()
+    }
+}
+
+/// Open the database, recover every job, and start the state task. The task ends only if
+/// it fails (it panics on an inconsistent state in debug builds): the caller must treat
+/// its end as fatal.
+pub fn start(
+    cfg: MasterConfig,
+    metrics: Arc<Metrics>,
+    agents: Arc<AgentPool>,
+) -> anyhow::Result<(Handle, JoinHandle<()>)> {
+    std::fs::create_dir_all(cfg.state_dir())?;
+    let store = Store::open(&cfg.state)?;
+    let mesh = cfg.mesh.to_string();
+    match store.mesh()? {
+        Some(m) if m != mesh => anyhow::bail!(
+            "the state database {} was made for a {m} mesh, not {mesh}; use another --state",
+            cfg.state.display()
+        ),
+        Some(_) => {}
+        None => store.set_mesh(&mesh)?,
+    }
+    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let persisted = Persisted {
+        next_job_id: store.next_job_id()?,
+        table_version: store.table_version()?,
+        table_epoch_ns: store.table_epoch(quantum_ns)?,
+    };
+    let records = store.load_jobs()?;
+    let drained = store.drained()?;
+    let (tx, rx) = mpsc::channel(4096);
+    let (events, _) = broadcast::channel(4096);
+    let (rank0, _) = broadcast::channel(1024);
+    let mut actor = Actor {
+        st: MasterState::new(cfg, &persisted)?,
+        store,
+        agents,
+        metrics,
+        handle: Handle {
+            tx: tx.clone(),
+            events,
+            rank0,
+        },
+        started: Instant::now(),
+        retry: vec![],
+    };
+    // Recovery is a batch like any other: saved whole, or the master does not start.
+    let now = actor.now();
+    let cp = actor.st.checkpoint();
+    let mut fx = DaemonEffects::begin(&mut actor.store);
+    let recovered = reactor::on_recover(&mut actor.st, &mut fx, now, records, &drained);
+    let outbox = fx.finish();
+    let (recovered, outbox) = match (recovered, outbox) {
+        (Ok(r), Ok(o)) => (r, o),
+        (Err(e), _) => anyhow::bail!("cannot recover the state: {e}"),
+        (_, Err(e)) => anyhow::bail!("cannot save the recovered state: {e}"),
+    };
+    actor.st.settle(cp);
+    debug!(?recovered, "recovery saved");
+    actor.carry_out(outbox);
+    actor.update_gauges();
+    let handle = actor.handle.clone();
+    let task = tokio::spawn(actor.run(rx));
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(TICK);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            every.tick().await;
+            if tx.send(Cmd::Tick).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok((handle, task))
+}
+
+struct Actor {
+    st: MasterState,
+    store: Store,
+    agents: Arc<AgentPool>,
+    metrics: Arc<Metrics>,
+    handle: Handle,
+    /// The origin of the monotonic clock (`Now::mono_ns`).
+    started: Instant,
+    /// Outcomes of network calls from a batch that was not saved: handled again.
+    retry: Vec<Cmd>,
+}
+
+/// A reply held until its batch is saved (`None`) or not (`Some(why)`).
+type Pending = Box<dyn FnOnce(Option<&str>) + Send>;
+
+fn defer<T: Send + 'static>(out: &mut Vec<Pending>, tx: Reply<T>, r: Result<T>) {
+    out.push(Box::new(move |failed: Option<&str>| {
+        let r = match failed {
+            None => r,
+            Some(why) => Err(MasterError::NotSaved(why.to_string())),
+        };
+        let _ = tx.send(r);
+    }));
+}
+
+impl Actor {
+    fn now(&self) -> Now {
+        Now {
+            mono_ns: self.started.elapsed().as_nanos() as i64,
+            wall_ns: wall_ns(),
+        }
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
+        while let Some(first) = rx.recv().await {
+            let mut batch = std::mem::take(&mut self.retry);
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            self.batch(batch);
+        }
+        info!("state task stopped");
+    }
+
+    fn batch(&mut self, batch: Vec<Cmd>) {
+        let now = self.now();
+        let cp = self.st.checkpoint();
+        let mut fx = DaemonEffects::begin(&mut self.store);
+        let mut replies: Vec<Pending> = Vec::with_capacity(batch.len());
+        let mut again: Vec<Cmd> = vec![];
+        for cmd in batch {
+            handle(&mut self.st, &mut fx, now, cmd, &mut replies, &mut again);
+        }
+        reactor::end_batch(&mut self.st, &mut fx, now);
+        match fx.finish() {
+            Ok(outbox) => {
+                self.st.settle(cp);
+                if cfg!(debug_assertions)
+                    && let Err(e) = self.st.sanity_check()
+                {
+                    // A broken invariant is a bug: fail loudly (the master exits, systemd
+                    // restarts it, and recovery rebuilds the state from what was saved).
+                    panic!("master state inconsistent after a batch: {e}");
+                }
+                for r in replies {
+                    r(None);
+                }
+                self.carry_out(outbox);
+                self.update_gauges();
+            }
+            Err(why) => {
+                self.st.rollback(cp);
+                error!(error = %why, replies = replies.len(), "batch not saved: answered with errors, nothing of it applied");
+                for r in replies {
+                    r(Some(&why));
+                }
+                self.retry = again;
+            }
+        }
+    }
+
+    /// What a saved batch sends out.
+    fn carry_out(&self, outbox: Vec<Out>) {
+        for out in outbox {
+            match out {
+                Out::Launch(node, addr, order) => self.launch(node, &addr, order),
+                Out::Signal(node, addr, job, grace_ms) => self.signal(node, &addr, job, grace_ms),
+                Out::Table(node, addr, table) => self.send_table(node, &addr, table),
+                Out::JobChanged(view) => {
+                    let _ = self.handle.events.send(view);
+                }
+                Out::Rank0(job, addr) => {
+                    let _ = self.handle.rank0.send((job, addr));
+                }
+                Out::Metric(m) => self.count(m),
+            }
+        }
+    }
+
+    fn launch(&self, (x, y): Coord, addr: &str, order: LaunchOrder) {
+        let client = self.agents.client(addr);
+        let tx = self.handle.tx.clone();
+        let (job, rank) = (order.job, order.rank);
+        let req = convert::launch_request(order);
+        tokio::spawn(async move {
+            let result = match client {
+                Ok(mut c) => c
+                    .launch(req)
+                    .await
+                    .map(|r| r.into_inner().pid)
+                    .map_err(|s| convert::launch_failure(&s, (x, y))),
+                Err(e) => Err(LaunchFailure::Unreachable {
+                    node: (x, y),
+                    detail: format!("bad agent address: {e}"),
+                }),
+            };
+            let _ = tx.send(Cmd::Launched(job, rank, result)).await;
+        });
+    }
+
+    fn signal(&self, (x, y): Coord, addr: &str, job: JobId, grace_ms: u32) {
+        let Ok(mut client) = self.agents.client(addr) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let req = gang_proto::v1::SignalRequest {
+                job_id: job.0,
+                grace_ms,
+            };
+            if let Err(s) = client.signal(req).await {
+                warn!(%job, node = %format!("{x},{y}"), error = %s.message(), "signal failed");
+            }
+        });
+    }
+
+    fn send_table(&self, node: Coord, addr: &str, table: NodeTable) {
+        let Ok(mut client) = self.agents.client(addr) else {
+            return;
+        };
+        let tx = self.handle.tx.clone();
+        let req = convert::node_table(&table);
+        tokio::spawn(async move {
+            match client.set_table(req).await {
+                Ok(r) => {
+                    let _ = tx.send(Cmd::TableAcked(node, r.into_inner().version)).await;
+                }
+                Err(s) => {
+                    debug!(node = %format!("{},{}", node.0, node.1), error = %s.message(), "slice table not delivered");
+                }
+            }
+        });
+    }
+
+    fn count(&self, m: Metric) {
+        let mx = &self.metrics;
+        match m {
+            Metric::Submitted => {
+                mx.jobs_submitted.inc();
+            }
+            Metric::Finished(state) => mx.finished(state),
+            Metric::Launched(s) => mx.launch_seconds.observe(s),
+            Metric::TableVersion(v) => {
+                mx.table_version.set(v as i64);
+            }
+        }
+    }
+
+    fn update_gauges(&self) {
+        let (queued, running, slices, up) = self.st.gauges();
+        self.metrics.jobs_queued.set(queued as i64);
+        self.metrics.jobs_running.set(running as i64);
+        self.metrics.slices.set(slices as i64);
+        self.metrics.nodes_up.set(up as i64);
+    }
+}
+
+/// One command through the reactor; its reply is held until the batch is saved. Outcomes
+/// of network calls go to `again`, to be handled again if the batch is not saved.
+fn handle(
+    st: &mut MasterState,
+    fx: &mut DaemonEffects,
+    now: Now,
+    cmd: Cmd,
+    replies: &mut Vec<Pending>,
+    again: &mut Vec<Cmd>,
+) {
+    match cmd {
+        Cmd::Submit(job, tx) => defer(replies, tx, reactor::on_submit(st, fx, now, job)),
+        Cmd::Cancel(job, caller, tx) => {
+            defer(replies, tx, reactor::on_cancel(st, fx, now, job, caller))
+        }
+        Cmd::GetJob(job, tx) => defer(replies, tx, st.view(job, now)),
+        Cmd::ListJobs(filter, tx) => defer(replies, tx, Ok(st.list(&filter, now))),
+        Cmd::Rank0(job, tx) => defer(replies, tx, st.rank0(job)),
+        Cmd::Register(reg, tx) => defer(replies, tx, reactor::on_register(st, fx, now, reg)),
+        Cmd::Heartbeat(hb, tx) => defer(replies, tx, Ok(reactor::on_heartbeat(st, fx, now, hb))),
+        Cmd::RankExit(exit, tx) => {
+            reactor::on_rank_exit(st, fx, now, exit);
+            defer(replies, tx, Ok(()));
+        }
+        Cmd::ListNodes(tx) => defer(replies, tx, Ok(st.nodes_view())),
+        Cmd::SetDrained(node, drained, tx) => defer(
+            replies,
+            tx,
+            reactor::on_set_drained(st, fx, now, node, drained),
+        ),
+        Cmd::Matrix(tx) => defer(replies, tx, Ok(st.matrix_view(now))),
+        Cmd::TableInForce(tx) => defer(replies, tx, Ok(st.table_in_force(now))),
+        Cmd::TableAcked(node, version) => {
+            reactor::on_table_acked(st, node, version);
+            again.push(Cmd::TableAcked(node, version));
+        }
+        Cmd::Launched(job, rank, result) => {
+            reactor::on_launched(st, fx, now, job, rank, result.clone());
+            again.push(Cmd::Launched(job, rank, result));
+        }
+        Cmd::Tick => reactor::on_tick(st, fx, now),
+    }
+}
+
+/// Wall-clock nanoseconds since the Unix epoch (the master clock agents follow).
+pub fn wall_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}

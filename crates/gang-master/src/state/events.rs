@@ -1,0 +1,122 @@
+//! What comes into the reactor, in domain terms (the gRPC edge converts, `service/convert.rs`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use gang_core::{GangMode, JobId};
+
+use crate::job::State;
+use crate::state::effects::Coord;
+
+/// Who asks: from the caller's identity, never from a request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+}
+
+/// A job as submitted, before validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    pub owner: Owner,
+    /// Display name; empty: argv[0].
+    pub name: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    /// 0: no limit.
+    pub time_limit_s: u64,
+    pub stdin: bool,
+    /// As requested: "4x2" or a node count.
+    pub shape: String,
+    /// `None`: the cluster default.
+    pub gang: Option<GangMode>,
+}
+
+/// Which jobs a listing shows.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListFilter {
+    /// Empty: every state.
+    pub states: Vec<State>,
+    /// At most this many, newest first; 0: 1000.
+    pub limit: usize,
+}
+
+/// A rank an agent says it runs.
+pub type RankRef = (JobId, u32);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub node: Coord,
+    /// Where the master reaches the agent's NodeAgent service.
+    pub address: String,
+    pub running: Vec<RankRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub mesh_w: u32,
+    pub mesh_h: u32,
+    pub heartbeat_ms: u32,
+    /// Jobs the agent must no longer run.
+    pub kill_jobs: Vec<JobId>,
+}
+
+/// An agent's estimate of the master clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClockReport {
+    /// Master clock minus agent clock.
+    pub offset_ns: i64,
+    pub error_ns: i64,
+    /// The agent trusts its host clock (chrony/PTP) instead of probing.
+    pub from_host: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub node: Coord,
+    pub running: Vec<RankRef>,
+    pub clock: ClockReport,
+    /// The newest slice table the agent holds.
+    pub table_version: u64,
+}
+
+/// How a rank ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitHow {
+    Code(i32),
+    Signal(i32),
+    /// It could not be started: the OS error, naming the node.
+    Error(String),
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankExit {
+    pub job: JobId,
+    pub rank: u32,
+    pub node: Coord,
+    pub how: ExitHow,
+}
+
+/// Why a launch did not start its rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchFailure {
+    /// The agent refused; its message names its node (agents' errors always do).
+    Refused(String),
+    /// The agent could not be reached, or the call broke.
+    Unreachable { node: Coord, detail: String },
+}
+
+impl fmt::Display for LaunchFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchFailure::Refused(m) => f.write_str(m),
+            LaunchFailure::Unreachable {
+                node: (x, y),
+                detail,
+            } => write!(f, "node ({x},{y}): agent unreachable: {detail}"),
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! A job's life: submitted, placed and launched, running, ended (completed, failed,
+//! cancelled), and the nodes it held given back.
+//!
+//! Ranks: Pending (launch sent) -> Running -> Exited(code) or Gone (could not start, node
+//! lost). A job ends when every rank is done; the first failure sets its exit code and
+//! reason, and stops the other ranks.
+
+use gang_core::{Decision, JobId, JobSpec, Plan, Request, Shape, Submesh};
+use tracing::warn;
+
+use crate::error::{MasterError, Result};
+use crate::job::{Job, JobRecord, Rank, State, signal_code};
+use crate::state::effects::{Effects, LaunchOrder, Metric};
+use crate::state::events::{ExitHow, LaunchFailure, NewJob, RankExit};
+use crate::state::views::JobView;
+use crate::state::{MasterState, Now};
+
+impl MasterState {
+    fn validate(&self, new: &NewJob) -> Result<Shape> {
+        if new.argv.first().is_none_or(|a| a.is_empty()) {
+            return Err(MasterError::Invalid("the command is empty".into()));
+        }
+        if !new.cwd.starts_with('/') {
+            return Err(MasterError::Invalid(format!(
+                "the working directory must be an absolute path, got {:?}",
+                new.cwd
+            )));
+        }
+        let shape = new.shape.parse::<Request>()?.resolve(self.cfg.mesh)?;
+        self.sched.validate(JobId(self.next_id), shape)?;
+        Ok(shape)
+    }
+
+    pub(super) fn submit(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        new: NewJob,
+    ) -> Result<JobView> {
+        let shape = self.validate(&new)?;
+        let id = JobId(self.next_id);
+        let estimate = (new.time_limit_s > 0).then_some(new.time_limit_s as f64);
+        // The core decides first: if it refuses, nothing has changed.
+        let plan = self.sched.submit(
+            now.mono_s(),
+            JobSpec {
+                id,
+                shape,
+                estimate,
+            },
+        )?;
+        let name = if new.name.is_empty() {
+            new.argv[0].clone()
+        } else {
+            new.name
+        };
+        self.jobs.insert(Job::new(JobRecord {
+            id: id.0,
+            user: new.owner.user,
+            uid: new.owner.uid,
+            gid: new.owner.gid,
+            name,
+            argv: new.argv,
+            cwd: new.cwd,
+            env: new.env,
+            time_limit_s: new.time_limit_s,
+            stdin: new.stdin,
+            shape: new.shape,
+            w: shape.w,
+            h: shape.h,
+            state: State::Queued,
+            submesh: None,
+            exit_code: None,
+            reason: String::new(),
+            submit_ns: now.wall_ns,
+            start_ns: 0,
+            end_ns: 0,
+            gang: new.gang.unwrap_or(self.cfg.gang_mode),
+            run_ns: 0,
+            live: None,
+        }));
+        self.next_id += 1;
+        fx.metric(Metric::Submitted);
+        self.save(fx, now, id);
+        self.execute(fx, now, plan);
+        self.view(id, now)
+    }
+
+    /// `caller`: the uid asking (0: root or the master itself, e.g. for a time limit).
+    pub(super) fn cancel(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        id: JobId,
+        caller: u32,
+        reason: String,
+    ) -> Result<JobView> {
+        let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        if caller != 0 && caller != job.record.uid {
+            return Err(MasterError::NotOwner {
+                job: id,
+                owner: job.record.uid,
+                caller,
+                action: "cancel",
+            });
+        }
+        match job.record.state {
+            State::Queued => {
+                let plan = self.sched.finish(now.mono_s(), id)?;
+                let job = self.jobs.get_mut(id).expect("present");
+                job.record.state = State::Cancelled;
+                job.record.reason = reason;
+                job.record.end_ns = now.wall_ns;
+                fx.metric(Metric::Finished(State::Cancelled));
+                self.save(fx, now, id);
+                self.execute(fx, now, plan);
+            }
+            State::Starting | State::Running if job.cancelled.is_none() => {
+                self.jobs.get_mut(id).expect("present").cancelled = Some(reason);
+                // Durable before the reply: a master restart carries the cancel on.
+                self.save(fx, now, id);
+                self.kill(fx, id, self.cfg.kill_grace_ms);
+            }
+            _ => {}
+        }
+        self.view(id, now)
+    }
+
+    /// Carry out a plan of the core: agents learn of slots through slice tables, so only
+    /// starts need work here.
+    pub(super) fn execute(&mut self, fx: &mut impl Effects, now: Now, plan: Plan) {
+        for d in plan.decisions {
+            if let Decision::Start { job, submesh, .. } = d {
+                self.launch(fx, now, job, submesh);
+            }
+        }
+    }
+
+    fn launch(&mut self, fx: &mut impl Effects, now: Now, id: JobId, submesh: Submesh) {
+        let Some(job) = self.jobs.get_mut(id).filter(|j| !j.record.state.is_final()) else {
+            return;
+        };
+        job.record.state = State::Starting;
+        job.record.submesh = Some(submesh);
+        job.record.start_ns = now.wall_ns;
+        job.run_accounted_to = now.wall_ns;
+        job.ranks = vec![Rank::Pending; job.size() as usize];
+        self.placed_at.insert(id, now.mono_ns);
+        let job = self.jobs.get(id).expect("present");
+        let mut down = vec![];
+        for rank in 0..job.size() {
+            let (x, y) = job.node_of(rank).expect("placed");
+            let node = &self.nodes[(y * self.cfg.mesh.w + x) as usize];
+            let Some(addr) = node.address.as_deref().filter(|_| node.up) else {
+                down.push((rank, x, y));
+                continue;
+            };
+            let mut env = job.record.env.clone();
+            // The submitter's own master address means nothing to a rank.
+            env.remove("GANG_MASTER");
+            let order = LaunchOrder {
+                job: id,
+                rank,
+                size: job.size(),
+                argv: job.record.argv.clone(),
+                cwd: job.record.cwd.clone(),
+                env,
+                uid: job.record.uid,
+                gid: job.record.gid,
+                stdin: job.record.stdin && rank == 0,
+                gang: job.record.gang,
+            };
+            fx.launch((x, y), addr, order);
+        }
+        self.save(fx, now, id);
+        for (rank, x, y) in down {
+            self.rank_gone(fx, now, id, rank, format!("node ({x},{y}) is down"));
+        }
+    }
+
+    /// A rank's launch was confirmed (or its agent listed it): Pending becomes Running.
+    pub(super) fn rank_running(&mut self, fx: &mut impl Effects, id: JobId, rank: u32) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let Some(slot) = job.ranks.get_mut(rank as usize) else {
+            return;
+        };
+        if *slot != Rank::Pending {
+            return;
+        }
+        *slot = Rank::Running;
+        if rank == 0
+            && let Some(addr) = job
+                .node_of(0)
+                .and_then(|n| self.node_index(n))
+                .and_then(|i| self.nodes[i].address.as_deref())
+        {
+            fx.rank0_running(id, addr);
+        }
+    }
+
+    /// Every rank has started (it runs, or already ran to its end): the job is running.
+    pub(super) fn note_started(&mut self, fx: &mut impl Effects, now: Now, id: JobId) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        let started = job
+            .ranks
+            .iter()
+            .all(|r| matches!(r, Rank::Running | Rank::Exited(_)));
+        if !started
+            || job.record.state != State::Starting
+            || job.failure.is_some()
+            || job.cancelled.is_some()
+        {
+            return;
+        }
+        self.jobs.get_mut(id).expect("present").record.state = State::Running;
+        if let Some(t) = self.placed_at.remove(&id) {
+            fx.metric(Metric::Launched((now.mono_ns - t) as f64 / 1e9));
+        }
+        self.save(fx, now, id);
+    }
+
+    pub(super) fn launched(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        id: JobId,
+        rank: u32,
+        result: std::result::Result<u32, LaunchFailure>,
+    ) {
+        let Some(job) = self.jobs.get(id).filter(|j| !j.record.state.is_final()) else {
+            return;
+        };
+        let Some(&slot) = job.ranks.get(rank as usize) else {
+            return;
+        };
+        match result {
+            Ok(_pid) if slot == Rank::Pending => {
+                self.rank_running(fx, id, rank);
+                let job = self.jobs.get(id).expect("present");
+                if job.failure.is_some() || job.cancelled.is_some() {
+                    // Started after the job was already being torn down.
+                    if let Some(node) = job.node_of(rank) {
+                        self.signal_node(fx, id, node, 0);
+                    }
+                }
+                self.note_started(fx, now, id);
+            }
+            Ok(_) => {}
+            Err(failure) => self.rank_gone(fx, now, id, rank, failure.to_string()),
+        }
+    }
+
+    /// A rank will never run (it could not start, or its node is lost): fail the job.
+    pub(super) fn rank_gone(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        id: JobId,
+        rank: u32,
+        reason: String,
+    ) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        if let Some(slot) = job.ranks.get_mut(rank as usize)
+            && !slot.is_done()
+        {
+            *slot = Rank::Gone;
+        }
+        if job.start_teardown(None, reason) {
+            self.kill(fx, id, 0);
+        }
+        self.save(fx, now, id);
+        self.maybe_finish(fx, now, id);
+    }
+
+    /// Stop every rank of a job that may still run: SIGTERM, then SIGKILL after `grace_ms`.
+    pub(super) fn kill(&self, fx: &mut impl Effects, id: JobId, grace_ms: u32) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        for r in 0..job.ranks.len() as u32 {
+            if !job.ranks[r as usize].is_done()
+                && let Some(node) = job.node_of(r)
+            {
+                self.signal_node(fx, id, node, grace_ms);
+            }
+        }
+    }
+
+    pub(super) fn rank_exit(&mut self, fx: &mut impl Effects, now: Now, exit: RankExit) {
+        let id = exit.job;
+        let Some(job) = self.jobs.get_mut(id) else {
+            warn!(job = %id, "exit report for an unknown job");
+            return;
+        };
+        let Some(slot) = job.ranks.get_mut(exit.rank as usize) else {
+            return;
+        };
+        if slot.is_done() {
+            return;
+        }
+        let (code, what) = match exit.how {
+            ExitHow::Code(c) => (c, format!("exited with code {c}")),
+            ExitHow::Signal(s) => (signal_code(s), format!("was killed by signal {s}")),
+            ExitHow::Error(e) => (127, e),
+            ExitHow::Unknown => (1, "ended for an unknown reason".into()),
+        };
+        *slot = Rank::Exited(code);
+        self.note_started(fx, now, id);
+        if code != 0 {
+            let (x, y) = exit.node;
+            let job = self.jobs.get_mut(id).expect("present");
+            let why = format!("rank {} on node ({x},{y}) {what}", exit.rank);
+            if job.start_teardown(Some(code), why) {
+                self.kill(fx, id, self.cfg.kill_grace_ms);
+            }
+        }
+        // The agent hears its report was taken only once this is saved: a master restart
+        // must not count the rank as lost.
+        self.save(fx, now, id);
+        self.maybe_finish(fx, now, id);
+    }
+
+    /// When every rank is done: the job's final state, its exit code, and its nodes back.
+    pub(super) fn maybe_finish(&mut self, fx: &mut impl Effects, now: Now, id: JobId) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        if job.record.state.is_final() || !job.all_ranks_done() {
+            return;
+        }
+        let run = self.run_ns(job, now.wall_ns);
+        let job = self.jobs.get_mut(id).expect("present");
+        job.record.run_ns = run;
+        job.run_accounted_to = now.wall_ns;
+        let (state, code, reason) = match (&job.cancelled, &job.failure) {
+            (Some(why), f) => (State::Cancelled, f.as_ref().and_then(|f| f.0), why.clone()),
+            (None, Some((code, why))) => (State::Failed, *code, why.clone()),
+            (None, None) => (State::Completed, Some(0), String::new()),
+        };
+        job.record.state = state;
+        job.record.exit_code = code;
+        job.record.reason = reason;
+        job.record.end_ns = now.wall_ns;
+        self.adopted.remove(&id);
+        self.placed_at.remove(&id);
+        fx.metric(Metric::Finished(state));
+        self.save(fx, now, id);
+        match self.sched.finish(now.mono_s(), id) {
+            Ok(plan) => self.execute(fx, now, plan),
+            Err(e) => warn!(job = %id, error = %e, "scheduler did not know the finished job"),
+        }
+    }
+
+    /// Persist a job and announce it (both take effect with the batch).
+    pub(super) fn save(&self, fx: &mut impl Effects, now: Now, id: JobId) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        fx.save_job(&job.persisted(self.home_slice(id)));
+        fx.job_changed(self.job_view(job, now));
+    }
+}

@@ -1,0 +1,195 @@
+//! The master's state and the events that change it.
+//!
+//! ```text
+//!  gRPC handlers, agents' reports, launch outcomes, the tick
+//!        │ Cmd (domain types) over one mpsc queue
+//!        v
+//!  actor: a batch of commands, one clock read (Now), one SQLite transaction
+//!        │
+//!        v
+//!  reactor::on_*(state, fx, now, ...) ──> Effects: save, launch, signal, send table,
+//!        │                                 announce, count
+//!        v                                 (daemon: SQLite now, the rest after the commit;
+//!  MasterState: Scheduler (gang-core),       tests: a recorder)
+//!  jobs, nodes, slicer
+//! ```
+//!
+//! The reactor reads no clock and does no I/O: time is an argument and everything that
+//! leaves goes through [`effects::Effects`]. A batch whose commit fails is taken back
+//! whole ([`MasterState::checkpoint`] / [`MasterState::rollback`]).
+
+pub mod actor;
+mod daemon;
+pub mod effects;
+pub mod events;
+mod jobs;
+mod lifecycle;
+mod nodes;
+mod queries;
+pub mod reactor;
+mod recovery;
+mod sanity;
+mod tables;
+pub mod views;
+
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
+
+use crate::config::MasterConfig;
+use crate::error::Result;
+pub use jobs::JobTable;
+pub use nodes::Node;
+
+/// The instant a batch is handled at, read once by the actor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic nanoseconds since the master started: timeouts and the scheduler's clock
+    /// (which must never go back, and the wall clock can be stepped).
+    pub mono_ns: i64,
+    /// Wall-clock nanoseconds since the Unix epoch: job timestamps and the slot grid, on
+    /// which agents synchronize.
+    pub wall_ns: i64,
+}
+
+impl Now {
+    /// The scheduler core's clock, in seconds.
+    pub fn mono_s(self) -> f64 {
+        self.mono_ns as f64 / 1e9
+    }
+}
+
+/// What a restarted master finds in its database besides the jobs.
+#[derive(Debug, Clone, Default)]
+pub struct Persisted {
+    pub next_job_id: u64,
+    pub table_version: u64,
+    /// The last run's slot grid epoch (if it used the same quantum).
+    pub table_epoch_ns: Option<i64>,
+}
+
+pub struct MasterState {
+    cfg: MasterConfig,
+    sched: Scheduler,
+    jobs: JobTable,
+    /// Row-major: node (x, y) at y * w + x.
+    nodes: Vec<Node>,
+    next_id: u64,
+    /// Jobs put back after a restart (or whose node re-registered without some of their
+    /// ranks), and since when: ranks not reported by then + the node timeout are lost.
+    adopted: HashMap<JobId, i64>,
+    /// When a job was placed (monotonic), for the launch latency histogram.
+    placed_at: HashMap<JobId, i64>,
+    /// Slice tables published to the agents.
+    slicer: Slicer,
+    /// When run times were last written (monotonic).
+    run_saved_ns: i64,
+}
+
+/// Everything but the jobs, as it was when a batch began (the jobs keep their own journal).
+pub struct Checkpoint {
+    sched: Scheduler,
+    nodes: Vec<Node>,
+    next_id: u64,
+    adopted: HashMap<JobId, i64>,
+    placed_at: HashMap<JobId, i64>,
+    slicer: Slicer,
+    run_saved_ns: i64,
+}
+
+impl MasterState {
+    /// An empty state: every node down until its agent registers. Jobs come back with
+    /// `reactor::on_recover`.
+    pub fn new(cfg: MasterConfig, persisted: &Persisted) -> Result<Self> {
+        let core_cfg = CoreConfig {
+            mpl: cfg.mpl,
+            allocator: cfg.allocator,
+            backfill: cfg.backfill,
+            ..CoreConfig::default()
+        };
+        let sched = Scheduler::new(cfg.mesh, core_cfg)?;
+        let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+        let slicer = Slicer::new(
+            quantum_ns,
+            i64::from(cfg.table_lead_ms) * 1_000_000,
+            persisted.table_version,
+            persisted.table_epoch_ns,
+        );
+        Ok(MasterState {
+            nodes: vec![Node::default(); cfg.mesh.area() as usize],
+            next_id: persisted.next_job_id.max(1),
+            sched,
+            jobs: JobTable::default(),
+            adopted: HashMap::new(),
+            placed_at: HashMap::new(),
+            slicer,
+            run_saved_ns: 0,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+
+    /// Begin a batch: what `rollback` returns to.
+    pub fn checkpoint(&mut self) -> Checkpoint {
+        self.jobs.begin();
+        Checkpoint {
+            sched: self.sched.clone(),
+            nodes: self.nodes.clone(),
+            next_id: self.next_id,
+            adopted: self.adopted.clone(),
+            placed_at: self.placed_at.clone(),
+            slicer: self.slicer.clone(),
+            run_saved_ns: self.run_saved_ns,
+        }
+    }
+
+    /// The batch was saved: keep it.
+    pub fn settle(&mut self, _: Checkpoint) {
+        self.jobs.commit();
+    }
+
+    /// The batch was not saved: take all of it back.
+    pub fn rollback(&mut self, c: Checkpoint) {
+        self.jobs.rollback();
+        self.sched = c.sched;
+        self.nodes = c.nodes;
+        self.next_id = c.next_id;
+        self.adopted = c.adopted;
+        self.placed_at = c.placed_at;
+        self.slicer = c.slicer;
+        self.run_saved_ns = c.run_saved_ns;
+    }
+
+    /// Gauges: (queued, running, slices, nodes up).
+    pub fn gauges(&self) -> (usize, usize, usize, usize) {
+        (
+            self.sched.queue().len(),
+            self.sched.matrix().running(),
+            self.sched.matrix().slices().len(),
+            self.nodes.iter().filter(|n| n.up).count(),
+        )
+    }
+
+    /// The slot grid of the tables (once one was published).
+    pub fn grid(&self) -> Option<SlotGrid> {
+        self.slicer.grid()
+    }
+
+    fn node_index(&self, (x, y): (u32, u32)) -> Option<usize> {
+        let m = self.cfg.mesh;
+        (x < m.w && y < m.h).then(|| (y * m.w + x) as usize)
+    }
+
+    fn coord(&self, i: usize) -> (u32, u32) {
+        let w = self.cfg.mesh.w;
+        (i as u32 % w, i as u32 / w)
+    }
+}

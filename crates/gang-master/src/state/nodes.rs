@@ -1,0 +1,222 @@
+//! Node liveness: registration, heartbeats, timeouts, drain, and what each implies for the
+//! ranks believed to run there.
+
+use gang_core::JobId;
+use tracing::{info, warn};
+
+use crate::error::{MasterError, Result};
+use crate::job::Rank;
+use crate::state::effects::{Coord, Effects};
+use crate::state::events::{ClockReport, Heartbeat, Registered, Registration};
+use crate::state::views::NodeView;
+use crate::state::{MasterState, Now};
+
+/// A table the agent has not acknowledged is sent again after this long.
+const TABLE_RESEND_NS: i64 = 500_000_000;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Node {
+    pub address: Option<String>,
+    pub up: bool,
+    pub drained: bool,
+    /// When it was last heard from (monotonic).
+    pub heard_mono_ns: i64,
+    /// When its last heartbeat came (wall clock, for people).
+    pub heartbeat_wall_ns: i64,
+    pub clock: ClockReport,
+    /// The newest slice table version the agent acknowledged.
+    pub table_version: u64,
+    /// The last version sent, and when (monotonic): a heartbeat behind it triggers a resend.
+    pub table_sent: Option<(u64, i64)>,
+}
+
+impl MasterState {
+    pub(super) fn unknown_node(&self, (x, y): Coord) -> MasterError {
+        MasterError::UnknownNode {
+            x,
+            y,
+            w: self.cfg.mesh.w,
+            h: self.cfg.mesh.h,
+        }
+    }
+
+    pub(super) fn register(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        reg: Registration,
+    ) -> Result<Registered> {
+        let (x, y) = reg.node;
+        let i = self
+            .node_index(reg.node)
+            .ok_or_else(|| self.unknown_node(reg.node))?;
+        let node = &mut self.nodes[i];
+        let was_up = node.up;
+        node.address = Some(reg.address.clone());
+        node.up = true;
+        node.heard_mono_ns = now.mono_ns;
+        node.heartbeat_wall_ns = now.wall_ns;
+        let drained = node.drained;
+        info!(node = %format!("{x},{y}"), address = %reg.address, was_up, "agent registered");
+        // Ranks the agent still runs: known running jobs get them back; others are killed.
+        let mut kill_jobs = vec![];
+        for &(id, rank) in &reg.running {
+            let ours = self
+                .jobs
+                .get(id)
+                .is_some_and(|j| !j.record.state.is_final() && j.rank_on(x, y) == Some(rank));
+            if !ours {
+                kill_jobs.push(id);
+                continue;
+            }
+            self.rank_running(fx, id, rank);
+            let job = self.jobs.get(id).expect("checked above");
+            // Counted lost while the node was away, or the job is being torn down (it
+            // failed or was cancelled, perhaps before a master restart).
+            let doomed = job.ranks.get(rank as usize).is_some_and(|s| s.is_done())
+                || job.failure.is_some()
+                || job.cancelled.is_some();
+            self.note_started(fx, now, id);
+            if doomed {
+                kill_jobs.push(id);
+            }
+        }
+        // Ranks believed running here that the agent does not list: it restarted (its ranks
+        // died with it) or they exited and the report is still on its way. Give them the
+        // same grace as after a master restart, then count them lost.
+        let missing: Vec<(JobId, u32)> = self
+            .jobs
+            .live()
+            .filter_map(|j| {
+                let rank = j.rank_on(x, y)?;
+                (j.ranks.get(rank as usize) == Some(&Rank::Running)
+                    && !reg.running.contains(&(j.id(), rank)))
+                .then(|| (j.id(), rank))
+            })
+            .collect();
+        for (id, rank) in missing {
+            if let Some(job) = self.jobs.get_mut(id) {
+                job.ranks[rank as usize] = Rank::Pending;
+            }
+            self.adopted.entry(id).or_insert(now.mono_ns);
+        }
+        if !drained {
+            let plan = self.sched.set_node_offline(now.mono_s(), x, y, false)?;
+            self.execute(fx, now, plan);
+        }
+        // A new table for the changes above goes out after the batch; this one brings the
+        // agent up to date now (it may have missed tables while away).
+        self.nodes[i].table_version = 0;
+        self.send_table(fx, now, i);
+        Ok(Registered {
+            mesh_w: self.cfg.mesh.w,
+            mesh_h: self.cfg.mesh.h,
+            heartbeat_ms: self.cfg.heartbeat_ms,
+            kill_jobs,
+        })
+    }
+
+    /// Whether the master knows the agent (false: it must register again).
+    pub(super) fn heartbeat(&mut self, fx: &mut impl Effects, now: Now, hb: Heartbeat) -> bool {
+        let Some(i) = self.node_index(hb.node).filter(|&i| self.nodes[i].up) else {
+            return false;
+        };
+        let n = &mut self.nodes[i];
+        n.heard_mono_ns = now.mono_ns;
+        n.heartbeat_wall_ns = now.wall_ns;
+        n.clock = hb.clock;
+        n.table_version = hb.table_version;
+        // Ranks the agent still runs that should not run: their job ended, or they were
+        // counted lost while the node was silent. Killed until they are gone.
+        let (x, y) = hb.node;
+        for &(id, rank) in &hb.running {
+            let stray = self.jobs.get(id).is_none_or(|j| {
+                j.record.state.is_final()
+                    || j.ranks.get(rank as usize).is_none_or(|s| *s == Rank::Gone)
+            });
+            if stray {
+                warn!(job = %id, rank, node = %format!("{x},{y}"), "killing a rank that should not run");
+                self.signal_node(fx, id, hb.node, 0);
+            }
+        }
+        let latest = self.slicer.latest().map_or(0, |(_, t)| t.version);
+        let resend = hb.table_version < latest
+            && self.nodes[i]
+                .table_sent
+                .is_none_or(|(v, at)| v < latest || now.mono_ns - at > TABLE_RESEND_NS);
+        if resend {
+            self.send_table(fx, now, i);
+        }
+        true
+    }
+
+    pub(super) fn table_acked(&mut self, node: Coord, version: u64) {
+        if let Some(i) = self.node_index(node) {
+            let n = &mut self.nodes[i];
+            n.table_version = n.table_version.max(version);
+        }
+    }
+
+    /// Silent agents: their nodes go down and the ranks there are lost.
+    pub(super) fn node_timeouts(&mut self, fx: &mut impl Effects, now: Now) {
+        let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].up || now.mono_ns - self.nodes[i].heard_mono_ns <= timeout_ns {
+                continue;
+            }
+            let (x, y) = self.coord(i);
+            warn!(node = %format!("{x},{y}"), "agent silent: node down");
+            self.nodes[i].up = false;
+            if let Ok(plan) = self.sched.set_node_offline(now.mono_s(), x, y, true) {
+                self.execute(fx, now, plan);
+            }
+            let hit: Vec<(JobId, u32)> = self
+                .jobs
+                .live()
+                .filter_map(|j| {
+                    let r = j.rank_on(x, y)?;
+                    j.ranks
+                        .get(r as usize)
+                        .is_some_and(|s| !s.is_done())
+                        .then(|| (j.id(), r))
+                })
+                .collect();
+            let ms = self.cfg.node_timeout_ms;
+            for (id, rank) in hit {
+                let why = format!("node ({x},{y}) lost: its agent was silent for {ms} ms");
+                self.rank_gone(fx, now, id, rank, why);
+            }
+        }
+    }
+
+    pub(super) fn set_drained(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        node: Coord,
+        drained: bool,
+    ) -> Result<NodeView> {
+        let i = self
+            .node_index(node)
+            .ok_or_else(|| self.unknown_node(node))?;
+        fx.save_drained(node, drained);
+        self.nodes[i].drained = drained;
+        let offline = drained || !self.nodes[i].up;
+        let plan = self
+            .sched
+            .set_node_offline(now.mono_s(), node.0, node.1, offline)?;
+        self.execute(fx, now, plan);
+        Ok(self.node_view(i))
+    }
+
+    /// Tell the agent of `node` to stop a job's ranks there.
+    pub(super) fn signal_node(&self, fx: &mut impl Effects, id: JobId, node: Coord, grace_ms: u32) {
+        let Some(addr) = self
+            .node_index(node)
+            .and_then(|i| self.nodes[i].address.as_deref())
+        else {
+            return;
+        };
+        fx.signal(node, addr, id, grace_ms);
+    }
+}

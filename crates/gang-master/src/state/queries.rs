@@ -1,0 +1,180 @@
+//! Read-only views of the state, in domain terms (converted to protobuf at the gRPC edge).
+
+use gang_core::{JobId, Role};
+
+use crate::error::{MasterError, Result};
+use crate::job::{Job, Rank};
+use crate::state::events::ListFilter;
+use crate::state::views::{
+    JobView, MatrixView, NodeState, NodeView, NodesView, PlacementView, Rank0, SliceView,
+    TableInForce,
+};
+use crate::state::{MasterState, Now};
+
+/// A listing shows at most this many jobs unless asked for fewer.
+const DEFAULT_LIST_LIMIT: usize = 1000;
+
+impl MasterState {
+    /// Slice ids the job holds, home first (empty unless it is placed).
+    pub(super) fn slices_of(&self, job: JobId) -> Vec<u32> {
+        self.sched
+            .matrix()
+            .placement(job)
+            .map(|p| {
+                std::iter::once(p.home)
+                    .chain(p.extra.iter().copied())
+                    .map(|s| s.0)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub(super) fn home_slice(&self, job: JobId) -> Option<u32> {
+        self.sched.matrix().placement(job).map(|p| p.home.0)
+    }
+
+    pub(super) fn job_view(&self, j: &Job, now: Now) -> JobView {
+        let r = &j.record;
+        JobView {
+            id: j.id(),
+            user: r.user.clone(),
+            uid: r.uid,
+            gid: r.gid,
+            name: r.name.clone(),
+            argv: r.argv.clone(),
+            cwd: r.cwd.clone(),
+            time_limit_s: r.time_limit_s,
+            stdin: r.stdin,
+            shape: r.shape.clone(),
+            w: r.w,
+            h: r.h,
+            state: r.state,
+            submesh: r.submesh,
+            slices: self.slices_of(j.id()),
+            exit_code: r.exit_code,
+            reason: r.reason.clone(),
+            submit_ns: r.submit_ns,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            run_ns: self.run_ns(j, now.wall_ns),
+            gang: r.gang,
+            ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
+        }
+    }
+
+    pub fn view(&self, id: JobId, now: Now) -> Result<JobView> {
+        let j = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        Ok(self.job_view(j, now))
+    }
+
+    /// Newest first.
+    pub fn list(&self, filter: &ListFilter, now: Now) -> Vec<JobView> {
+        let limit = if filter.limit == 0 {
+            DEFAULT_LIST_LIMIT
+        } else {
+            filter.limit
+        };
+        self.jobs
+            .values()
+            .rev()
+            .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
+            .take(limit)
+            .map(|j| self.job_view(j, now))
+            .collect()
+    }
+
+    /// Where rank 0 of a job runs, for its stdin.
+    pub fn rank0(&self, id: JobId) -> Result<Rank0> {
+        let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        if job.record.state.is_final() {
+            return Ok(Rank0::Ended);
+        }
+        if job.ranks.first() != Some(&Rank::Running) {
+            return Ok(Rank0::NotYet);
+        }
+        let addr = job
+            .node_of(0)
+            .and_then(|n| self.node_index(n))
+            .and_then(|i| self.nodes[i].address.clone());
+        Ok(addr.map_or(Rank0::NotYet, Rank0::Running))
+    }
+
+    pub(super) fn node_view(&self, i: usize) -> NodeView {
+        let (x, y) = self.coord(i);
+        let n = &self.nodes[i];
+        let state = match (n.up, n.drained) {
+            (false, _) => NodeState::Down,
+            (true, true) => NodeState::Drained,
+            (true, false) => NodeState::Up,
+        };
+        NodeView {
+            node: (x, y),
+            state,
+            address: n.address.clone(),
+            jobs: self
+                .jobs
+                .live()
+                .filter(|j| j.rank_on(x, y).is_some())
+                .map(Job::id)
+                .collect(),
+            clock_offset_ns: n.clock.offset_ns,
+            clock_error_ns: n.clock.error_ns,
+            clock_from_host: n.clock.from_host,
+            last_heartbeat_ns: n.heartbeat_wall_ns,
+            table_version: n.table_version,
+        }
+    }
+
+    pub fn nodes_view(&self) -> NodesView {
+        NodesView {
+            mesh: self.cfg.mesh,
+            nodes: (0..self.nodes.len()).map(|i| self.node_view(i)).collect(),
+        }
+    }
+
+    /// The slice table in force at `now`.
+    pub fn table_in_force(&self, now: Now) -> Option<TableInForce> {
+        let (effective_ns, t) = self.slicer.in_force(now.wall_ns)?;
+        Some(TableInForce {
+            version: t.version,
+            grid: t.grid,
+            effective_ns,
+            row_slices: t.rows.iter().map(|r| r.slice).collect(),
+        })
+    }
+
+    pub fn matrix_view(&self, now: Now) -> MatrixView {
+        let m = self.sched.matrix();
+        let table = self.table_in_force(now);
+        let running_row = table
+            .as_ref()
+            .and_then(|t| t.grid.row_at(now.wall_ns, t.row_slices.len()))
+            .map(|r| r as u32);
+        MatrixView {
+            mesh: self.cfg.mesh,
+            mpl: self.cfg.mpl,
+            slices: m
+                .slices()
+                .iter()
+                .map(|s| SliceView {
+                    id: s.id.0,
+                    placements: s
+                        .jobs()
+                        .iter()
+                        .filter_map(|&(job, role)| {
+                            Some(PlacementView {
+                                job,
+                                submesh: m.placement(job)?.submesh,
+                                home: role == Role::Home,
+                            })
+                        })
+                        .collect(),
+                })
+                .collect(),
+            queue: self.sched.queue().map(|q| q.id).collect(),
+            table,
+            now_ns: now.wall_ns,
+            running_row,
+        }
+    }
+}

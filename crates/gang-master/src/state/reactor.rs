@@ -1,0 +1,112 @@
+//! The master's events, one function each, in the shape of HyperQueue's tako reactor: the
+//! state, the way out ([`Effects`]) and the instant ([`Now`]) are passed in; nothing here
+//! reads a clock or touches the network or the disk.
+//!
+//! | event | from |
+//! |---|---|
+//! | [`on_recover`] | the database, at startup |
+//! | [`on_submit`], [`on_cancel`] | clients (JobService) |
+//! | [`on_set_drained`] | admins (AdminService) |
+//! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`] | agents (AgentRegistry) |
+//! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
+//! | [`on_tick`] | a timer, every 100 ms |
+//! | [`end_batch`] | the actor, after each batch |
+//!
+//! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
+
+use gang_core::JobId;
+
+use crate::error::Result;
+use crate::job::JobRecord;
+use crate::state::effects::{Coord, Effects};
+use crate::state::events::{Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration};
+use crate::state::recovery::Recovered;
+use crate::state::views::{JobView, NodeView};
+use crate::state::{MasterState, Now};
+
+pub fn on_recover(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    now: Now,
+    records: Vec<JobRecord>,
+    drained: &[Coord],
+) -> Result<Recovered> {
+    st.recover(fx, now, records, drained)
+}
+
+/// Accept a job: durable (saved in this batch) before the caller hears of it.
+pub fn on_submit(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    now: Now,
+    job: NewJob,
+) -> Result<JobView> {
+    st.submit(fx, now, job)
+}
+
+/// `caller`: the uid asking; 0 may cancel any job.
+pub fn on_cancel(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    now: Now,
+    job: JobId,
+    caller: u32,
+) -> Result<JobView> {
+    st.cancel(fx, now, job, caller, "cancelled by user".into())
+}
+
+pub fn on_set_drained(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    now: Now,
+    node: Coord,
+    drained: bool,
+) -> Result<NodeView> {
+    st.set_drained(fx, now, node, drained)
+}
+
+pub fn on_register(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    now: Now,
+    reg: Registration,
+) -> Result<Registered> {
+    st.register(fx, now, reg)
+}
+
+/// Whether the master knows the agent (false: it must register again).
+pub fn on_heartbeat(st: &mut MasterState, fx: &mut impl Effects, now: Now, hb: Heartbeat) -> bool {
+    st.heartbeat(fx, now, hb)
+}
+
+pub fn on_rank_exit(st: &mut MasterState, fx: &mut impl Effects, now: Now, exit: RankExit) {
+    st.rank_exit(fx, now, exit)
+}
+
+/// A launch finished: the rank's pid, or why it did not start.
+pub fn on_launched(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    now: Now,
+    job: JobId,
+    rank: u32,
+    result: std::result::Result<u32, LaunchFailure>,
+) {
+    st.launched(fx, now, job, rank, result)
+}
+
+pub fn on_table_acked(st: &mut MasterState, node: Coord, version: u64) {
+    st.table_acked(node, version)
+}
+
+/// Periodic: node timeouts, ranks lost across a restart, run time and time limits.
+pub fn on_tick(st: &mut MasterState, fx: &mut impl Effects, now: Now) {
+    st.node_timeouts(fx, now);
+    st.adoption_timeouts(fx, now);
+    st.run_time_tick(fx, now);
+}
+
+/// After every batch: a new slice table if the matrix's rows changed.
+pub fn end_batch(st: &mut MasterState, fx: &mut impl Effects, now: Now) {
+    st.publish_table(fx, now)
+}

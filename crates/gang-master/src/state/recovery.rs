@@ -1,0 +1,144 @@
+//! A restarted master: jobs come back from the database, and running ones are adopted where
+//! they run until their agents report them again (or the node timeout says they are lost).
+
+use gang_core::{JobId, JobSpec, Shape};
+use tracing::{info, warn};
+
+use crate::error::{MasterError, Result};
+use crate::job::{Job, JobRecord, Rank, State};
+use crate::state::effects::{Coord, Effects};
+use crate::state::{MasterState, Now};
+
+/// What recovery found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recovered {
+    pub adopted: usize,
+    pub queued: usize,
+    /// Running jobs that could not be placed back, now failed.
+    pub lost: usize,
+}
+
+impl MasterState {
+    /// Every node starts offline until its agent registers; jobs come back: running ones
+    /// at their submesh, queued ones in submission order.
+    pub(super) fn recover(
+        &mut self,
+        fx: &mut impl Effects,
+        now: Now,
+        mut records: Vec<JobRecord>,
+        drained: &[Coord],
+    ) -> Result<Recovered> {
+        let mesh = self.cfg.mesh;
+        for y in 0..mesh.h {
+            for x in 0..mesh.w {
+                self.sched.set_node_offline(now.mono_s(), x, y, true)?;
+            }
+        }
+        for &node in drained {
+            if let Some(i) = self.node_index(node) {
+                self.nodes[i].drained = true;
+            }
+        }
+        // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
+        // so each lands in a slice no later than its old one and the matrix fits again.
+        // Queued jobs keep their submission (id) order.
+        records.sort_by_key(|r| {
+            let running = r.state.is_placed();
+            let slice = r
+                .live
+                .as_ref()
+                .and_then(|l| l.home_slice)
+                .unwrap_or(u32::MAX);
+            (!running, if running { slice } else { 0 }, r.id)
+        });
+        let mut found = Recovered::default();
+        let mut placed = vec![];
+        for rec in records {
+            self.next_id = self.next_id.max(rec.id + 1);
+            let mut job = Job::restored(rec);
+            let id = job.id();
+            let spec = JobSpec {
+                id,
+                shape: Shape::new(job.record.w, job.record.h),
+                estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
+            };
+            match job.record.state {
+                State::Queued => {
+                    // Offline nodes keep it queued until agents register.
+                    self.sched.submit(now.mono_s(), spec)?;
+                    found.queued += 1;
+                }
+                State::Starting | State::Running => {
+                    let sm = job.record.submesh.ok_or_else(|| {
+                        MasterError::Invalid(format!("running job {id} has no submesh"))
+                    })?;
+                    job.run_accounted_to = now.wall_ns;
+                    placed.push(id);
+                    match self.sched.adopt(now.mono_s(), spec, sm) {
+                        Ok(_) => {
+                            self.adopted.insert(id, now.mono_ns);
+                            found.adopted += 1;
+                        }
+                        Err(e) => {
+                            // Never abort startup over one job: fail it; its ranks are
+                            // killed when their agents register (the job is final then).
+                            warn!(job = %id, error = %e, "cannot place a running job back");
+                            let why =
+                                format!("could not be placed back after a master restart: {e}");
+                            job.fail(None, why.clone());
+                            job.record.state = State::Failed;
+                            job.record.reason = why;
+                            job.record.end_ns = now.wall_ns;
+                            found.lost += 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.jobs.insert(job);
+        }
+        // Home slices were renumbered: save them, so a later restart groups jobs right.
+        for &id in &placed {
+            let job = self.jobs.get(id).expect("inserted above");
+            fx.save_job(&job.persisted(self.home_slice(id)));
+        }
+        // A job whose every rank had ended is over (its end was not saved in time).
+        for id in placed {
+            self.maybe_finish(fx, now, id);
+        }
+        info!(
+            adopted = found.adopted,
+            queued = found.queued,
+            lost = found.lost,
+            total = self.jobs.len(),
+            "state recovered"
+        );
+        Ok(found)
+    }
+
+    /// Ranks of adopted jobs that no agent reported back within the node timeout are lost.
+    pub(super) fn adoption_timeouts(&mut self, fx: &mut impl Effects, now: Now) {
+        let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
+        let overdue: Vec<JobId> = self
+            .adopted
+            .iter()
+            .filter(|&(_, &since)| now.mono_ns - since > timeout_ns)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in overdue {
+            self.adopted.remove(&id);
+            let missing: Vec<(u32, Coord)> = self.jobs.get(id).map_or(vec![], |j| {
+                (0..j.ranks.len() as u32)
+                    .filter(|&r| j.ranks[r as usize] == Rank::Pending)
+                    .filter_map(|r| Some((r, j.node_of(r)?)))
+                    .collect()
+            });
+            for (rank, (x, y)) in missing {
+                let why = format!(
+                    "rank {rank} on node ({x},{y}) was not found after a master or agent restart"
+                );
+                self.rank_gone(fx, now, id, rank, why);
+            }
+        }
+    }
+}

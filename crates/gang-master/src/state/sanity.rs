@@ -1,0 +1,99 @@
+//! The master's sanity check, run after every batch in debug builds and after every step
+//! of the reactor's tests: the core's own invariants, plus the job table, the node table and
+//! the slice matrix agreeing with one another.
+
+use std::collections::BTreeSet;
+
+use gang_core::JobId;
+
+use crate::job::State;
+use crate::state::MasterState;
+
+impl MasterState {
+    /// `Err` names the first disagreement found.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        self.sched.check_invariants()?;
+        let mesh = self.cfg.mesh;
+        if self.nodes.len() != mesh.area() as usize {
+            return Err(format!(
+                "{} nodes in the node table for a {mesh} mesh",
+                self.nodes.len()
+            ));
+        }
+        let offline = self.sched.matrix().offline();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let (x, y) = self.coord(i);
+            let should = !n.up || n.drained;
+            if offline.is_busy(x, y) != should {
+                return Err(format!(
+                    "node ({x},{y}) is up={} drained={} but the core has it {}",
+                    n.up,
+                    n.drained,
+                    if should { "online" } else { "offline" }
+                ));
+            }
+        }
+        let queued: BTreeSet<JobId> = self.sched.queue().map(|q| q.id).collect();
+        let placed: BTreeSet<JobId> = self.sched.matrix().placements().map(|(j, _)| j).collect();
+        for job in self.jobs.values() {
+            let id = job.id();
+            let r = &job.record;
+            if id.0 >= self.next_id {
+                return Err(format!(
+                    "job {id} is not below the next id {}",
+                    self.next_id
+                ));
+            }
+            let (in_queue, in_matrix) = (queued.contains(&id), placed.contains(&id));
+            match r.state {
+                State::Queued if !in_queue || in_matrix => {
+                    return Err(format!(
+                        "queued job {id}: in the core's queue {in_queue}, placed {in_matrix}"
+                    ));
+                }
+                State::Starting | State::Running => {
+                    let p =
+                        self.sched.matrix().placement(id).ok_or_else(|| {
+                            format!("{:?} job {id} is not in the matrix", r.state)
+                        })?;
+                    if r.submesh != Some(p.submesh) {
+                        return Err(format!(
+                            "job {id} runs on {:?} but the matrix places it on {}",
+                            r.submesh, p.submesh
+                        ));
+                    }
+                    if in_queue {
+                        return Err(format!("running job {id} is also queued"));
+                    }
+                    if job.ranks.len() != job.size() as usize {
+                        return Err(format!(
+                            "job {id} has {} rank states for {} ranks",
+                            job.ranks.len(),
+                            job.size()
+                        ));
+                    }
+                    if job.all_ranks_done() {
+                        return Err(format!("job {id} has no rank left but has not ended"));
+                    }
+                }
+                s if s.is_final() && (in_queue || in_matrix) => {
+                    return Err(format!("ended job {id} still holds its place in the core"));
+                }
+                _ => {}
+            }
+        }
+        if let Some(id) = queued
+            .iter()
+            .chain(&placed)
+            .find(|&&id| !self.jobs.contains(id))
+        {
+            return Err(format!("the core knows job {id}, the job table does not"));
+        }
+        for id in self.adopted.keys().chain(self.placed_at.keys()) {
+            if !placed.contains(id) {
+                return Err(format!("job {id} is awaited but not placed"));
+            }
+        }
+        Ok(())
+    }
+}

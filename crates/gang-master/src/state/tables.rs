@@ -1,0 +1,122 @@
+//! Slice tables published to the agents, and run time accounted under them.
+//!
+//! After each batch, if the matrix's rows changed, a new version is published (the planner
+//! is `gang_core::Slicer`): persisted, then sent to every agent that is up, each its own
+//! view. Agents acknowledge; one that misses it gets it again when a heartbeat shows it
+//! behind, or when it registers. A job's run time is the time its rows were scheduled
+//! under the tables in force, and its time limit counts that, not time spent stopped.
+
+use gang_core::JobId;
+use tracing::debug;
+
+use crate::job::Job;
+use crate::state::effects::{Effects, Metric, NodeTable};
+use crate::state::{MasterState, Now};
+
+/// How often accumulated run times are written (a crash loses at most this much of them).
+const RUN_SAVE_EVERY_NS: i64 = 5_000_000_000;
+
+impl MasterState {
+    /// A job's run time up to `wall_ns`: accounted, plus what its tables give since.
+    pub(super) fn run_ns(&self, j: &Job, wall_ns: i64) -> i64 {
+        if !j.record.state.is_placed() {
+            return j.record.run_ns;
+        }
+        j.record.run_ns
+            + self.slicer.run_ns(
+                j.id(),
+                !j.record.gang.is_switched(),
+                j.run_accounted_to,
+                wall_ns,
+            )
+    }
+
+    /// Bring every placed job's run time up to now, and forget tables no longer needed.
+    fn account_run_time(&mut self, now: Now) {
+        // Placed jobs are the running ones: no scan of the whole job history.
+        let ids: Vec<JobId> = self.sched.matrix().placements().map(|(id, _)| id).collect();
+        for id in ids {
+            let Some(j) = self.jobs.get(id) else {
+                continue;
+            };
+            let run = self.run_ns(j, now.wall_ns);
+            let j = self.jobs.get_mut(id).expect("present");
+            j.record.run_ns = run;
+            j.run_accounted_to = now.wall_ns;
+        }
+        self.slicer.prune(now.wall_ns);
+    }
+
+    /// Run time accounting, time limits, and the periodic save of run times.
+    pub(super) fn run_time_tick(&mut self, fx: &mut impl Effects, now: Now) {
+        self.account_run_time(now);
+        let limited: Vec<(JobId, u64)> = self
+            .jobs
+            .live()
+            .filter(|j| j.record.state.is_placed() && j.cancelled.is_none())
+            .filter(|j| {
+                j.record.time_limit_s > 0
+                    && j.record.run_ns > j.record.time_limit_s as i64 * 1_000_000_000
+            })
+            .map(|j| (j.id(), j.record.time_limit_s))
+            .collect();
+        if now.mono_ns - self.run_saved_ns > RUN_SAVE_EVERY_NS {
+            self.run_saved_ns = now.mono_ns;
+            for j in self.jobs.live().filter(|j| j.record.state.is_placed()) {
+                fx.save_job(&j.persisted(self.home_slice(j.id())));
+            }
+        }
+        for (id, limit) in limited {
+            let why = format!("time limit of {limit} s reached");
+            // The master itself cancels: it may (uid 0), and the job is known.
+            let _ = self.cancel(fx, now, id, 0, why);
+        }
+    }
+
+    /// Publish a new table if the matrix's rows changed since the newest one.
+    pub(super) fn publish_table(&mut self, fx: &mut impl Effects, now: Now) {
+        // A new table takes effect after `now`, so run times accounted so far stay right.
+        let Some((effective, table)) = self.slicer.update(self.sched.matrix(), now.wall_ns) else {
+            return;
+        };
+        let (version, grid, rows) = (table.version, table.grid, table.rows.len());
+        fx.save_table_meta(version, grid);
+        fx.metric(Metric::TableVersion(version));
+        debug!(
+            version,
+            rows,
+            lead_ns = effective - now.wall_ns,
+            "slice table published"
+        );
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].up {
+                self.send_table(fx, now, i);
+            }
+        }
+    }
+
+    /// Node `i`'s view of the newest table.
+    pub(super) fn node_table(&self, i: usize) -> Option<NodeTable> {
+        let (effective, t) = self.slicer.latest()?;
+        let (x, y) = self.coord(i);
+        Some(NodeTable {
+            version: t.version,
+            grid: t.grid,
+            effective_ns: effective,
+            rows: t.for_node(x, y),
+        })
+    }
+
+    pub(super) fn send_table(&mut self, fx: &mut impl Effects, now: Now, i: usize) {
+        let Some(table) = self.node_table(i) else {
+            return;
+        };
+        let coord = self.coord(i);
+        let node = &mut self.nodes[i];
+        let Some(addr) = node.address.as_deref() else {
+            return;
+        };
+        node.table_sent = Some((table.version, now.mono_ns));
+        fx.send_table(coord, addr, table);
+    }
+}

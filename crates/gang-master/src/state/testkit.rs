@@ -1,0 +1,345 @@
+//! The reactor's test harness: a recording [`Effects`] (whose saved jobs are the
+//! "database" a restart recovers from) and a [`World`] that runs each step as a batch and
+//! checks the master's sanity after it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gang_core::{GangMode, JobId, Shape, SlotGrid};
+
+use crate::config::MasterConfig;
+use crate::job::{JobRecord, State};
+use crate::state::effects::{Coord, Effects, LaunchOrder, Metric, NodeTable};
+use crate::state::events::{ClockReport, Heartbeat, NewJob, Owner, Registration};
+use crate::state::views::JobView;
+use crate::state::{MasterState, Now, Persisted, reactor};
+
+/// What the reactor sent, kept until a test takes it. Launches and signals must all be
+/// taken (`assert_quiet`); tables are broadcasts, logged for the tests that look.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// Saved jobs by id: what a restarted master finds.
+    pub db: BTreeMap<u64, JobRecord>,
+    pub drained: BTreeSet<Coord>,
+    pub table_meta: Option<(u64, SlotGrid)>,
+    pub launches: Vec<(Coord, LaunchOrder)>,
+    pub signals: Vec<(Coord, JobId, u32)>,
+    pub tables: Vec<(Coord, NodeTable)>,
+    pub events: Vec<JobView>,
+    pub rank0: Vec<(JobId, String)>,
+    pub metrics: Vec<Metric>,
+    /// Nodes whose tables are lost on the way.
+    pub lossy: BTreeSet<Coord>,
+    /// Tables that reached their agent, to acknowledge.
+    delivered: Vec<(Coord, u64)>,
+}
+
+impl Recorder {
+    pub fn take_launches(&mut self, job: JobId) -> Vec<(Coord, LaunchOrder)> {
+        let (mine, rest) = std::mem::take(&mut self.launches)
+            .into_iter()
+            .partition(|(_, o)| o.job == job);
+        self.launches = rest;
+        mine
+    }
+
+    pub fn take_signals(&mut self, job: JobId) -> Vec<(Coord, u32)> {
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.signals)
+            .into_iter()
+            .partition(|(_, j, _)| *j == job);
+        self.signals = rest;
+        mine.into_iter().map(|(n, _, g)| (n, g)).collect()
+    }
+
+    pub fn take_tables(&mut self) -> Vec<(Coord, NodeTable)> {
+        std::mem::take(&mut self.tables)
+    }
+
+    /// Nothing was launched or signalled that the test did not expect.
+    pub fn assert_quiet(&self) {
+        assert!(
+            self.launches.is_empty(),
+            "unexpected launches: {:?}",
+            self.launches
+        );
+        assert!(
+            self.signals.is_empty(),
+            "unexpected signals: {:?}",
+            self.signals
+        );
+    }
+}
+
+impl Effects for Recorder {
+    fn save_job(&mut self, record: &JobRecord) {
+        self.db.insert(record.id, record.clone());
+    }
+    fn save_drained(&mut self, node: Coord, drained: bool) {
+        if drained {
+            self.drained.insert(node);
+        } else {
+            self.drained.remove(&node);
+        }
+    }
+    fn save_table_meta(&mut self, version: u64, grid: SlotGrid) {
+        self.table_meta = Some((version, grid));
+    }
+    fn launch(&mut self, node: Coord, address: &str, order: LaunchOrder) {
+        assert_eq!(address, addr(node), "launch sent to the node's agent");
+        self.launches.push((node, order));
+    }
+    fn signal(&mut self, node: Coord, address: &str, job: JobId, grace_ms: u32) {
+        assert_eq!(address, addr(node), "signal sent to the node's agent");
+        self.signals.push((node, job, grace_ms));
+    }
+    fn send_table(&mut self, node: Coord, address: &str, table: NodeTable) {
+        assert_eq!(address, addr(node), "table sent to the node's agent");
+        if !self.lossy.contains(&node) {
+            self.delivered.push((node, table.version));
+        }
+        self.tables.push((node, table));
+    }
+    fn job_changed(&mut self, job: JobView) {
+        self.events.push(job);
+    }
+    fn rank0_running(&mut self, job: JobId, address: &str) {
+        self.rank0.push((job, address.to_string()));
+    }
+    fn metric(&mut self, m: Metric) {
+        self.metrics.push(m);
+    }
+}
+
+/// The agent address of a node in tests.
+pub fn addr((x, y): Coord) -> String {
+    format!("agent-{x}-{y}:1")
+}
+
+pub const QUANTUM_MS: u32 = 10;
+pub const LEAD_MS: u32 = 20;
+pub const NODE_TIMEOUT_MS: u32 = 2000;
+pub const GRACE_MS: u32 = 3000;
+
+pub fn config(w: u32, h: u32, mpl: u32) -> MasterConfig {
+    let mut c = MasterConfig::for_test(Shape::new(w, h), "unused.db".into());
+    c.mpl = mpl;
+    c.quantum_ms = QUANTUM_MS;
+    c.table_lead_ms = LEAD_MS;
+    c.node_timeout_ms = NODE_TIMEOUT_MS;
+    c.kill_grace_ms = GRACE_MS;
+    c
+}
+
+/// A queued job's record (for tests of the job table).
+pub fn record(id: u64) -> JobRecord {
+    JobRecord {
+        id,
+        user: "alice".into(),
+        uid: 1000,
+        gid: 1000,
+        name: "true".into(),
+        argv: vec!["true".into()],
+        cwd: "/".into(),
+        env: BTreeMap::new(),
+        time_limit_s: 0,
+        stdin: false,
+        shape: "1x1".into(),
+        w: 1,
+        h: 1,
+        state: State::Queued,
+        submesh: None,
+        exit_code: None,
+        reason: String::new(),
+        submit_ns: 0,
+        start_ns: 0,
+        end_ns: 0,
+        gang: GangMode::Stop,
+        run_ns: 0,
+        live: None,
+    }
+}
+
+pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
+    NewJob {
+        owner: Owner {
+            uid,
+            gid: uid,
+            user: format!("u{uid}"),
+        },
+        name: String::new(),
+        argv: vec!["./a.out".into()],
+        cwd: "/tmp".into(),
+        env: [("GANG_MASTER".to_string(), "x".to_string())].into(),
+        time_limit_s,
+        stdin: false,
+        shape: shape.into(),
+        gang: None,
+    }
+}
+
+/// The master state, its recorder, the clock, and the agents as the master sees them.
+pub struct World {
+    pub st: MasterState,
+    pub fx: Recorder,
+    pub now: Now,
+    cfg: MasterConfig,
+    /// Nodes whose agents no longer heartbeat.
+    pub silent: BTreeSet<Coord>,
+    /// Ranks each agent runs (confirmed launches, not yet exited).
+    pub running: BTreeMap<Coord, BTreeSet<(JobId, u32)>>,
+    /// The newest table version each agent holds.
+    pub held: BTreeMap<Coord, u64>,
+}
+
+impl World {
+    /// A master with no jobs; agents not registered yet.
+    pub fn new(cfg: MasterConfig) -> Self {
+        let now = Now {
+            mono_ns: 1_000_000_000,
+            wall_ns: 1_700_000_000_000_000_000,
+        };
+        World::recovered(cfg, Recorder::default(), now)
+    }
+
+    fn recovered(cfg: MasterConfig, mut fx: Recorder, now: Now) -> Self {
+        let persisted = Persisted {
+            next_job_id: fx.db.keys().max().map_or(1, |m| m + 1),
+            table_version: fx.table_meta.map_or(0, |(v, _)| v),
+            table_epoch_ns: fx.table_meta.map(|(_, g)| g.epoch_ns),
+        };
+        let mut st = MasterState::new(cfg.clone(), &persisted).expect("config is valid");
+        let records = fx.db.values().cloned().collect();
+        let drained: Vec<Coord> = fx.drained.iter().copied().collect();
+        let cp = st.checkpoint();
+        reactor::on_recover(&mut st, &mut fx, now, records, &drained).expect("recovers");
+        st.settle(cp);
+        st.sanity_check().expect("sane after recovery");
+        World {
+            st,
+            fx,
+            now,
+            cfg,
+            silent: BTreeSet::new(),
+            running: BTreeMap::new(),
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// A master restarted from what was saved: same database, new memory; agents keep
+    /// their ranks (and must register again).
+    pub fn restart(self) -> Self {
+        let fx = Recorder {
+            db: self.fx.db,
+            drained: self.fx.drained,
+            table_meta: self.fx.table_meta,
+            ..Recorder::default()
+        };
+        fx.assert_quiet();
+        let now = Now {
+            mono_ns: 1_000_000_000, // a new process: its monotonic clock starts again
+            wall_ns: self.now.wall_ns + 1_000_000_000,
+        };
+        let mut w = World::recovered(self.cfg, fx, now);
+        w.running = self.running;
+        w.held = self.held;
+        w
+    }
+
+    pub fn advance_ms(&mut self, ms: i64) {
+        self.now.mono_ns += ms * 1_000_000;
+        self.now.wall_ns += ms * 1_000_000;
+    }
+
+    /// One batch: the event, then the end of the batch, then the sanity check. Tables
+    /// that reached their agents are acknowledged in the next batch, as agents do.
+    pub fn step<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Recorder, Now) -> R) -> R {
+        let r = self.batch(f);
+        let acks = std::mem::take(&mut self.fx.delivered);
+        if !acks.is_empty() {
+            for &(node, v) in &acks {
+                let held = self.held.entry(node).or_default();
+                *held = (*held).max(v);
+            }
+            self.batch(|st, _, _| {
+                for (node, v) in acks {
+                    reactor::on_table_acked(st, node, v);
+                }
+            });
+        }
+        r
+    }
+
+    fn batch<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Recorder, Now) -> R) -> R {
+        let cp = self.st.checkpoint();
+        let r = f(&mut self.st, &mut self.fx, self.now);
+        reactor::end_batch(&mut self.st, &mut self.fx, self.now);
+        self.st.settle(cp);
+        if let Err(e) = self.st.sanity_check() {
+            panic!("master state inconsistent: {e}");
+        }
+        r
+    }
+
+    pub fn nodes(&self) -> Vec<Coord> {
+        let m = self.cfg.mesh;
+        (0..m.h)
+            .flat_map(|y| (0..m.w).map(move |x| (x, y)))
+            .collect()
+    }
+
+    /// An agent registers, listing the ranks it runs.
+    pub fn register(&mut self, node: Coord) -> Vec<JobId> {
+        let running = self.running.get(&node).cloned().unwrap_or_default();
+        let reg = Registration {
+            node,
+            address: addr(node),
+            running: running.into_iter().collect(),
+        };
+        self.silent.remove(&node);
+        let done = self.step(|st, fx, now| reactor::on_register(st, fx, now, reg));
+        done.expect("registered").kill_jobs
+    }
+
+    pub fn register_all(&mut self) {
+        for n in self.nodes() {
+            self.register(n);
+        }
+    }
+
+    /// Every agent that is not silent heartbeats.
+    pub fn heartbeats(&mut self) {
+        for node in self.nodes() {
+            if self.silent.contains(&node) {
+                continue;
+            }
+            let hb = Heartbeat {
+                node,
+                running: self
+                    .running
+                    .get(&node)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .collect(),
+                clock: ClockReport::default(),
+                table_version: self.held.get(&node).copied().unwrap_or(0),
+            };
+            self.step(|st, fx, now| reactor::on_heartbeat(st, fx, now, hb));
+        }
+    }
+
+    /// Time passes (agents heartbeat every 500 ms of it), then the tick.
+    pub fn tick_after_ms(&mut self, ms: i64) {
+        let mut left = ms;
+        while left > 0 {
+            let d = left.min(500);
+            self.advance_ms(d);
+            left -= d;
+            self.heartbeats();
+        }
+        self.step(reactor::on_tick);
+    }
+
+    pub fn view(&self, job: u64) -> JobView {
+        self.st.view(JobId(job), self.now).expect("known job")
+    }
+}

@@ -1,0 +1,369 @@
+//! The cases: each a story told as steps and expectations.
+
+use super::S::*;
+use super::run;
+use crate::job::State::*;
+use crate::state::testkit::{GRACE_MS, World, config};
+
+fn world(mpl: u32) -> World {
+    World::new(config(4, 4, mpl))
+}
+
+#[test]
+fn a_job_is_placed_launched_runs_and_completes() {
+    let w = run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("2x2"),
+            State(1, Starting),
+            Launching(1, 4),
+            Start(1),
+            State(1, Running),
+            Rank0(1),
+            Slices(1, &[0]),
+            Tables(1),
+            Exit(1, 0, 0),
+            State(1, Running),
+            ExitAll(1, 0),
+            State(1, Completed),
+            Code(1, Some(0)),
+            Queue(&[]),
+        ],
+    );
+    // Launch orders carry the job's resolved mode and no GANG_MASTER of the submitter.
+    let saved = &w.fx.db[&1];
+    assert_eq!(saved.state, Completed);
+    assert!(saved.end_ns >= saved.start_ns && saved.start_ns >= saved.submit_ns);
+}
+
+#[test]
+fn launch_orders_are_complete() {
+    let mut w = run(world(1), &[RegisterAll]);
+    let job = crate::state::testkit::new_job("2x2", 1000, 0);
+    w.step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, job))
+        .unwrap();
+    let mut launches = w.fx.take_launches(gang_core::JobId(1));
+    launches.sort_by_key(|(_, o)| o.rank);
+    let nodes: Vec<_> = launches.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        nodes,
+        vec![(0, 0), (1, 0), (0, 1), (1, 1)],
+        "rank r on node r, row-major"
+    );
+    for (_, o) in &launches {
+        assert_eq!((o.size, o.uid, o.gid), (4, 1000, 1000));
+        assert_eq!(
+            o.gang,
+            gang_core::GangMode::Stop,
+            "the cluster default, resolved"
+        );
+        assert!(!o.env.contains_key("GANG_MASTER"));
+    }
+}
+
+#[test]
+fn a_failing_rank_stops_the_others_and_names_itself() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("2x2"),
+            Start(1),
+            Exit(1, 2, 3),
+            // The three others are told to stop, with the grace period.
+            Signalled(1, 3, GRACE_MS),
+            State(1, Running),
+            KilledAll(1, 15),
+            State(1, Failed),
+            Code(1, Some(3)),
+            Reason(1, "rank 2 on node (0,1) exited with code 3"),
+        ],
+    );
+}
+
+#[test]
+fn a_rank_that_cannot_start_fails_the_job_at_once() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("2x2"),
+            LaunchFails(1, 1),
+            // No grace: nothing of the job should run on. The three others are signalled
+            // at the failure, and again as each launch is confirmed (a signal that reached
+            // the agent before the rank was there found nothing to stop).
+            Signalled(1, 6, 0),
+            KilledAll(1, 9),
+            State(1, Failed),
+            Code(1, None),
+            Reason(1, "node (1,0): cannot start"),
+        ],
+    );
+}
+
+#[test]
+fn cancelling_a_queued_job_frees_its_place_in_the_queue() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Submit("4x4"),
+            Submit("1x1"),
+            Queue(&[2, 3]),
+            Cancel(2, 1001, false),
+            Cancel(2, 1000, true),
+            State(2, Cancelled),
+            Reason(2, "cancelled by user"),
+            Queue(&[3]),
+            Start(1),
+            ExitAll(1, 0),
+            // The freed mesh goes to the next in line.
+            Launching(3, 1),
+            Start(3),
+            ExitAll(3, 0),
+            State(3, Completed),
+        ],
+    );
+}
+
+#[test]
+fn cancelling_a_running_job_signals_every_rank_with_grace() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("2x2"),
+            Start(1),
+            Cancel(1, 1001, false),
+            Cancel(1, 1000, true),
+            Signalled(1, 4, GRACE_MS),
+            // A second cancel while it is torn down sends nothing more.
+            Cancel(1, 1000, true),
+            KilledAll(1, 15),
+            State(1, Cancelled),
+            Code(1, Some(143)),
+            Reason(1, "cancelled by user"),
+        ],
+    );
+}
+
+#[test]
+fn cancelling_a_switched_out_job_leaves_the_other_slice_running() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Submit("4x4"),
+            Start(1),
+            Start(2),
+            Slices(1, &[0]),
+            Slices(2, &[1]),
+            Tables(2),
+            Cancel(2, 0, true),
+            // Agents continue a stopped job before they signal it.
+            Signalled(2, 16, GRACE_MS),
+            KilledAll(2, 15),
+            State(2, Cancelled),
+            State(1, Running),
+            Tables(1),
+        ],
+    );
+}
+
+#[test]
+fn a_silent_node_fails_its_jobs_frees_their_nodes_and_rejoins() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("2x2"),
+            Start(1),
+            Silence((1, 1)),
+            Wait(1500),
+            State(1, Running),
+            Wait(1000),
+            Signalled(1, 3, 0),
+            KilledAll(1, 9),
+            State(1, Failed),
+            Reason(1, "node (1,1) lost: its agent was silent for 2000 ms"),
+            // Its submesh is free again, but not the lost node.
+            Submit("4x4"),
+            Queue(&[2]),
+            Submit("2x2"),
+            Launching(3, 4),
+            Start(3),
+            // The agent comes back still running a rank of the failed job: it must go.
+            RegisterKills((1, 1), &[1]),
+            ExitAll(3, 0),
+            Launching(2, 16),
+            Start(2),
+            ExitAll(2, 0),
+            State(2, Completed),
+        ],
+    );
+}
+
+#[test]
+fn a_drained_node_takes_no_new_job_until_resumed() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Drain((0, 0), true),
+            Submit("4x4"),
+            Queue(&[1]),
+            Launching(1, 0),
+            Restart,
+            RegisterAll,
+            Queue(&[1]),
+            Drain((0, 0), false),
+            Launching(1, 16),
+            Start(1),
+            ExitAll(1, 0),
+        ],
+    );
+}
+
+#[test]
+fn a_restarted_master_adopts_running_jobs_and_keeps_the_queue() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Submit("2x2"),
+            Submit("4x4"),
+            Start(1),
+            Start(2),
+            Queue(&[3]),
+            Exit(2, 0, 0),
+            Restart,
+            State(1, Running),
+            State(2, Running),
+            Queue(&[3]),
+            Slices(1, &[0]),
+            RegisterAll,
+            // Every rank was reported again: none is lost after the timeout.
+            Wait(2500),
+            State(1, Running),
+            State(2, Running),
+            ExitAll(2, 0),
+            State(2, Completed),
+            ExitAll(1, 0),
+            State(1, Completed),
+            Launching(3, 16),
+            Start(3),
+            ExitAll(3, 0),
+        ],
+    );
+}
+
+#[test]
+fn after_a_restart_ranks_nobody_reports_are_lost_after_the_timeout() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Start(1),
+            Restart,
+            Silence((3, 3)),
+            Register((0, 0)),
+            Register((1, 0)),
+            Wait(1000),
+            State(1, Running),
+            Wait(1500),
+            // Only the agents that came back can be told (ranks 0 and 1 run there).
+            Signalled(1, 2, 0),
+            KilledAll(1, 9),
+            State(1, Failed),
+            Reason(
+                1,
+                "on node (2,0) was not found after a master or agent restart",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_time_limit_counts_run_time_not_time_switched_out() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            SubmitLimited("4x4", 1),
+            Submit("4x4"),
+            Start(1),
+            Start(2),
+            // Half the slots each: 1.5 s of wall time is about 0.75 s of run time.
+            Wait(1500),
+            State(1, Running),
+            Wait(1000),
+            Signalled(1, 16, GRACE_MS),
+            KilledAll(1, 15),
+            State(1, Cancelled),
+            Reason(1, "time limit of 1 s reached"),
+            State(2, Running),
+        ],
+    );
+}
+
+#[test]
+fn a_job_alone_reaches_its_limit_in_wall_time() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            SubmitLimited("4x4", 1),
+            Start(1),
+            Wait(900),
+            State(1, Running),
+            Wait(200),
+            Signalled(1, 16, GRACE_MS),
+        ],
+    );
+}
+
+#[test]
+fn tables_reach_every_agent_and_a_lost_one_is_sent_again() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Start(1),
+            Tables(1),
+            Lose((2, 2), true),
+            Submit("4x4"),
+            Start(2),
+            Behind((2, 2)),
+            Lose((2, 2), false),
+            // The next heartbeat shows it behind; after the resend delay it gets the table.
+            Wait(1000),
+            Tables(2),
+            ExitAll(1, 0),
+            ExitAll(2, 0),
+            Tables(0),
+        ],
+    );
+}
+
+#[test]
+fn bad_submissions_are_refused_and_change_nothing() {
+    let w = run(
+        world(1),
+        &[
+            RegisterAll,
+            Refused("5x5", "job asks 5x5 but the mesh is 4x4"),
+            Refused("0x2", ""),
+            Queue(&[]),
+            Submit("1x1"),
+            Start(1),
+            ExitAll(1, 0),
+        ],
+    );
+    assert_eq!(w.view(1).shape, "1x1", "refusals used no job id");
+}

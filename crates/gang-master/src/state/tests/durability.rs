@@ -1,0 +1,93 @@
+//! Durable before accepted, through the real actor and a real SQLite file: a batch whose
+//! writes fail is answered with errors and leaves nothing behind, in memory or on disk.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gang_core::{JobId, Shape};
+use tonic::Code;
+
+use crate::agents::AgentPool;
+use crate::config::MasterConfig;
+use crate::error::MasterError;
+use crate::job::State;
+use crate::metrics::Metrics;
+use crate::state::actor::{self, Cmd, Handle};
+use crate::state::events::ListFilter;
+use crate::state::testkit::new_job;
+use crate::state::views::JobView;
+
+async fn submit(h: &Handle) -> Result<JobView, MasterError> {
+    h.call(|tx| Cmd::Submit(new_job("1x1", 1000, 0), tx)).await
+}
+
+async fn jobs(h: &Handle) -> Vec<(u64, State)> {
+    let all = h
+        .call(|tx| Cmd::ListJobs(ListFilter::default(), tx))
+        .await
+        .expect("a query is answered");
+    all.iter().map(|j| (j.id.0, j.state)).collect()
+}
+
+fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
+    actor::start(
+        cfg.clone(),
+        Arc::new(Metrics::default()),
+        Arc::new(AgentPool::default()),
+    )
+    .expect("the master starts")
+}
+
+#[tokio::test]
+async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    // No agent ever registers: jobs stay queued, so only the test writes.
+    let cfg = MasterConfig::for_test(Shape::new(2, 2), db.clone());
+    let (h, task) = start(&cfg);
+    assert_eq!(submit(&h).await.unwrap().id, JobId(1));
+
+    // The disk "fills up": every write of a job fails as SQLITE_FULL would, from now on.
+    let other = rusqlite::Connection::open(&db).unwrap();
+    other.busy_timeout(Duration::from_secs(5)).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER full_i BEFORE INSERT ON jobs BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;
+             CREATE TRIGGER full_u BEFORE UPDATE ON jobs BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;",
+        )
+        .unwrap();
+    let (a, b, c) = tokio::join!(
+        submit(&h),
+        submit(&h),
+        h.call(|tx| Cmd::Cancel(JobId(1), 1000, tx))
+    );
+    for e in [a.map(|_| ()), b.map(|_| ()), c.map(|_| ())] {
+        let status = tonic::Status::from(e.expect_err("nothing could be saved"));
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert!(
+            status.message().starts_with("state not saved: ")
+                && status.message().contains("database or disk is full"),
+            "{status:?}"
+        );
+    }
+    // Nothing of those batches was applied: job 1 is still queued, there is no job 2.
+    assert_eq!(jobs(&h).await, vec![(1, State::Queued)]);
+    assert!(!task.is_finished(), "the master stays up");
+
+    // Space comes back: the refused submissions used no job id.
+    other
+        .execute_batch("DROP TRIGGER full_i; DROP TRIGGER full_u;")
+        .unwrap();
+    assert_eq!(submit(&h).await.unwrap().id, JobId(2));
+    h.call(|tx| Cmd::Cancel(JobId(1), 1000, tx)).await.unwrap();
+    task.abort();
+    drop(h);
+
+    // A restarted master finds exactly what was acknowledged.
+    let (h, task) = start(&cfg);
+    assert_eq!(
+        jobs(&h).await,
+        vec![(2, State::Queued), (1, State::Cancelled)]
+    );
+    task.abort();
+}

@@ -1,0 +1,114 @@
+//! What the reactor answers and announces, in domain terms (converted at the gRPC edge).
+
+use gang_core::{GangMode, JobId, Shape, SlotGrid, Submesh};
+
+use crate::job::State;
+use crate::state::effects::Coord;
+
+/// A job as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobView {
+    pub id: JobId,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub time_limit_s: u64,
+    pub stdin: bool,
+    /// As requested.
+    pub shape: String,
+    /// As allocated.
+    pub w: u32,
+    pub h: u32,
+    pub state: State,
+    pub submesh: Option<Submesh>,
+    /// Slice ids it holds, home first, while it runs.
+    pub slices: Vec<u32>,
+    pub exit_code: Option<i32>,
+    pub reason: String,
+    pub submit_ns: i64,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Run time up to the instant of the view.
+    pub run_ns: i64,
+    pub gang: GangMode,
+    pub ranks_done: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    Up,
+    Down,
+    Drained,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub node: Coord,
+    pub state: NodeState,
+    pub address: Option<String>,
+    /// Jobs with a rank here.
+    pub jobs: Vec<JobId>,
+    pub clock_offset_ns: i64,
+    pub clock_error_ns: i64,
+    pub clock_from_host: bool,
+    pub last_heartbeat_ns: i64,
+    /// The newest table version the agent acknowledged.
+    pub table_version: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodesView {
+    pub mesh: Shape,
+    pub nodes: Vec<NodeView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementView {
+    pub job: JobId,
+    pub submesh: Submesh,
+    /// Its home slot (else a multiple-task slot).
+    pub home: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceView {
+    pub id: u32,
+    pub placements: Vec<PlacementView>,
+}
+
+/// The slice table in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInForce {
+    pub version: u64,
+    pub grid: SlotGrid,
+    pub effective_ns: i64,
+    /// Row r runs slice `row_slices[r]`.
+    pub row_slices: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatrixView {
+    pub mesh: Shape,
+    pub mpl: u32,
+    pub slices: Vec<SliceView>,
+    /// Queued jobs, head first.
+    pub queue: Vec<JobId>,
+    pub table: Option<TableInForce>,
+    /// The master's clock at the view, and the row running then.
+    pub now_ns: i64,
+    pub running_row: Option<u32>,
+}
+
+/// Where rank 0 of a job stands, for stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rank0 {
+    /// It runs on the agent at this address.
+    Running(String),
+    /// Not yet: wait for `rank0_running` or the job's end.
+    NotYet,
+    /// The job has ended.
+    Ended,
+}
