@@ -1,6 +1,7 @@
 //! The master daemon: one task owns the scheduler core and the job table; thin gRPC
 //! services talk to it; the database is SQLite; output is logged per job.
 
+pub mod actor;
 pub mod agents;
 pub mod config;
 pub mod error;

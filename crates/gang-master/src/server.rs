@@ -13,12 +13,12 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
 
+use crate::actor;
 use crate::agents::AgentPool;
 use crate::config::MasterConfig;
 use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry};
-use crate::state::actor;
 use crate::switch_stats::SwitchStats;
 
 pub struct RunningMaster {

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use gang_proto::v1::{self, admin_service_server::AdminService};
 use tonic::{Request, Response, Status};
 
+use crate::actor::{Cmd, Handle, wall_ns};
 use crate::service::convert;
-use crate::state::actor::{Cmd, Handle, wall_ns};
 use crate::switch_stats::SwitchStats;
 
 pub struct Admin {

@@ -7,10 +7,8 @@ use tonic::Status;
 
 use crate::error::MasterError;
 use crate::job::State;
-use crate::state::effects::{Coord, LaunchOrder, NodeTable};
 use crate::state::events::{
-    ClockReport, ExitHow, Heartbeat, LaunchFailure, ListFilter, NewJob, Owner, RankExit,
-    Registered, Registration,
+    ClockReport, ExitHow, Heartbeat, ListFilter, NewJob, Owner, RankExit, Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
 
@@ -252,46 +250,5 @@ pub fn matrix(m: &MatrixView) -> v1::Matrix {
         row_slices: t.map_or(vec![], |t| t.row_slices.clone()),
         now_ns: m.now_ns,
         running_row: m.running_row,
-    }
-}
-
-pub fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
-    v1::LaunchRequest {
-        job_id: o.job.0,
-        rank: o.rank,
-        size: o.size,
-        argv: o.argv,
-        cwd: o.cwd,
-        env: o.env.into_iter().collect(),
-        uid: o.uid,
-        gid: o.gid,
-        stdin: o.stdin,
-        gang: v1::GangMode::from(o.gang) as i32,
-    }
-}
-
-pub fn node_table(t: &NodeTable) -> v1::NodeTable {
-    v1::NodeTable {
-        version: t.version,
-        epoch_ns: t.grid.epoch_ns,
-        quantum_ns: t.grid.quantum_ns,
-        effective_ns: t.effective_ns,
-        rows: t.rows.iter().map(|j| j.map_or(0, |j| j.0)).collect(),
-        ..Default::default()
-    }
-}
-
-/// Why an agent's Launch failed. The agent answers a refusal with a status naming its
-/// node; a broken or refused connection is the transport's, and says nothing of the node.
-pub fn launch_failure(s: &Status, node: Coord) -> LaunchFailure {
-    use tonic::Code;
-    match s.code() {
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
-            LaunchFailure::Unreachable {
-                node,
-                detail: s.message().to_string(),
-            }
-        }
-        _ => LaunchFailure::Refused(s.message().to_string()),
     }
 }

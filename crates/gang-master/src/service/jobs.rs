@@ -11,11 +11,11 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
+use crate::actor::{Cmd, Handle};
 use crate::agents::AgentPool;
 use crate::error::MasterError;
 use crate::output::OutputHub;
 use crate::service::convert;
-use crate::state::actor::{Cmd, Handle};
 use crate::state::views::{JobView, Rank0};
 
 pub struct Jobs {

@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 use gang_proto::v1::{self, agent_registry_server::AgentRegistry};
 use tonic::{Request, Response, Status};
 
+use crate::actor::{Cmd, Handle, wall_ns};
 use crate::error::MasterError;
 use crate::metrics::Metrics;
 use crate::output::OutputHub;
 use crate::service::convert;
-use crate::state::actor::{Cmd, Handle, wall_ns};
 use crate::switch_stats::SwitchStats;
 
 pub struct Registry {

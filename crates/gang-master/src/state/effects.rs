@@ -10,10 +10,8 @@ use std::collections::BTreeMap;
 use gang_core::{GangMode, JobId, SlotGrid};
 
 use crate::job::{JobRecord, State};
+pub use crate::state::views::Coord;
 use crate::state::views::JobView;
-
-/// A node's coordinate on the mesh.
-pub type Coord = (u32, u32);
 
 /// Start one rank; its outcome comes back as `reactor::on_launched`.
 #[derive(Debug, Clone, PartialEq, Eq)]

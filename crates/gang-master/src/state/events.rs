@@ -6,7 +6,7 @@ use std::fmt;
 use gang_core::{GangMode, JobId};
 
 use crate::job::State;
-use crate::state::effects::Coord;
+use crate::state::views::Coord;
 
 /// Who asks: from the caller's identity, never from a request body.
 #[derive(Debug, Clone, PartialEq, Eq)]

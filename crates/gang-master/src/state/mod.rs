@@ -4,7 +4,7 @@
 //!  gRPC handlers, agents' reports, launch outcomes, the tick
 //!        │ Cmd (domain types) over one mpsc queue
 //!        v
-//!  actor: a batch of commands, one clock read (Now), one SQLite transaction
+//!  actor (crate::actor): a batch of commands, one clock read (Now), one transaction
 //!        │
 //!        v
 //!  reactor::on_*(state, fx, now, ...) ──> Effects: save, launch, signal, send table,
@@ -16,10 +16,9 @@
 //!
 //! The reactor reads no clock and does no I/O: time is an argument and everything that
 //! leaves goes through [`effects::Effects`]. A batch whose commit fails is taken back
-//! whole ([`MasterState::checkpoint`] / [`MasterState::rollback`]).
+//! whole ([`MasterState::checkpoint`] / [`MasterState::rollback`]). The daemon's side
+//! (the task, SQLite, tonic) is `crate::actor`; nothing here uses tokio, tonic or protobuf.
 
-pub mod actor;
-mod daemon;
 pub mod effects;
 pub mod events;
 mod jobs;
@@ -33,7 +32,7 @@ mod tables;
 pub mod views;
 
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
 

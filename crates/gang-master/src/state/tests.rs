@@ -2,7 +2,6 @@
 //! the recording port, one batch per step, with the sanity check after every batch.
 
 mod cases;
-mod durability;
 mod props;
 
 use gang_core::JobId;

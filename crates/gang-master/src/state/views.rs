@@ -3,7 +3,9 @@
 use gang_core::{GangMode, JobId, Shape, SlotGrid, Submesh};
 
 use crate::job::State;
-use crate::state::effects::Coord;
+
+/// A node's coordinate on the mesh.
+pub type Coord = (u32, u32);
 
 /// A job as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,20 +14,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use gang_core::JobId;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 
+use crate::actor::daemon::{DaemonEffects, Out};
 use crate::agents::AgentPool;
 use crate::config::MasterConfig;
 use crate::error::{MasterError, Result};
 use crate::metrics::Metrics;
-use crate::service::convert;
-use crate::state::daemon::{DaemonEffects, Out};
-use crate::state::effects::{Coord, LaunchOrder, Metric, NodeTable};
+use crate::state::effects::{Coord, Metric};
 use crate::state::events::{
     Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
 use crate::state::{MasterState, Now, Persisted, reactor};
+
+mod calls;
+mod daemon;
+#[cfg(test)]
+mod tests;
 use crate::store::Store;
 
 type Reply<T> = oneshot::Sender<Result<T>>;
@@ -249,9 +253,15 @@ impl Actor {
     fn carry_out(&self, outbox: Vec<Out>) {
         for out in outbox {
             match out {
-                Out::Launch(node, addr, order) => self.launch(node, &addr, order),
-                Out::Signal(node, addr, job, grace_ms) => self.signal(node, &addr, job, grace_ms),
-                Out::Table(node, addr, table) => self.send_table(node, &addr, table),
+                Out::Launch(node, addr, order) => {
+                    calls::launch(&self.agents, &self.handle.tx, node, &addr, order)
+                }
+                Out::Signal(node, addr, job, grace_ms) => {
+                    calls::signal(&self.agents, node, &addr, job, grace_ms)
+                }
+                Out::Table(node, addr, table) => {
+                    calls::set_table(&self.agents, &self.handle.tx, node, &addr, table)
+                }
                 Out::JobChanged(view) => {
                     let _ = self.handle.events.send(view);
                 }
@@ -261,60 +271,6 @@ impl Actor {
                 Out::Metric(m) => self.count(m),
             }
         }
-    }
-
-    fn launch(&self, (x, y): Coord, addr: &str, order: LaunchOrder) {
-        let client = self.agents.client(addr);
-        let tx = self.handle.tx.clone();
-        let (job, rank) = (order.job, order.rank);
-        let req = convert::launch_request(order);
-        tokio::spawn(async move {
-            let result = match client {
-                Ok(mut c) => c
-                    .launch(req)
-                    .await
-                    .map(|r| r.into_inner().pid)
-                    .map_err(|s| convert::launch_failure(&s, (x, y))),
-                Err(e) => Err(LaunchFailure::Unreachable {
-                    node: (x, y),
-                    detail: format!("bad agent address: {e}"),
-                }),
-            };
-            let _ = tx.send(Cmd::Launched(job, rank, result)).await;
-        });
-    }
-
-    fn signal(&self, (x, y): Coord, addr: &str, job: JobId, grace_ms: u32) {
-        let Ok(mut client) = self.agents.client(addr) else {
-            return;
-        };
-        tokio::spawn(async move {
-            let req = gang_proto::v1::SignalRequest {
-                job_id: job.0,
-                grace_ms,
-            };
-            if let Err(s) = client.signal(req).await {
-                warn!(%job, node = %format!("{x},{y}"), error = %s.message(), "signal failed");
-            }
-        });
-    }
-
-    fn send_table(&self, node: Coord, addr: &str, table: NodeTable) {
-        let Ok(mut client) = self.agents.client(addr) else {
-            return;
-        };
-        let tx = self.handle.tx.clone();
-        let req = convert::node_table(&table);
-        tokio::spawn(async move {
-            match client.set_table(req).await {
-                Ok(r) => {
-                    let _ = tx.send(Cmd::TableAcked(node, r.into_inner().version)).await;
-                }
-                Err(s) => {
-                    debug!(node = %format!("{},{}", node.0, node.1), error = %s.message(), "slice table not delivered");
-                }
-            }
-        });
     }
 
     fn count(&self, m: Metric) {

@@ -7,12 +7,12 @@ use std::time::Duration;
 use gang_core::{JobId, Shape};
 use tonic::Code;
 
+use crate::actor::{self, Cmd, Handle};
 use crate::agents::AgentPool;
 use crate::config::MasterConfig;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::metrics::Metrics;
-use crate::state::actor::{self, Cmd, Handle};
 use crate::state::events::ListFilter;
 use crate::state::testkit::new_job;
 use crate::state::views::JobView;

@@ -1,0 +1,122 @@
+//! The master's calls to its agents (NodeAgent): launch, signal, set table. Each runs in
+//! its own task; outcomes the state needs come back to the actor as commands.
+
+use std::sync::Arc;
+
+use gang_core::JobId;
+use gang_proto::v1;
+use tokio::sync::mpsc;
+use tonic::Status;
+use tracing::{debug, warn};
+
+use crate::actor::Cmd;
+use crate::agents::AgentPool;
+use crate::state::effects::{Coord, LaunchOrder, NodeTable};
+use crate::state::events::LaunchFailure;
+
+pub fn launch(
+    agents: &Arc<AgentPool>,
+    tx: &mpsc::Sender<Cmd>,
+    node: Coord,
+    addr: &str,
+    order: LaunchOrder,
+) {
+    let client = agents.client(addr);
+    let tx = tx.clone();
+    let (job, rank) = (order.job, order.rank);
+    let req = launch_request(order);
+    tokio::spawn(async move {
+        let result = match client {
+            Ok(mut c) => c
+                .launch(req)
+                .await
+                .map(|r| r.into_inner().pid)
+                .map_err(|s| launch_failure(&s, node)),
+            Err(e) => Err(LaunchFailure::Unreachable {
+                node,
+                detail: format!("bad agent address: {e}"),
+            }),
+        };
+        let _ = tx.send(Cmd::Launched(job, rank, result)).await;
+    });
+}
+
+pub fn signal(agents: &Arc<AgentPool>, (x, y): Coord, addr: &str, job: JobId, grace_ms: u32) {
+    let Ok(mut client) = agents.client(addr) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let req = v1::SignalRequest {
+            job_id: job.0,
+            grace_ms,
+        };
+        if let Err(s) = client.signal(req).await {
+            warn!(%job, node = %format!("{x},{y}"), error = %s.message(), "signal failed");
+        }
+    });
+}
+
+pub fn set_table(
+    agents: &Arc<AgentPool>,
+    tx: &mpsc::Sender<Cmd>,
+    node: Coord,
+    addr: &str,
+    table: NodeTable,
+) {
+    let Ok(mut client) = agents.client(addr) else {
+        return;
+    };
+    let tx = tx.clone();
+    let req = node_table(&table);
+    tokio::spawn(async move {
+        match client.set_table(req).await {
+            Ok(r) => {
+                let _ = tx.send(Cmd::TableAcked(node, r.into_inner().version)).await;
+            }
+            Err(s) => {
+                debug!(node = %format!("{},{}", node.0, node.1), error = %s.message(), "slice table not delivered");
+            }
+        }
+    });
+}
+
+fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
+    v1::LaunchRequest {
+        job_id: o.job.0,
+        rank: o.rank,
+        size: o.size,
+        argv: o.argv,
+        cwd: o.cwd,
+        env: o.env.into_iter().collect(),
+        uid: o.uid,
+        gid: o.gid,
+        stdin: o.stdin,
+        gang: v1::GangMode::from(o.gang) as i32,
+    }
+}
+
+fn node_table(t: &NodeTable) -> v1::NodeTable {
+    v1::NodeTable {
+        version: t.version,
+        epoch_ns: t.grid.epoch_ns,
+        quantum_ns: t.grid.quantum_ns,
+        effective_ns: t.effective_ns,
+        rows: t.rows.iter().map(|j| j.map_or(0, |j| j.0)).collect(),
+        ..Default::default()
+    }
+}
+
+/// Why an agent's Launch failed. The agent answers a refusal with a status naming its
+/// node; a broken or refused connection is the transport's, and says nothing of the node.
+fn launch_failure(s: &Status, node: Coord) -> LaunchFailure {
+    use tonic::Code;
+    match s.code() {
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+            LaunchFailure::Unreachable {
+                node,
+                detail: s.message().to_string(),
+            }
+        }
+        _ => LaunchFailure::Refused(s.message().to_string()),
+    }
+}
