@@ -555,27 +555,12 @@ impl MasterState {
             .into_iter()
             .map(|j| j.map_or(0, |j| j.0))
             .collect();
-        let mut jobs: Vec<v1::TableJob> = vec![];
-        for &j in rows.iter().filter(|&&j| j != 0) {
-            if jobs.iter().any(|tj| tj.job_id == j) {
-                continue;
-            }
-            let mode = self
-                .jobs
-                .get(&JobId(j))
-                .map_or(self.cfg.gang_mode, |job| job.record.gang);
-            jobs.push(v1::TableJob {
-                job_id: j,
-                mode: mode.proto() as i32,
-            });
-        }
         Some(v1::NodeTable {
             version: t.version,
             epoch_ns: t.grid.epoch_ns,
             quantum_ns: t.grid.quantum_ns,
             effective_ns: effective,
             rows,
-            jobs,
         })
     }
 

@@ -9,7 +9,7 @@
 //! out of step mid-slot). The agent holds the table in force plus the pending ones (at
 //! most `MAX_HELD` in all; the master keeps at most one ahead).
 
-use gang_proto::v1::{GangMode, NodeTable};
+use gang_proto::v1::NodeTable;
 
 /// The shortest quantum accepted: the switch thread runs at real-time priority, and a
 /// sub-millisecond period would be mostly switching.
@@ -26,8 +26,6 @@ pub struct Table {
     pub effective_ns: i64,
     /// The job run in each row here; 0 = none.
     pub rows: Vec<u64>,
-    /// Each job of `rows` with its mode.
-    pub modes: Vec<(u64, GangMode)>,
 }
 
 impl Table {
@@ -41,36 +39,18 @@ impl Table {
                 t.version, t.quantum_ns
             ));
         }
-        let modes = t
-            .jobs
-            .iter()
-            .map(|j| {
-                // An unknown mode from a newer master: the strict one.
-                let mode = GangMode::try_from(j.mode).unwrap_or(GangMode::Stop);
-                (j.job_id, mode)
-            })
-            .collect();
         Ok(Table {
             version: t.version,
             epoch_ns: t.epoch_ns,
             quantum_ns: t.quantum_ns,
             effective_ns: t.effective_ns,
             rows: t.rows,
-            modes,
         })
     }
 
     /// Whether a row of this table names the job.
     pub fn names(&self, job_id: u64) -> bool {
         job_id != 0 && self.rows.contains(&job_id)
-    }
-
-    /// The mode the table gives the job (None: not listed in `jobs`).
-    pub fn mode_of(&self, job_id: u64) -> Option<GangMode> {
-        self.modes
-            .iter()
-            .find(|(j, _)| *j == job_id)
-            .map(|(_, m)| *m)
     }
 
     /// The slot containing `t_ns` (negative before the epoch).
@@ -174,11 +154,6 @@ mod tests {
             epoch_ns: 1_000,
             quantum_ns: 100,
             effective_ns,
-            modes: rows
-                .iter()
-                .filter(|&&j| j != 0)
-                .map(|&j| (j, GangMode::Stop))
-                .collect(),
             rows,
         }
     }
@@ -259,13 +234,8 @@ mod tests {
             quantum_ns: MIN_QUANTUM_NS,
             effective_ns: 0,
             rows: vec![5, 0],
-            jobs: vec![gang_proto::v1::TableJob {
-                job_id: 5,
-                mode: GangMode::Priority as i32,
-            }],
         };
         let t = Table::from_proto(ok.clone()).unwrap();
-        assert_eq!(t.mode_of(5), Some(GangMode::Priority));
         assert!(t.names(5) && !t.names(0) && !t.names(6));
         let mut bad = ok.clone();
         bad.quantum_ns = 999_999;
