@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use gang_core::GangMode;
+use gang_core::{GangMode, SlotGrid};
 
 use crate::ranks::RankKey;
 use crate::switch::table::Held;
@@ -56,8 +56,8 @@ pub struct Row {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Phase {
     pub version: u64,
-    pub epoch_ns: i64,
-    pub quantum_ns: i64,
+    /// The table's slots (every phase of one master run has the same grid).
+    pub grid: SlotGrid,
     /// In force from here (until the next phase's `from_ns`).
     pub from_ns: i64,
     pub rows: Vec<Row>,
@@ -135,8 +135,7 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
             let switches = rows.windows(2).any(|w| w[0].run != w[1].run);
             Phase {
                 version: t.version,
-                epoch_ns: t.epoch_ns,
-                quantum_ns: t.quantum_ns,
+                grid: t.grid,
                 from_ns: h.from_ns,
                 rows,
                 free,
@@ -147,12 +146,6 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
     Plan {
         phases,
         all: (0..targets.len() as u32).collect(),
-    }
-}
-
-impl Phase {
-    pub fn slot_at(&self, t_ns: i64) -> i64 {
-        (t_ns - self.epoch_ns).div_euclid(self.quantum_ns)
     }
 }
 
@@ -167,15 +160,13 @@ impl Plan {
         let Some(phase) = self.phase_at(t_ns) else {
             return Want::Free(&self.all);
         };
-        let slot = phase.slot_at(t_ns);
-        if phase.rows.is_empty() || slot < 0 {
+        let Some(row) = phase.grid.row_at(t_ns, phase.rows.len()) else {
             return Want::Free(&self.all);
-        }
-        let row = &phase.rows[(slot as usize) % phase.rows.len()];
+        };
         Want::Slot {
             phase,
-            slot,
-            row,
+            slot: phase.grid.slot_at(t_ns),
+            row: &phase.rows[row],
             free: &phase.free,
         }
     }
@@ -192,7 +183,7 @@ impl Plan {
         let next_slot = self
             .phase_at(t_ns)
             .filter(|p| p.switches)
-            .map(|p| p.epoch_ns + (p.slot_at(t_ns) + 1) * p.quantum_ns);
+            .map(|p| p.grid.boundary_after(t_ns));
         match (next_slot, next_phase) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -202,11 +193,8 @@ impl Plan {
     /// The last boundary at or before `t_ns` (what a late wake-up catches up to).
     pub fn boundary_at_or_before(&self, t_ns: i64) -> Option<i64> {
         let p = self.phase_at(t_ns)?;
-        Some(
-            (p.epoch_ns + p.slot_at(t_ns) * p.quantum_ns)
-                .max(p.from_ns)
-                .min(t_ns),
-        )
+        // The phase's start is a switch instant too, even if it is no boundary of its grid.
+        Some(p.grid.slot_start(p.grid.slot_at(t_ns)).max(p.from_ns))
     }
 
     /// Targets switched out in some row of some phase (for diagnostics and tests).
@@ -239,8 +227,7 @@ mod tests {
     fn table(version: u64, effective_ns: i64, rows: Vec<u64>) -> Table {
         Table {
             version,
-            epoch_ns: 1_000,
-            quantum_ns: 100,
+            grid: SlotGrid::new(1_000, 100),
             effective_ns,
             rows,
         }
