@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
-use crate::launch::{self, Pipes, RankSpec};
+use crate::launch::{self, Pipes, RankSpec, Supervisor};
 use crate::output::Outbox;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
 use crate::switch::Switcher;
@@ -70,7 +70,7 @@ impl Node {
 
     /// Start one rank; returns its pid. Must run in a task on a runtime worker thread
     /// (see `launch::command`).
-    pub fn launch(self: &Arc<Self>, req: LaunchRequest) -> Result<u32, AgentError> {
+    pub fn launch(&self, req: LaunchRequest) -> Result<u32, AgentError> {
         let node = self.coord;
         let invalid = |what: String| AgentError::InvalidArgument { node, what };
         let key = RankKey {
@@ -176,7 +176,13 @@ impl Node {
             cwd = %req.cwd,
             "rank started"
         );
-        tokio::spawn(launch::supervise(Arc::clone(self), key, child, pgid, pipes));
+        let supervisor = Supervisor {
+            node,
+            ranks: Arc::clone(&self.ranks),
+            outbox: Arc::clone(&self.outbox),
+            switch: Arc::clone(&self.switch),
+        };
+        tokio::spawn(supervisor.supervise(key, child, pgid, pipes));
         Ok(pid)
     }
 
