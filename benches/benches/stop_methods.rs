@@ -33,7 +33,8 @@ use gang_agent::ranks::RankKey;
 use gang_agent::switch::freezer::FreezerSetting;
 use gang_agent::switch::ring::Record;
 use gang_agent::switch::{SwitchOptions, Switcher};
-use gang_proto::v1::{GangMode, NodeTable, TableJob};
+use gang_core::GangMode;
+use gang_proto::v1::NodeTable;
 use serde_json::json;
 
 const BUSY: &str = "while :; do :; done";
@@ -120,20 +121,13 @@ fn pids_of(procs: &Procs, job: u64) -> Vec<u32> {
         .collect()
 }
 
-fn table(version: u64, epoch: i64, q: i64, rows: [u64; 2], mode: GangMode) -> NodeTable {
+fn table(version: u64, epoch: i64, q: i64, rows: [u64; 2]) -> NodeTable {
     NodeTable {
         version,
         epoch_ns: epoch,
         quantum_ns: q,
         effective_ns: epoch,
         rows: rows.to_vec(),
-        jobs: rows
-            .iter()
-            .map(|&job_id| TableJob {
-                job_id,
-                mode: mode as i32,
-            })
-            .collect(),
     }
 }
 
@@ -304,7 +298,7 @@ fn run(
     let procs = spawn_jobs(switcher, jobs, mode);
     let epoch = (realtime_ns() / q + 20) * q;
     switcher
-        .set_table(table(version, epoch, q, jobs, mode))
+        .set_table(table(version, epoch, q, jobs))
         .expect("table");
     let watched = [pids_of(&procs, jobs[0]), pids_of(&procs, jobs[1])];
     let observer = std::thread::spawn(move || observe(watched, epoch, q, n));

@@ -20,7 +20,8 @@ use gang_agent::ranks::RankKey;
 use gang_agent::switch::freezer::FreezerSetting;
 use gang_agent::switch::ring::Record;
 use gang_agent::switch::{SwitchOptions, Switcher};
-use gang_proto::v1::{GangMode, NodeTable, TableJob};
+use gang_core::GangMode;
+use gang_proto::v1::NodeTable;
 use serde_json::json;
 
 const BUSY: &str = "while :; do :; done";
@@ -70,20 +71,13 @@ fn spawn_jobs(switcher: &Arc<Switcher>, mode: GangMode) -> Procs {
     procs
 }
 
-fn table(version: u64, epoch: i64, q: i64, effective: i64, mode: GangMode) -> NodeTable {
+fn table(version: u64, epoch: i64, q: i64, effective: i64) -> NodeTable {
     NodeTable {
         version,
         epoch_ns: epoch,
         quantum_ns: q,
         effective_ns: effective,
         rows: vec![1, 2],
-        jobs: [1, 2]
-            .iter()
-            .map(|&job_id| TableJob {
-                job_id,
-                mode: mode as i32,
-            })
-            .collect(),
     }
 }
 
@@ -148,7 +142,7 @@ fn run(mode: GangMode, name: &str, spin_us: u64, n: usize, q: i64) -> serde_json
     let procs = spawn_jobs(&switcher, mode);
     let epoch = (realtime_ns() / q + 10) * q;
     switcher
-        .set_table(table(1, epoch, q, epoch, mode))
+        .set_table(table(1, epoch, q, epoch))
         .expect("table");
     let (recs, dropped) = collect(&switcher, 1, n);
     let (errors, errno) = switcher.errors();

@@ -1,6 +1,10 @@
 //! Putting the agent together: bind the NodeAgent server, announce the port, then start
 //! the registry session and the uplink. `AgentHandle::shutdown` takes it all down without
 //! leaving a rank behind.
+//!
+//! This is also where the clock probes and the switch reports get their RPCs
+//! (`registry_client::probe_clock`, `report_switches`): `clock` and `switch` take them as
+//! functions and import nothing above themselves.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -110,11 +114,17 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     ));
     let probes = (cfg.clock == ClockMode::Probe).then(|| {
         let kick = Arc::clone(&switch);
-        tokio::spawn(clock::run_probes(client.clone(), clock, move || {
-            kick.kick()
-        }))
+        let client = client.clone();
+        tokio::spawn(clock::run_probes(
+            move || registry_client::probe_clock(client.clone()),
+            clock,
+            move || kick.kick(),
+        ))
     });
-    let reports = tokio::spawn(report::run_reports(client, switch));
+    let reports = tokio::spawn(report::run_reports(
+        move |batch| registry_client::report_switches(client.clone(), batch),
+        switch,
+    ));
     Ok(AgentHandle {
         addr,
         node,

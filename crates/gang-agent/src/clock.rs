@@ -10,24 +10,24 @@
 //!
 //! The estimate is published through atomics, so the switch thread reads it without a
 //! lock.
+//!
+//! This module imports nothing of the agent: the switch thread, the launch path and the
+//! registry session all read the clock, so it sits at the bottom of the module graph. The
+//! probe itself is an RPC and is passed in (`registry_client::probe_clock`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use gang_core::clock::{ClockEstimator, Probe};
-use gang_proto::v1::ClockProbeRequest;
 use serde::Deserialize;
 use tracing::{debug, info, warn};
-
-use crate::registry_client::RegistryClient;
 
 pub const BURST: usize = 8;
 pub const BURST_GAP: Duration = Duration::from_millis(20);
 pub const PERIOD: Duration = Duration::from_secs(1);
 pub const WINDOW: usize = 16;
-/// A probe that takes longer than this is useless for timing anyway.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Wake the switch thread when the offset moves by more than this (it re-arms its timer).
 const KICK_THRESHOLD_NS: i64 = 100_000;
 
@@ -116,14 +116,19 @@ impl Clock {
     }
 }
 
-/// Probe the master forever (until aborted), publishing each new estimate to `clock` and
-/// calling `moved` when the offset moved enough for the switch thread to re-arm.
-pub async fn run_probes(client: RegistryClient, clock: Arc<Clock>, moved: impl Fn() + Send) {
+/// Probe the master forever (until aborted) with `probe` (one four-timestamp exchange, or
+/// why it failed), publishing each new estimate to `clock` and calling `moved` when the
+/// offset moved enough for the switch thread to re-arm.
+pub async fn run_probes<P, F>(mut probe: P, clock: Arc<Clock>, moved: impl Fn() + Send)
+where
+    P: FnMut() -> F,
+    F: Future<Output = Result<Probe, String>>,
+{
     let mut estimator = ClockEstimator::new(WINDOW);
     let mut answered = 0usize;
     let mut failures = 0u32;
     loop {
-        match probe_once(&client).await {
+        match probe().await {
             Ok(p) => {
                 failures = 0;
                 if estimator.add(p)
@@ -170,28 +175,6 @@ pub async fn run_probes(client: RegistryClient, clock: Arc<Clock>, moved: impl F
     }
 }
 
-async fn probe_once(client: &RegistryClient) -> Result<Probe, String> {
-    let t1 = realtime_ns();
-    let resp = tokio::time::timeout(
-        PROBE_TIMEOUT,
-        client.clone().clock_probe(ClockProbeRequest { t1_ns: t1 }),
-    )
-    .await
-    .map_err(|_| format!("no answer within {PROBE_TIMEOUT:?}"))?
-    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
-    let t4 = realtime_ns();
-    let r = resp.into_inner();
-    if r.t1_ns != t1 {
-        return Err("the answer echoes another probe".into());
-    }
-    Ok(Probe {
-        t1,
-        t2: r.t2_ns,
-        t3: r.t3_ns,
-        t4,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +197,54 @@ mod tests {
         assert_eq!(p.publish(4_000, 100), -1_000);
         assert_eq!((p.offset_ns(), p.error_ns()), (4_000, 100));
         assert!(p.report().synced);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probes_publish_the_estimate_and_wake_the_switch_thread_when_it_moves() {
+        use std::sync::atomic::AtomicUsize;
+
+        let clock = Clock::new(ClockMode::Probe);
+        let kicks = Arc::new(AtomicUsize::new(0));
+        let asked = Arc::new(AtomicUsize::new(0));
+        // A master 5 ms ahead over an instant network; the first probe is lost.
+        let probe = {
+            let asked = Arc::clone(&asked);
+            move || {
+                let n = asked.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    if n == 0 {
+                        return Err("unreachable".to_string());
+                    }
+                    let t1 = realtime_ns();
+                    Ok(Probe {
+                        t1,
+                        t2: t1 + 5_000_000,
+                        t3: t1 + 5_000_000,
+                        t4: t1,
+                    })
+                }
+            }
+        };
+        let task = tokio::spawn(run_probes(probe, Arc::clone(&clock), {
+            let kicks = Arc::clone(&kicks);
+            move || {
+                kicks.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        tokio::time::sleep(BURST_GAP * 3 + BURST_GAP / 2).await;
+        assert!(asked.load(Ordering::Relaxed) >= 3);
+        assert_eq!(
+            clock.report(),
+            ClockReport {
+                offset_ns: 5_000_000,
+                error_ns: 0,
+                from_host: false,
+                synced: true
+            }
+        );
+        // Only the move from 0 to 5 ms; the same offset again is no news.
+        assert_eq!(kicks.load(Ordering::Relaxed), 1);
+        task.abort();
     }
 
     #[test]

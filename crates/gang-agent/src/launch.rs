@@ -1,8 +1,9 @@
 //! Starting a rank and seeing it through to its exit report.
 //!
 //! `Node::launch` (in `node.rs`) validates the request with the helpers here, spawns the
-//! process built by `command`, then hands the child to `supervise`, which owns it until it
-//! is reaped.
+//! process built by `command`, then hands the child to a `Supervisor`, which owns it until
+//! it is reaped. The supervisor is given the node's parts it reports to (rank registry,
+//! outbox, switcher), not the node: this module stays below `node` in the module graph.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -26,9 +27,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::error::Coord;
-use crate::node::Node;
-use crate::output::pump;
-use crate::ranks::{RankKey, StdinMsg, signal_group};
+use crate::output::{Outbox, pump};
+use crate::ranks::{RankKey, Ranks, StdinMsg, signal_group};
+use crate::switch::{Switcher, freezer};
 
 /// How long an exited rank's pipes may stay open (held by a process that escaped its
 /// group) before the agent stops reading them and reports the exit anyway.
@@ -174,7 +175,7 @@ pub fn command(spec: &RankSpec<'_>) -> Command {
     unsafe {
         cmd.pre_exec(move || {
             if let Some(fd) = cgroup_procs {
-                crate::switch::freezer::enter(fd)?;
+                freezer::enter(fd)?;
             }
             // std runs this after setuid/setgid, which would have cleared the setting.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
@@ -205,84 +206,95 @@ pub struct Pipes {
     pub stderr: Option<ChildStderr>,
 }
 
-/// Own the rank from spawn to exit report: reap it (a stopped rank is never reported:
-/// `Child::wait` only returns on exit), sweep its group, drain its output, then queue the
-/// exit behind that output.
-pub async fn supervise(node: Arc<Node>, key: RankKey, mut child: Child, pgid: Pid, pipes: Pipes) {
-    // Read both pipes concurrently: a rank blocked writing a full stderr pipe while we
-    // wait on its stdout would never finish.
-    let mut pumps: Vec<JoinHandle<()>> = Vec::with_capacity(2);
-    if let Some(pipe) = pipes.stdout {
-        let node = Arc::clone(&node);
-        pumps.push(tokio::spawn(async move {
-            pump(pipe, key, Stream::Stdout, &node.outbox).await;
-        }));
-    }
-    if let Some(pipe) = pipes.stderr {
-        let node = Arc::clone(&node);
-        pumps.push(tokio::spawn(async move {
-            pump(pipe, key, Stream::Stderr, &node.outbox).await;
-        }));
-    }
+/// What a rank's supervisor needs of its node: where to mark it exited, where to queue its
+/// output and exit, and the switcher that must stop managing it.
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    pub node: Coord,
+    pub ranks: Arc<Ranks>,
+    pub outbox: Arc<Outbox>,
+    pub switch: Arc<Switcher>,
+}
 
-    let how = match child.wait().await {
-        Ok(status) => how_of(status),
-        Err(e) => {
-            // Should not happen; make sure the child is gone and reaped before moving on.
+impl Supervisor {
+    /// Own the rank from spawn to exit report: reap it (a stopped rank is never reported:
+    /// `Child::wait` only returns on exit), sweep its group, drain its output, then queue
+    /// the exit behind that output.
+    pub async fn supervise(self, key: RankKey, mut child: Child, pgid: Pid, pipes: Pipes) {
+        // Read both pipes concurrently: a rank blocked writing a full stderr pipe while we
+        // wait on its stdout would never finish.
+        let mut pumps: Vec<JoinHandle<()>> = Vec::with_capacity(2);
+        if let Some(pipe) = pipes.stdout {
+            let outbox = Arc::clone(&self.outbox);
+            pumps.push(tokio::spawn(async move {
+                pump(pipe, key, Stream::Stdout, &outbox).await;
+            }));
+        }
+        if let Some(pipe) = pipes.stderr {
+            let outbox = Arc::clone(&self.outbox);
+            pumps.push(tokio::spawn(async move {
+                pump(pipe, key, Stream::Stderr, &outbox).await;
+            }));
+        }
+
+        let how = match child.wait().await {
+            Ok(status) => how_of(status),
+            Err(e) => {
+                // Should not happen; make sure the child is gone and reaped before moving on.
+                warn!(
+                    job_id = key.job_id,
+                    rank = key.rank,
+                    "waiting for rank: {e}"
+                );
+                signal_group(pgid, Signal::SIGKILL);
+                match child.wait().await {
+                    Ok(status) => how_of(status),
+                    Err(e) => {
+                        How::Error(format!("node {}: cannot wait for the rank: {e}", self.node))
+                    }
+                }
+            }
+        };
+        self.ranks.mark_exited(key);
+        // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
+        let cgroup = self.switch.rank_ended(key);
+        // Leftover members of the group (`cmd &` in a script) would keep the pipes open and
+        // outlive the job.
+        signal_group(pgid, Signal::SIGKILL);
+        if let Some(cgroup) = cgroup {
+            tokio::spawn(cgroup.run());
+        }
+
+        let drained = tokio::time::timeout(PIPE_DRAIN, async {
+            for p in &mut pumps {
+                let _ = p.await;
+            }
+        })
+        .await;
+        if drained.is_err() {
             warn!(
                 job_id = key.job_id,
                 rank = key.rank,
-                "waiting for rank: {e}"
+                "output pipes still open {PIPE_DRAIN:?} after exit (a process left the rank's group?): reporting the exit anyway"
             );
-            signal_group(pgid, Signal::SIGKILL);
-            match child.wait().await {
-                Ok(status) => how_of(status),
-                Err(e) => How::Error(format!(
-                    "node {}: cannot wait for the rank: {e}",
-                    node.coord
-                )),
+            for p in &pumps {
+                p.abort();
+            }
+            // Wait for the aborted readers to be gone, so that nothing of theirs can be
+            // queued after the exit.
+            for p in &mut pumps {
+                let _ = p.await;
             }
         }
-    };
-    node.ranks.mark_exited(key);
-    // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
-    let cgroup = node.switch.rank_ended(key);
-    // Leftover members of the group (`cmd &` in a script) would keep the pipes open and
-    // outlive the job.
-    signal_group(pgid, Signal::SIGKILL);
-    if let Some(cgroup) = cgroup {
-        tokio::spawn(cgroup.run());
+        info!(job_id = key.job_id, rank = key.rank, ?how, "rank exited");
+        self.outbox.push_exit(RankExit {
+            job_id: key.job_id,
+            rank: key.rank,
+            x: self.node.x,
+            y: self.node.y,
+            how: Some(how),
+        });
     }
-
-    let drained = tokio::time::timeout(PIPE_DRAIN, async {
-        for p in &mut pumps {
-            let _ = p.await;
-        }
-    })
-    .await;
-    if drained.is_err() {
-        warn!(
-            job_id = key.job_id,
-            rank = key.rank,
-            "output pipes still open {PIPE_DRAIN:?} after exit (a process left the rank's group?): reporting the exit anyway"
-        );
-        for p in &pumps {
-            p.abort();
-        }
-        // Wait for the aborted readers to be gone, so that nothing of theirs can be queued
-        // after the exit.
-        for p in &mut pumps {
-            let _ = p.await;
-        }
-    }
-    info!(job_id = key.job_id, rank = key.rank, ?how, "rank exited");
-    node.outbox.push_exit(RankExit {
-        job_id: key.job_id,
-        rank: key.rank,
-        x: node.coord.x,
-        y: node.coord.y,
-        how: Some(how),
-    });
 }
 
 /// Write what the Stdin RPC sends into the rank's stdin, in order; `Eof` (or the channel

@@ -5,13 +5,20 @@
 //! crate README for the invariants.
 //!
 //! ```text
-//!  master ── NodeAgent (Launch/Signal/Stdin/SetTable) ──> service ──> node ──> launch ──> rank processes
-//!    ^                                                     │  ranks (state)       │ stdout/stderr + exit
-//!    ├── AgentRegistry <── registry_client (session, uplink) <── output (outbox) <┘
-//!    ├── ClockProbe <── clock (offset, error: atomics) ─────────┐
-//!    └── ReportSwitches <── switch::report <── ring <── switch thread (SIGSTOP/CONT, nice, freezer)
-//!                                      node ── switch::Switcher (tables + ranks -> plan) ─┘
+//! master ──NodeAgent──> service ──> node ──> launch ──> ranks
+//!   ^  Launch (+ gang mode),         │        │ output, exit
+//!   │  Signal, Stdin, SetTable       │        v
+//!   ├── AgentRegistry <── registry_client <── output (outbox)
+//!   │                                │
+//!   │                                └──> switch::Switcher ──(ArcSwap plan)──> switch thread (SIGSTOP/CONT, nice, freezer)
+//!   │                                     tables + ranks with their launch modes   ^     │
+//!   ├── ClockProbe <── probe_clock ── clock::run_probes (offset, error: atomics) ──┘     │
+//!   └── ReportSwitches <── report_switches <── switch::report <── ring <─────────────────┘
 //! ```
+//!
+//! Module dependencies run one way: `agent` -> {`service`, `registry_client`} -> `node` ->
+//! {`launch`, `switch`, `clock`}, `launch` -> `switch` -> `clock`, which imports nothing of
+//! the agent; `agent` hands the clock and the switch reporter their RPCs as functions.
 
 pub mod agent;
 pub mod clock;

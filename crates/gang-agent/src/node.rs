@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gang_proto::v1::{GangMode, LaunchRequest};
+use gang_core::GangMode;
+use gang_proto::v1::{self as proto, LaunchRequest};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::mpsc;
@@ -16,10 +17,20 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
-use crate::launch::{self, Pipes, RankSpec};
+use crate::launch::{self, Pipes, RankSpec, Supervisor};
 use crate::output::Outbox;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
 use crate::switch::Switcher;
+
+/// The rank's mode: the only place the agent learns it (slice tables carry none).
+/// UNSPECIFIED (an older master) and values unknown to this agent (a newer master) are
+/// STOP, the strict mode: a job is never left running out of its slots by accident.
+fn launch_mode(gang: i32) -> GangMode {
+    proto::GangMode::try_from(gang)
+        .ok()
+        .and_then(proto::GangMode::resolved)
+        .unwrap_or(GangMode::Stop)
+}
 
 /// Stdin messages buffered per rank before the Stdin RPC waits (back-pressure to the
 /// client when the rank does not read).
@@ -59,7 +70,7 @@ impl Node {
 
     /// Start one rank; returns its pid. Must run in a task on a runtime worker thread
     /// (see `launch::command`).
-    pub fn launch(self: &Arc<Self>, req: LaunchRequest) -> Result<u32, AgentError> {
+    pub fn launch(&self, req: LaunchRequest) -> Result<u32, AgentError> {
         let node = self.coord;
         let invalid = |what: String| AgentError::InvalidArgument { node, what };
         let key = RankKey {
@@ -112,8 +123,7 @@ impl Node {
             },
             ReserveError::Closing => AgentError::ShuttingDown { node },
         })?;
-        // UNSPECIFIED (an older master) is STOP; the table's mode wins anyway.
-        let mode = GangMode::try_from(req.gang).unwrap_or(GangMode::Unspecified);
+        let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let prepared = self.switch.prepare(key, mode);
         let spec = RankSpec {
@@ -166,7 +176,13 @@ impl Node {
             cwd = %req.cwd,
             "rank started"
         );
-        tokio::spawn(launch::supervise(Arc::clone(self), key, child, pgid, pipes));
+        let supervisor = Supervisor {
+            node,
+            ranks: Arc::clone(&self.ranks),
+            outbox: Arc::clone(&self.outbox),
+            switch: Arc::clone(&self.switch),
+        };
+        tokio::spawn(supervisor.supervise(key, child, pgid, pipes));
         Ok(pid)
     }
 
@@ -228,5 +244,28 @@ impl Node {
             );
         }
         reaped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_mode_is_resolved_and_strict_when_unknown() {
+        assert_eq!(
+            launch_mode(proto::GangMode::Priority as i32),
+            GangMode::Priority
+        );
+        assert_eq!(
+            launch_mode(proto::GangMode::Freeze as i32),
+            GangMode::Freeze
+        );
+        assert_eq!(launch_mode(proto::GangMode::None as i32), GangMode::None);
+        assert_eq!(
+            launch_mode(proto::GangMode::Unspecified as i32),
+            GangMode::Stop
+        );
+        assert_eq!(launch_mode(99), GangMode::Stop);
     }
 }

@@ -6,17 +6,23 @@
 //! `clock::run_probes`, and the switch reports, `switch::report`), so a master restart
 //! is survived by all: the channel reconnects, the session re-registers with the ranks
 //! still running, and the uplink resends what was not acknowledged.
+//!
+//! Every AgentRegistry call of the agent is made here: the clock and the switch reporter
+//! are given `probe_clock` and `report_switches` as functions (wired in `agent.rs`), so
+//! that they, like everything below `node`, never depend on this module.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gang_core::clock::Probe;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
-use gang_proto::v1::{HeartbeatRequest, RankRef, RegisterRequest};
+use gang_proto::v1::{ClockProbeRequest, HeartbeatRequest, RankRef, RegisterRequest, SwitchReport};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
+use crate::clock::realtime_ns;
 use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
@@ -29,6 +35,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const WARN_EVERY: u32 = 30;
 /// Used when the master answers heartbeat_ms = 0.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// A probe that takes longer than this is useless for timing anyway.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A channel to the master that connects on first use and reconnects after failures.
 pub fn connect(master: &str) -> Result<RegistryClient, tonic::transport::Error> {
@@ -211,6 +219,38 @@ pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
         }
         node.outbox.done();
     }
+}
+
+/// One NTP-style four-timestamp exchange with the master (`clock::run_probes` calls it),
+/// timed on CLOCK_REALTIME as close to the call as possible.
+pub async fn probe_clock(mut client: RegistryClient) -> Result<Probe, String> {
+    let t1 = realtime_ns();
+    let resp = tokio::time::timeout(
+        PROBE_TIMEOUT,
+        client.clock_probe(ClockProbeRequest { t1_ns: t1 }),
+    )
+    .await
+    .map_err(|_| format!("no answer within {PROBE_TIMEOUT:?}"))?
+    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+    let t4 = realtime_ns();
+    let r = resp.into_inner();
+    if r.t1_ns != t1 {
+        return Err("the answer echoes another probe".into());
+    }
+    Ok(Probe {
+        t1,
+        t2: r.t2_ns,
+        t3: r.t3_ns,
+        t4,
+    })
+}
+
+/// Send one batch of switch records (`switch::report::run_reports` calls it).
+pub async fn report_switches(
+    mut client: RegistryClient,
+    batch: SwitchReport,
+) -> Result<(), Status> {
+    client.report_switches(batch).await.map(|_| ())
 }
 
 /// Answers that will not change by asking again: the master understood the request and

@@ -11,7 +11,7 @@ use gang_agent::clock::{ClockMode, realtime_ns};
 use gang_agent::{AgentConfig, AgentHandle};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::rank_exit::How;
-use gang_proto::v1::{GangMode, NodeTable, SignalRequest, SwitchRecord, TableJob};
+use gang_proto::v1::{GangMode, NodeTable, SignalRequest, SwitchRecord};
 use tokio::time::Instant;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -157,30 +157,20 @@ struct Sample<V> {
     values: Vec<V>,
 }
 
+/// Tables carry no modes: each job's comes with its launch.
 fn node_table(
     version: u64,
     epoch_ns: i64,
     quantum_ns: i64,
     effective_ns: i64,
     rows: &[u64],
-    mode: GangMode,
 ) -> NodeTable {
-    let mut jobs: Vec<TableJob> = Vec::new();
-    for &j in rows {
-        if j != 0 && !jobs.iter().any(|t| t.job_id == j) {
-            jobs.push(TableJob {
-                job_id: j,
-                mode: mode as i32,
-            });
-        }
-    }
     NodeTable {
         version,
         epoch_ns,
         quantum_ns,
         effective_ns,
         rows: rows.to_vec(),
-        jobs,
     }
 }
 
@@ -310,7 +300,7 @@ async fn stop_mode_jobs_alternate_on_the_master_clock() {
     let p3 = s.launch(3, GangMode::Stop, "sleep 30").await;
     let epoch = grid_after(s.now(), 200 * MS, q);
     assert_eq!(
-        s.set_table(node_table(1, epoch, q, epoch, &rows, GangMode::Stop))
+        s.set_table(node_table(1, epoch, q, epoch, &rows))
             .await
             .unwrap(),
         1
@@ -383,7 +373,7 @@ async fn priority_mode_renices_and_an_unnamed_job_is_restored() {
     let base = proc_nice(p1).unwrap();
     let niced = (base + 15).min(19);
     let epoch = grid_after(s.now(), 100 * MS, q);
-    s.set_table(node_table(1, epoch, q, epoch, &rows, GangMode::Priority))
+    s.set_table(node_table(1, epoch, q, epoch, &rows))
         .await
         .unwrap();
     let samples = s
@@ -398,7 +388,7 @@ async fn priority_mode_renices_and_an_unnamed_job_is_restored() {
 
     // A table that no longer names them: both back to their base nice, and left alone.
     let at = grid_after(s.now(), 100 * MS, q);
-    s.set_table(node_table(2, epoch, q, at, &[0], GangMode::Priority))
+    s.set_table(node_table(2, epoch, q, at, &[0]))
         .await
         .unwrap();
     s.sleep_until(at + MARGIN).await;
@@ -436,7 +426,7 @@ async fn freeze_mode_freezes_in_a_cgroup_removed_at_exit() {
         assert!(cg.ends_with("/job-1-rank-0"), "rank 1 is in {cg}");
     }
     let epoch = grid_after(s.now(), 100 * MS, q);
-    s.set_table(node_table(1, epoch, q, epoch, &rows, GangMode::Freeze))
+    s.set_table(node_table(1, epoch, q, epoch, &rows))
         .await
         .unwrap();
     let samples = s
@@ -497,9 +487,9 @@ async fn cancel_reaches_a_switched_out_job() {
     let p2 = s.launch(2, GangMode::Stop, "sleep 30").await;
     let p3 = s.launch(3, GangMode::Freeze, "sleep 30").await;
     let epoch = grid_after(s.now(), 50 * MS, q);
-    let mut t = node_table(1, epoch, q, epoch, &rows, GangMode::Stop);
-    t.jobs[2].mode = GangMode::Freeze as i32;
-    s.set_table(t).await.unwrap();
+    s.set_table(node_table(1, epoch, q, epoch, &rows))
+        .await
+        .unwrap();
     let freezer = cgroup_of(p3)
         .filter(|c| c.contains("job-3-rank-0"))
         .map(|c| format!("/sys/fs/cgroup/freezer{c}/freezer.state"));
@@ -548,7 +538,7 @@ async fn a_late_table_applies_at_the_next_boundary() {
     }
     let k = (s.now() - epoch).div_euclid(q);
     let effective = epoch + k * q;
-    s.set_table(node_table(1, epoch, q, effective, &rows, GangMode::Stop))
+    s.set_table(node_table(1, epoch, q, effective, &rows))
         .await
         .unwrap();
     let boundary = effective + q;
@@ -591,7 +581,7 @@ async fn a_late_table_applies_at_the_next_boundary() {
 async fn newest_table_version_wins_and_heartbeats_report_it() {
     let mut s = Setup::start(4, 1, 0, ClockMode::Host).await;
     let far = s.now() + 3_600_000 * MS;
-    let t = |v| node_table(v, far, 10 * MS, far, &[0], GangMode::Stop);
+    let t = |v| node_table(v, far, 10 * MS, far, &[0]);
     assert_eq!(s.set_table(t(5)).await.unwrap(), 5);
     assert_eq!(
         s.set_table(t(3)).await.unwrap(),
@@ -667,7 +657,7 @@ async fn switching_goes_on_while_the_master_is_gone() {
     let p1 = s.launch(1, GangMode::Stop, "sleep 30").await;
     let p2 = s.launch(2, GangMode::Stop, "sleep 30").await;
     let epoch = grid_after(s.now(), 100 * MS, q);
-    s.set_table(node_table(1, epoch, q, epoch, &rows, GangMode::Stop))
+    s.set_table(node_table(1, epoch, q, epoch, &rows))
         .await
         .unwrap();
     s.wait_records("a first report", 1, 1).await;

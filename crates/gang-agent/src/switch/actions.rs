@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use gang_proto::v1::GangMode;
+use gang_core::GangMode;
 
 use crate::clock::realtime_ns;
 use crate::ranks::RankKey;
@@ -36,7 +36,7 @@ fn state_of(m: Method) -> u8 {
 #[derive(Debug)]
 pub struct Target {
     pub key: RankKey,
-    /// The mode it was launched with (the table's mode wins).
+    /// The mode it was launched with: how the plan switches it.
     pub mode: GangMode,
     pub pgid: i32,
     /// The nice value the rank started with (the agent's).

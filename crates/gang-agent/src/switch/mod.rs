@@ -26,7 +26,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gang_proto::v1::{GangMode, NodeTable};
+use gang_core::GangMode;
+use gang_proto::v1::NodeTable;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
@@ -156,7 +157,7 @@ impl Switcher {
             .values()
             .map(|t| TargetInfo {
                 key: t.key,
-                launch_mode: t.mode,
+                mode: t.mode,
                 freezer: t.cgroup.is_some(),
             })
             .collect();

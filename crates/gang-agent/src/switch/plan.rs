@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use gang_proto::v1::GangMode;
+use gang_core::{GangMode, SlotGrid};
 
 use crate::ranks::RankKey;
 use crate::switch::table::Held;
@@ -30,8 +30,9 @@ pub enum Method {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TargetInfo {
     pub key: RankKey,
-    /// The mode the rank was launched with (from `LaunchRequest.gang`).
-    pub launch_mode: GangMode,
+    /// The job's mode, as the rank was launched with it (`LaunchRequest.gang`): tables
+    /// carry no modes, so this is the only one.
+    pub mode: GangMode,
     /// Whether the rank has its own freezer cgroup.
     pub freezer: bool,
 }
@@ -55,8 +56,8 @@ pub struct Row {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Phase {
     pub version: u64,
-    pub epoch_ns: i64,
-    pub quantum_ns: i64,
+    /// The table's slots (every phase of one master run has the same grid).
+    pub grid: SlotGrid,
     /// In force from here (until the next phase's `from_ns`).
     pub from_ns: i64,
     pub rows: Vec<Row>,
@@ -89,18 +90,14 @@ pub struct Plan {
     pub all: Vec<u32>,
 }
 
-/// The method for a job a table names, or None if it is not switched (mode NONE).
-fn method(table_mode: Option<GangMode>, t: &TargetInfo) -> Option<Method> {
-    let mode = match table_mode {
-        Some(GangMode::Unspecified) | None => t.launch_mode,
-        Some(m) => m,
-    };
-    match mode {
+/// How a target whose job a table names is switched out; None if never (mode NONE).
+fn method(t: &TargetInfo) -> Option<Method> {
+    match t.mode {
         GangMode::None => None,
         GangMode::Priority => Some(Method::Priority),
         // FREEZE without a cgroup (no writable freezer at launch) falls back to signals.
         GangMode::Freeze if t.freezer => Some(Method::Freeze),
-        GangMode::Freeze | GangMode::Stop | GangMode::Unspecified => Some(Method::Stop),
+        GangMode::Freeze | GangMode::Stop => Some(Method::Stop),
     }
 }
 
@@ -118,7 +115,7 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
                 let how = if dying.contains(&job) || !t.names(job) {
                     None
                 } else {
-                    method(t.mode_of(job), target)
+                    method(target)
                 };
                 let Some(how) = how else {
                     free.push(i);
@@ -138,8 +135,7 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
             let switches = rows.windows(2).any(|w| w[0].run != w[1].run);
             Phase {
                 version: t.version,
-                epoch_ns: t.epoch_ns,
-                quantum_ns: t.quantum_ns,
+                grid: t.grid,
                 from_ns: h.from_ns,
                 rows,
                 free,
@@ -150,12 +146,6 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
     Plan {
         phases,
         all: (0..targets.len() as u32).collect(),
-    }
-}
-
-impl Phase {
-    pub fn slot_at(&self, t_ns: i64) -> i64 {
-        (t_ns - self.epoch_ns).div_euclid(self.quantum_ns)
     }
 }
 
@@ -170,15 +160,13 @@ impl Plan {
         let Some(phase) = self.phase_at(t_ns) else {
             return Want::Free(&self.all);
         };
-        let slot = phase.slot_at(t_ns);
-        if phase.rows.is_empty() || slot < 0 {
+        let Some(row) = phase.grid.row_at(t_ns, phase.rows.len()) else {
             return Want::Free(&self.all);
-        }
-        let row = &phase.rows[(slot as usize) % phase.rows.len()];
+        };
         Want::Slot {
             phase,
-            slot,
-            row,
+            slot: phase.grid.slot_at(t_ns),
+            row: &phase.rows[row],
             free: &phase.free,
         }
     }
@@ -195,7 +183,7 @@ impl Plan {
         let next_slot = self
             .phase_at(t_ns)
             .filter(|p| p.switches)
-            .map(|p| p.epoch_ns + (p.slot_at(t_ns) + 1) * p.quantum_ns);
+            .map(|p| p.grid.boundary_after(t_ns));
         match (next_slot, next_phase) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -205,11 +193,8 @@ impl Plan {
     /// The last boundary at or before `t_ns` (what a late wake-up catches up to).
     pub fn boundary_at_or_before(&self, t_ns: i64) -> Option<i64> {
         let p = self.phase_at(t_ns)?;
-        Some(
-            (p.epoch_ns + p.slot_at(t_ns) * p.quantum_ns)
-                .max(p.from_ns)
-                .min(t_ns),
-        )
+        // The phase's start is a switch instant too, even if it is no boundary of its grid.
+        Some(p.grid.slot_start(p.grid.slot_at(t_ns)).max(p.from_ns))
     }
 
     /// Targets switched out in some row of some phase (for diagnostics and tests).
@@ -234,19 +219,17 @@ mod tests {
     fn target(job_id: u64, rank: u32, mode: GangMode, freezer: bool) -> TargetInfo {
         TargetInfo {
             key: key(job_id, rank),
-            launch_mode: mode,
+            mode,
             freezer,
         }
     }
 
-    fn table(version: u64, effective_ns: i64, rows: Vec<u64>, modes: &[(u64, GangMode)]) -> Table {
+    fn table(version: u64, effective_ns: i64, rows: Vec<u64>) -> Table {
         Table {
             version,
-            epoch_ns: 1_000,
-            quantum_ns: 100,
+            grid: SlotGrid::new(1_000, 100),
             effective_ns,
             rows,
-            modes: modes.to_vec(),
         }
     }
 
@@ -273,12 +256,7 @@ mod tests {
             target(1, 1, GangMode::Stop, false),
             target(2, 0, GangMode::Stop, false),
         ];
-        let t = table(
-            1,
-            1_000,
-            vec![1, 2, 0],
-            &[(1, GangMode::Stop), (2, GangMode::Stop)],
-        );
+        let t = table(1, 1_000, vec![1, 2, 0]);
         let plan = build(&held(vec![t]), &targets, &BTreeSet::new());
         let p = &plan.phases[0];
         assert_eq!(p.rows[0].out, outs(&[2], Method::Stop));
@@ -300,16 +278,7 @@ mod tests {
             target(4, 0, GangMode::None, false),
             target(5, 0, GangMode::Stop, false),
         ];
-        let t = table(
-            1,
-            1_000,
-            vec![1, 4, 5],
-            &[
-                (1, GangMode::Stop),
-                (4, GangMode::None),
-                (5, GangMode::Stop),
-            ],
-        );
+        let t = table(1, 1_000, vec![1, 4, 5]);
         let plan = build(&held(vec![t]), &targets, &BTreeSet::from([5]));
         let p = &plan.phases[0];
         assert_eq!(p.free, vec![1, 2, 3]);
@@ -321,24 +290,15 @@ mod tests {
     }
 
     #[test]
-    fn modes_come_from_the_table_and_freeze_needs_a_cgroup() {
+    fn modes_come_from_the_launch_and_freeze_needs_a_cgroup() {
         let targets = [
-            target(1, 0, GangMode::Stop, false),
+            target(1, 0, GangMode::Priority, false),
             target(2, 0, GangMode::Freeze, true),
+            // No cgroup (no writable freezer at launch): signals.
             target(3, 0, GangMode::Freeze, false),
-            // Not in `jobs`: the launch mode.
             target(4, 0, GangMode::Freeze, true),
         ];
-        let t = table(
-            1,
-            1_000,
-            vec![1, 2, 3, 4],
-            &[
-                (1, GangMode::Priority),
-                (2, GangMode::Freeze),
-                (3, GangMode::Freeze),
-            ],
-        );
+        let t = table(1, 1_000, vec![1, 2, 3, 4]);
         let plan = build(&held(vec![t]), &targets, &BTreeSet::new());
         // Row 3 runs job 4: the others go out, each its way.
         assert_eq!(
@@ -373,7 +333,7 @@ mod tests {
             target(1, 0, GangMode::Stop, false),
             target(2, 0, GangMode::Stop, false),
         ];
-        let t = table(1, 1_000, vec![1, 2, 1], &[]);
+        let t = table(1, 1_000, vec![1, 2, 1]);
         let plan = build(&held(vec![t]), &targets, &BTreeSet::new());
         let p = &plan.phases[0];
         assert_eq!(p.rows[0].run, vec![0]);
@@ -390,8 +350,8 @@ mod tests {
         // v1 in force from 1000 (rows 1,2), v2 from 1500 (rows 2,1 and a third idle row).
         let plan = build(
             &held(vec![
-                table(1, 1_000, vec![1, 2], &[]),
-                table(2, 1_500, vec![2, 1, 0], &[]),
+                table(1, 1_000, vec![1, 2]),
+                table(2, 1_500, vec![2, 1, 0]),
             ]),
             &targets,
             &BTreeSet::new(),
@@ -429,10 +389,7 @@ mod tests {
 
         // Rows that do not differ: no boundary to wake for.
         let same = build(
-            &held(vec![
-                table(1, 1_000, vec![1, 1], &[]),
-                table(2, 1_500, vec![0], &[]),
-            ]),
+            &held(vec![table(1, 1_000, vec![1, 1]), table(2, 1_500, vec![0])]),
             &targets,
             &BTreeSet::new(),
         );
@@ -454,9 +411,9 @@ mod tests {
             target(2, 0, GangMode::Stop, false),
         ];
         let mut t = Tables::new();
-        t.offer(table(1, 1_000, vec![1, 2], &[]), 900);
+        t.offer(table(1, 1_000, vec![1, 2]), 900);
         // v2 (only job 2) was due at 1200 but arrives at 1250.
-        t.offer(table(2, 1_200, vec![2], &[]), 1_250);
+        t.offer(table(2, 1_200, vec![2]), 1_250);
         let plan = build(t.held(), &targets, &BTreeSet::new());
         // Slot 2 (1200..1300) stays v1's row 0 (job 1) here.
         let Want::Slot { phase, row, .. } = plan.want_at(1_250) else {

@@ -1,17 +1,19 @@
 //! Sending the switch records to the master: every `PERIOD` the ring is drained into a
 //! bounded buffer and sent as one `ReportSwitches` batch with the count of records lost.
 //! While the master is unreachable the buffer keeps the newest `BUFFER_CAP` records and
-//! counts the rest as dropped. The switch thread is never waited on.
+//! counts the rest as dropped. The switch thread is never waited on. Sending is the
+//! caller's (`registry_client::report_switches`), so the switch path depends on no RPC
+//! client.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use gang_proto::v1::{SwitchRecord, SwitchReport};
-use tonic::Code;
+use tonic::{Code, Status};
 use tracing::{debug, warn};
 
-use crate::registry_client::RegistryClient;
 use crate::switch::Switcher;
 use crate::switch::ring::Record;
 
@@ -75,8 +77,12 @@ impl Pending {
     }
 }
 
-/// Drain and report until aborted.
-pub async fn run_reports(client: RegistryClient, switcher: Arc<Switcher>) {
+/// Drain and report through `send` until aborted.
+pub async fn run_reports<S, F>(mut send: S, switcher: Arc<Switcher>)
+where
+    S: FnMut(SwitchReport) -> F,
+    F: Future<Output = Result<(), Status>>,
+{
     let node = switcher.node();
     let mut pending = Pending::default();
     let mut drained = Vec::new();
@@ -104,7 +110,7 @@ pub async fn run_reports(client: RegistryClient, switcher: Arc<Switcher>) {
             continue;
         }
         let batch = pending.batch(node.x, node.y);
-        match client.clone().report_switches(batch.clone()).await {
+        match send(batch.clone()).await {
             Ok(_) => {
                 pending.sent(&batch);
                 refused = false;

@@ -1,15 +1,17 @@
 //! The slice tables an agent holds, and which one is in force when. Pure: time is an
 //! argument.
 //!
-//! Slot k of a table covers `[epoch + k*q, epoch + (k+1)*q)` on the master clock and runs
-//! row `k mod rows`. A table is in force from its `effective_ns` until a newer table's.
+//! A table's slots are those of its `gang_core::SlotGrid` (slot k covers
+//! `[epoch + k*q, epoch + (k+1)*q)` on the master clock) and slot k runs row `k mod rows`;
+//! every table of one master run has the same grid. A table is in force from its `effective_ns` until a newer table's.
 //! `SetTable` keeps the newest version: an older one is ignored, an equal one is a no-op
 //! (the master resends to laggards). A table that arrives after its effective time
 //! applies from the next boundary of its grid (the agent catches up; it never switches
 //! out of step mid-slot). The agent holds the table in force plus the pending ones (at
 //! most `MAX_HELD` in all; the master keeps at most one ahead).
 
-use gang_proto::v1::{GangMode, NodeTable};
+use gang_core::SlotGrid;
+use gang_proto::v1::NodeTable;
 
 /// The shortest quantum accepted: the switch thread runs at real-time priority, and a
 /// sub-millisecond period would be mostly switching.
@@ -21,13 +23,10 @@ pub const MAX_HELD: usize = 4;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
     pub version: u64,
-    pub epoch_ns: i64,
-    pub quantum_ns: i64,
+    pub grid: SlotGrid,
     pub effective_ns: i64,
     /// The job run in each row here; 0 = none.
     pub rows: Vec<u64>,
-    /// Each job of `rows` with its mode.
-    pub modes: Vec<(u64, GangMode)>,
 }
 
 impl Table {
@@ -41,46 +40,18 @@ impl Table {
                 t.version, t.quantum_ns
             ));
         }
-        let modes = t
-            .jobs
-            .iter()
-            .map(|j| {
-                // An unknown mode from a newer master: the strict one.
-                let mode = GangMode::try_from(j.mode).unwrap_or(GangMode::Stop);
-                (j.job_id, mode)
-            })
-            .collect();
         Ok(Table {
             version: t.version,
-            epoch_ns: t.epoch_ns,
-            quantum_ns: t.quantum_ns,
+            // The quantum was checked above: positive.
+            grid: SlotGrid::new(t.epoch_ns, t.quantum_ns),
             effective_ns: t.effective_ns,
             rows: t.rows,
-            modes,
         })
     }
 
     /// Whether a row of this table names the job.
     pub fn names(&self, job_id: u64) -> bool {
         job_id != 0 && self.rows.contains(&job_id)
-    }
-
-    /// The mode the table gives the job (None: not listed in `jobs`).
-    pub fn mode_of(&self, job_id: u64) -> Option<GangMode> {
-        self.modes
-            .iter()
-            .find(|(j, _)| *j == job_id)
-            .map(|(_, m)| *m)
-    }
-
-    /// The slot containing `t_ns` (negative before the epoch).
-    pub fn slot_at(&self, t_ns: i64) -> i64 {
-        (t_ns - self.epoch_ns).div_euclid(self.quantum_ns)
-    }
-
-    /// The first slot boundary strictly after `t_ns`.
-    pub fn boundary_after(&self, t_ns: i64) -> i64 {
-        self.epoch_ns + (self.slot_at(t_ns) + 1) * self.quantum_ns
     }
 }
 
@@ -139,7 +110,7 @@ impl Tables {
         }
         let late = now_ns > table.effective_ns;
         let from_ns = if late {
-            table.boundary_after(now_ns)
+            table.grid.boundary_after(now_ns)
         } else {
             table.effective_ns
         };
@@ -171,14 +142,8 @@ mod tests {
     pub fn table(version: u64, effective_ns: i64, rows: Vec<u64>) -> Table {
         Table {
             version,
-            epoch_ns: 1_000,
-            quantum_ns: 100,
+            grid: SlotGrid::new(1_000, 100),
             effective_ns,
-            modes: rows
-                .iter()
-                .filter(|&&j| j != 0)
-                .map(|&j| (j, GangMode::Stop))
-                .collect(),
             rows,
         }
     }
@@ -259,13 +224,9 @@ mod tests {
             quantum_ns: MIN_QUANTUM_NS,
             effective_ns: 0,
             rows: vec![5, 0],
-            jobs: vec![gang_proto::v1::TableJob {
-                job_id: 5,
-                mode: GangMode::Priority as i32,
-            }],
         };
         let t = Table::from_proto(ok.clone()).unwrap();
-        assert_eq!(t.mode_of(5), Some(GangMode::Priority));
+        assert_eq!(t.grid, SlotGrid::new(0, MIN_QUANTUM_NS));
         assert!(t.names(5) && !t.names(0) && !t.names(6));
         let mut bad = ok.clone();
         bad.quantum_ns = 999_999;
@@ -273,15 +234,5 @@ mod tests {
         let mut bad = ok;
         bad.version = 0;
         assert!(Table::from_proto(bad).is_err());
-    }
-
-    #[test]
-    fn slots_and_boundaries() {
-        let t = table(1, 1_000, vec![1, 2]);
-        assert_eq!(t.slot_at(1_000), 0);
-        assert_eq!(t.slot_at(999), -1);
-        assert_eq!(t.boundary_after(1_000), 1_100);
-        assert_eq!(t.boundary_after(1_099), 1_100);
-        assert_eq!(t.boundary_after(950), 1_000);
     }
 }

@@ -322,7 +322,7 @@ pub fn run(shared: Arc<Shared>, rt_priority: i32) {
                 Want::Slot { phase, slot, .. } => (phase.version, slot),
                 Want::Free(_) => (
                     current.plan.phase_at(at).map_or(0, |p| p.version),
-                    current.plan.phase_at(at).map_or(0, |p| p.slot_at(at)),
+                    current.plan.phase_at(at).map_or(0, |p| p.grid.slot_at(at)),
                 ),
             };
             shared.ring.push(Record {
