@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use gang_benches::{env_or, median_p99, release_bins};
-use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
+use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
 fn now_ns() -> i128 {

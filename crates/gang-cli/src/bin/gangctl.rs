@@ -16,7 +16,7 @@ use gang_cli::output::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, OutputMode, StatsView, View,
 };
 use gang_cli::parse::{parse_mesh, parse_node};
-use gang_cli::{LocalCluster, LocalClusterOptions};
+use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{
     CancelRequest, GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest,
