@@ -26,6 +26,8 @@ use std::collections::BTreeSet;
 
 use gang_proto::v1::Matrix;
 
+use crate::output::format::fmt_ns;
+
 /// The slice running according to `m.running_row` (`row_slices[running_row]`).
 pub fn running_slice(m: &Matrix) -> Option<u32> {
     m.running_row
@@ -89,7 +91,7 @@ fn table_line(m: &Matrix) -> String {
     format!(
         "table v{}, quantum {}, {rows}; {running}",
         m.table_version,
-        crate::output::fmt_ns(m.quantum_ns, false)
+        fmt_ns(m.quantum_ns, false)
     )
 }
 
