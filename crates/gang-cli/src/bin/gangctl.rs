@@ -10,13 +10,14 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
-use gang_cli::gang_mode::GangModeArg;
+use gang_cli::gang_mode;
 use gang_cli::matrix_view;
 use gang_cli::output::OutputMode;
 use gang_cli::output::views::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, StatsView,
 };
 use gang_cli::parse::{parse_mesh, parse_node};
+use gang_core::GangMode;
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{
@@ -156,8 +157,8 @@ struct StartArgs {
 
     /// How jobs that do not choose (prun --gang) are switched (gang-master --gang-mode);
     /// default: the master's.
-    #[arg(long, value_enum, value_name = "MODE")]
-    gang_mode: Option<GangModeArg>,
+    #[arg(long, value_name = "MODE", value_parser = gang_mode::parser())]
+    gang_mode: Option<GangMode>,
 
     /// An extra gang-master flag (repeat for each word: --master-arg=--table-lead-ms
     /// --master-arg=40).
