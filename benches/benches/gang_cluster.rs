@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gang_benches::{env_or, median_p99, release_bins};
-use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
+use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
 type Client = v1::job_service_client::JobServiceClient<tonic::transport::Channel>;

@@ -12,7 +12,8 @@ use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use gang_benches::{env_or, median_p99, release_bins};
-use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions};
+use gang_core::quantile::nearest_rank;
+use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
 fn now_ns() -> i128 {
@@ -24,7 +25,7 @@ fn now_ns() -> i128 {
 
 fn pct(xs: &mut [f64]) -> serde_json::Value {
     let (median, p99) = median_p99(xs);
-    let p95 = xs[((xs.len() as f64 * 0.95).ceil() as usize).clamp(1, xs.len()) - 1];
+    let p95 = nearest_rank(xs, 0.95).expect("median_p99 took a non-empty sample");
     serde_json::json!({"median_ms": median, "p95_ms": p95, "p99_ms": p99, "min_ms": xs[0], "runs": xs.len()})
 }
 

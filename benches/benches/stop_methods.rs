@@ -272,16 +272,14 @@ fn observe(jobs: [Vec<u32>; 2], epoch: i64, q: i64, n: usize) -> (Vec<Seen>, boo
 }
 
 fn quantiles_us(mut v: Vec<i64>) -> serde_json::Value {
-    if v.is_empty() {
+    let Some(s) = gang_core::quantile::summarize(&mut v) else {
         return json!(null);
-    }
-    v.sort_unstable();
-    let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+    };
     let us = |ns: i64| (ns as f64 / 1000.0 * 10.0).round() / 10.0;
     json!({
-        "p50_us": us(at(0.50)),
-        "p99_us": us(at(0.99)),
-        "max_us": us(*v.last().unwrap()),
+        "p50_us": us(s.p50),
+        "p99_us": us(s.p99),
+        "max_us": us(s.max),
     })
 }
 

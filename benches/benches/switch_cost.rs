@@ -100,14 +100,13 @@ fn collect(switcher: &Switcher, version: u64, n: usize) -> (Vec<Record>, u64) {
 
 /// p50, p99, max, mean of nanosecond values, in microseconds.
 fn quantiles_us(mut v: Vec<i64>) -> serde_json::Value {
-    v.sort_unstable();
-    let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
-    let us = |ns: i64| (ns as f64 / 1000.0 * 10.0).round() / 10.0;
+    let s = gang_core::quantile::summarize(&mut v).expect("switches were recorded");
+    let us = |ns: f64| (ns / 1000.0 * 10.0).round() / 10.0;
     json!({
-        "p50_us": us(at(0.50)),
-        "p99_us": us(at(0.99)),
-        "max_us": us(*v.last().unwrap()),
-        "mean_us": us(v.iter().sum::<i64>() / v.len() as i64),
+        "p50_us": us(s.p50 as f64),
+        "p99_us": us(s.p99 as f64),
+        "max_us": us(s.max as f64),
+        "mean_us": us(s.mean),
     })
 }
 

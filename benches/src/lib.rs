@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use gang_core::quantile::nearest_rank;
 use gang_core::{Occupancy, Shape, Submesh};
 
 /// Where the shared workload traces live (beside the repository).
@@ -43,10 +44,14 @@ pub fn release_bins() -> PathBuf {
     root.join("target/release")
 }
 
-/// Median and p99 of a sample (sorted in place), in its unit.
+/// Median and p99 (nearest rank, [`gang_core::quantile`]) of a sample (sorted in place),
+/// in its unit.
+///
+/// # Panics
+/// On an empty sample: every bench has runs, so none would be a bug in the bench.
 pub fn median_p99(xs: &mut [f64]) -> (f64, f64) {
     xs.sort_by(f64::total_cmp);
-    let at = |q: f64| xs[((xs.len() as f64 * q).ceil() as usize).clamp(1, xs.len()) - 1];
+    let at = |q| nearest_rank(xs, q).expect("a sample of at least one run");
     (at(0.5), at(0.99))
 }
 

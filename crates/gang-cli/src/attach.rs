@@ -14,7 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use crate::connect::{self, CliError};
-use crate::output::fmt_submesh;
+use crate::output::format::fmt_submesh;
 use crate::relay::{Dest, Relay};
 
 /// How long `prun` keeps trying to reattach after the stream broke.

@@ -24,7 +24,10 @@
 
 use std::collections::BTreeSet;
 
+use gang_core::SlotGrid;
 use gang_proto::v1::Matrix;
+
+use crate::output::format::fmt_ns;
 
 /// The slice running according to `m.running_row` (`row_slices[running_row]`).
 pub fn running_slice(m: &Matrix) -> Option<u32> {
@@ -32,34 +35,37 @@ pub fn running_slice(m: &Matrix) -> Option<u32> {
         .and_then(|r| m.row_slices.get(r as usize).copied())
 }
 
-/// Whether `m` carries a slice table (the master has published one).
-fn has_table(m: &Matrix) -> bool {
-    m.table_version != 0 && m.quantum_ns > 0
+/// The slot grid of `m`'s table: `None` before the master published one (version 0). A
+/// quantum that is not positive is no table either: it comes off the wire, and a grid
+/// needs a positive one.
+fn grid(m: &Matrix) -> Option<SlotGrid> {
+    (m.table_version != 0 && m.quantum_ns > 0).then(|| SlotGrid::new(m.epoch_ns, m.quantum_ns))
 }
 
-/// The row of `m`'s table running at master time `t_ns`: slot `k = floor((t - epoch) /
-/// quantum)` runs row `k mod rows`. Before the table took effect this is the master's
-/// answer (`m.running_row`), since the table in force then is not known here; `None`
-/// before the epoch, without a table, or with no rows.
+/// Whether `m` carries a slice table (the master has published one).
+fn has_table(m: &Matrix) -> bool {
+    grid(m).is_some()
+}
+
+/// The row of `m`'s table running at master time `t_ns` (the grid's slot `k` runs row
+/// `k mod rows`). Before the table took effect this is the master's answer
+/// (`m.running_row`), since the table in force then is not known here; `None` before the
+/// epoch, without a table, or with no rows.
 pub fn running_row_at(m: &Matrix, t_ns: i64) -> Option<u32> {
-    if !has_table(m) || m.row_slices.is_empty() {
+    let grid = grid(m)?;
+    if m.row_slices.is_empty() {
         return None;
     }
     if t_ns < m.effective_ns {
         return m.running_row;
     }
-    let k = (t_ns - m.epoch_ns).div_euclid(m.quantum_ns);
-    (k >= 0).then(|| (k % m.row_slices.len() as i64) as u32)
+    grid.row_at(t_ns, m.row_slices.len()).map(|r| r as u32)
 }
 
 /// The first slot boundary of `m`'s table after master time `t_ns` (`None` without a
 /// table).
 pub fn next_boundary_after(m: &Matrix, t_ns: i64) -> Option<i64> {
-    if !has_table(m) {
-        return None;
-    }
-    let k = (t_ns - m.epoch_ns).div_euclid(m.quantum_ns);
-    Some(m.epoch_ns + (k + 1) * m.quantum_ns)
+    grid(m).map(|g| g.boundary_after(t_ns))
 }
 
 /// `m` as it stands at master time `t_ns` (its `now_ns` and `running_row` moved on).
@@ -89,7 +95,7 @@ fn table_line(m: &Matrix) -> String {
     format!(
         "table v{}, quantum {}, {rows}; {running}",
         m.table_version,
-        crate::output::fmt_ns(m.quantum_ns, false)
+        fmt_ns(m.quantum_ns, false)
     )
 }
 

@@ -1,7 +1,7 @@
 //! The real `prun` and `gangctl` binaries on the error paths that need no cluster.
 //!
 //! End-to-end tests against a running cluster need `gang-master` and `gang-agent` built in
-//! the same target directory (see `gang_cli::local_cluster`); these do not.
+//! the same target directory (see the `gang-local` crate); these do not.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

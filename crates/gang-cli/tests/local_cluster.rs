@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gang_cli::{LocalCluster, LocalClusterOptions};
+use gang_local::{LocalCluster, LocalClusterOptions};
 use nix::sys::signal::Signal;
 
 const PRUN: &str = env!("CARGO_BIN_EXE_prun");

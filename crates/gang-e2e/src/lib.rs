@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use gang_cli::local_cluster::{LocalCluster, LocalClusterOptions, default_bin_dir};
+use gang_local::{LocalCluster, LocalClusterOptions, default_bin_dir};
 use gang_proto::v1;
 
 /// The binaries a cluster needs; built on demand when a test runs alone

@@ -23,7 +23,7 @@ struct Job {
     pids: Vec<i32>,
 }
 
-fn start_busy(c: &gang_cli::local_cluster::LocalCluster, shape: &str, n: usize) -> Job {
+fn start_busy(c: &gang_local::LocalCluster, shape: &str, n: usize) -> Job {
     let dir = tempfile::tempdir().unwrap().keep();
     let id = submit(c, shape, &["sh", "-c", &busy_script(&dir)]);
     let pids = rank_pids(&dir, n, T);

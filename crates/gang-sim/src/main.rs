@@ -41,7 +41,8 @@ struct Args {
     /// Replay only the first N jobs of the trace.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Write one JSON line per placement interval here: {"job","slice","x","y","w","h","start","end"}.
+    /// Write one JSON line per placement interval here: {"job","slice","x","y","w","h","start","end","swf_job"}
+    /// ("job": index among the trace's job lines; "swf_job": the trace's own job number).
     #[arg(long)]
     placements: Option<PathBuf>,
     /// Write one JSON line per job here: {"job","line","submit","start","end","runtime","procs","w","h","recorded_wait"}.

@@ -4,7 +4,8 @@ use std::io::Write;
 use std::time::Instant;
 
 use gang_core::{
-    Config, IntervalTracker, JobId, Outcome, Scheduler, Shape, WorkloadJob, replay, shape_for_count,
+    Config, Interval, IntervalTracker, JobId, Outcome, Scheduler, Shape, WorkloadJob, replay,
+    shape_for_count,
 };
 use serde::Serialize;
 
@@ -44,6 +45,9 @@ impl Skipped {
 /// What the simulator knows about one job beside the scheduler's view.
 #[derive(Debug, Clone)]
 pub struct JobMeta {
+    /// The job's number in the trace (SWF field 1): what people look the job up by. Not
+    /// the scheduler's id, since trace numbers are not always unique.
+    pub swf_job: u64,
     pub procs: u64,
     pub runtime: f64,
     pub recorded_wait: Option<f64>,
@@ -108,6 +112,7 @@ pub fn workload(swf: &Swf, mesh: Option<Shape>, limit: Option<usize>, cfg: &Conf
         meta.insert(
             id,
             JobMeta {
+                swf_job: j.id,
                 procs,
                 runtime,
                 recorded_wait: j.wait,
@@ -217,8 +222,17 @@ pub struct JobOutcome {
     pub recorded_wait: Option<f64>,
 }
 
+/// One line of `--placements`: the interval, and the job's number in the trace.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PlacementLine {
+    #[serde(flatten)]
+    pub interval: Interval,
+    pub swf_job: u64,
+}
+
 /// Replay `w` under `cfg`. `placements`: where to write one JSON line per placement
-/// interval. `check`: run the full invariant check after every step (slow; for tests).
+/// interval ([`PlacementLine`]). `check`: run the full invariant check after every step
+/// (slow; for tests).
 pub fn run(
     w: &Workload,
     cfg: &Config,
@@ -250,9 +264,13 @@ pub fn run(
                 .map(|e| format!("at t={}: {e}", plan.now));
         }
         if let Some(out) = placements.as_deref_mut() {
-            tracker.apply(plan, |i| {
+            tracker.apply(plan, |interval| {
+                let line = PlacementLine {
+                    interval,
+                    swf_job: w.meta[&interval.job].swf_job,
+                };
                 if io_err.is_none()
-                    && let Err(e) = serde_json::to_writer(&mut *out, &i)
+                    && let Err(e) = serde_json::to_writer(&mut *out, &line)
                         .map_err(std::io::Error::from)
                         .and_then(|_| out.write_all(b"\n"))
                 {

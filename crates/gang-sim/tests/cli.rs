@@ -156,6 +156,36 @@ fn replays_a_small_trace_and_reports_every_job() {
     assert!((r["recorded"]["mean_wait_s"].as_f64().unwrap() - recorded_wait).abs() < 1e-9);
 }
 
+/// Placement lines name the job by its index among the trace's job lines (`job`) and by the
+/// trace's own job number (`swf_job`), which need not follow the lines nor be unique.
+#[test]
+fn placements_carry_the_trace_job_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("numbers.swf");
+    let numbers = [42, 7, 42, 1000];
+    let mut text = String::from("; MaxProcs: 4\n");
+    for (i, n) in numbers.iter().enumerate() {
+        text += &swf_line(*n, i as u64, 0, 10, 2, 20);
+    }
+    std::fs::write(&p, text).unwrap();
+    let placements = dir.path().join("p.jsonl");
+    let r = json(&sim(&[
+        p.to_str().unwrap(),
+        "-q",
+        "--placements",
+        placements.to_str().unwrap(),
+    ]));
+    assert_eq!(r["jobs"], 4);
+    let intervals = read_lines(&placements);
+    let mut seen = [false; 4];
+    for i in &intervals {
+        let job = i["job"].as_u64().unwrap() as usize;
+        assert_eq!(i["swf_job"], numbers[job], "{i}");
+        seen[job] = true;
+    }
+    assert_eq!(seen, [true; 4], "every job was placed");
+}
+
 #[test]
 fn malformed_lines_stop_the_replay_with_the_line_or_are_skipped() {
     let dir = tempfile::tempdir().unwrap();

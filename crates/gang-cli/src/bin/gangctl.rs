@@ -10,13 +10,15 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
-use gang_cli::gang_mode::GangModeArg;
+use gang_cli::gang_mode;
 use gang_cli::matrix_view;
-use gang_cli::output::{
-    CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, OutputMode, StatsView, View,
+use gang_cli::output::OutputMode;
+use gang_cli::output::views::{
+    CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, StatsView,
 };
 use gang_cli::parse::{parse_mesh, parse_node};
-use gang_cli::{LocalCluster, LocalClusterOptions};
+use gang_core::GangMode;
+use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{
     CancelRequest, GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest,
@@ -155,8 +157,8 @@ struct StartArgs {
 
     /// How jobs that do not choose (prun --gang) are switched (gang-master --gang-mode);
     /// default: the master's.
-    #[arg(long, value_enum, value_name = "MODE")]
-    gang_mode: Option<GangModeArg>,
+    #[arg(long, value_name = "MODE", value_parser = gang_mode::parser())]
+    gang_mode: Option<GangMode>,
 
     /// An extra gang-master flag (repeat for each word: --master-arg=--table-lead-ms
     /// --master-arg=40).
@@ -208,12 +210,6 @@ fn main() {
     std::process::exit(code);
 }
 
-fn print<V: View>(mode: OutputMode, view: &V) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(mode.render(view).as_bytes());
-    let _ = out.flush();
-}
-
 async fn run(cli: Cli) -> Result<i32, CliError> {
     let mode = cli.output;
     // `start` makes its own cluster and needs no address.
@@ -238,7 +234,7 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                 .await?
                 .into_inner()
                 .jobs;
-            print(mode, &JobsView(&jobs));
+            mode.print(&JobsView(&jobs));
             Ok(0)
         }
         Cmd::Job { id } => {
@@ -247,7 +243,7 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                 .get_job(GetJobRequest { job_id: id })
                 .await?
                 .into_inner();
-            print(mode, &JobView(&job));
+            mode.print(&JobView(&job));
             Ok(0)
         }
         Cmd::Cancel { ids } => {
@@ -269,20 +265,20 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                     }
                 }
             }
-            print(mode, &CancelledView(&cancelled));
+            mode.print(&CancelledView(&cancelled));
             Ok(if failed { 1 } else { 0 })
         }
         Cmd::Nodes => {
             let mut client = connect::admin_client(&master).await?;
             let nodes = client.list_nodes(ListNodesRequest {}).await?.into_inner();
-            print(mode, &NodesView(&nodes));
+            mode.print(&NodesView(&nodes));
             Ok(0)
         }
         Cmd::Slices { watch, interval_ms } => {
             let mut client = connect::admin_client(&master).await?;
             if !watch {
                 let m = client.get_matrix(GetMatrixRequest {}).await?.into_inner();
-                print(mode, &MatrixView(&m));
+                mode.print(&MatrixView(&m));
                 return Ok(0);
             }
             watch_slices(&mut client, mode, &master, interval_ms).await
@@ -290,7 +286,7 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
         Cmd::Stats => {
             let mut client = connect::admin_client(&master).await?;
             let stats = client.get_stats(GetStatsRequest {}).await?.into_inner();
-            print(mode, &StatsView(&stats));
+            mode.print(&StatsView(&stats));
             Ok(0)
         }
         Cmd::Drain { node: (x, y) } => {
@@ -301,7 +297,7 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                 .into_inner()
                 .node
                 .unwrap_or_default();
-            print(mode, &NodeView(&node));
+            mode.print(&NodeView(&node));
             Ok(0)
         }
         Cmd::Resume { node: (x, y) } => {
@@ -312,7 +308,7 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                 .into_inner()
                 .node
                 .unwrap_or_default();
-            print(mode, &NodeView(&node));
+            mode.print(&NodeView(&node));
             Ok(0)
         }
     }

@@ -6,8 +6,9 @@ use clap::Parser;
 use gang_cli::attach::{self, AttachOptions};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
-use gang_cli::gang_mode::{self, GangModeArg};
+use gang_cli::gang_mode;
 use gang_cli::parse::parse_duration;
+use gang_core::GangMode;
 use gang_proto::v1::{JobSpec, SubmitRequest};
 use nix::unistd::{User, getgid, getuid};
 
@@ -43,8 +44,8 @@ struct Args {
 
     /// How the job is switched out of its time slices when the cluster time-shares the
     /// mesh; default: the cluster's (gang-master --gang-mode).
-    #[arg(long, env = "GANG_MODE", value_enum, value_name = "MODE")]
-    gang: Option<GangModeArg>,
+    #[arg(long, env = "GANG_MODE", value_name = "MODE", value_parser = gang_mode::parser())]
+    gang: Option<GangMode>,
 
     /// Name shown by `gangctl jobs` (default: the command).
     #[arg(long)]

@@ -1,13 +1,23 @@
 //! A whole gang cluster on loopback: one `gang-master` and W*H `gang-agent` processes, for
-//! `gangctl start` and for end-to-end tests.
+//! `gangctl start`, end-to-end tests and benchmarks.
 //!
 //! ```no_run
-//! use gang_cli::{LocalCluster, LocalClusterOptions};
+//! use gang_local::{LocalCluster, LocalClusterOptions};
 //! let cluster = LocalCluster::start((2, 2), LocalClusterOptions::default())?;
 //! println!("GANG_MASTER={}", cluster.master_addr());
 //! cluster.shutdown()?;
 //! # Ok::<(), anyhow::Error>(())
 //! ```
+//!
+//! Invariants:
+//! - Ports are ephemeral: the master and every agent listen on `127.0.0.1:0` and report
+//!   what they got in ready files, so clusters never collide (a restarted master takes the
+//!   ports of its first start back, so agents and clients find it again).
+//! - State and logs live in one directory: a fresh temporary one (removed at teardown
+//!   unless [`LocalClusterOptions::keep`]), or [`LocalClusterOptions::dir`] (never removed).
+//! - Every process it started is stopped and reaped: by [`LocalCluster::shutdown`], by a
+//!   failed [`LocalCluster::start`], or, best-effort, on drop (so a panicking test leaves
+//!   nothing behind).
 //!
 //! Binaries: `gang-master` and `gang-agent` are looked up in
 //! [`LocalClusterOptions::bin_dir`], else next to the current executable, else (for test
@@ -17,8 +27,7 @@
 //! gang-agent` first, or set `bin_dir`).
 //!
 //! Every process runs in its own process group (a Ctrl-C at the terminal reaches the
-//! command, not the cluster), logs to `DIR/master.log` and `DIR/agent-X-Y.log`, and is
-//! reaped: by [`LocalCluster::shutdown`] or, best-effort, on drop.
+//! command, not the cluster) and logs to `DIR/master.log` and `DIR/agent-X-Y.log`.
 //!
 //! [`start`](LocalCluster::start) and the other methods are blocking; they are safe to
 //! call from inside a tokio runtime too (the gRPC polling runs on a thread of its own).

@@ -1,0 +1,259 @@
+//! Pure formatting helpers: durations, times, tables, shell words, and the few facts of
+//! a job every view shows (its shape and name). Strings in, strings out; nothing here knows
+//! about output modes or views.
+
+use gang_proto::v1::{JobInfo, Submesh};
+
+/// The resolved shape `WxH`, or the requested one while unresolved.
+pub fn job_shape(j: &JobInfo) -> String {
+    if j.w > 0 && j.h > 0 {
+        format!("{}x{}", j.w, j.h)
+    } else {
+        j.spec.as_ref().map(|s| s.shape.clone()).unwrap_or_default()
+    }
+}
+
+/// The display name: the given name, else `argv[0]`.
+pub fn job_name(j: &JobInfo) -> String {
+    let Some(spec) = &j.spec else {
+        return String::new();
+    };
+    if !spec.name.is_empty() {
+        spec.name.clone()
+    } else {
+        spec.argv.first().cloned().unwrap_or_default()
+    }
+}
+
+/// `WxH@(X,Y)`.
+pub fn fmt_submesh(s: &Submesh) -> String {
+    format!("{}x{}@({},{})", s.w, s.h, s.x, s.y)
+}
+
+pub(super) fn fmt_list<T: ToString>(items: &[T]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+pub(super) fn dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// Columns padded to their widest cell, two spaces apart; no trailing blanks.
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            let pad = widths[i] - cell.chars().count();
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub(super) fn key_values(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{:<width$} {v}\n", format!("{k}:")))
+        .collect()
+}
+
+/// Arguments joined for a shell: plain words as they are, others single-quoted.
+pub fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Nanoseconds for people, to 3 significant digits: `850ns`, `12.5µs`, `+40µs`, `1.25ms`,
+/// `-2s`. `signed` puts `+` before positive values.
+pub fn fmt_ns(ns: i64, signed: bool) -> String {
+    let sign = if ns < 0 {
+        "-"
+    } else if signed {
+        "+"
+    } else {
+        ""
+    };
+    format!("{sign}{}", fmt_abs_ns(ns.unsigned_abs()))
+}
+
+fn fmt_abs_ns(a: u64) -> String {
+    if a < 1000 {
+        return format!("{a}ns");
+    }
+    const UNITS: [(f64, &str); 3] = [(1e3, "µs"), (1e6, "ms"), (1e9, "s")];
+    let mut i = if a < 1_000_000 {
+        0
+    } else if a < 1_000_000_000 {
+        1
+    } else {
+        2
+    };
+    loop {
+        let text = three_digits(a as f64 / UNITS[i].0);
+        // 999.96µs rounds to "1000": say 1ms instead.
+        if i + 1 < UNITS.len() && text.len() >= 4 && !text.contains('.') {
+            i += 1;
+            continue;
+        }
+        return format!("{text}{}", UNITS[i].1);
+    }
+}
+
+/// `v` (at least 1) to 3 significant digits, without trailing zeros: 1.25, 40, 12.3, 850.
+fn three_digits(v: f64) -> String {
+    let decimals = if v < 10.0 {
+        2
+    } else if v < 100.0 {
+        1
+    } else {
+        0
+    };
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A duration for people: `fmt_ns` below a minute (`850ms`, `12.3s`), else `4m05s`,
+/// `1h02m03s`; `0s` for nothing.
+pub fn fmt_duration_ns(ns: i64) -> String {
+    if ns <= 0 {
+        return "0s".into();
+    }
+    if ns < 60_000_000_000 {
+        return fmt_ns(ns, false);
+    }
+    let secs = ns / 1_000_000_000;
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    if h == 0 {
+        format!("{m}m{s:02}s")
+    } else {
+        format!("{h}h{m:02}m{s:02}s")
+    }
+}
+
+/// A job's run time (scheduled time in its slots), `-` before it started.
+pub(super) fn fmt_job_run(j: &JobInfo) -> String {
+    if j.run_ns == 0 && j.start_ns == 0 {
+        "-".into()
+    } else {
+        fmt_duration_ns(j.run_ns)
+    }
+}
+
+/// A Unix time in nanoseconds as `YYYY-MM-DD HH:MM:SS UTC`; `-` for 0.
+pub fn fmt_time_ns(ns: i64) -> String {
+    if ns <= 0 {
+        return "-".into();
+    }
+    let secs = ns / 1_000_000_000;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 -> (year, month, day) (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_ns(0, false), "0ns");
+        assert_eq!(fmt_ns(850, false), "850ns");
+        assert_eq!(fmt_ns(999, true), "+999ns");
+        assert_eq!(fmt_ns(1_000, false), "1µs");
+        assert_eq!(fmt_ns(12_500, true), "+12.5µs");
+        assert_eq!(fmt_ns(12_340, true), "+12.3µs");
+        assert_eq!(fmt_ns(40_000, false), "40µs");
+        assert_eq!(fmt_ns(123_456, false), "123µs");
+        assert_eq!(
+            fmt_ns(999_999, false),
+            "1ms",
+            "rounds up into the next unit"
+        );
+        assert_eq!(fmt_ns(1_250_000, false), "1.25ms");
+        assert_eq!(fmt_ns(-1_500_000, true), "-1.5ms");
+        assert_eq!(fmt_ns(100_000_000, false), "100ms");
+        assert_eq!(fmt_ns(999_996_000, false), "1s");
+        assert_eq!(fmt_ns(-2_000_000_000, true), "-2s");
+        assert_eq!(fmt_ns(12_345_000_000, false), "12.3s");
+        assert_eq!(fmt_ns(1_234_000_000_000, false), "1234s");
+        assert_eq!(fmt_ns(i64::MIN, true), "-9223372037s");
+        assert_eq!(fmt_duration_ns(0), "0s");
+        assert_eq!(fmt_duration_ns(-5), "0s");
+        assert_eq!(fmt_duration_ns(850_000_000), "850ms");
+        assert_eq!(fmt_duration_ns(59_990_000_000), "60s");
+        assert_eq!(fmt_duration_ns(60_000_000_000), "1m00s");
+        assert_eq!(fmt_duration_ns(245_000_000_000), "4m05s");
+        assert_eq!(fmt_duration_ns(3_723_900_000_000), "1h02m03s");
+        assert_eq!(fmt_time_ns(0), "-");
+        assert_eq!(fmt_time_ns(1), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            fmt_time_ns(951_782_400 * 1_000_000_000),
+            "2000-02-29 00:00:00 UTC"
+        );
+        assert_eq!(
+            shell_join(&["a".into(), "".into(), "it's".into()]),
+            "a '' 'it'\\''s'"
+        );
+    }
+}

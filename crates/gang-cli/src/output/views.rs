@@ -1,0 +1,442 @@
+//! The views `gangctl` prints: one per command result, each with its text for people and
+//! its JSON shape (from [`super::json`]).
+
+use gang_proto::v1::{JobInfo, ListNodesResponse, Matrix, NodeInfo, Quantiles, Stats};
+
+use crate::gang_mode;
+use crate::matrix_view;
+use crate::output::View;
+use crate::output::format::{
+    dash, fmt_job_run, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns, job_name, job_shape, key_values,
+    shell_join, table,
+};
+use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
+
+/// `gangctl jobs`: a table, or a JSON array of jobs.
+pub struct JobsView<'a>(pub &'a [JobInfo]);
+
+impl View for JobsView<'_> {
+    type Json = Vec<JobJson>;
+
+    fn json(&self) -> Vec<JobJson> {
+        self.0.iter().map(JobJson::from).collect()
+    }
+
+    fn cli(&self) -> String {
+        let rows = self
+            .0
+            .iter()
+            .map(|j| {
+                vec![
+                    j.id.to_string(),
+                    dash(&j.user),
+                    j.state().label().to_string(),
+                    dash(&job_shape(j)),
+                    j.submesh
+                        .map(|s| fmt_submesh(&s))
+                        .unwrap_or_else(|| "-".into()),
+                    fmt_list(&j.slices),
+                    j.exit_code
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    fmt_job_run(j),
+                    gang_mode::label(j.gang()).to_string(),
+                    dash(&job_name(j)),
+                ]
+            })
+            .collect();
+        table(
+            &[
+                "ID", "USER", "STATE", "SHAPE", "SUBMESH", "SLICES", "EXIT", "RUN", "GANG", "NAME",
+            ],
+            rows,
+        )
+    }
+}
+
+/// `gangctl job ID`: `key: value` lines, or one JSON job.
+pub struct JobView<'a>(pub &'a JobInfo);
+
+impl View for JobView<'_> {
+    type Json = JobJson;
+
+    fn json(&self) -> JobJson {
+        JobJson::from(self.0)
+    }
+
+    fn cli(&self) -> String {
+        let j = self.0;
+        let spec = j.spec.clone().unwrap_or_default();
+        let shape = job_shape(j);
+        let shape = if !spec.shape.is_empty() && spec.shape != shape {
+            format!("{shape} (asked {})", spec.shape)
+        } else {
+            dash(&shape)
+        };
+        let pairs: Vec<(&str, String)> = vec![
+            ("id", j.id.to_string()),
+            ("name", dash(&job_name(j))),
+            (
+                "user",
+                format!("{} (uid {}, gid {})", dash(&j.user), j.uid, j.gid),
+            ),
+            ("state", j.state().label().to_string()),
+            ("shape", shape),
+            (
+                "submesh",
+                j.submesh
+                    .map(|s| fmt_submesh(&s))
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            ("slices", fmt_list(&j.slices)),
+            (
+                "exit code",
+                j.exit_code
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            ("reason", dash(&j.reason)),
+            ("command", dash(&shell_join(&spec.argv))),
+            ("cwd", dash(&spec.cwd)),
+            (
+                "time limit",
+                if spec.time_limit_s == 0 {
+                    "none".into()
+                } else {
+                    format!("{} s", spec.time_limit_s)
+                },
+            ),
+            ("run time", fmt_job_run(j)),
+            ("gang mode", {
+                let mode = gang_mode::label(j.gang());
+                if spec.gang() == gang_proto::v1::GangMode::Unspecified {
+                    format!("{mode} (cluster default)")
+                } else {
+                    mode.to_string()
+                }
+            }),
+            (
+                "stdin",
+                if spec.stdin { "attached" } else { "/dev/null" }.into(),
+            ),
+            ("submitted", fmt_time_ns(j.submit_ns)),
+            ("started", fmt_time_ns(j.start_ns)),
+            ("ended", fmt_time_ns(j.end_ns)),
+        ];
+        key_values(&pairs)
+    }
+}
+
+/// `gangctl cancel`: `cancelled N` lines, or a JSON array of the cancelled jobs.
+pub struct CancelledView<'a>(pub &'a [JobInfo]);
+
+impl View for CancelledView<'_> {
+    type Json = Vec<JobJson>;
+
+    fn json(&self) -> Vec<JobJson> {
+        self.0.iter().map(JobJson::from).collect()
+    }
+
+    fn cli(&self) -> String {
+        self.0
+            .iter()
+            .map(|j| format!("cancelled {}\n", j.id))
+            .collect()
+    }
+}
+
+/// `gangctl nodes`: a table, or `{"mesh_w","mesh_h","nodes":[...]}`.
+pub struct NodesView<'a>(pub &'a ListNodesResponse);
+
+impl View for NodesView<'_> {
+    type Json = NodesJson;
+
+    fn json(&self) -> NodesJson {
+        NodesJson::from(self.0)
+    }
+
+    fn cli(&self) -> String {
+        let clocks = clock_cells(&self.0.nodes);
+        let rows = self
+            .0
+            .nodes
+            .iter()
+            .zip(clocks)
+            .map(|(n, clock)| {
+                vec![
+                    format!("{},{}", n.x, n.y),
+                    n.state().label().to_string(),
+                    dash(&n.address),
+                    fmt_list(&n.jobs),
+                    clock,
+                    if n.table_version == 0 {
+                        "-".into()
+                    } else {
+                        n.table_version.to_string()
+                    },
+                ]
+            })
+            .collect();
+        table(
+            &["NODE", "STATE", "ADDRESS", "JOBS", "CLOCK-OFFSET", "TABLE"],
+            rows,
+        )
+    }
+}
+
+/// The clock column of `gangctl nodes`: `+12.3µs ±40µs` (offsets padded to one width so
+/// the error bounds line up), `host` for an agent trusting its host clock, `-` for one
+/// that has not reported an estimate.
+fn clock_cells(nodes: &[NodeInfo]) -> Vec<String> {
+    let cells: Vec<Option<(String, String)>> = nodes
+        .iter()
+        .map(|n| {
+            let probed = n.clock_offset_ns != 0 || n.clock_error_ns != 0;
+            (probed && !n.clock_from_host).then(|| {
+                (
+                    fmt_ns(n.clock_offset_ns, true),
+                    format!("±{}", fmt_ns(n.clock_error_ns, false)),
+                )
+            })
+        })
+        .collect();
+    let width = cells
+        .iter()
+        .flatten()
+        .map(|(o, _)| o.chars().count())
+        .max()
+        .unwrap_or(0);
+    nodes
+        .iter()
+        .zip(cells)
+        .map(|(n, cell)| match cell {
+            Some((offset, error)) => format!("{offset:<width$} {error}"),
+            None if n.clock_from_host => "host".into(),
+            None => "-".into(),
+        })
+        .collect()
+}
+
+/// `gangctl drain` / `resume`: `node X,Y: STATE`, or the node object.
+pub struct NodeView<'a>(pub &'a NodeInfo);
+
+impl View for NodeView<'_> {
+    type Json = NodeJson;
+
+    fn json(&self) -> NodeJson {
+        NodeJson::from(self.0)
+    }
+
+    fn cli(&self) -> String {
+        format!(
+            "node {},{}: {}\n",
+            self.0.x,
+            self.0.y,
+            self.0.state().label()
+        )
+    }
+}
+
+/// `gangctl slices`: the drawn matrix, or its JSON.
+pub struct MatrixView<'a>(pub &'a Matrix);
+
+impl View for MatrixView<'_> {
+    type Json = MatrixJson;
+
+    fn json(&self) -> MatrixJson {
+        MatrixJson::from(self.0)
+    }
+
+    fn cli(&self) -> String {
+        matrix_view::draw(self.0)
+    }
+}
+
+/// `gangctl stats`: a table of the three distributions and the counters, or
+/// [`StatsJson`].
+pub struct StatsView<'a>(pub &'a Stats);
+
+impl View for StatsView<'_> {
+    type Json = StatsJson;
+
+    fn json(&self) -> StatsJson {
+        StatsJson::from(self.0)
+    }
+
+    fn cli(&self) -> String {
+        let s = self.0;
+        let row = |name: &str, q: &Option<Quantiles>| {
+            let q = q.unwrap_or_default();
+            let mut cells = vec![name.to_string(), q.count.to_string()];
+            for v in [q.p50_ns, q.p99_ns, q.max_ns, q.mean_ns] {
+                cells.push(if q.count == 0 {
+                    "-".into()
+                } else {
+                    fmt_ns(v, false)
+                });
+            }
+            cells
+        };
+        let mut out = table(
+            &["", "COUNT", "P50", "P99", "MAX", "MEAN"],
+            vec![
+                row("skew", &s.skew),
+                row("switch latency", &s.switch_latency),
+                row("switch cost", &s.switch_cost),
+            ],
+        );
+        out.push_str(&format!(
+            "switches: {} reported, {} dropped\n",
+            s.switches_reported, s.switches_dropped
+        ));
+        out.push_str(&if s.table_version == 0 {
+            format!(
+                "slice table: none in force; quantum {}\n",
+                fmt_ns(s.quantum_ns, false)
+            )
+        } else {
+            format!(
+                "slice table: version {}, quantum {}\n",
+                s.table_version,
+                fmt_ns(s.quantum_ns, false)
+            )
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputMode;
+    use crate::output::fixtures::{failed_job, matrix, nodes, queued_job, running_job, stats};
+    use gang_proto::v1::NodeState;
+
+    #[test]
+    fn jobs_json_is_an_array() {
+        let jobs = vec![running_job(), queued_job()];
+        let text = OutputMode::Json.render(&JobsView(&jobs));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 2);
+        assert_eq!(v[1]["id"], 13);
+        let empty = OutputMode::Json.render(&JobsView(&[]));
+        assert_eq!(empty.trim(), "[]");
+    }
+
+    #[test]
+    fn jobs_table() {
+        let jobs = vec![running_job(), queued_job(), failed_job()];
+        let text = OutputMode::Cli.render(&JobsView(&jobs));
+        let expected = "\
+ID  USER   STATE    SHAPE  SUBMESH    SLICES  EXIT  RUN       GANG      NAME
+12  alice  running  4x2    4x2@(0,0)  0,2     -     12.3s     stop      ./a.out
+13  bob    queued   3x3    -          -       -     -         default   big one
+9   carol  failed   2x1    2x1@(2,3)  -       1     1h02m03s  priority  false
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn job_key_values() {
+        let text = OutputMode::Cli.render(&JobView(&running_job()));
+        let expected = "\
+id:         12
+name:       ./a.out
+user:       alice (uid 1000, gid 100)
+state:      running
+shape:      4x2 (asked 8)
+submesh:    4x2@(0,0)
+slices:     0,2
+exit code:  -
+reason:     -
+command:    ./a.out -x 'two words'
+cwd:        /home/alice
+time limit: 600 s
+run time:   12.3s
+gang mode:  stop (cluster default)
+stdin:      attached
+submitted:  2023-11-14 22:13:20 UTC
+started:    2023-11-14 22:13:21 UTC
+ended:      -
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn nodes_table() {
+        let text = OutputMode::Cli.render(&NodesView(&nodes()));
+        let expected = "\
+NODE  STATE    ADDRESS         JOBS  CLOCK-OFFSET    TABLE
+0,0   up       127.0.0.1:4000  3,4   -1.25ms ±40µs   7
+1,0   down     -               -     -               -
+0,1   up       127.0.0.1:4001  -     +12.3µs ±9.5µs  6
+1,1   drained  127.0.0.1:4002  -     host            7
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn node_view() {
+        let n = NodeInfo {
+            x: 1,
+            y: 2,
+            state: NodeState::Drained as i32,
+            ..Default::default()
+        };
+        assert_eq!(OutputMode::Cli.render(&NodeView(&n)), "node 1,2: drained\n");
+        let v: serde_json::Value =
+            serde_json::from_str(&OutputMode::Json.render(&NodeView(&n))).unwrap();
+        assert_eq!(v["state"], "drained");
+        assert_eq!(v["x"], 1);
+    }
+
+    #[test]
+    fn cancelled_view() {
+        let jobs = vec![failed_job(), queued_job()];
+        assert_eq!(
+            OutputMode::Cli.render(&CancelledView(&jobs)),
+            "cancelled 9\ncancelled 13\n"
+        );
+    }
+
+    #[test]
+    fn matrix_view_draws_or_renders_json_pretty_or_compact() {
+        let m = matrix();
+        assert_eq!(
+            OutputMode::Cli.render(&MatrixView(&m)),
+            matrix_view::draw(&m)
+        );
+        let expected = serde_json::to_value(MatrixJson::from(&m)).unwrap();
+        let pretty = OutputMode::Json.render(&MatrixView(&m));
+        assert!(pretty.lines().count() > 1);
+        let v: serde_json::Value = serde_json::from_str(&pretty).unwrap();
+        assert_eq!(v, expected);
+        let compact = OutputMode::Json.render_compact(&MatrixView(&m));
+        assert_eq!(compact.lines().count(), 1);
+        let v: serde_json::Value = serde_json::from_str(&compact).unwrap();
+        assert_eq!(v, expected);
+    }
+    #[test]
+    fn stats_table() {
+        let expected = concat!(
+            "                COUNT  P50     P99    MAX     MEAN\n",
+            "skew            1200   12.3µs  85µs   1.25ms  15.1µs\n",
+            "switch latency  19200  48µs    210µs  3.4ms   61.2µs\n",
+            "switch cost     0      -       -      -       -\n",
+            "switches: 19200 reported, 3 dropped\n",
+            "slice table: version 9, quantum 50ms\n",
+        );
+        assert_eq!(OutputMode::Cli.render(&StatsView(&stats())), expected);
+        let idle = Stats {
+            quantum_ns: 10_000_000,
+            ..Default::default()
+        };
+        let text = OutputMode::Cli.render(&StatsView(&idle));
+        assert!(
+            text.ends_with(
+                "switches: 0 reported, 0 dropped\nslice table: none in force; quantum 10ms\n"
+            ),
+            "{text}"
+        );
+    }
+}
