@@ -161,7 +161,7 @@ fn figures(rows: impl Iterator<Item = (f64, f64, f64, f64, u64)>, nodes: u64) ->
         return Figures::default();
     }
     bsld.sort_by(f64::total_cmp);
-    let p95 = bsld[((bsld.len() as f64 * 0.95).ceil() as usize).clamp(1, bsld.len()) - 1];
+    let p95 = gang_core::quantile::nearest_rank(&bsld, 0.95).unwrap_or_default();
     let makespan = last - first;
     Figures {
         jobs: n,
