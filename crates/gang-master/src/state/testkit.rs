@@ -339,6 +339,13 @@ impl World {
         self.step(reactor::on_tick);
     }
 
+    /// The agent of `node` started the rank it was asked to launch.
+    pub fn started(&mut self, node: Coord, order: &LaunchOrder) {
+        let (job, rank) = (order.job, order.rank);
+        self.running.entry(node).or_default().insert((job, rank));
+        self.step(|st, fx, now| reactor::on_launched(st, fx, now, job, rank, Ok(1000 + rank)));
+    }
+
     pub fn view(&self, job: u64) -> JobView {
         self.st.view(JobId(job), self.now).expect("known job")
     }

@@ -84,20 +84,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 let launches = w.fx.take_launches(JobId(job));
                 assert!(!launches.is_empty(), "{}: nothing launched", at());
                 for (node, order) in launches {
-                    w.running
-                        .entry(node)
-                        .or_default()
-                        .insert((order.job, order.rank));
-                    w.step(|st, fx, now| {
-                        reactor::on_launched(
-                            st,
-                            fx,
-                            now,
-                            order.job,
-                            order.rank,
-                            Ok(1000 + order.rank),
-                        )
-                    });
+                    w.started(node, &order);
                 }
             }
             S::LaunchFails(job, rank) => {
@@ -112,13 +99,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 w.step(|st, fx, now| reactor::on_launched(st, fx, now, JobId(job), rank, Err(why)));
                 // The other ranks started.
                 for (node, order) in launches {
-                    w.running
-                        .entry(node)
-                        .or_default()
-                        .insert((order.job, order.rank));
-                    w.step(|st, fx, now| {
-                        reactor::on_launched(st, fx, now, order.job, order.rank, Ok(1))
-                    });
+                    w.started(node, &order);
                 }
             }
             S::Exit(job, rank, code) => exit(&mut w, job, rank, ExitHow::Code(code)),

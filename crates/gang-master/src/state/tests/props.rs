@@ -65,14 +65,14 @@ fn apply(mut w: World, op: Op) -> World {
             jobs.dedup();
             if let Some(&job) = jobs.get(i % jobs.len().max(1)) {
                 for (k, (node, o)) in w.fx.take_launches(job).into_iter().enumerate() {
-                    let fail = matches!(op, Op::LaunchFails(_)) && k == 0;
-                    let result = if fail {
-                        Err(LaunchFailure::Refused("node: cannot start".into()))
+                    if matches!(op, Op::LaunchFails(_)) && k == 0 {
+                        let why = LaunchFailure::Refused("node: cannot start".into());
+                        w.step(|st, fx, now| {
+                            reactor::on_launched(st, fx, now, o.job, o.rank, Err(why))
+                        });
                     } else {
-                        w.running.entry(node).or_default().insert((o.job, o.rank));
-                        Ok(1)
-                    };
-                    w.step(|st, fx, now| reactor::on_launched(st, fx, now, o.job, o.rank, result));
+                        w.started(node, &o);
+                    }
                 }
             }
         }
