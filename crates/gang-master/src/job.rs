@@ -34,6 +34,9 @@ pub struct JobRecord {
     pub user: String,
     pub uid: u32,
     pub gid: u32,
+    /// Supplementary groups of the submitter (ranks run with them).
+    #[serde(default)]
+    pub groups: Vec<u32>,
     pub name: String,
     pub argv: Vec<String>,
     pub cwd: String,

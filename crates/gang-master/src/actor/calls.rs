@@ -90,6 +90,8 @@ fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
         env: o.env.into_iter().collect(),
         uid: o.uid,
         gid: o.gid,
+        groups: o.groups,
+        user: o.user,
         stdin: o.stdin,
         gang: v1::GangMode::from(o.gang) as i32,
     }

@@ -57,6 +57,7 @@ pub fn new_job(req: v1::SubmitRequest) -> Result<NewJob, MasterError> {
         owner: Owner {
             uid: req.uid,
             gid: req.gid,
+            groups: vec![req.gid],
             user: req.user,
         },
         gang: gang_mode(spec.gang)?,
@@ -161,6 +162,7 @@ pub fn registered(r: Registered) -> v1::RegisterResponse {
         mesh_h: r.mesh_h,
         heartbeat_ms: r.heartbeat_ms,
         kill_jobs: r.kill_jobs.into_iter().map(|j| j.0).collect(),
+        node_timeout_ms: r.node_timeout_ms,
     }
 }
 

@@ -24,6 +24,8 @@ pub struct LaunchOrder {
     pub env: BTreeMap<String, String>,
     pub uid: u32,
     pub gid: u32,
+    pub groups: Vec<u32>,
+    pub user: String,
     /// Whether stdin is forwarded to this rank (rank 0 of a job that asked for it).
     pub stdin: bool,
     /// The job's mode, resolved: agents learn it here, once, and never from tables.

@@ -13,6 +13,8 @@ use crate::state::views::Coord;
 pub struct Owner {
     pub uid: u32,
     pub gid: u32,
+    /// Supplementary groups (the primary one included).
+    pub groups: Vec<u32>,
     pub user: String,
 }
 
@@ -61,6 +63,8 @@ pub struct Registered {
     pub heartbeat_ms: u32,
     /// Jobs the agent must no longer run.
     pub kill_jobs: Vec<JobId>,
+    /// Silent this long, a node is lost (and its agent stops its ranks).
+    pub node_timeout_ms: u32,
 }
 
 /// An agent's estimate of the master clock.

@@ -59,6 +59,7 @@ impl MasterState {
             user: new.owner.user,
             uid: new.owner.uid,
             gid: new.owner.gid,
+            groups: new.owner.groups,
             name,
             argv: new.argv,
             cwd: new.cwd,
@@ -167,6 +168,8 @@ impl MasterState {
                 env,
                 uid: job.record.uid,
                 gid: job.record.gid,
+                groups: job.record.groups.clone(),
+                user: job.record.user.clone(),
                 stdin: job.record.stdin && rank == 0,
                 gang: job.record.gang,
             };

@@ -113,6 +113,7 @@ impl MasterState {
             mesh_h: self.cfg.mesh.h,
             heartbeat_ms: self.cfg.heartbeat_ms,
             kill_jobs,
+            node_timeout_ms: self.cfg.node_timeout_ms,
         })
     }
 

@@ -136,6 +136,7 @@ pub fn record(id: u64) -> JobRecord {
         user: "alice".into(),
         uid: 1000,
         gid: 1000,
+        groups: vec![1000],
         name: "true".into(),
         argv: vec!["true".into()],
         cwd: "/".into(),
@@ -163,6 +164,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         owner: Owner {
             uid,
             gid: uid,
+            groups: vec![uid],
             user: format!("u{uid}"),
         },
         name: String::new(),

@@ -1,0 +1,21 @@
+//! Who is who in a gang cluster.
+//!
+//! - [`names`]: the names certificates carry: the master, node (x,y), user NAME, as URI
+//!   subject alternative names (`gang://master`, `gang://node/3/2`, `gang://user/alice`),
+//!   and the DNS names servers are verified by (`master.gang`, `node-3-2.gang`).
+//! - [`pki`]: the cluster CA and the certificates it signs (`gangctl certs init`).
+//! - [`peer`]: the name in a peer's certificate, as a TLS server sees it.
+//! - [`token`]: signed, expiring tokens the master issues to users it identified locally.
+//! - [`users`]: Unix users and their groups.
+//!
+//! No cryptography is written here: certificates come from `rcgen`, parsing from
+//! `x509-parser`, tokens from `jsonwebtoken` (HS256), randomness from `ring`.
+
+pub mod names;
+pub mod peer;
+pub mod pki;
+pub mod token;
+pub mod users;
+
+pub use names::PeerName;
+pub use users::Identity;
