@@ -1,16 +1,25 @@
-//! The client config file: where the master is, for people who do not want to set
-//! `GANG_MASTER` in every shell. Precedence: `--master`, then `GANG_MASTER`, then the file,
-//! then the default. The file is the first that exists of `$GANG_CONFIG`,
-//! `$XDG_CONFIG_HOME/gang/client.toml` (or `~/.config/gang/client.toml`) and
-//! `/etc/gang/client.toml`:
+//! The client config file: where the master is and, for a remote master, what to prove
+//! ourselves with. Precedence: `--master`, then `GANG_MASTER`, then the file, then the
+//! default (the master's Unix socket, `unix:/run/gang/master.sock`). The file is the first
+//! that exists of `$GANG_CONFIG`, `$XDG_CONFIG_HOME/gang/client.toml` (or
+//! `~/.config/gang/client.toml`) and `/etc/gang/client.toml`:
 //!
 //! ```toml
-//! master = "http://master.example:7470"
+//! master = "https://master.example:7470"   # or "unix:/run/gang/master.sock"
+//! ca = "/etc/gang/tls/ca.pem"              # the cluster CA (TLS addresses)
+//! token_file = "~/.config/gang/token"      # from `gangctl token --save`; or:
+//! cert = "~/.config/gang/alice.pem"        # a user certificate and its key
+//! key = "~/.config/gang/alice-key.pem"
 //! ```
+//!
+//! Environment variables override the file: `GANG_CA`, `GANG_CERT`, `GANG_KEY` (paths),
+//! `GANG_TOKEN` (the token itself).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use gang_proto::client::Credentials;
 
 use crate::connect::{CliError, DEFAULT_MASTER};
 
@@ -18,6 +27,10 @@ use crate::connect::{CliError, DEFAULT_MASTER};
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
     pub master: Option<String>,
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
 }
 
 /// The config files looked at, in order.
@@ -42,22 +55,81 @@ pub fn load(path: &Path) -> Result<ClientConfig, CliError> {
     toml::from_str(&text).map_err(|e| CliError::other(format!("config {}: {e}", path.display())))
 }
 
+/// The config file in use, if any. `$GANG_CONFIG` naming a missing file is an error; the
+/// other places are optional.
+pub fn active() -> Result<ClientConfig, CliError> {
+    let explicit = std::env::var_os("GANG_CONFIG").is_some();
+    for path in candidates() {
+        if path.exists() || explicit {
+            return load(&path);
+        }
+    }
+    Ok(ClientConfig::default())
+}
+
 /// The master address: the flag or env value if given, else the config file's, else the
-/// default. `$GANG_CONFIG` naming a missing file is an error; the other places are optional.
+/// default.
 pub fn master(flag_or_env: Option<String>) -> Result<String, CliError> {
     if let Some(m) = flag_or_env {
         return Ok(m);
     }
-    let explicit = std::env::var_os("GANG_CONFIG").is_some();
-    for path in candidates() {
-        if path.exists() || explicit {
-            if let Some(m) = load(&path)?.master {
-                return Ok(m);
-            }
-            break;
-        }
+    Ok(active()?
+        .master
+        .unwrap_or_else(|| DEFAULT_MASTER.to_string()))
+}
+
+/// `~/x` -> `$HOME/x`.
+fn expand(p: &Path) -> PathBuf {
+    match (p.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => p.to_path_buf(),
     }
-    Ok(DEFAULT_MASTER.to_string())
+}
+
+fn read(what: &str, p: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(expand(p))
+        .map_err(|e| CliError::other(format!("cannot read the {what} {}: {e}", p.display())))
+}
+
+/// Where `gangctl token --save` keeps a token (and where it is looked for by default).
+pub fn default_token_file() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/gang/token"))
+}
+
+/// What to prove ourselves with to a TLS master: env, then the config file; the system CA
+/// path and the saved token are used when they exist.
+pub fn credentials() -> Result<Credentials, CliError> {
+    let cfg = active()?;
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let ca_path = env("GANG_CA").or(cfg.ca).or_else(|| {
+        let p = PathBuf::from("/etc/gang/tls/ca.pem");
+        p.exists().then_some(p)
+    });
+    let ca = ca_path.map(|p| read("cluster CA", &p)).transpose()?;
+    let identity = match (env("GANG_CERT").or(cfg.cert), env("GANG_KEY").or(cfg.key)) {
+        (Some(c), Some(k)) => Some((read("certificate", &c)?, read("key", &k)?)),
+        (None, None) => None,
+        _ => {
+            return Err(CliError::other(
+                "a user certificate needs both cert and key (GANG_CERT, GANG_KEY)",
+            ));
+        }
+    };
+    let token = match std::env::var("GANG_TOKEN").ok().filter(|t| !t.is_empty()) {
+        Some(t) => Some(t),
+        None => match cfg.token_file {
+            Some(p) => Some(read("token file", &p)?),
+            None => default_token_file()
+                .filter(|p| p.exists())
+                .map(|p| read("token file", &p))
+                .transpose()?,
+        },
+    };
+    Ok(Credentials {
+        ca,
+        identity,
+        token: token.map(|t| t.trim().to_string()),
+    })
 }
 
 #[cfg(test)]

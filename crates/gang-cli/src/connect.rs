@@ -4,12 +4,15 @@
 use std::fmt;
 use std::time::Duration;
 
+use gang_proto::client::{self, ConnectError, Credentials, MasterChannel, Target};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
+use gang_proto::v1::auth_service_client::AuthServiceClient;
 use gang_proto::v1::job_service_client::JobServiceClient;
-use tonic::transport::{Channel, Endpoint};
 
-/// The master's default address (also the `GANG_MASTER` fallback).
-pub const DEFAULT_MASTER: &str = "http://127.0.0.1:7470";
+use crate::client_config;
+
+/// The master's default address: its Unix socket on a cluster host.
+pub const DEFAULT_MASTER: &str = "unix:/run/gang/master.sock";
 
 /// How long a connection attempt may take before the master counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -76,16 +79,6 @@ impl From<tonic::Status> for CliError {
     }
 }
 
-/// `host:port` -> `http://host:port`; addresses with a scheme are kept.
-pub fn normalize_addr(addr: &str) -> String {
-    let addr = addr.trim();
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    }
-}
-
 /// An error and its sources, joined by ": " (tonic's transport errors say little alone).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
@@ -101,46 +94,40 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// Connect to the master at `addr` (already normalized or not), eagerly, so that an
-/// unreachable master is reported here.
-pub async fn channel(addr: &str) -> Result<Channel, CliError> {
-    let addr = normalize_addr(addr);
-    let endpoint = Endpoint::from_shared(addr.clone())
-        .map_err(|e| {
-            CliError::Other(format!(
-                "invalid master address {addr:?}: {}",
-                error_chain(&e)
-            ))
-        })?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
-        .keep_alive_while_idle(true);
-    endpoint.connect().await.map_err(|e| CliError::Unreachable {
-        addr,
-        detail: error_chain(&e),
-    })
+/// Connect to the master at `addr`, eagerly, so that an unreachable master is reported
+/// here. A TLS address brings the credentials of the client config (`credentials`).
+pub async fn channel(addr: &str) -> Result<MasterChannel, CliError> {
+    let target = Target::parse(addr).map_err(CliError::Other)?;
+    let creds = match target {
+        Target::Unix(_) => Credentials::default(),
+        Target::Tls(_) => client_config::credentials()?,
+    };
+    client::connect(&target, &creds, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            ConnectError::Config(m) => CliError::Other(m),
+            ConnectError::Unreachable(detail) => CliError::Unreachable {
+                addr: target.to_string(),
+                detail,
+            },
+        })
 }
 
-pub async fn job_client(addr: &str) -> Result<JobServiceClient<Channel>, CliError> {
+pub async fn job_client(addr: &str) -> Result<JobServiceClient<MasterChannel>, CliError> {
     Ok(JobServiceClient::new(channel(addr).await?))
 }
 
-pub async fn admin_client(addr: &str) -> Result<AdminServiceClient<Channel>, CliError> {
+pub async fn admin_client(addr: &str) -> Result<AdminServiceClient<MasterChannel>, CliError> {
     Ok(AdminServiceClient::new(channel(addr).await?))
+}
+
+pub async fn auth_client(addr: &str) -> Result<AuthServiceClient<MasterChannel>, CliError> {
+    Ok(AuthServiceClient::new(channel(addr).await?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_get_a_scheme() {
-        assert_eq!(normalize_addr("127.0.0.1:7470"), "http://127.0.0.1:7470");
-        assert_eq!(normalize_addr("http://h:1"), "http://h:1");
-        assert_eq!(normalize_addr(" https://h:1 "), "https://h:1");
-    }
 
     #[test]
     fn messages() {
@@ -160,11 +147,13 @@ mod tests {
 
     #[tokio::test]
     async fn unreachable_master() {
-        let e = channel("127.0.0.1:1").await.unwrap_err();
+        let e = channel("unix:/nonexistent/master.sock").await.unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("cannot reach the master at http://127.0.0.1:1: "),
+                .starts_with("cannot reach the master at unix:/nonexistent/master.sock: "),
             "{e}"
         );
+        let e = channel("http://127.0.0.1:1").await.unwrap_err();
+        assert!(e.to_string().contains("no plain HTTP"), "{e}");
     }
 }

@@ -13,6 +13,7 @@
 //! crate.
 
 pub mod attach;
+pub mod certs;
 pub mod client_config;
 pub mod connect;
 pub mod gang_mode;

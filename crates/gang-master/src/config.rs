@@ -3,10 +3,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use gang_core::{AllocatorKind, Backfill, Request, Shape};
+use gang_auth::pki::TlsFiles;
+use gang_core::{AllocatorKind, Backfill, GangMode, Request, Shape};
 use serde::Deserialize;
-
-use gang_core::GangMode;
 
 /// Slices by default: Slurm's gang scheduler also shares a node four ways by default.
 pub const DEFAULT_MPL: u32 = 4;
@@ -31,7 +30,103 @@ pub struct FileConfig {
     pub quantum_ms: Option<u32>,
     pub gang_mode: Option<String>,
     pub table_lead_ms: Option<u32>,
+    /// Local clients: a Unix socket; callers are identified by its peer credentials.
+    pub socket: Option<PathBuf>,
+    /// Agents: mutual TLS with node certificates.
+    pub agent_listen: Option<SocketAddr>,
+    pub tls: Option<TlsSection>,
+    /// Users who may act on every job and drain or resume nodes (root always may).
+    pub admins: Option<Vec<String>>,
+    /// Members of these groups are admins too.
+    pub admin_groups: Option<Vec<String>>,
+    /// Whether jobs may run as root (uid 0).
+    pub allow_root_jobs: Option<bool>,
+    /// Tokens (`gangctl token`): their signing key, default and longest validity.
+    pub token_key: Option<PathBuf>,
+    pub token_ttl_s: Option<u64>,
+    pub token_max_ttl_s: Option<u64>,
+    pub limits: Option<LimitsSection>,
 }
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub max_request_bytes: Option<usize>,
+    pub max_argv_bytes: Option<usize>,
+    pub max_env_bytes: Option<usize>,
+    pub max_job_nodes: Option<u32>,
+    pub max_queued_per_user: Option<usize>,
+    pub max_output_bytes: Option<u64>,
+}
+
+/// Bounds on what a request may ask, each with its config key (`[limits]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// A gRPC message (request) at most this large is decoded.
+    pub max_request_bytes: usize,
+    /// argv, counted as exec counts it: every string and its terminating NUL.
+    pub max_argv_bytes: usize,
+    /// The environment, counted the same way (`NAME=value` and a NUL each).
+    pub max_env_bytes: usize,
+    /// Nodes one job may ask for (0: the whole mesh).
+    pub max_job_nodes: u32,
+    /// Jobs one user may have queued at once.
+    pub max_queued_per_user: usize,
+    /// Output kept per job (all ranks, both streams); beyond it output is dropped.
+    pub max_output_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // argv + env stay well under Linux's 2 MiB exec limit (and 128 KiB per string).
+        Limits {
+            max_request_bytes: 4 << 20,
+            max_argv_bytes: 256 << 10,
+            max_env_bytes: 1 << 20,
+            max_job_nodes: 0,
+            max_queued_per_user: 10_000,
+            max_output_bytes: 1 << 30,
+        }
+    }
+}
+
+impl Limits {
+    pub fn with(self, f: &LimitsSection) -> Limits {
+        Limits {
+            max_request_bytes: f.max_request_bytes.unwrap_or(self.max_request_bytes),
+            max_argv_bytes: f.max_argv_bytes.unwrap_or(self.max_argv_bytes),
+            max_env_bytes: f.max_env_bytes.unwrap_or(self.max_env_bytes),
+            max_job_nodes: f.max_job_nodes.unwrap_or(self.max_job_nodes),
+            max_queued_per_user: f.max_queued_per_user.unwrap_or(self.max_queued_per_user),
+            max_output_bytes: f.max_output_bytes.unwrap_or(self.max_output_bytes),
+        }
+    }
+}
+
+/// Who may do what.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthPolicy {
+    pub admins: Vec<String>,
+    /// Admin groups, resolved to gids at startup.
+    pub admin_gids: Vec<u32>,
+    pub allow_root_jobs: bool,
+    pub token_ttl_s: u64,
+    pub token_max_ttl_s: u64,
+}
+
+/// Tokens last 12 hours unless asked otherwise, a week at most.
+pub const DEFAULT_TOKEN_TTL_S: u64 = 12 * 3600;
+pub const DEFAULT_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
+/// Where local clients find the master unless configured otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/gang/master.sock";
 
 impl FileConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
@@ -64,6 +159,17 @@ pub struct MasterConfig {
     /// How far ahead of its first slot a new slice table is published, so that every
     /// agent has it in time.
     pub table_lead_ms: u32,
+    /// Local clients' Unix socket (mode 0666: anyone may connect, and is identified by
+    /// the socket's peer credentials).
+    pub socket: PathBuf,
+    /// The agents' port (mutual TLS).
+    pub agent_listen: SocketAddr,
+    /// The master's certificate (`master.gang`) and the cluster CA.
+    pub tls: TlsFiles,
+    pub auth: AuthPolicy,
+    /// The key tokens are signed with (made on first start).
+    pub token_key: PathBuf,
+    pub limits: Limits,
 }
 
 impl MasterConfig {
@@ -74,8 +180,24 @@ impl MasterConfig {
         self.state.with_file_name(name)
     }
 
+    /// A config for tests: everything in the directory of `state`, loopback ports.
     pub fn for_test(mesh: Shape, state: PathBuf) -> Self {
+        let dir = state.parent().map(Path::to_path_buf).unwrap_or_default();
         MasterConfig {
+            socket: dir.join("master.sock"),
+            agent_listen: "127.0.0.1:0".parse().expect("literal"),
+            tls: TlsFiles {
+                ca: dir.join("tls/ca.pem"),
+                cert: dir.join("tls/master.pem"),
+                key: dir.join("tls/master-key.pem"),
+            },
+            auth: AuthPolicy {
+                token_ttl_s: DEFAULT_TOKEN_TTL_S,
+                token_max_ttl_s: DEFAULT_TOKEN_MAX_TTL_S,
+                ..AuthPolicy::default()
+            },
+            token_key: dir.join("token.key"),
+            limits: Limits::default(),
             listen: "127.0.0.1:0".parse().expect("literal"),
             metrics_listen: "127.0.0.1:0".parse().expect("literal"),
             mesh,

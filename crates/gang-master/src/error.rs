@@ -13,12 +13,42 @@ pub enum MasterError {
     UnknownJob(JobId),
     #[error("node ({x},{y}) is not on the {w}x{h} mesh")]
     UnknownNode { x: u32, y: u32, w: u32, h: u32 },
-    #[error("job {job} belongs to uid {owner}; uid {caller} may not {action} it")]
+    #[error("job {job} belongs to {owner}: {caller} may not {action} it")]
     NotOwner {
         job: JobId,
-        owner: u32,
-        caller: u32,
+        owner: String,
+        caller: String,
         action: &'static str,
+    },
+    #[error("{caller} may not {action}: admins only (`admins` and `admin_groups` in the master's config)")]
+    AdminOnly {
+        caller: String,
+        action: &'static str,
+    },
+    #[error("jobs may not run as root on this cluster (allow_root_jobs is off)")]
+    RootJobs,
+    #[error("the request says {field} {stated} but the caller is {actual}; identity comes from the connection")]
+    Impersonation {
+        field: &'static str,
+        stated: String,
+        actual: String,
+    },
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{what} is {size} bytes; the limit is {limit} ({key} in the master's config)")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+        key: &'static str,
+    },
+    #[error("{user} already has {queued} jobs queued; the limit is {limit} (max_queued_per_user)")]
+    QueueFull {
+        user: String,
+        queued: usize,
+        limit: usize,
     },
     #[error(transparent)]
     Sched(#[from] SchedError),

@@ -3,6 +3,7 @@
 
 pub mod actor;
 pub mod agents;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod job;

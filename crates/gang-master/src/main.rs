@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use clap::Parser;
 use gang_core::GangMode;
 use gang_core::{AllocatorKind, Backfill, Shape};
+use gang_auth::pki::TlsFiles;
 use gang_master::config::{
-    DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, FileConfig, MasterConfig, parse_mesh,
+    AuthPolicy, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
+    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits, MasterConfig, parse_mesh,
 };
 use tracing::error;
 
@@ -55,9 +57,32 @@ struct Args {
     /// Grace between SIGTERM and SIGKILL when a job is cancelled.
     #[arg(long)]
     kill_grace_ms: Option<u32>,
-    /// Once serving, write "grpc=ADDR" and "metrics=ADDR" lines here.
+    /// Once serving, write "grpc=ADDR", "agents=ADDR", "socket=PATH" and "metrics=ADDR"
+    /// lines here.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Unix socket for local clients, identified by its peer credentials [default:
+    /// /run/gang/master.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Address for agents (mutual TLS with node certificates) [default: 127.0.0.1:7472].
+    #[arg(long)]
+    agent_listen: Option<SocketAddr>,
+    /// The cluster CA certificate [default: /etc/gang/tls/ca.pem].
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The master's certificate (DNS master.gang) [default: /etc/gang/tls/master.pem].
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// Its key [default: /etc/gang/tls/master-key.pem].
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// Let jobs run as root (uid 0); off by default.
+    #[arg(long)]
+    allow_root_jobs: bool,
+    /// An admin user (may act on every job, drain and resume nodes); repeatable.
+    #[arg(long = "admin")]
+    admins: Vec<String>,
     #[arg(long, value_parser = ["human", "json"])]
     log_format: Option<String>,
 }
@@ -100,6 +125,44 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .map(|s| s.parse().map_err(anyhow::Error::msg))
         .transpose()?
         .unwrap_or(Backfill::Easy);
+    let tls_file = |flag: Option<PathBuf>, file: Option<PathBuf>, name: &str| {
+        flag.or(file)
+            .unwrap_or_else(|| PathBuf::from("/etc/gang/tls").join(name))
+    };
+    let ft = f.tls.clone().unwrap_or_default();
+    let tls = TlsFiles {
+        ca: tls_file(a.tls_ca, ft.ca, "ca.pem"),
+        cert: tls_file(a.tls_cert, ft.cert, "master.pem"),
+        key: tls_file(a.tls_key, ft.key, "master-key.pem"),
+    };
+    let mut admins = f.admins.clone().unwrap_or_default();
+    admins.extend(a.admins);
+    let admin_gids = f
+        .admin_groups
+        .iter()
+        .flatten()
+        .map(|g| match nix::unistd::Group::from_name(g) {
+            Ok(Some(g)) => Ok(g.gid.as_raw()),
+            Ok(None) => anyhow::bail!("admin group {g:?} is not a group on this host"),
+            Err(e) => anyhow::bail!("cannot look up admin group {g:?}: {e}"),
+        })
+        .collect::<anyhow::Result<Vec<u32>>>()?;
+    let token_max_ttl_s = f.token_max_ttl_s.unwrap_or(DEFAULT_TOKEN_MAX_TTL_S);
+    let auth = AuthPolicy {
+        admins,
+        admin_gids,
+        allow_root_jobs: a.allow_root_jobs || f.allow_root_jobs.unwrap_or(false),
+        token_ttl_s: f.token_ttl_s.unwrap_or(DEFAULT_TOKEN_TTL_S).min(token_max_ttl_s),
+        token_max_ttl_s,
+    };
+    let state = a
+        .state
+        .or(f.state.clone())
+        .unwrap_or_else(|| PathBuf::from("gang-master.db"));
+    let token_key = f
+        .token_key
+        .clone()
+        .unwrap_or_else(|| state.with_extension("token-key"));
     let cfg = MasterConfig {
         listen: a
             .listen
@@ -110,10 +173,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             .or(f.metrics_listen)
             .unwrap_or_else(|| "127.0.0.1:7471".parse().expect("literal")),
         mesh,
-        state: a
-            .state
-            .or(f.state)
-            .unwrap_or_else(|| PathBuf::from("gang-master.db")),
+        state,
         mpl,
         allocator,
         backfill,
@@ -127,6 +187,18 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             .table_lead_ms
             .or(f.table_lead_ms)
             .unwrap_or(DEFAULT_TABLE_LEAD_MS),
+        socket: a
+            .socket
+            .or(f.socket.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
+        agent_listen: a
+            .agent_listen
+            .or(f.agent_listen)
+            .unwrap_or_else(|| "127.0.0.1:7472".parse().expect("literal")),
+        tls,
+        auth,
+        token_key,
+        limits: Limits::default().with(&f.limits.clone().unwrap_or_default()),
     };
     let log = a
         .log_format

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -26,18 +26,28 @@ struct JobLog {
 pub struct OutputHub {
     dir: PathBuf,
     logs: Mutex<HashMap<u64, Arc<Mutex<JobLog>>>>,
+    /// Output kept per job; beyond it, output is dropped after one notice.
+    max_bytes: u64,
 }
+
 
 const HEADER: usize = 9;
 /// Above this many open logs, idle ones are closed (each holds a file descriptor).
 const MAX_OPEN_LOGS: usize = 256;
 
 impl OutputHub {
-    pub fn new(dir: PathBuf) -> std::io::Result<Self> {
-        std::fs::create_dir_all(&dir)?;
+    /// Logs live in `dir` (mode 0700; each log 0600): output is readable by the master
+    /// alone, which serves it to the job's owner and admins only.
+    pub fn new(dir: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         Ok(OutputHub {
             dir,
             logs: Mutex::new(HashMap::new()),
+            max_bytes,
         })
     }
 
@@ -50,6 +60,7 @@ impl OutputHub {
             .create(true)
             .append(true)
             .read(true)
+            .mode(0o600)
             .open(self.dir.join(format!("{job}.out")))?;
         let len = file.metadata()?.len();
         let (notify, _) = watch::channel(len);
@@ -89,6 +100,13 @@ impl OutputHub {
         let log = self.log(job)?;
         let mut l = log.lock().expect("job log lock");
         let mut buf = Vec::with_capacity(chunks.iter().map(|c| c.data.len() + HEADER).sum());
+        let notice = truncation_notice(job, self.max_bytes);
+        // Room left before the cap, keeping space for the notice (written once, at the cap).
+        let room = |used: u64| {
+            self.max_bytes
+                .saturating_sub(used + (HEADER + notice.len()) as u64)
+        };
+        let mut full = l.len + (HEADER + notice.len()) as u64 >= self.max_bytes;
         for c in chunks.iter().filter(|c| !c.data.is_empty()) {
             let have = l.have.entry((c.rank, c.stream)).or_default();
             let data = match c.offset {
@@ -107,10 +125,17 @@ impl OutputHub {
                     &c.data[..]
                 }
             };
-            buf.extend_from_slice(&c.rank.to_le_bytes());
-            buf.push(c.stream as u8);
-            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            buf.extend_from_slice(data);
+            if full {
+                continue;
+            }
+            let left = room(l.len + buf.len() as u64 + HEADER as u64) as usize;
+            if data.len() > left {
+                record(&mut buf, c.rank, c.stream, &data[..left]);
+                record(&mut buf, c.rank, v1::Stream::Stderr as i32, notice.as_bytes());
+                full = true;
+                continue;
+            }
+            record(&mut buf, c.rank, c.stream, data);
         }
         if buf.is_empty() {
             return Ok(());
@@ -165,6 +190,18 @@ fn read_records(file: &File, from: u64, to: u64) -> std::io::Result<Vec<v1::Outp
     Ok(out)
 }
 
+fn record(buf: &mut Vec<u8>, rank: u32, stream: i32, data: &[u8]) {
+    buf.extend_from_slice(&rank.to_le_bytes());
+    buf.push(stream as u8);
+    buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    buf.extend_from_slice(data);
+}
+
+fn truncation_notice(job: u64, max: u64) -> String {
+    format!("\n[gang: output of job {job} truncated: it reached {max} bytes (max_output_bytes)]\n")
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,13 +232,13 @@ mod tests {
             let chunks = hub.read(1, 0, len).unwrap();
             String::from_utf8(chunks.into_iter().flat_map(|c| c.data).collect()).unwrap()
         };
-        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
         hub.append(1, &[at(0, "one\n")]).unwrap();
         hub.append(1, &[at(0, "one\n")]).unwrap(); // the same push again
         hub.append(1, &[at(2, "e\ntwo\n")]).unwrap(); // overlapping the end
         assert_eq!(text(&hub), "one\ntwo\n");
         drop(hub);
-        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
         hub.append(1, &[at(4, "two\n"), at(8, "three\n")]).unwrap();
         assert_eq!(text(&hub), "one\ntwo\nthree\n");
         // A gap (output the agent dropped) is kept as it came.
@@ -212,7 +249,7 @@ mod tests {
     #[test]
     fn idle_logs_are_closed_so_descriptors_do_not_run_out() {
         let dir = tempfile::tempdir().unwrap();
-        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
         let followed = hub.follow(0).unwrap();
         for job in 0..3 * MAX_OPEN_LOGS as u64 {
             hub.append(job, &[at(0, "x\n")]).unwrap();
@@ -236,7 +273,7 @@ mod tests {
     #[test]
     fn appends_are_read_back_in_order_and_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
-        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
         let rx = hub.follow(7).unwrap();
         hub.append(
             7,
@@ -256,12 +293,35 @@ mod tests {
             ]
         );
         drop(hub);
-        let hub = OutputHub::new(dir.path().to_path_buf()).unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
         hub.append(7, &[chunk(1, v1::Stream::Stdout, "d")]).unwrap();
         let len2 = *hub.follow(7).unwrap().borrow();
         assert_eq!(
             hub.read(7, len, len2).unwrap(),
             vec![chunk(1, v1::Stream::Stdout, "d")]
         );
+    }
+
+    #[test]
+    fn output_beyond_the_cap_is_dropped_after_one_notice() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), 200).unwrap();
+        let line = "x".repeat(40);
+        for _ in 0..10 {
+            hub.append(5, &[chunk(1, v1::Stream::Stdout, &line)]).unwrap();
+        }
+        let len = *hub.follow(5).unwrap().borrow();
+        assert!(len <= 200, "the log stays under the cap: {len}");
+        let recs = hub.read(5, 0, len).unwrap();
+        let last = recs.last().unwrap();
+        assert_eq!(last.stream, v1::Stream::Stderr as i32);
+        assert!(String::from_utf8_lossy(&last.data).contains("truncated"));
+        let kept: usize = recs[..recs.len() - 1].iter().map(|r| r.data.len()).sum();
+        assert!(kept >= 40, "output up to the cap is kept: {kept}");
+        // Reopened (a master restart), it is still full: nothing more, no second notice.
+        drop(hub);
+        let hub = OutputHub::new(dir.path().to_path_buf(), 200).unwrap();
+        hub.append(5, &[chunk(1, v1::Stream::Stdout, "more")]).unwrap();
+        assert_eq!(*hub.follow(5).unwrap().borrow(), len);
     }
 }

@@ -1,37 +1,57 @@
-//! Starting the master: state task, gRPC (with health and reflection), metrics.
+//! Starting the master: the state task, and three gRPC listeners, each with the identity
+//! rule of its callers:
+//!
+//! | listener | who | TLS | identity |
+//! |---|---|---|---|
+//! | Unix socket (`socket`, mode 0666) | local clients | none | the socket's peer credentials |
+//! | `listen` (TCP) | remote clients | server cert; client cert optional | a user certificate, or a token |
+//! | `agent_listen` (TCP) | agents | mutual, node certificates required | the node in the certificate |
+//!
+//! Clients get JobService, AdminService, AuthService, health and reflection; agents get
+//! AgentRegistry only. Metrics are plain HTTP on their own port.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context;
+use gang_auth::token::TokenKey;
 use gang_proto::v1::admin_service_server::AdminServiceServer;
 use gang_proto::v1::agent_registry_server::AgentRegistryServer;
+use gang_proto::v1::auth_service_server::AuthServiceServer;
 use gang_proto::v1::job_service_server::JobServiceServer;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::info;
 
 use crate::actor;
 use crate::agents::AgentPool;
+use crate::auth::Authenticator;
 use crate::config::MasterConfig;
 use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
-use crate::service::{admin::Admin, jobs::Jobs, registry::Registry};
+use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 use crate::switch_stats::SwitchStats;
 
 pub struct RunningMaster {
+    /// Remote clients (TLS).
     pub grpc_addr: SocketAddr,
+    /// Agents (mutual TLS).
+    pub agent_addr: SocketAddr,
+    /// Local clients.
+    pub socket: PathBuf,
     pub metrics_addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    stop: watch::Sender<bool>,
+    servers: JoinHandle<anyhow::Result<()>>,
     state: JoinHandle<()>,
 }
 
 impl RunningMaster {
     /// Serve until `shutdown` resolves, then stop serving and wait (at most `grace`) for
-    /// in-flight calls. An error if the server or the state task ends first: without its
+    /// in-flight calls. An error if a server or the state task ends first: without its
     /// state task the master can answer nothing, so it must exit and be restarted.
     pub async fn serve_until(
         mut self,
@@ -46,42 +66,86 @@ impl RunningMaster {
                     Err(e) => e.to_string(),
                 });
             }
-            r = &mut self.server => {
+            r = &mut self.servers => {
                 r??;
-                anyhow::bail!("the gRPC server stopped");
+                anyhow::bail!("the gRPC servers stopped");
             }
         }
         info!("shutting down");
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        let _ = self.stop.send(true);
         // Attached clients hold streams open; they reconnect to the next master, so do not
         // wait on them for long. Everything accepted is already committed.
-        match tokio::time::timeout(grace, &mut self.server).await {
+        match tokio::time::timeout(grace, &mut self.servers).await {
             Ok(r) => r??,
             Err(_) => info!("streams still open after {grace:?}; exiting anyway"),
         }
+        let _ = std::fs::remove_file(&self.socket);
         Ok(())
     }
 }
 
-pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
-    let metrics = Arc::new(Metrics::default());
-    let agents = Arc::new(AgentPool::default());
-    let output = Arc::new(OutputHub::new(cfg.state_dir())?);
-    let grpc = tokio::net::TcpListener::bind(cfg.listen)
+/// Bind the Unix socket, replacing a stale one but never a live master's.
+fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("socket directory {}", dir.display()))?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!("another master is serving on {}", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("stale socket {}", path.display()))?;
+    }
+    let l = tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot listen on {}", path.display()))?;
+    // Anyone on the host may connect: the peer credentials say who they are.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(l)
+}
+
+async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+        .with_context(|| format!("cannot listen on {addr} for {what}"))
+}
+
+/// Serving our own listeners, tonic's tcp_nodelay does not apply: without it, small
+/// replies wait for delayed ACKs (40 ms on Linux) and every prun pays for it.
+fn nodelay(l: tokio::net::TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    TcpListenerStream::new(l).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    })
+}
+
+pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
+    let tls = cfg.tls.read().with_context(|| {
+        "the master's TLS files (make a cluster's with `gangctl certs init DIR --mesh WxH`, \
+         or bring your own: deploy/README.md)"
+    })?;
+    let tokens = TokenKey::load_or_create(&cfg.token_key)?;
+    let auth = Arc::new(Authenticator::new(cfg.auth.clone(), tokens));
+    let metrics = Arc::new(Metrics::default());
+    let agents = Arc::new(AgentPool::new(tls.clone()));
+    let output = Arc::new(OutputHub::new(cfg.state_dir(), cfg.limits.max_output_bytes)?);
+    let client_tcp = bind_tcp(cfg.listen, "clients").await?;
+    let agent_tcp = bind_tcp(cfg.agent_listen, "agents").await?;
     let metrics_listener = metrics::bind(cfg.metrics_listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {} for metrics: {e}", cfg.metrics_listen))?;
-    let grpc_addr = grpc.local_addr()?;
+        .with_context(|| format!("cannot listen on {} for metrics", cfg.metrics_listen))?;
+    let socket_path = cfg.socket.clone();
+    let unix = bind_socket(&socket_path)?;
+    let grpc_addr = client_tcp.local_addr()?;
+    let agent_addr = agent_tcp.local_addr()?;
     let metrics_addr = metrics_listener.local_addr()?;
     let ready_file = cfg.ready_file.clone();
     let mesh = cfg.mesh;
+    let max_msg = cfg.limits.max_request_bytes;
     // Boundaries settle 1 s after their deadline: agents report every 250 ms.
     let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
     let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    // Recovery happens here: nothing is served before the state is back.
     let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
@@ -91,51 +155,86 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(gang_proto::v1::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let jobs = Jobs {
+    let jobs = JobServiceServer::new(Jobs {
         handle: handle.clone(),
         output: output.clone(),
         agents,
+        auth: auth.clone(),
+    })
+    .max_decoding_message_size(max_msg);
+    let admin = AdminServiceServer::new(Admin {
+        handle: handle.clone(),
+        auth: auth.clone(),
+        stats: stats.clone(),
+        quantum_ns,
+    })
+    .max_decoding_message_size(max_msg);
+    let tokens = AuthServiceServer::new(Tokens { auth });
+    let registry = AgentRegistryServer::new(Registry {
+        handle,
+        output,
+        stats,
+        metrics: metrics.clone(),
+    })
+    .max_decoding_message_size(max_msg);
+
+    let identity = Identity::from_pem(&tls.cert, &tls.key);
+    let ca = Certificate::from_pem(&tls.ca);
+    let (stop, stopped) = watch::channel(false);
+    let until = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.changed().await;
     };
-    // Serving our own listener, tonic's tcp_nodelay does not apply: without it, small
-    // replies wait for delayed ACKs (40 ms on Linux) and every prun pays for it.
-    let incoming = TcpListenerStream::new(grpc).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
+    let clients = || {
+        Server::builder()
+            .add_service(health.clone())
+            .add_service(reflection.clone())
+            .add_service(jobs.clone())
+            .add_service(admin.clone())
+            .add_service(tokens.clone())
+    };
+    let local = clients().serve_with_incoming_shutdown(
+        UnixListenerStream::new(unix),
+        until(stopped.clone()),
+    );
+    let remote = Server::builder()
+        .tls_config(
+            ServerTlsConfig::new()
+                .identity(identity.clone())
+                .client_ca_root(ca.clone())
+                .client_auth_optional(true),
+        )?
+        .add_service(health.clone())
+        .add_service(reflection.clone())
+        .add_service(jobs.clone())
+        .add_service(admin.clone())
+        .add_service(tokens.clone())
+        .serve_with_incoming_shutdown(nodelay(client_tcp), until(stopped.clone()));
+    let for_agents = Server::builder()
+        .tls_config(ServerTlsConfig::new().identity(identity).client_ca_root(ca))?
+        .add_service(registry)
+        .serve_with_incoming_shutdown(nodelay(agent_tcp), until(stopped));
+    let servers = tokio::spawn(async move {
+        tokio::try_join!(local, remote, for_agents)?;
+        Ok(())
     });
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(JobServiceServer::new(jobs))
-        .add_service(AdminServiceServer::new(Admin {
-            handle: handle.clone(),
-            stats: stats.clone(),
-            quantum_ns,
-        }))
-        .add_service(AgentRegistryServer::new(Registry {
-            handle,
-            output,
-            stats,
-            metrics: metrics.clone(),
-        }))
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stopped.await;
-        });
-    let server = tokio::spawn(server);
     tokio::spawn(metrics::serve(metrics_listener, metrics));
-    info!(%grpc_addr, %metrics_addr, %mesh, "master serving");
+    info!(%grpc_addr, %agent_addr, socket = %socket_path.display(), %metrics_addr, %mesh, "master serving");
     if let Some(path) = ready_file {
         write_ready(
             &path,
-            &format!("grpc={grpc_addr}\nmetrics={metrics_addr}\n"),
+            &format!(
+                "grpc={grpc_addr}\nagents={agent_addr}\nsocket={}\nmetrics={metrics_addr}\n",
+                socket_path.display()
+            ),
         )?;
     }
     Ok(RunningMaster {
         grpc_addr,
+        agent_addr,
+        socket: socket_path,
         metrics_addr,
-        stop: Some(stop),
-        server,
+        stop,
+        servers,
         state,
     })
 }
@@ -154,12 +253,14 @@ mod tests {
     #[tokio::test]
     async fn the_master_fails_when_its_state_task_dies() {
         let state = tokio::spawn(async { panic!("a broken invariant") });
-        let server = tokio::spawn(std::future::pending());
+        let servers = tokio::spawn(std::future::pending());
         let master = RunningMaster {
             grpc_addr: "127.0.0.1:1".parse().unwrap(),
-            metrics_addr: "127.0.0.1:2".parse().unwrap(),
-            stop: None,
-            server,
+            agent_addr: "127.0.0.1:2".parse().unwrap(),
+            socket: PathBuf::from("/nonexistent/master.sock"),
+            metrics_addr: "127.0.0.1:3".parse().unwrap(),
+            stop: watch::channel(false).0,
+            servers,
             state,
         };
         let e = master

@@ -1,5 +1,7 @@
 //! The gRPC API of the gang scheduler (`proto/gang/v1/gang.proto`).
 
+pub mod client;
+
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("gang.v1");

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use gang_auth::PeerName;
+use gang_cli::certs;
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::gang_mode;
@@ -16,7 +18,7 @@ use gang_cli::output::OutputMode;
 use gang_cli::output::views::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, StatsView,
 };
-use gang_cli::parse::{parse_mesh, parse_node};
+use gang_cli::parse::{parse_duration, parse_mesh, parse_node};
 use gang_core::GangMode;
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
@@ -29,7 +31,8 @@ use tokio::time::Instant;
 
 /// Look at and steer the gang cluster, or start a local one.
 ///
-/// The master is found with --master or GANG_MASTER (default http://127.0.0.1:7470).
+/// The master is found with --master or GANG_MASTER (default: its Unix socket,
+/// unix:/run/gang/master.sock).
 /// Results print as text, or as JSON with --output json (or GANG_OUTPUT=json).
 #[derive(Debug, Parser)]
 #[command(
@@ -38,9 +41,10 @@ use tokio::time::Instant;
     after_help = "Exit status: 0 on success, 1 on errors (printed as \"gangctl: ...\"), 2 for usage errors;\n`gangctl start -- CMD` exits with CMD's status."
 )]
 struct Cli {
-    /// Master address (host:port or http://host:port); else the client config file's
-    /// `master` ($GANG_CONFIG, ~/.config/gang/client.toml, /etc/gang/client.toml); else
-    /// http://127.0.0.1:7470.
+    /// Master address: unix:PATH (its socket on a cluster host) or https://HOST:PORT (with
+    /// the cluster CA and a token or user certificate, see the client config); else the
+    /// client config file's `master` ($GANG_CONFIG, ~/.config/gang/client.toml,
+    /// /etc/gang/client.toml); else unix:/run/gang/master.sock.
     #[arg(long, global = true, env = "GANG_MASTER", value_name = "ADDR")]
     master: Option<String>,
 
@@ -139,6 +143,58 @@ enum Cmd {
         #[arg(value_name = "X,Y", value_parser = parse_node)]
         node: (u32, u32),
     },
+
+    /// The cluster's certificates: mutual TLS between the master and its agents (each
+    /// node's certificate names its coordinate), and user certificates for remote clients.
+    #[command(subcommand)]
+    Certs(CertsCmd),
+
+    /// Get a token to reach the master from elsewhere (over TLS). Run it on a cluster host:
+    /// the master's Unix socket tells it who you are. Prints the token, or with --save
+    /// keeps it in ~/.config/gang/token (mode 0600), where prun and gangctl find it.
+    Token {
+        /// How long it is valid: 90s, 30m, 12h, 7d (default: the master's, 12h; at most
+        /// its limit, 7 days).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        ttl: Option<u64>,
+        #[arg(long)]
+        save: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CertsCmd {
+    /// Make a cluster CA in DIR and certificates for the master and every node.
+    #[command(after_help = "Then, on each host: the master gets DIR/ca.pem, master.pem, \
+        master-key.pem; node X,Y's agent gets DIR/ca.pem and nodes/node-X-Y{,-key}.pem.\n\
+        Keep DIR/ca-key.pem offline. See deploy/README.md.")]
+    Init {
+        dir: PathBuf,
+        /// The mesh, WxH: one node certificate per node.
+        #[arg(long, value_parser = parse_mesh, value_name = "WxH")]
+        mesh: (u32, u32),
+        /// Validity of the master's and nodes' certificates, in days.
+        #[arg(long, default_value_t = gang_auth::pki::DEFAULT_DAYS)]
+        days: i64,
+    },
+    /// Sign a certificate for a user (a remote client) with the CA in --dir.
+    User {
+        /// The Unix user name the master will know them by.
+        name: String,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 365)]
+        days: i64,
+    },
+    /// Sign a (new) certificate for a node with the CA in --dir.
+    Node {
+        #[arg(value_name = "X,Y", value_parser = parse_node)]
+        node: (u32, u32),
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = gang_auth::pki::DEFAULT_DAYS)]
+        days: i64,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -212,10 +268,10 @@ fn main() {
 
 async fn run(cli: Cli) -> Result<i32, CliError> {
     let mode = cli.output;
-    // `start` makes its own cluster and needs no address.
+    // `start` makes its own cluster and `certs` only writes files: neither needs an address.
     let master = match &cli.command {
-        Cmd::Start(_) => String::new(),
-        _ => connect::normalize_addr(&client_config::master(cli.master.clone())?),
+        Cmd::Start(_) | Cmd::Certs(_) => String::new(),
+        _ => client_config::master(cli.master.clone())?,
     };
     match cli.command {
         Cmd::Start(args) => start(args).await,
@@ -248,7 +304,8 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Cmd::Cancel { ids } => {
             let mut client = connect::job_client(&master).await?;
-            let uid = nix::unistd::getuid().as_raw();
+            // The master knows who we are from the connection.
+            let uid = 0;
             let mut cancelled = Vec::new();
             let mut failed = false;
             for job_id in ids {
@@ -298,6 +355,27 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
                 .node
                 .unwrap_or_default();
             mode.print(&NodeView(&node));
+            Ok(0)
+        }
+        Cmd::Certs(c) => {
+            let lines = match c {
+                CertsCmd::Init { dir, mesh, days } => certs::init(&dir, mesh, days)?,
+                CertsCmd::User { name, dir, days } => {
+                    vec![certs::issue(&dir, &PeerName::User(name), days)?]
+                }
+                CertsCmd::Node {
+                    node: (x, y),
+                    dir,
+                    days,
+                } => vec![certs::issue(&dir, &PeerName::Node { x, y }, days)?],
+            };
+            for l in lines {
+                println!("{l}");
+            }
+            Ok(0)
+        }
+        Cmd::Token { ttl, save } => {
+            println!("{}", certs::token(&master, ttl.unwrap_or(0), save).await?);
             Ok(0)
         }
         Cmd::Resume { node: (x, y) } => {
@@ -468,7 +546,7 @@ impl Fetched {
 
 /// `gangctl slices --watch`.
 async fn watch_slices(
-    client: &mut AdminServiceClient<tonic::transport::Channel>,
+    client: &mut AdminServiceClient<gang_proto::client::MasterChannel>,
     mode: OutputMode,
     master: &str,
     interval_ms: u64,

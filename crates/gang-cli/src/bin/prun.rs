@@ -10,7 +10,6 @@ use gang_cli::gang_mode;
 use gang_cli::parse::parse_duration;
 use gang_core::GangMode;
 use gang_proto::v1::{JobSpec, SubmitRequest};
-use nix::unistd::{User, getgid, getuid};
 
 /// Run a parallel job on the gang cluster.
 ///
@@ -51,9 +50,10 @@ struct Args {
     #[arg(long)]
     name: Option<String>,
 
-    /// Master address (host:port or http://host:port); else the client config file's
-    /// `master` ($GANG_CONFIG, ~/.config/gang/client.toml, /etc/gang/client.toml); else
-    /// http://127.0.0.1:7470.
+    /// Master address: unix:PATH (its socket on a cluster host) or https://HOST:PORT (with
+    /// the cluster CA and a token or user certificate, see the client config); else the
+    /// client config file's `master` ($GANG_CONFIG, ~/.config/gang/client.toml,
+    /// /etc/gang/client.toml); else unix:/run/gang/master.sock.
     #[arg(long, env = "GANG_MASTER", value_name = "ADDR")]
     master: Option<String>,
 
@@ -97,17 +97,6 @@ fn main() {
     std::process::exit(code);
 }
 
-fn user_name(uid: nix::unistd::Uid) -> String {
-    if let Ok(u) = std::env::var("USER")
-        && !u.is_empty()
-    {
-        return u;
-    }
-    match User::from_uid(uid) {
-        Ok(Some(u)) => u.name,
-        _ => uid.to_string(),
-    }
-}
 
 async fn run(args: Args) -> i32 {
     match submit_and_attach(args).await {
@@ -120,7 +109,7 @@ async fn run(args: Args) -> i32 {
 }
 
 async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
-    let master = connect::normalize_addr(&client_config::master(args.master.clone())?);
+    let master = client_config::master(args.master.clone())?;
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::other(format!("cannot get the current directory: {e}")))?;
     let cwd = cwd
@@ -137,7 +126,6 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let stdin = !args.detach && attach::stdin_is_useful();
-    let uid = getuid();
     let spec = JobSpec {
         shape: args.nodes.clone(),
         argv: args.command.clone(),
@@ -148,11 +136,11 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         name: args.name.clone().unwrap_or_default(),
         gang: gang_mode::to_proto(args.gang) as i32,
     };
+    // Who we are comes from the connection (the socket's peer credentials, a user
+    // certificate or a token), never from the request.
     let request = SubmitRequest {
         spec: Some(spec),
-        uid: uid.as_raw(),
-        gid: getgid().as_raw(),
-        user: user_name(uid),
+        ..Default::default()
     };
 
     let signals = if args.detach {
@@ -188,7 +176,7 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         AttachOptions {
             master,
             job_id: job.id,
-            uid: uid.as_raw(),
+            uid: 0,
             stdin,
             label: args.label,
             verbose: args.verbose,

@@ -21,7 +21,7 @@ pub fn launch(
     addr: &str,
     order: LaunchOrder,
 ) {
-    let client = agents.client(addr);
+    let client = agents.client(node, addr);
     let tx = tx.clone();
     let (job, rank) = (order.job, order.rank);
     let req = launch_request(order);
@@ -42,7 +42,7 @@ pub fn launch(
 }
 
 pub fn signal(agents: &Arc<AgentPool>, (x, y): Coord, addr: &str, job: JobId, grace_ms: u32) {
-    let Ok(mut client) = agents.client(addr) else {
+    let Ok(mut client) = agents.client((x, y), addr) else {
         return;
     };
     tokio::spawn(async move {
@@ -63,7 +63,7 @@ pub fn set_table(
     addr: &str,
     table: NodeTable,
 ) {
-    let Ok(mut client) = agents.client(addr) else {
+    let Ok(mut client) = agents.client(node, addr) else {
         return;
     };
     let tx = tx.clone();

@@ -16,7 +16,7 @@ pub enum Out {
     Signal(Coord, String, JobId, u32),
     Table(Coord, String, NodeTable),
     JobChanged(JobView),
-    Rank0(JobId, String),
+    Rank0(JobId, Coord, String),
     Metric(Metric),
 }
 
@@ -93,8 +93,8 @@ impl Effects for DaemonEffects<'_> {
         self.outbox.push(Out::JobChanged(job));
     }
 
-    fn rank0_running(&mut self, job: JobId, address: &str) {
-        self.outbox.push(Out::Rank0(job, address.into()));
+    fn rank0_running(&mut self, job: JobId, node: Coord, address: &str) {
+        self.outbox.push(Out::Rank0(job, node, address.into()));
     }
 
     fn metric(&mut self, m: Metric) {

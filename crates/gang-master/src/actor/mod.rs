@@ -23,7 +23,7 @@ use crate::error::{MasterError, Result};
 use crate::metrics::Metrics;
 use crate::state::effects::{Coord, Metric};
 use crate::state::events::{
-    Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered, Registration,
+    Caller, Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
 use crate::state::{MasterState, Now, Persisted, reactor};
@@ -43,16 +43,16 @@ const TICK: Duration = Duration::from_millis(100);
 
 pub enum Cmd {
     Submit(NewJob, Reply<JobView>),
-    Cancel(JobId, u32, Reply<JobView>),
-    GetJob(JobId, Reply<JobView>),
-    ListJobs(ListFilter, Reply<Vec<JobView>>),
+    Cancel(JobId, Caller, Reply<JobView>),
+    GetJob(JobId, Caller, Reply<JobView>),
+    ListJobs(ListFilter, Caller, Reply<Vec<JobView>>),
     /// Where rank 0 of a job runs now (for stdin).
     Rank0(JobId, Reply<Rank0>),
     Register(Registration, Reply<Registered>),
     Heartbeat(Heartbeat, Reply<bool>),
     RankExit(RankExit, Reply<()>),
     ListNodes(Reply<NodesView>),
-    SetDrained(Coord, bool, Reply<NodeView>),
+    SetDrained(Coord, bool, Caller, Reply<NodeView>),
     Matrix(Reply<MatrixView>),
     TableInForce(Reply<Option<TableInForce>>),
     /// An agent acknowledged a slice table.
@@ -67,7 +67,7 @@ pub enum Cmd {
 pub struct Handle {
     tx: mpsc::Sender<Cmd>,
     events: broadcast::Sender<JobView>,
-    rank0: broadcast::Sender<(JobId, String)>,
+    rank0: broadcast::Sender<(JobId, Coord, String)>,
 }
 
 impl Handle {
@@ -86,7 +86,7 @@ impl Handle {
     }
 
     /// Rank 0 of a job started running, and where.
-    pub fn rank0_started(&self) -> broadcast::Receiver<(JobId, String)> {
+    pub fn rank0_started(&self) -> broadcast::Receiver<(JobId, Coord, String)> {
         self.rank0.subscribe()
     }
 }
@@ -265,8 +265,8 @@ impl Actor {
                 Out::JobChanged(view) => {
                     let _ = self.handle.events.send(view);
                 }
-                Out::Rank0(job, addr) => {
-                    let _ = self.handle.rank0.send((job, addr));
+                Out::Rank0(job, node, addr) => {
+                    let _ = self.handle.rank0.send((job, node, addr));
                 }
                 Out::Metric(m) => self.count(m),
             }
@@ -309,10 +309,12 @@ fn handle(
     match cmd {
         Cmd::Submit(job, tx) => defer(replies, tx, reactor::on_submit(st, fx, now, job)),
         Cmd::Cancel(job, caller, tx) => {
-            defer(replies, tx, reactor::on_cancel(st, fx, now, job, caller))
+            defer(replies, tx, reactor::on_cancel(st, fx, now, job, &caller))
         }
-        Cmd::GetJob(job, tx) => defer(replies, tx, st.view(job, now)),
-        Cmd::ListJobs(filter, tx) => defer(replies, tx, Ok(st.list(&filter, now))),
+        Cmd::GetJob(job, caller, tx) => defer(replies, tx, st.view_for(&caller, job, now)),
+        Cmd::ListJobs(filter, caller, tx) => {
+            defer(replies, tx, Ok(st.list_for(&caller, &filter, now)))
+        }
         Cmd::Rank0(job, tx) => defer(replies, tx, st.rank0(job)),
         Cmd::Register(reg, tx) => defer(replies, tx, reactor::on_register(st, fx, now, reg)),
         Cmd::Heartbeat(hb, tx) => defer(replies, tx, Ok(reactor::on_heartbeat(st, fx, now, hb))),
@@ -321,10 +323,10 @@ fn handle(
             defer(replies, tx, Ok(()));
         }
         Cmd::ListNodes(tx) => defer(replies, tx, Ok(st.nodes_view())),
-        Cmd::SetDrained(node, drained, tx) => defer(
+        Cmd::SetDrained(node, drained, caller, tx) => defer(
             replies,
             tx,
-            reactor::on_set_drained(st, fx, now, node, drained),
+            reactor::on_set_drained(st, fx, now, node, drained, &caller),
         ),
         Cmd::Matrix(tx) => defer(replies, tx, Ok(st.matrix_view(now))),
         Cmd::TableInForce(tx) => defer(replies, tx, Ok(st.table_in_force(now))),

@@ -14,7 +14,7 @@ use crate::error::MasterError;
 use crate::job::State;
 use crate::metrics::Metrics;
 use crate::state::events::ListFilter;
-use crate::state::testkit::new_job;
+use crate::state::testkit::{caller, new_job};
 use crate::state::views::JobView;
 
 async fn submit(h: &Handle) -> Result<JobView, MasterError> {
@@ -23,7 +23,7 @@ async fn submit(h: &Handle) -> Result<JobView, MasterError> {
 
 async fn jobs(h: &Handle) -> Vec<(u64, State)> {
     let all = h
-        .call(|tx| Cmd::ListJobs(ListFilter::default(), tx))
+        .call(|tx| Cmd::ListJobs(ListFilter::default(), caller(1000), tx))
         .await
         .expect("a query is answered");
     all.iter().map(|j| (j.id.0, j.state)).collect()
@@ -33,7 +33,11 @@ fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
     actor::start(
         cfg.clone(),
         Arc::new(Metrics::default()),
-        Arc::new(AgentPool::default()),
+        Arc::new(AgentPool::new(gang_auth::pki::TlsPem {
+            ca: String::new(),
+            cert: String::new(),
+            key: String::new(),
+        })),
     )
     .expect("the master starts")
 }
@@ -59,7 +63,7 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
     let (a, b, c) = tokio::join!(
         submit(&h),
         submit(&h),
-        h.call(|tx| Cmd::Cancel(JobId(1), 1000, tx))
+        h.call(|tx| Cmd::Cancel(JobId(1), caller(1000), tx))
     );
     for e in [a.map(|_| ()), b.map(|_| ()), c.map(|_| ())] {
         let status = tonic::Status::from(e.expect_err("nothing could be saved"));
@@ -79,7 +83,7 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
         .execute_batch("DROP TRIGGER full_i; DROP TRIGGER full_u;")
         .unwrap();
     assert_eq!(submit(&h).await.unwrap().id, JobId(2));
-    h.call(|tx| Cmd::Cancel(JobId(1), 1000, tx)).await.unwrap();
+    h.call(|tx| Cmd::Cancel(JobId(1), caller(1000), tx)).await.unwrap();
     task.abort();
     drop(h);
 

@@ -1,4 +1,4 @@
-//! `AdminService`: nodes, drain/resume, the slice matrix, switching figures.
+//! `AdminService`: nodes, drain/resume (admins), the slice matrix, switching figures.
 
 use std::sync::{Arc, Mutex};
 
@@ -6,11 +6,13 @@ use gang_proto::v1::{self, admin_service_server::AdminService};
 use tonic::{Request, Response, Status};
 
 use crate::actor::{Cmd, Handle, wall_ns};
+use crate::auth::Authenticator;
 use crate::service::convert;
 use crate::switch_stats::SwitchStats;
 
 pub struct Admin {
     pub handle: Handle,
+    pub auth: Arc<Authenticator>,
     /// Switch reports, fed by the registry service.
     pub stats: Arc<Mutex<SwitchStats>>,
     /// The configured quantum (reported even before a table exists).
@@ -20,12 +22,14 @@ pub struct Admin {
 impl Admin {
     async fn set_drained(
         &self,
-        req: v1::NodeRequest,
+        req: Request<v1::NodeRequest>,
         drained: bool,
     ) -> Result<v1::NodeResponse, Status> {
+        let caller = self.auth.caller(&req)?;
+        let r = req.into_inner();
         let node = self
             .handle
-            .call(|tx| Cmd::SetDrained((req.x, req.y), drained, tx))
+            .call(|tx| Cmd::SetDrained((r.x, r.y), drained, caller, tx))
             .await?;
         Ok(v1::NodeResponse {
             node: Some(convert::node_info(&node)),
@@ -37,8 +41,9 @@ impl Admin {
 impl AdminService for Admin {
     async fn list_nodes(
         &self,
-        _: Request<v1::ListNodesRequest>,
+        req: Request<v1::ListNodesRequest>,
     ) -> Result<Response<v1::ListNodesResponse>, Status> {
+        self.auth.caller(&req)?;
         let nodes = self.handle.call(Cmd::ListNodes).await?;
         Ok(Response::new(convert::nodes(&nodes)))
     }
@@ -47,32 +52,30 @@ impl AdminService for Admin {
         &self,
         req: Request<v1::NodeRequest>,
     ) -> Result<Response<v1::NodeResponse>, Status> {
-        Ok(Response::new(
-            self.set_drained(req.into_inner(), true).await?,
-        ))
+        Ok(Response::new(self.set_drained(req, true).await?))
     }
 
     async fn resume(
         &self,
         req: Request<v1::NodeRequest>,
     ) -> Result<Response<v1::NodeResponse>, Status> {
-        Ok(Response::new(
-            self.set_drained(req.into_inner(), false).await?,
-        ))
+        Ok(Response::new(self.set_drained(req, false).await?))
     }
 
     async fn get_matrix(
         &self,
-        _: Request<v1::GetMatrixRequest>,
+        req: Request<v1::GetMatrixRequest>,
     ) -> Result<Response<v1::Matrix>, Status> {
+        self.auth.caller(&req)?;
         let m = self.handle.call(Cmd::Matrix).await?;
         Ok(Response::new(convert::matrix(&m)))
     }
 
     async fn get_stats(
         &self,
-        _: Request<v1::GetStatsRequest>,
+        req: Request<v1::GetStatsRequest>,
     ) -> Result<Response<v1::Stats>, Status> {
+        self.auth.caller(&req)?;
         let table = self.handle.call(Cmd::TableInForce).await?;
         let mut st = {
             // Figures only: a panic elsewhere while holding the lock leaves them usable.

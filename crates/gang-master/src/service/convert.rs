@@ -8,9 +8,15 @@ use tonic::Status;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::state::events::{
-    ClockReport, ExitHow, Heartbeat, ListFilter, NewJob, Owner, RankExit, Registered, Registration,
+    Caller, ClockReport, ExitHow, Heartbeat, ListFilter, NewJob, RankExit, Registered,
+    Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
+
+/// A cancel that states a uid must state the caller's.
+pub fn check_stated_uid(uid: u32, caller: &Caller) -> Result<(), MasterError> {
+    stated("uid", uid != 0 && uid != caller.owner.uid, uid.to_string(), caller)
+}
 
 /// The one mapping of the master's errors to gRPC status codes.
 impl From<MasterError> for Status {
@@ -26,7 +32,14 @@ impl From<MasterError> for Status {
             MasterError::UnknownNode { .. } | MasterError::Sched(SchedError::NoSuchNode { .. }) => {
                 Status::not_found(msg)
             }
-            MasterError::NotOwner { .. } => Status::permission_denied(msg),
+            MasterError::NotOwner { .. }
+            | MasterError::AdminOnly { .. }
+            | MasterError::RootJobs
+            | MasterError::Impersonation { .. } => Status::permission_denied(msg),
+            MasterError::Unauthenticated(_) => Status::unauthenticated(msg),
+            MasterError::Forbidden(_) => Status::permission_denied(msg),
+            MasterError::TooLarge { .. } => Status::invalid_argument(msg),
+            MasterError::QueueFull { .. } => Status::resource_exhausted(msg),
             MasterError::ShuttingDown | MasterError::NotSaved(_) => Status::unavailable(msg),
             MasterError::Output { .. } => Status::internal(msg),
             MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
@@ -49,17 +62,47 @@ fn gang_mode(m: i32) -> Result<Option<GangMode>, MasterError> {
         })
 }
 
-pub fn new_job(req: v1::SubmitRequest) -> Result<NewJob, MasterError> {
+/// A request that states who it is must state the truth.
+fn stated(field: &'static str, lie: bool, stated: String, caller: &Caller) -> Result<(), MasterError> {
+    if lie {
+        return Err(MasterError::Impersonation {
+            field,
+            stated,
+            actual: format!(
+                "{} (uid {}, gid {})",
+                caller.owner.user, caller.owner.uid, caller.owner.gid
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The job a caller submits: theirs. A stated gid may pick another of the caller's groups
+/// as the job's primary group (as `sg` does).
+pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, MasterError> {
+    let me = &caller.owner;
+    stated("uid", req.uid != 0 && req.uid != me.uid, req.uid.to_string(), caller)?;
+    stated(
+        "gid",
+        req.gid != 0 && !me.groups.contains(&req.gid) && req.gid != me.gid,
+        req.gid.to_string(),
+        caller,
+    )?;
+    stated(
+        "user",
+        !req.user.is_empty() && req.user != me.user,
+        req.user.clone(),
+        caller,
+    )?;
     let spec = req
         .spec
         .ok_or_else(|| invalid("the request has no job spec".into()))?;
+    let mut owner = me.clone();
+    if req.gid != 0 {
+        owner.gid = req.gid;
+    }
     Ok(NewJob {
-        owner: Owner {
-            uid: req.uid,
-            gid: req.gid,
-            groups: vec![req.gid],
-            user: req.user,
-        },
+        owner,
         gang: gang_mode(spec.gang)?,
         name: spec.name,
         argv: spec.argv,

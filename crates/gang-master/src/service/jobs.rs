@@ -13,15 +13,18 @@ use tracing::debug;
 
 use crate::actor::{Cmd, Handle};
 use crate::agents::AgentPool;
+use crate::auth::Authenticator;
 use crate::error::MasterError;
 use crate::output::OutputHub;
 use crate::service::convert;
-use crate::state::views::{JobView, Rank0};
+use crate::state::events::Caller;
+use crate::state::views::{Coord, JobView, Rank0};
 
 pub struct Jobs {
     pub handle: Handle,
     pub output: Arc<OutputHub>,
     pub agents: Arc<AgentPool>,
+    pub auth: Arc<Authenticator>,
 }
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -32,7 +35,8 @@ impl JobService for Jobs {
         &self,
         req: Request<v1::SubmitRequest>,
     ) -> Result<Response<v1::SubmitResponse>, Status> {
-        let job = convert::new_job(req.into_inner())?;
+        let caller = self.auth.caller(&req)?;
+        let job = convert::new_job(req.into_inner(), &caller)?;
         let view = self.handle.call(|tx| Cmd::Submit(job, tx)).await?;
         Ok(Response::new(v1::SubmitResponse {
             job: Some(convert::job_info(&view)),
@@ -43,10 +47,12 @@ impl JobService for Jobs {
         &self,
         req: Request<v1::CancelRequest>,
     ) -> Result<Response<v1::CancelResponse>, Status> {
+        let caller = self.auth.caller(&req)?;
         let r = req.into_inner();
+        convert::check_stated_uid(r.uid, &caller)?;
         let view = self
             .handle
-            .call(|tx| Cmd::Cancel(JobId(r.job_id), r.uid, tx))
+            .call(|tx| Cmd::Cancel(JobId(r.job_id), caller, tx))
             .await?;
         Ok(Response::new(v1::CancelResponse {
             job: Some(convert::job_info(&view)),
@@ -57,8 +63,9 @@ impl JobService for Jobs {
         &self,
         req: Request<v1::GetJobRequest>,
     ) -> Result<Response<v1::JobInfo>, Status> {
+        let caller = self.auth.caller(&req)?;
         let id = JobId(req.into_inner().job_id);
-        let view = self.handle.call(|tx| Cmd::GetJob(id, tx)).await?;
+        let view = self.handle.call(|tx| Cmd::GetJob(id, caller, tx)).await?;
         Ok(Response::new(convert::job_info(&view)))
     }
 
@@ -66,8 +73,12 @@ impl JobService for Jobs {
         &self,
         req: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let caller = self.auth.caller(&req)?;
         let filter = convert::list_filter(req.into_inner())?;
-        let jobs = self.handle.call(|tx| Cmd::ListJobs(filter, tx)).await?;
+        let jobs = self
+            .handle
+            .call(|tx| Cmd::ListJobs(filter, caller, tx))
+            .await?;
         Ok(Response::new(v1::ListJobsResponse {
             jobs: jobs.iter().map(convert::job_info).collect(),
         }))
@@ -79,12 +90,21 @@ impl JobService for Jobs {
         &self,
         req: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let caller = self.auth.caller(&req)?;
         let only = req.into_inner().job_id;
         let events = BroadcastStream::new(self.handle.events());
+        if only != 0 {
+            // An unknown job, or another user's, is refused now rather than watched forever.
+            let id = JobId(only);
+            let c = caller.clone();
+            self.handle.call(|tx| Cmd::GetJob(id, c, tx)).await?;
+        }
         let stream = events.filter_map(move |e| match e {
-            Ok(job) if only == 0 || job.id.0 == only => Some(Ok(v1::JobEvent {
-                job: Some(convert::job_info(&job)),
-            })),
+            Ok(job) if (only == 0 || job.id.0 == only) && caller.may_act_on(job.uid) => {
+                Some(Ok(v1::JobEvent {
+                    job: Some(convert::job_info(&job)),
+                }))
+            }
             _ => None,
         });
         Ok(Response::new(Box::pin(stream)))
@@ -96,6 +116,7 @@ impl JobService for Jobs {
         &self,
         req: Request<Streaming<v1::AttachRequest>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        let caller = self.auth.caller(&req)?;
         let mut inbound = req.into_inner();
         let first = inbound.message().await?.ok_or_else(|| {
             MasterError::Invalid("the attach stream ended before naming a job".into())
@@ -105,7 +126,8 @@ impl JobService for Jobs {
         let events = self.handle.events();
         let rank0 = self.handle.rank0_started();
         let stdin_events = self.handle.events();
-        let info = self.handle.call(|tx| Cmd::GetJob(id, tx)).await?;
+        let c = caller.clone();
+        let info = self.handle.call(|tx| Cmd::GetJob(id, c, tx)).await?;
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(forward_stdin(
             self.handle.clone(),
@@ -118,7 +140,7 @@ impl JobService for Jobs {
         tokio::spawn(relay_output(
             self.handle.clone(),
             self.output.clone(),
-            id,
+            (id, caller),
             info,
             events,
             tx,
@@ -131,7 +153,7 @@ impl JobService for Jobs {
 async fn relay_output(
     handle: Handle,
     hub: Arc<OutputHub>,
-    id: JobId,
+    (id, caller): (JobId, Caller),
     info: JobView,
     mut events: broadcast::Receiver<JobView>,
     tx: mpsc::Sender<Result<v1::AttachResponse, Status>>,
@@ -206,7 +228,8 @@ async fn relay_output(
                 }
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    match handle.call(|t| Cmd::GetJob(id, t)).await {
+                    let c = caller.clone();
+                    match handle.call(|t| Cmd::GetJob(id, c, t)).await {
                         Ok(j) if j.state.is_final() => finished = Some(j),
                         Ok(_) => {}
                         Err(_) => return,
@@ -218,20 +241,21 @@ async fn relay_output(
     }
 }
 
-/// Where rank 0 runs, once it runs; `None` once the job has ended without it.
+/// Where rank 0 runs (node, agent address), once it runs; `None` once the job has ended
+/// without it.
 async fn rank0_address(
     handle: &Handle,
     id: JobId,
     (mut started, mut events): (
-        broadcast::Receiver<(JobId, String)>,
+        broadcast::Receiver<(JobId, Coord, String)>,
         broadcast::Receiver<JobView>,
     ),
-) -> Option<String> {
+) -> Option<(Coord, String)> {
     use broadcast::error::RecvError;
     loop {
         // Both receivers were subscribed before this query: nothing can slip between.
         match handle.call(|t| Cmd::Rank0(id, t)).await {
-            Ok(Rank0::Running(addr)) => return Some(addr),
+            Ok(Rank0::Running(node, addr)) => return Some((node, addr)),
             Ok(Rank0::NotYet) => {}
             Ok(Rank0::Ended) | Err(_) => return None,
         }
@@ -239,7 +263,7 @@ async fn rank0_address(
         loop {
             tokio::select! {
                 r = started.recv() => match r {
-                    Ok((j, addr)) if j == id => return Some(addr),
+                    Ok((j, node, addr)) if j == id => return Some((node, addr)),
                     Ok(_) => {}
                     Err(RecvError::Lagged(_)) => break,
                     Err(RecvError::Closed) => return None,
@@ -261,16 +285,16 @@ async fn forward_stdin(
     agents: Arc<AgentPool>,
     id: JobId,
     watch: (
-        broadcast::Receiver<(JobId, String)>,
+        broadcast::Receiver<(JobId, Coord, String)>,
         broadcast::Receiver<JobView>,
     ),
     first: v1::AttachRequest,
     mut inbound: Streaming<v1::AttachRequest>,
 ) {
-    let Some(addr) = rank0_address(&handle, id, watch).await else {
+    let Some((node, addr)) = rank0_address(&handle, id, watch).await else {
         return;
     };
-    let Ok(mut client) = agents.client(&addr) else {
+    let Ok(mut client) = agents.client(node, &addr) else {
         return;
     };
     let mut next = Some(first);

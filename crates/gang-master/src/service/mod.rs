@@ -5,3 +5,4 @@ pub mod admin;
 pub mod convert;
 pub mod jobs;
 pub mod registry;
+pub mod tokens;

@@ -6,6 +6,7 @@ use gang_proto::v1::{self, agent_registry_server::AgentRegistry};
 use tonic::{Request, Response, Status};
 
 use crate::actor::{Cmd, Handle, wall_ns};
+use crate::auth::{agent_node, any_node};
 use crate::error::MasterError;
 use crate::metrics::Metrics;
 use crate::output::OutputHub;
@@ -25,6 +26,8 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
+        let r = req.get_ref();
+        agent_node(&req, (r.x, r.y))?;
         let reg = convert::registration(req.into_inner());
         let done = self.handle.call(|tx| Cmd::Register(reg, tx)).await?;
         Ok(Response::new(convert::registered(done)))
@@ -34,6 +37,8 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let r = req.get_ref();
+        agent_node(&req, (r.x, r.y))?;
         let hb = convert::heartbeat(req.into_inner());
         let known = self.handle.call(|tx| Cmd::Heartbeat(hb, tx)).await?;
         Ok(Response::new(v1::HeartbeatResponse { known }))
@@ -43,6 +48,8 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::RankExit>,
     ) -> Result<Response<v1::RankExitAck>, Status> {
+        let r = req.get_ref();
+        agent_node(&req, (r.x, r.y))?;
         let exit = convert::rank_exit(req.into_inner());
         self.handle.call(|tx| Cmd::RankExit(exit, tx)).await?;
         Ok(Response::new(v1::RankExitAck {}))
@@ -52,6 +59,7 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::OutputBatch>,
     ) -> Result<Response<v1::OutputAck>, Status> {
+        any_node(&req)?;
         let b = req.into_inner();
         // Straight to the log: output never queues behind scheduling work.
         self.output
@@ -67,6 +75,8 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::SwitchReport>,
     ) -> Result<Response<v1::SwitchReportAck>, Status> {
+        let r = req.get_ref();
+        agent_node(&req, (r.x, r.y))?;
         let r = req.into_inner();
         // Figures only: they never wait behind scheduling work.
         let samples = self
@@ -97,6 +107,7 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::ClockProbeRequest>,
     ) -> Result<Response<v1::ClockProbeResponse>, Status> {
+        any_node(&req)?;
         // Answered here, not by the state task: queueing would widen the round trip and
         // with it the error bound.
         let t2_ns = wall_ns();

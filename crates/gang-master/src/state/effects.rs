@@ -68,7 +68,7 @@ pub trait Effects {
 
     /// A job changed: announced to watchers and attached clients.
     fn job_changed(&mut self, job: JobView);
-    /// Rank 0 of a job runs on the agent at `address` (where its stdin goes).
-    fn rank0_running(&mut self, job: JobId, address: &str);
+    /// Rank 0 of a job runs on `node`, whose agent is at `address` (where stdin goes).
+    fn rank0_running(&mut self, job: JobId, node: Coord, address: &str);
     fn metric(&mut self, m: Metric);
 }

@@ -18,6 +18,21 @@ pub struct Owner {
     pub user: String,
 }
 
+/// Who asks, as the connection identified them (never as a request states it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub owner: Owner,
+    /// Root, a user named in `admins`, or a member of an `admin_groups` group.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// Whether this caller may see and act on a job of `uid`.
+    pub fn may_act_on(&self, uid: u32) -> bool {
+        self.admin || self.owner.uid == uid
+    }
+}
+
 /// A job as submitted, before validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewJob {

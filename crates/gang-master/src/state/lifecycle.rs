@@ -11,14 +11,52 @@ use tracing::warn;
 use crate::error::{MasterError, Result};
 use crate::job::{Job, JobRecord, Rank, State, signal_code};
 use crate::state::effects::{Effects, LaunchOrder, Metric};
-use crate::state::events::{ExitHow, LaunchFailure, NewJob, RankExit};
+use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
 
 impl MasterState {
     fn validate(&self, new: &NewJob) -> Result<Shape> {
+        let limits = &self.cfg.limits;
+        if new.owner.uid == 0 && !self.cfg.auth.allow_root_jobs {
+            return Err(MasterError::RootJobs);
+        }
         if new.argv.first().is_none_or(|a| a.is_empty()) {
             return Err(MasterError::Invalid("the command is empty".into()));
+        }
+        // As exec counts them: each string and its NUL.
+        let argv_bytes: usize = new.argv.iter().map(|a| a.len() + 1).sum();
+        if argv_bytes > limits.max_argv_bytes {
+            return Err(MasterError::TooLarge {
+                what: "the command line",
+                size: argv_bytes,
+                limit: limits.max_argv_bytes,
+                key: "max_argv_bytes",
+            });
+        }
+        let env_bytes: usize = new.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        if env_bytes > limits.max_env_bytes {
+            return Err(MasterError::TooLarge {
+                what: "the environment",
+                size: env_bytes,
+                limit: limits.max_env_bytes,
+                key: "max_env_bytes",
+            });
+        }
+        if let Some((k, _)) = new
+            .env
+            .iter()
+            .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+        {
+            return Err(MasterError::Invalid(format!(
+                "environment variable {k:?}: a name must be non-empty, and names and values \
+                 may not contain '=' (names) or NUL"
+            )));
+        }
+        if let Some(a) = new.argv.iter().find(|a| a.contains('\0')) {
+            return Err(MasterError::Invalid(format!(
+                "argument {a:?} contains a NUL byte"
+            )));
         }
         if !new.cwd.starts_with('/') {
             return Err(MasterError::Invalid(format!(
@@ -27,7 +65,27 @@ impl MasterState {
             )));
         }
         let shape = new.shape.parse::<Request>()?.resolve(self.cfg.mesh)?;
+        let max_nodes = limits.max_job_nodes;
+        if max_nodes > 0 && shape.area() > u64::from(max_nodes) {
+            return Err(MasterError::Invalid(format!(
+                "job asks {shape} ({} nodes); the limit is {max_nodes} nodes per job \
+                 (max_job_nodes)",
+                shape.area()
+            )));
+        }
         self.sched.validate(JobId(self.next_id), shape)?;
+        let queued = self
+            .sched
+            .queue()
+            .filter(|q| self.jobs.get(q.id).is_some_and(|j| j.record.uid == new.owner.uid))
+            .count();
+        if queued >= limits.max_queued_per_user {
+            return Err(MasterError::QueueFull {
+                user: new.owner.user.clone(),
+                queued,
+                limit: limits.max_queued_per_user,
+            });
+        }
         Ok(shape)
     }
 
@@ -87,23 +145,18 @@ impl MasterState {
         self.view(id, now)
     }
 
-    /// `caller`: the uid asking (0: root or the master itself, e.g. for a time limit).
+    /// `by`: who asks (`None`: the master itself, e.g. for a time limit).
     pub(super) fn cancel(
         &mut self,
         fx: &mut impl Effects,
         now: Now,
         id: JobId,
-        caller: u32,
+        by: Option<&Caller>,
         reason: String,
     ) -> Result<JobView> {
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
-        if caller != 0 && caller != job.record.uid {
-            return Err(MasterError::NotOwner {
-                job: id,
-                owner: job.record.uid,
-                caller,
-                action: "cancel",
-            });
+        if let Some(caller) = by {
+            self.check_access(caller, job, "cancel")?;
         }
         match job.record.state {
             State::Queued => {
@@ -194,12 +247,12 @@ impl MasterState {
         }
         *slot = Rank::Running;
         if rank == 0
-            && let Some(addr) = job
-                .node_of(0)
-                .and_then(|n| self.node_index(n))
+            && let Some(node) = job.node_of(0)
+            && let Some(addr) = self
+                .node_index(node)
                 .and_then(|i| self.nodes[i].address.as_deref())
         {
-            fx.rank0_running(id, addr);
+            fx.rank0_running(id, node, addr);
         }
     }
 

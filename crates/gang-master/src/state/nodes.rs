@@ -7,7 +7,7 @@ use tracing::{info, warn};
 use crate::error::{MasterError, Result};
 use crate::job::Rank;
 use crate::state::effects::{Coord, Effects};
-use crate::state::events::{ClockReport, Heartbeat, Registered, Registration};
+use crate::state::events::{Caller, ClockReport, Heartbeat, Registered, Registration};
 use crate::state::views::NodeView;
 use crate::state::{MasterState, Now};
 
@@ -196,7 +196,14 @@ impl MasterState {
         now: Now,
         node: Coord,
         drained: bool,
+        by: &Caller,
     ) -> Result<NodeView> {
+        if !by.admin {
+            return Err(MasterError::AdminOnly {
+                caller: by.owner.user.clone(),
+                action: if drained { "drain nodes" } else { "resume nodes" },
+            });
+        }
         let i = self
             .node_index(node)
             .ok_or_else(|| self.unknown_node(node))?;

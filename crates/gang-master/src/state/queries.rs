@@ -4,7 +4,7 @@ use gang_core::{JobId, Role};
 
 use crate::error::{MasterError, Result};
 use crate::job::{Job, Rank};
-use crate::state::events::ListFilter;
+use crate::state::events::{Caller, ListFilter};
 use crate::state::views::{
     JobView, MatrixView, NodeState, NodeView, NodesView, PlacementView, Rank0, SliceView,
     TableInForce,
@@ -62,13 +62,28 @@ impl MasterState {
         }
     }
 
-    pub fn view(&self, id: JobId, now: Now) -> Result<JobView> {
+    /// Whether `caller` may `action` (see, cancel, attach to...) `job`.
+    pub(super) fn check_access(&self, caller: &Caller, job: &Job, action: &'static str) -> Result<()> {
+        if caller.may_act_on(job.record.uid) {
+            return Ok(());
+        }
+        Err(MasterError::NotOwner {
+            job: job.id(),
+            owner: job.record.user.clone(),
+            caller: caller.owner.user.clone(),
+            action,
+        })
+    }
+
+    /// A job, for a caller who may see it.
+    pub fn view_for(&self, caller: &Caller, id: JobId, now: Now) -> Result<JobView> {
         let j = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        self.check_access(caller, j, "see")?;
         Ok(self.job_view(j, now))
     }
 
-    /// Newest first.
-    pub fn list(&self, filter: &ListFilter, now: Now) -> Vec<JobView> {
+    /// The jobs a caller may see (their own; an admin's: all), newest first.
+    pub fn list_for(&self, caller: &Caller, filter: &ListFilter, now: Now) -> Vec<JobView> {
         let limit = if filter.limit == 0 {
             DEFAULT_LIST_LIMIT
         } else {
@@ -77,10 +92,16 @@ impl MasterState {
         self.jobs
             .values()
             .rev()
+            .filter(|j| caller.may_act_on(j.record.uid))
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
             .take(limit)
             .map(|j| self.job_view(j, now))
             .collect()
+    }
+
+    pub fn view(&self, id: JobId, now: Now) -> Result<JobView> {
+        let j = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        Ok(self.job_view(j, now))
     }
 
     /// Where rank 0 of a job runs, for its stdin.
@@ -92,11 +113,13 @@ impl MasterState {
         if job.ranks.first() != Some(&Rank::Running) {
             return Ok(Rank0::NotYet);
         }
-        let addr = job
-            .node_of(0)
-            .and_then(|n| self.node_index(n))
+        let Some(node) = job.node_of(0) else {
+            return Ok(Rank0::NotYet);
+        };
+        let addr = self
+            .node_index(node)
             .and_then(|i| self.nodes[i].address.clone());
-        Ok(addr.map_or(Rank0::NotYet, Rank0::Running))
+        Ok(addr.map_or(Rank0::NotYet, |a| Rank0::Running(node, a)))
     }
 
     pub(super) fn node_view(&self, i: usize) -> NodeView {

@@ -19,7 +19,9 @@ use gang_core::JobId;
 use crate::error::Result;
 use crate::job::JobRecord;
 use crate::state::effects::{Coord, Effects};
-use crate::state::events::{Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration};
+use crate::state::events::{
+    Caller, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
+};
 use crate::state::recovery::Recovered;
 use crate::state::views::{JobView, NodeView};
 use crate::state::{MasterState, Now};
@@ -44,25 +46,28 @@ pub fn on_submit(
     st.submit(fx, now, job)
 }
 
-/// `caller`: the uid asking; 0 may cancel any job.
+/// The job's owner or an admin may cancel it.
 pub fn on_cancel(
     st: &mut MasterState,
     fx: &mut impl Effects,
     now: Now,
     job: JobId,
-    caller: u32,
+    caller: &Caller,
 ) -> Result<JobView> {
-    st.cancel(fx, now, job, caller, "cancelled by user".into())
+    let why = format!("cancelled by {}", caller.owner.user);
+    st.cancel(fx, now, job, Some(caller), why)
 }
 
+/// Admins only.
 pub fn on_set_drained(
     st: &mut MasterState,
     fx: &mut impl Effects,
     now: Now,
     node: Coord,
     drained: bool,
+    caller: &Caller,
 ) -> Result<NodeView> {
-    st.set_drained(fx, now, node, drained)
+    st.set_drained(fx, now, node, drained, caller)
 }
 
 pub fn on_register(

@@ -68,8 +68,7 @@ impl MasterState {
         }
         for (id, limit) in limited {
             let why = format!("time limit of {limit} s reached");
-            // The master itself cancels: it may (uid 0), and the job is known.
-            let _ = self.cancel(fx, now, id, 0, why);
+            let _ = self.cancel(fx, now, id, None, why);
         }
     }
 

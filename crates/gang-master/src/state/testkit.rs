@@ -9,7 +9,7 @@ use gang_core::{GangMode, JobId, Shape, SlotGrid};
 use crate::config::MasterConfig;
 use crate::job::{JobRecord, State};
 use crate::state::effects::{Coord, Effects, LaunchOrder, Metric, NodeTable};
-use crate::state::events::{ClockReport, Heartbeat, NewJob, Owner, Registration};
+use crate::state::events::{Caller, ClockReport, Heartbeat, NewJob, Owner, Registration};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now, Persisted, reactor};
 
@@ -101,7 +101,8 @@ impl Effects for Recorder {
     fn job_changed(&mut self, job: JobView) {
         self.events.push(job);
     }
-    fn rank0_running(&mut self, job: JobId, address: &str) {
+    fn rank0_running(&mut self, job: JobId, node: Coord, address: &str) {
+        assert_eq!(address, addr(node), "rank 0's own node");
         self.rank0.push((job, address.to_string()));
     }
     fn metric(&mut self, m: Metric) {
@@ -156,6 +157,19 @@ pub fn record(id: u64) -> JobRecord {
         gang: GangMode::Stop,
         run_ns: 0,
         live: None,
+    }
+}
+
+/// A caller: uid 0 is an admin (root), uid 999 an admin by configuration, others users.
+pub fn caller(uid: u32) -> Caller {
+    Caller {
+        owner: Owner {
+            uid,
+            gid: uid,
+            groups: vec![uid],
+            user: format!("u{uid}"),
+        },
+        admin: uid == 0 || uid == 999,
     }
 }
 

@@ -11,7 +11,7 @@ use crate::job::State;
 use crate::state::effects::Coord;
 use crate::state::events::{ExitHow, LaunchFailure, RankExit};
 use crate::state::reactor;
-use crate::state::testkit::{World, new_job};
+use crate::state::testkit::{World, caller, new_job};
 use crate::state::views::NodeState;
 
 /// One step of a case; job ids are given in submission order from 1.
@@ -19,6 +19,16 @@ use crate::state::views::NodeState;
 pub enum S {
     /// Submit a job of this shape (as uid 1000).
     Submit(&'static str),
+    /// Submit as this uid.
+    SubmitAs(&'static str, u32),
+    /// Submitting as this uid is refused with this text.
+    RefusedAs(&'static str, u32, &'static str),
+    /// This uid lists exactly these jobs (newest first).
+    Sees(u32, &'static [u64]),
+    /// This uid may not see the job: the error says so.
+    Hidden(u64, u32, &'static str),
+    /// Drain a node as this uid; refused if `false`.
+    DrainAs(Coord, u32, bool),
     /// Submit with a time limit in seconds.
     SubmitLimited(&'static str, u64),
     /// Submitting this shape is refused with this text.
@@ -74,6 +84,43 @@ pub fn run(mut w: World, steps: &[S]) -> World {
         match s.clone() {
             S::Submit(shape) => submit(&mut w, shape, 0),
             S::SubmitLimited(shape, limit) => submit(&mut w, shape, limit),
+            S::SubmitAs(shape, uid) => {
+                let job = new_job(shape, uid, 0);
+                w.step(|st, fx, now| reactor::on_submit(st, fx, now, job))
+                    .unwrap_or_else(|e| panic!("{}: {e}", at()));
+            }
+            S::RefusedAs(shape, uid, text) => {
+                let job = new_job(shape, uid, 0);
+                let e = w
+                    .step(|st, fx, now| reactor::on_submit(st, fx, now, job))
+                    .expect_err(&at());
+                assert!(e.to_string().contains(text), "{}: {e}", at());
+            }
+            S::Sees(uid, ids) => {
+                let seen: Vec<u64> = w
+                    .st
+                    .list_for(&caller(uid), &Default::default(), w.now)
+                    .iter()
+                    .map(|j| j.id.0)
+                    .collect();
+                assert_eq!(seen, ids, "{}", at());
+            }
+            S::Hidden(job, uid, text) => {
+                let e = w
+                    .st
+                    .view_for(&caller(uid), JobId(job), w.now)
+                    .expect_err(&at());
+                assert_eq!(e.to_string(), text, "{}", at());
+            }
+            S::DrainAs(node, uid, allowed) => {
+                let by = caller(uid);
+                let r = w.step(|st, fx, now| reactor::on_set_drained(st, fx, now, node, true, &by));
+                match (r, allowed) {
+                    (Ok(_), true) => {}
+                    (Err(MasterError::AdminOnly { .. }), false) => {}
+                    (r, _) => panic!("{}: {r:?}", at()),
+                }
+            }
             S::Refused(shape, text) => {
                 let r =
                     w.step(|st, fx, now| reactor::on_submit(st, fx, now, new_job(shape, 1000, 0)));
@@ -106,7 +153,8 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::ExitAll(job, code) => exit_all(&mut w, job, ExitHow::Code(code)),
             S::KilledAll(job, sig) => exit_all(&mut w, job, ExitHow::Signal(sig)),
             S::Cancel(job, uid, allowed) => {
-                let r = w.step(|st, fx, now| reactor::on_cancel(st, fx, now, JobId(job), uid));
+                let by = caller(uid);
+                let r = w.step(|st, fx, now| reactor::on_cancel(st, fx, now, JobId(job), &by));
                 match (r, allowed) {
                     (Ok(_), true) => {}
                     (Err(MasterError::NotOwner { .. }), false) => {}
@@ -122,7 +170,8 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             }
             S::RegisterAll => w.register_all(),
             S::Drain(node, drained) => {
-                w.step(|st, fx, now| reactor::on_set_drained(st, fx, now, node, drained))
+                let admin = caller(0);
+                w.step(|st, fx, now| reactor::on_set_drained(st, fx, now, node, drained, &admin))
                     .expect("drained");
             }
             S::Restart => w = w.restart(),

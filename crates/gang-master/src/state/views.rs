@@ -107,8 +107,8 @@ pub struct MatrixView {
 /// Where rank 0 of a job stands, for stdin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rank0 {
-    /// It runs on the agent at this address.
-    Running(String),
+    /// It runs on this node, whose agent is at this address.
+    Running(Coord, String),
     /// Not yet: wait for `rank0_running` or the job's end.
     NotYet,
     /// The job has ended.

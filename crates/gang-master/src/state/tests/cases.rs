@@ -115,7 +115,7 @@ fn cancelling_a_queued_job_frees_its_place_in_the_queue() {
             Cancel(2, 1001, false),
             Cancel(2, 1000, true),
             State(2, Cancelled),
-            Reason(2, "cancelled by user"),
+            Reason(2, "cancelled by u1000"),
             Queue(&[3]),
             Start(1),
             ExitAll(1, 0),
@@ -144,7 +144,7 @@ fn cancelling_a_running_job_signals_every_rank_with_grace() {
             KilledAll(1, 15),
             State(1, Cancelled),
             Code(1, Some(143)),
-            Reason(1, "cancelled by user"),
+            Reason(1, "cancelled by u1000"),
         ],
     );
 }
@@ -366,4 +366,104 @@ fn bad_submissions_are_refused_and_change_nothing() {
         ],
     );
     assert_eq!(w.view(1).shape, "1x1", "refusals used no job id");
+}
+
+#[test]
+fn users_see_and_cancel_only_their_own_jobs_admins_all() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            SubmitAs("2x2", 1000),
+            SubmitAs("2x2", 1001),
+            Sees(1000, &[1]),
+            Sees(1001, &[2]),
+            Sees(999, &[2, 1]),
+            Sees(0, &[2, 1]),
+            Hidden(1, 1001, "job 1 belongs to u1000: u1001 may not see it"),
+            Cancel(1, 1001, false),
+            Start(1),
+            Start(2),
+            // An admin by configuration may cancel anyone's job.
+            Cancel(2, 999, true),
+            Signalled(2, 4, GRACE_MS),
+            KilledAll(2, 15),
+            Reason(2, "cancelled by u999"),
+            ExitAll(1, 0),
+        ],
+    );
+}
+
+#[test]
+fn only_admins_drain_and_nobody_runs_jobs_as_root_unless_allowed() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            DrainAs((0, 0), 1000, false),
+            DrainAs((0, 0), 999, true),
+            DrainAs((0, 0), 0, true),
+            RefusedAs("1x1", 0, "jobs may not run as root"),
+        ],
+    );
+    let mut cfg = config(4, 4, 1);
+    cfg.auth.allow_root_jobs = true;
+    run(
+        World::new(cfg),
+        &[RegisterAll, SubmitAs("1x1", 0), Start(1), ExitAll(1, 0)],
+    );
+}
+
+#[test]
+fn requests_over_the_limits_are_refused_with_the_key_to_raise() {
+    let mut cfg = config(4, 4, 1);
+    cfg.limits.max_queued_per_user = 2;
+    cfg.limits.max_job_nodes = 8;
+    cfg.limits.max_argv_bytes = 64;
+    cfg.limits.max_env_bytes = 64;
+    let w = run(
+        World::new(cfg),
+        &[
+            RegisterAll,
+            Submit("2x4"),
+            Submit("2x4"),
+            Start(1),
+            Start(2),
+            Submit("2x4"),
+            Submit("2x4"),
+            RefusedAs(
+                "2x4",
+                1000,
+                "u1000 already has 2 jobs queued; the limit is 2 (max_queued_per_user)",
+            ),
+            // Another user's queue is their own.
+            SubmitAs("2x4", 1001),
+            RefusedAs(
+                "4x4",
+                1001,
+                "job asks 4x4 (16 nodes); the limit is 8 nodes per job (max_job_nodes)",
+            ),
+        ],
+    );
+    let mut big = crate::state::testkit::new_job("1x1", 1000, 0);
+    big.argv = vec!["x".repeat(100)];
+    let mut w = w;
+    let e = w
+        .step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, big.clone()))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the command line is 101 bytes; the limit is 64 (max_argv_bytes in the master's config)"
+    );
+    big.argv = vec!["true".into()];
+    big.env = [("K".to_string(), "v".repeat(80))].into();
+    let e = w
+        .step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, big.clone()))
+        .unwrap_err();
+    assert!(e.to_string().contains("max_env_bytes"), "{e}");
+    big.env = [("A=B".to_string(), "v".to_string())].into();
+    let e = w
+        .step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, big.clone()))
+        .unwrap_err();
+    assert!(e.to_string().contains("may not contain '='"), "{e}");
 }

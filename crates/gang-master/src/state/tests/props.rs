@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use crate::state::events::{ExitHow, LaunchFailure, RankExit};
 use crate::state::reactor;
-use crate::state::testkit::{World, config, new_job};
+use crate::state::testkit::{World, caller, config, new_job};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -89,12 +89,13 @@ fn apply(mut w: World, op: Op) -> World {
         }
         Op::Cancel(i, uid) => {
             let ids: Vec<JobId> =
-                w.st.list(&Default::default(), w.now)
+                w.st.list_for(&caller(0), &Default::default(), w.now)
                     .iter()
                     .map(|j| j.id)
                     .collect();
             if let Some(&job) = ids.get(i % ids.len().max(1)) {
-                let _ = w.step(|st, fx, now| reactor::on_cancel(st, fx, now, job, uid));
+                let by = caller(uid);
+                let _ = w.step(|st, fx, now| reactor::on_cancel(st, fx, now, job, &by));
             }
         }
         Op::Wait(ms) => w.tick_after_ms(ms),
@@ -112,7 +113,8 @@ fn apply(mut w: World, op: Op) -> World {
         }
         Op::Drain(i, d) => {
             let node = nodes[i % nodes.len()];
-            w.step(|st, fx, now| reactor::on_set_drained(st, fx, now, node, d))
+            let admin = caller(0);
+            w.step(|st, fx, now| reactor::on_set_drained(st, fx, now, node, d, &admin))
                 .expect("a node of the mesh");
         }
         Op::Obey => {
