@@ -9,6 +9,7 @@ use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_master::config::{
     DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, FileConfig, MasterConfig, parse_mesh,
 };
+use gang_master::notify;
 use tracing::error;
 
 /// The master: accepts jobs, places them on the mesh, launches them on the node agents.
@@ -158,13 +159,27 @@ async fn main() {
         }
     };
     init_logs(&log);
+    let mesh = cfg.mesh;
+    notify::status(&format!(
+        "opening {} and recovering jobs",
+        cfg.state.display()
+    ));
     let master = match gang_master::server::start(cfg).await {
         Ok(m) => m,
         Err(e) => {
+            notify::status(&format!("cannot start: {e:#}"));
             eprintln!("gang-master: {e:#}");
             std::process::exit(1);
         }
     };
+    // Only now: both ports are bound and every saved job is recovered, so a unit ordered
+    // after this one (or a client told the master is up) finds it answering.
+    let serving = format!(
+        "serving gRPC on {}, metrics on {}, mesh {mesh}",
+        master.grpc_addr, master.metrics_addr
+    );
+    notify::ready(&serving);
+    let _watchdog = notify::spawn_watchdog(master.handle.clone(), serving);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     let stop = async move {
@@ -172,12 +187,14 @@ async fn main() {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
+        notify::stopping();
     };
     if let Err(e) = master
         .serve_until(stop, std::time::Duration::from_secs(2))
         .await
     {
         // Exit non-zero so that systemd restarts us: recovery rebuilds what was saved.
+        notify::status(&format!("failed: {e:#}"));
         error!("{e:#}");
         eprintln!("gang-master: {e:#}");
         std::process::exit(1);

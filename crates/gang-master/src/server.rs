@@ -24,6 +24,8 @@ use crate::switch_stats::SwitchStats;
 pub struct RunningMaster {
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The state task, for callers that must know it still answers (the systemd watchdog).
+    pub handle: actor::Handle,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     state: JoinHandle<()>,
@@ -114,7 +116,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
             quantum_ns,
         }))
         .add_service(AgentRegistryServer::new(Registry {
-            handle,
+            handle: handle.clone(),
             output,
             stats,
             metrics: metrics.clone(),
@@ -134,6 +136,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     Ok(RunningMaster {
         grpc_addr,
         metrics_addr,
+        handle,
         stop: Some(stop),
         server,
         state,
@@ -153,11 +156,15 @@ mod tests {
 
     #[tokio::test]
     async fn the_master_fails_when_its_state_task_dies() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
+        let (handle, _) = actor::start(cfg, Arc::default(), Arc::default()).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let server = tokio::spawn(std::future::pending());
         let master = RunningMaster {
             grpc_addr: "127.0.0.1:1".parse().unwrap(),
             metrics_addr: "127.0.0.1:2".parse().unwrap(),
+            handle,
             stop: None,
             server,
             state,
