@@ -26,6 +26,7 @@ pub mod config;
 pub mod error;
 pub mod launch;
 pub mod node;
+pub mod notify;
 pub mod output;
 pub mod ranks;
 pub mod registry_client;

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gang_agent::{AgentConfig, Flags, LogFormat};
+use gang_agent::{AgentConfig, Flags, LogFormat, notify};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
@@ -60,16 +60,27 @@ async fn run(cfg: AgentConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let (coord, master) = (cfg.coord, cfg.master.clone());
     let agent = match gang_agent::start(cfg).await {
         Ok(agent) => agent,
         Err(e) => {
+            notify::status(&format!("cannot start: {e:#}"));
             error!("{e:#}");
             return ExitCode::FAILURE;
         }
     };
+    let serving = format!("node {coord}: NodeAgent on {}, master {master}", agent.addr);
+    notify::ready(&serving);
+    let watchdog = notify::spawn_watchdog(agent.node.ranks.clone(), serving);
     tokio::select! {
         _ = term.recv() => info!("SIGTERM: shutting down"),
         _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+    notify::stopping(agent.node.ranks.len());
+    // systemd stops watching when the unit leaves the running state (STOPPING=1 or its
+    // own stop), and TimeoutStopSec= bounds the rest; pinging on would only be noise.
+    if let Some(w) = watchdog {
+        w.abort();
     }
     agent.shutdown().await;
     ExitCode::SUCCESS

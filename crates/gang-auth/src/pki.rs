@@ -29,10 +29,10 @@ use crate::names::PeerName;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("certificate: {0}")]
     Cert(#[from] rcgen::Error),
@@ -72,16 +72,16 @@ impl TlsFiles {
 }
 
 fn read(p: &Path) -> Result<String> {
-    fs::read_to_string(p).map_err(|source| PkiError::Io {
+    fs::read_to_string(p).map_err(|error| PkiError::Io {
         path: p.to_path_buf(),
-        source,
+        error,
     })
 }
 
 fn write(p: &Path, text: &str, mode: u32) -> Result<()> {
-    let io = |source| PkiError::Io {
+    let io = |error| PkiError::Io {
         path: p.to_path_buf(),
-        source,
+        error,
     };
     if let Some(dir) = p.parent() {
         fs::DirBuilder::new()

@@ -100,7 +100,11 @@ pub fn default_token_file() -> Option<PathBuf> {
 /// path and the saved token are used when they exist.
 pub fn credentials() -> Result<Credentials, CliError> {
     let cfg = active()?;
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     let ca_path = env("GANG_CA").or(cfg.ca).or_else(|| {
         let p = PathBuf::from("/etc/gang/tls/ca.pem");
         p.exists().then_some(p)

@@ -20,14 +20,18 @@ pub enum MasterError {
         caller: String,
         action: &'static str,
     },
-    #[error("{caller} may not {action}: admins only (`admins` and `admin_groups` in the master's config)")]
+    #[error(
+        "{caller} may not {action}: admins only (`admins` and `admin_groups` in the master's config)"
+    )]
     AdminOnly {
         caller: String,
         action: &'static str,
     },
     #[error("jobs may not run as root on this cluster (allow_root_jobs is off)")]
     RootJobs,
-    #[error("the request says {field} {stated} but the caller is {actual}; identity comes from the connection")]
+    #[error(
+        "the request says {field} {stated} but the caller is {actual}; identity comes from the connection"
+    )]
     Impersonation {
         field: &'static str,
         stated: String,

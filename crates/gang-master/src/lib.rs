@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod job;
 pub mod metrics;
+pub mod notify;
 pub mod output;
 pub mod server;
 pub mod service;

@@ -4,13 +4,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use gang_auth::pki::TlsFiles;
 use gang_core::GangMode;
 use gang_core::{AllocatorKind, Backfill, Shape};
-use gang_auth::pki::TlsFiles;
 use gang_master::config::{
     AuthPolicy, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
     DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits, MasterConfig, parse_mesh,
 };
+use gang_master::notify;
 use tracing::error;
 
 /// The master: accepts jobs, places them on the mesh, launches them on the node agents.
@@ -77,6 +78,9 @@ struct Args {
     /// Its key [default: /etc/gang/tls/master-key.pem].
     #[arg(long)]
     tls_key: Option<PathBuf>,
+    /// The key tokens are signed with [default: beside the database].
+    #[arg(long)]
+    token_key: Option<PathBuf>,
     /// Let jobs run as root (uid 0); off by default.
     #[arg(long)]
     allow_root_jobs: bool,
@@ -152,16 +156,19 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         admins,
         admin_gids,
         allow_root_jobs: a.allow_root_jobs || f.allow_root_jobs.unwrap_or(false),
-        token_ttl_s: f.token_ttl_s.unwrap_or(DEFAULT_TOKEN_TTL_S).min(token_max_ttl_s),
+        token_ttl_s: f
+            .token_ttl_s
+            .unwrap_or(DEFAULT_TOKEN_TTL_S)
+            .min(token_max_ttl_s),
         token_max_ttl_s,
     };
     let state = a
         .state
         .or(f.state.clone())
         .unwrap_or_else(|| PathBuf::from("gang-master.db"));
-    let token_key = f
+    let token_key = a
         .token_key
-        .clone()
+        .or(f.token_key.clone())
         .unwrap_or_else(|| state.with_extension("token-key"));
     let cfg = MasterConfig {
         listen: a
@@ -230,13 +237,27 @@ async fn main() {
         }
     };
     init_logs(&log);
+    let mesh = cfg.mesh;
+    notify::status(&format!(
+        "opening {} and recovering jobs",
+        cfg.state.display()
+    ));
     let master = match gang_master::server::start(cfg).await {
         Ok(m) => m,
         Err(e) => {
+            notify::status(&format!("cannot start: {e:#}"));
             eprintln!("gang-master: {e:#}");
             std::process::exit(1);
         }
     };
+    // Only now: both ports are bound and every saved job is recovered, so a unit ordered
+    // after this one (or a client told the master is up) finds it answering.
+    let serving = format!(
+        "serving gRPC on {}, metrics on {}, mesh {mesh}",
+        master.grpc_addr, master.metrics_addr
+    );
+    notify::ready(&serving);
+    let _watchdog = notify::spawn_watchdog(master.handle.clone(), serving);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     let stop = async move {
@@ -244,12 +265,14 @@ async fn main() {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
+        notify::stopping();
     };
     if let Err(e) = master
         .serve_until(stop, std::time::Duration::from_secs(2))
         .await
     {
         // Exit non-zero so that systemd restarts us: recovery rebuilds what was saved.
+        notify::status(&format!("failed: {e:#}"));
         error!("{e:#}");
         eprintln!("gang-master: {e:#}");
         std::process::exit(1);

@@ -30,7 +30,6 @@ pub struct OutputHub {
     max_bytes: u64,
 }
 
-
 const HEADER: usize = 9;
 /// Above this many open logs, idle ones are closed (each holds a file descriptor).
 const MAX_OPEN_LOGS: usize = 256;
@@ -131,7 +130,12 @@ impl OutputHub {
             let left = room(l.len + buf.len() as u64 + HEADER as u64) as usize;
             if data.len() > left {
                 record(&mut buf, c.rank, c.stream, &data[..left]);
-                record(&mut buf, c.rank, v1::Stream::Stderr as i32, notice.as_bytes());
+                record(
+                    &mut buf,
+                    c.rank,
+                    v1::Stream::Stderr as i32,
+                    notice.as_bytes(),
+                );
                 full = true;
                 continue;
             }
@@ -200,7 +204,6 @@ fn record(buf: &mut Vec<u8>, rank: u32, stream: i32, data: &[u8]) {
 fn truncation_notice(job: u64, max: u64) -> String {
     format!("\n[gang: output of job {job} truncated: it reached {max} bytes (max_output_bytes)]\n")
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -308,7 +311,8 @@ mod tests {
         let hub = OutputHub::new(dir.path().to_path_buf(), 200).unwrap();
         let line = "x".repeat(40);
         for _ in 0..10 {
-            hub.append(5, &[chunk(1, v1::Stream::Stdout, &line)]).unwrap();
+            hub.append(5, &[chunk(1, v1::Stream::Stdout, &line)])
+                .unwrap();
         }
         let len = *hub.follow(5).unwrap().borrow();
         assert!(len <= 200, "the log stays under the cap: {len}");
@@ -321,7 +325,8 @@ mod tests {
         // Reopened (a master restart), it is still full: nothing more, no second notice.
         drop(hub);
         let hub = OutputHub::new(dir.path().to_path_buf(), 200).unwrap();
-        hub.append(5, &[chunk(1, v1::Stream::Stdout, "more")]).unwrap();
+        hub.append(5, &[chunk(1, v1::Stream::Stdout, "more")])
+            .unwrap();
         assert_eq!(*hub.follow(5).unwrap().borrow(), len);
     }
 }

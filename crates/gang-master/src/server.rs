@@ -44,6 +44,8 @@ pub struct RunningMaster {
     /// Local clients.
     pub socket: PathBuf,
     pub metrics_addr: SocketAddr,
+    /// The state task, for callers that must know it still answers (the systemd watchdog).
+    pub handle: actor::Handle,
     stop: watch::Sender<bool>,
     servers: JoinHandle<anyhow::Result<()>>,
     state: JoinHandle<()>,
@@ -87,7 +89,8 @@ impl RunningMaster {
 /// Bind the Unix socket, replacing a stale one but never a live master's.
 fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("socket directory {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("socket directory {}", dir.display()))?;
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -111,7 +114,9 @@ async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::Tc
 
 /// Serving our own listeners, tonic's tcp_nodelay does not apply: without it, small
 /// replies wait for delayed ACKs (40 ms on Linux) and every prun pays for it.
-fn nodelay(l: tokio::net::TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+fn nodelay(
+    l: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     TcpListenerStream::new(l).map(|conn| {
         conn.inspect(|stream| {
             let _ = stream.set_nodelay(true);
@@ -128,7 +133,10 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let auth = Arc::new(Authenticator::new(cfg.auth.clone(), tokens));
     let metrics = Arc::new(Metrics::default());
     let agents = Arc::new(AgentPool::new(tls.clone()));
-    let output = Arc::new(OutputHub::new(cfg.state_dir(), cfg.limits.max_output_bytes)?);
+    let output = Arc::new(OutputHub::new(
+        cfg.state_dir(),
+        cfg.limits.max_output_bytes,
+    )?);
     let client_tcp = bind_tcp(cfg.listen, "clients").await?;
     let agent_tcp = bind_tcp(cfg.agent_listen, "agents").await?;
     let metrics_listener = metrics::bind(cfg.metrics_listen)
@@ -171,7 +179,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     .max_decoding_message_size(max_msg);
     let tokens = AuthServiceServer::new(Tokens { auth });
     let registry = AgentRegistryServer::new(Registry {
-        handle,
+        handle: handle.clone(),
         output,
         stats,
         metrics: metrics.clone(),
@@ -192,10 +200,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
             .add_service(admin.clone())
             .add_service(tokens.clone())
     };
-    let local = clients().serve_with_incoming_shutdown(
-        UnixListenerStream::new(unix),
-        until(stopped.clone()),
-    );
+    let local = clients()
+        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), until(stopped.clone()));
     let remote = Server::builder()
         .tls_config(
             ServerTlsConfig::new()
@@ -233,6 +239,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         agent_addr,
         socket: socket_path,
         metrics_addr,
+        handle,
         stop,
         servers,
         state,
@@ -252,6 +259,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_master_fails_when_its_state_task_dies() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
+        let (handle, _) = actor::start(cfg, Arc::default(), Arc::default()).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let servers = tokio::spawn(std::future::pending());
         let master = RunningMaster {
@@ -259,6 +269,7 @@ mod tests {
             agent_addr: "127.0.0.1:2".parse().unwrap(),
             socket: PathBuf::from("/nonexistent/master.sock"),
             metrics_addr: "127.0.0.1:3".parse().unwrap(),
+            handle,
             stop: watch::channel(false).0,
             servers,
             state,

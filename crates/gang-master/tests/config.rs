@@ -1,10 +1,13 @@
-//! The master's configuration edge: the shipped example parses, bad input is refused
-//! with a message naming the problem.
+//! The master's configuration edge: the shipped example is accepted whole, bad input is
+//! refused with a message naming the problem.
 
 use std::path::Path;
 use std::process::Command;
 
 use gang_master::config::FileConfig;
+
+mod common;
+use common::local_flags;
 
 fn master(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gang-master"))
@@ -13,14 +16,54 @@ fn master(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// deploy/master.toml sets every key the master accepts, and the master starts with it:
+/// the file through the master's own loader, then every value through the same
+/// resolution as in production (only the addresses, files and the database are
+/// overridden by flags, to run here).
 #[test]
-fn shipped_example_config_parses() {
+fn every_key_of_the_example_config_is_accepted() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/master.toml");
     let c = FileConfig::load(&p).unwrap();
+    let shown = format!("{c:?}");
+    assert!(
+        !shown.contains("None"),
+        "deploy/master.toml leaves a key out; document every key there: {shown}"
+    );
     assert_eq!(c.mesh.as_deref(), Some("4x4"));
     assert_eq!(c.mpl, Some(4));
     assert_eq!(c.quantum_ms, Some(50));
     assert_eq!(c.gang_mode.as_deref(), Some("stop"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gang-master"))
+        .arg("--config")
+        .arg(&p)
+        .args(local_flags(dir.path()))
+        .arg("--state")
+        .arg(dir.path().join("s.db"))
+        .arg("--ready-file")
+        .arg(&ready)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ready.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the master refused deploy/master.toml ({status}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the master never got ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
 
 #[test]
@@ -72,17 +115,31 @@ fn state_database_of_another_mesh_is_refused() {
         let store = gang_master::store::Store::open(&db).unwrap();
         store.set_mesh("2x2").unwrap();
     }
-    let out = master(&[
-        "--mesh",
-        "4x4",
-        "--state",
-        db.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]);
+    let mut args = vec!["--mesh", "4x4", "--state", db.to_str().unwrap()];
+    let local = local_flags(dir.path());
+    args.extend(local.iter().map(String::as_str));
+    let out = master(&args);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("made for a 2x2 mesh, not 4x4"), "{err}");
+}
+
+#[test]
+fn a_master_without_its_certificates_says_how_to_make_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let out = master(&[
+        "--mesh",
+        "2x2",
+        "--state",
+        db.to_str().unwrap(),
+        "--tls-ca",
+        "/nonexistent/ca.pem",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/ca.pem") && err.contains("gangctl certs init"),
+        "{err}"
+    );
 }

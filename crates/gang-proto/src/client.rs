@@ -126,11 +126,9 @@ pub async fn connect(
     connect_timeout: Duration,
 ) -> Result<MasterChannel, ConnectError> {
     let bearer = match &creds.token {
-        Some(t) => Bearer(Some(
-            format!("Bearer {}", t.trim())
-                .parse()
-                .map_err(|_| ConnectError::Config("the token is not printable ASCII".into()))?,
-        )),
+        Some(t) => Bearer(Some(format!("Bearer {}", t.trim()).parse().map_err(
+            |_| ConnectError::Config("the token is not printable ASCII".into()),
+        )?)),
         None => Bearer(None),
     };
     let channel = match target {
@@ -184,7 +182,10 @@ mod tests {
             Target::parse("unix:/run/gang/master.sock"),
             Ok(Target::Unix("/run/gang/master.sock".into()))
         );
-        assert_eq!(Target::parse("/tmp/m.sock"), Ok(Target::Unix("/tmp/m.sock".into())));
+        assert_eq!(
+            Target::parse("/tmp/m.sock"),
+            Ok(Target::Unix("/tmp/m.sock".into()))
+        );
         assert_eq!(
             Target::parse("10.0.0.1:7470"),
             Ok(Target::Tls("https://10.0.0.1:7470".into()))
@@ -193,7 +194,11 @@ mod tests {
             Target::parse(" https://h:1 "),
             Ok(Target::Tls("https://h:1".into()))
         );
-        assert!(Target::parse("http://h:1").unwrap_err().contains("no plain HTTP"));
+        assert!(
+            Target::parse("http://h:1")
+                .unwrap_err()
+                .contains("no plain HTTP")
+        );
         assert!(Target::parse("").is_err());
         assert_eq!(Target::parse("h:1").unwrap().to_string(), "https://h:1");
     }

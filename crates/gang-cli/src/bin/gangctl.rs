@@ -165,9 +165,11 @@ enum Cmd {
 #[derive(Debug, Subcommand)]
 enum CertsCmd {
     /// Make a cluster CA in DIR and certificates for the master and every node.
-    #[command(after_help = "Then, on each host: the master gets DIR/ca.pem, master.pem, \
+    #[command(
+        after_help = "Then, on each host: the master gets DIR/ca.pem, master.pem, \
         master-key.pem; node X,Y's agent gets DIR/ca.pem and nodes/node-X-Y{,-key}.pem.\n\
-        Keep DIR/ca-key.pem offline. See deploy/README.md.")]
+        Keep DIR/ca-key.pem offline. See deploy/README.md."
+    )]
     Init {
         dir: PathBuf,
         /// The mesh, WxH: one node certificate per node.

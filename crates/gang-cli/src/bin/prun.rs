@@ -97,7 +97,6 @@ fn main() {
     std::process::exit(code);
 }
 
-
 async fn run(args: Args) -> i32 {
     match submit_and_attach(args).await {
         Ok(code) => code,

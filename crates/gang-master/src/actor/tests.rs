@@ -33,11 +33,7 @@ fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
     actor::start(
         cfg.clone(),
         Arc::new(Metrics::default()),
-        Arc::new(AgentPool::new(gang_auth::pki::TlsPem {
-            ca: String::new(),
-            cert: String::new(),
-            key: String::new(),
-        })),
+        Arc::new(AgentPool::default()),
     )
     .expect("the master starts")
 }
@@ -83,7 +79,9 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
         .execute_batch("DROP TRIGGER full_i; DROP TRIGGER full_u;")
         .unwrap();
     assert_eq!(submit(&h).await.unwrap().id, JobId(2));
-    h.call(|tx| Cmd::Cancel(JobId(1), caller(1000), tx)).await.unwrap();
+    h.call(|tx| Cmd::Cancel(JobId(1), caller(1000), tx))
+        .await
+        .unwrap();
     task.abort();
     drop(h);
 

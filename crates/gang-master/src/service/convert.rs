@@ -8,14 +8,18 @@ use tonic::Status;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::state::events::{
-    Caller, ClockReport, ExitHow, Heartbeat, ListFilter, NewJob, RankExit, Registered,
-    Registration,
+    Caller, ClockReport, ExitHow, Heartbeat, ListFilter, NewJob, RankExit, Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
 
 /// A cancel that states a uid must state the caller's.
 pub fn check_stated_uid(uid: u32, caller: &Caller) -> Result<(), MasterError> {
-    stated("uid", uid != 0 && uid != caller.owner.uid, uid.to_string(), caller)
+    stated(
+        "uid",
+        uid != 0 && uid != caller.owner.uid,
+        uid.to_string(),
+        caller,
+    )
 }
 
 /// The one mapping of the master's errors to gRPC status codes.
@@ -63,7 +67,12 @@ fn gang_mode(m: i32) -> Result<Option<GangMode>, MasterError> {
 }
 
 /// A request that states who it is must state the truth.
-fn stated(field: &'static str, lie: bool, stated: String, caller: &Caller) -> Result<(), MasterError> {
+fn stated(
+    field: &'static str,
+    lie: bool,
+    stated: String,
+    caller: &Caller,
+) -> Result<(), MasterError> {
     if lie {
         return Err(MasterError::Impersonation {
             field,
@@ -81,7 +90,12 @@ fn stated(field: &'static str, lie: bool, stated: String, caller: &Caller) -> Re
 /// as the job's primary group (as `sg` does).
 pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, MasterError> {
     let me = &caller.owner;
-    stated("uid", req.uid != 0 && req.uid != me.uid, req.uid.to_string(), caller)?;
+    stated(
+        "uid",
+        req.uid != 0 && req.uid != me.uid,
+        req.uid.to_string(),
+        caller,
+    )?;
     stated(
         "gid",
         req.gid != 0 && !me.groups.contains(&req.gid) && req.gid != me.gid,

@@ -77,7 +77,11 @@ impl MasterState {
         let queued = self
             .sched
             .queue()
-            .filter(|q| self.jobs.get(q.id).is_some_and(|j| j.record.uid == new.owner.uid))
+            .filter(|q| {
+                self.jobs
+                    .get(q.id)
+                    .is_some_and(|j| j.record.uid == new.owner.uid)
+            })
             .count();
         if queued >= limits.max_queued_per_user {
             return Err(MasterError::QueueFull {

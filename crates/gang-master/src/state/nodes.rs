@@ -201,7 +201,11 @@ impl MasterState {
         if !by.admin {
             return Err(MasterError::AdminOnly {
                 caller: by.owner.user.clone(),
-                action: if drained { "drain nodes" } else { "resume nodes" },
+                action: if drained {
+                    "drain nodes"
+                } else {
+                    "resume nodes"
+                },
             });
         }
         let i = self

@@ -63,7 +63,12 @@ impl MasterState {
     }
 
     /// Whether `caller` may `action` (see, cancel, attach to...) `job`.
-    pub(super) fn check_access(&self, caller: &Caller, job: &Job, action: &'static str) -> Result<()> {
+    pub(super) fn check_access(
+        &self,
+        caller: &Caller,
+        job: &Job,
+        action: &'static str,
+    ) -> Result<()> {
         if caller.may_act_on(job.record.uid) {
             return Ok(());
         }

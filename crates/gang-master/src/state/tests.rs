@@ -97,19 +97,17 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 assert!(e.to_string().contains(text), "{}: {e}", at());
             }
             S::Sees(uid, ids) => {
-                let seen: Vec<u64> = w
-                    .st
-                    .list_for(&caller(uid), &Default::default(), w.now)
-                    .iter()
-                    .map(|j| j.id.0)
-                    .collect();
+                let seen: Vec<u64> =
+                    w.st.list_for(&caller(uid), &Default::default(), w.now)
+                        .iter()
+                        .map(|j| j.id.0)
+                        .collect();
                 assert_eq!(seen, ids, "{}", at());
             }
             S::Hidden(job, uid, text) => {
-                let e = w
-                    .st
-                    .view_for(&caller(uid), JobId(job), w.now)
-                    .expect_err(&at());
+                let e =
+                    w.st.view_for(&caller(uid), JobId(job), w.now)
+                        .expect_err(&at());
                 assert_eq!(e.to_string(), text, "{}", at());
             }
             S::DrainAs(node, uid, allowed) => {

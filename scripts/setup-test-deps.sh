@@ -1,0 +1,34 @@
+#!/bin/sh
+# Install the Debian packages the test suite needs, where they are missing. Idempotent:
+# a package already installed is left alone, and nothing is fetched when all are there.
+# Run as root (CI runs it from .ci/run; by hand: sudo sh scripts/setup-test-deps.sh).
+set -eu
+
+# One package a line, with the test that needs it. Keep this list the only place that
+# names test dependencies.
+PACKAGES="
+systemd
+"
+# systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
+#   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
+#   nothing in a container.
+
+missing=""
+for p in $PACKAGES; do
+    if ! dpkg -s "$p" >/dev/null 2>&1; then
+        missing="$missing $p"
+    fi
+done
+if [ -z "$missing" ]; then
+    echo "setup-test-deps: all installed:" $PACKAGES
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup-test-deps: missing:$missing; run this script as root" >&2
+    exit 1
+fi
+echo "setup-test-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086 # one word per package
+apt-get install -y -q --no-install-recommends $missing
