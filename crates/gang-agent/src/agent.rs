@@ -1,6 +1,6 @@
-//! Putting the agent together: bind the NodeAgent server, announce the port, then start
-//! the registry session and the uplink. `AgentHandle::shutdown` takes it all down without
-//! leaving a rank behind.
+//! Putting the agent together: check the TLS files, bind the NodeAgent server (mutual
+//! TLS, the master only), announce the port, then start the registry session, the uplink
+//! and the fence. `AgentHandle::shutdown` takes it all down without leaving a rank behind.
 //!
 //! This is also where the clock probes and the switch reports get their RPCs
 //! (`registry_client::probe_clock`, `report_switches`): `clock` and `switch` take them as
@@ -24,10 +24,12 @@ use tracing::{info, warn};
 
 use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
-use crate::node::Node;
+use crate::fence::{self, Fence};
+use crate::node::{LaunchPolicy, Node};
 use crate::registry_client;
 use crate::service::AgentService;
 use crate::switch::{SwitchOptions, Switcher, report};
+use crate::tls::{NodeTls, only_the_master};
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -48,11 +50,28 @@ pub struct AgentHandle {
     /// Clock probes (None with `clock = "host"`).
     probes: Option<JoinHandle<()>>,
     reports: JoinHandle<()>,
+    fence: JoinHandle<()>,
 }
 
-/// Start an agent: bind, write the ready file, then register in the background (the
-/// master may not be up yet; the session retries).
+/// Start an agent: check its certificate, bind, write the ready file, then register in
+/// the background (the master may not be up yet; the session retries).
 pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
+    let tls = NodeTls::load(&cfg.tls, cfg.coord)
+        .with_context(|| format!("node {}: refusing to start", cfg.coord))?;
+    // Both TLS configurations are built (keys parsed and matched) before anything runs.
+    let mut server = tonic::transport::Server::builder()
+        .tls_config(tls.server())
+        .with_context(|| {
+            format!(
+                "node {}: refusing to start: cannot use the TLS files {}, {} and {} (is the CA file a certificate, and does the key belong to the certificate?)",
+                cfg.coord,
+                cfg.tls.ca.display(),
+                cfg.tls.cert.display(),
+                cfg.tls.key.display()
+            )
+        })?;
+    let client = registry_client::connect(&cfg.master, tls.client())
+        .with_context(|| format!("master {} with this node's TLS files", cfg.master))?;
     let listener = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -75,6 +94,10 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let node = Node::new(
         cfg.coord,
         cfg.kill_grace,
+        LaunchPolicy {
+            allow_root: cfg.allow_root,
+            env_allow: cfg.env_allow.clone(),
+        },
         Arc::clone(&switch),
         Arc::clone(&clock),
     );
@@ -86,27 +109,43 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
             let _ = stream.set_nodelay(true);
         })
     });
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(NodeAgentServer::new(AgentService::new(Arc::clone(&node))))
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
-            }),
-    );
+    let coord = cfg.coord;
+    let service =
+        NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(&node)), move |request| {
+            only_the_master(coord, &request).map(|()| request)
+        });
+    let server = server
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
+    let server = tokio::spawn(server);
 
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
     }
 
-    let client = registry_client::connect(&cfg.master)
-        .with_context(|| format!("bad master address {}", cfg.master))?;
     let address = advertised_address(addr);
-    info!(node = %cfg.coord, listen = %addr, %address, master = %cfg.master, "agent started");
+    info!(
+        node = %cfg.coord,
+        listen = %addr,
+        %address,
+        master = %cfg.master,
+        cert = %cfg.tls.cert.display(),
+        allow_root = cfg.allow_root,
+        "agent started"
+    );
+    let fence_state = Fence::new();
+    let fence = tokio::spawn(fence::watch(Arc::clone(&fence_state), {
+        let node = Arc::clone(&node);
+        move || node.stop_all()
+    }));
     let session = tokio::spawn(registry_client::run_session(
         client.clone(),
         Arc::clone(&node),
         address,
+        fence_state,
     ));
     let uplink = tokio::spawn(registry_client::run_uplink(
         client.clone(),
@@ -134,6 +173,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         uplink,
         probes,
         reports,
+        fence,
     })
 }
 
@@ -156,6 +196,7 @@ impl AgentHandle {
         }
         self.node.switch.finish().await;
         self.session.abort();
+        self.fence.abort();
         self.uplink.abort();
         self.reports.abort();
         if let Some(p) = &self.probes {

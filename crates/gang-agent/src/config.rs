@@ -1,15 +1,18 @@
 //! Configuration: defaults in code, then a TOML file (`--config`), then the environment
 //! (`GANG_MASTER`) and flags, each layer overriding the one before.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
+use gang_auth::pki::TlsFiles;
 use serde::Deserialize;
 
 use crate::clock::ClockMode;
 use crate::error::Coord;
+use crate::launch::DROPPED_ENV;
 use crate::switch::RT_PRIORITY;
 use crate::switch::freezer::FreezerSetting;
 
@@ -34,7 +37,8 @@ pub enum LogFormat {
     about = "Gang scheduler node agent: launches this mesh node's ranks for the master."
 )]
 pub struct Flags {
-    /// The master's gRPC address, e.g. http://127.0.0.1:7470 (http:// is added if missing).
+    /// The master's agent port, e.g. https://master.example:7471 (https:// is added if
+    /// missing).
     #[arg(long, env = "GANG_MASTER", value_name = "URL")]
     pub master: Option<String>,
     /// This node's mesh column.
@@ -49,8 +53,26 @@ pub struct Flags {
     /// Once bound, write `grpc=HOST:PORT` here (atomically), for launchers.
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
-    /// A TOML file with the keys master, x, y, listen, kill_grace_ms, log_format, clock,
-    /// freezer, rt_priority, switch_spin_us.
+    /// The cluster CA's certificate (PEM): peers are verified against it alone.
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), naming node (X,Y): DIR/nodes/node-X-Y.pem of
+    /// `gangctl certs init DIR`.
+    #[arg(long, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// Let ranks run as root (uid 0) [default: refused].
+    #[arg(long, action = ArgAction::SetTrue)]
+    pub allow_root: bool,
+    /// Pass on this variable, which the environment policy drops (repeatable, or
+    /// comma-separated).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub env_allow: Vec<String>,
+    /// A TOML file with the keys master, x, y, listen, tls_ca, tls_cert, tls_key,
+    /// allow_root, env_allow, kill_grace_ms, log_format, clock, freezer, rt_priority,
+    /// switch_spin_us.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log format on stderr [default: human].
@@ -86,6 +108,11 @@ pub struct FileConfig {
     pub y: Option<u32>,
     pub listen: Option<SocketAddr>,
     pub ready_file: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub allow_root: Option<bool>,
+    pub env_allow: Option<Vec<String>>,
     pub kill_grace_ms: Option<u32>,
     pub log_format: Option<LogFormat>,
     pub clock: Option<ClockMode>,
@@ -111,6 +138,12 @@ pub enum ConfigError {
     SwitchSpin(u32),
     #[error("bad master address {address:?}: {message}")]
     Master { address: String, message: String },
+    #[error(
+        "missing {missing} (flags --tls-ca, --tls-cert, --tls-key, or those keys in the --config file): the agent speaks only mutual TLS. Make the cluster's certificates with `gangctl certs init DIR --mesh WxH` and give this node DIR/ca.pem, DIR/nodes/node-{x}-{y}.pem and DIR/nodes/node-{x}-{y}-key.pem, or bring PEM files of your own CA (see the deploy documentation and the agent README, section TLS)"
+    )]
+    MissingTls { missing: String, x: u32, y: u32 },
+    #[error("env_allow: {name:?} is not a variable the agent drops (it drops {})", DROPPED_ENV.join(", "))]
+    EnvAllow { name: String },
 }
 
 /// Everything the agent runs with, resolved.
@@ -121,6 +154,12 @@ pub struct AgentConfig {
     pub coord: Coord,
     pub listen: SocketAddr,
     pub ready_file: Option<PathBuf>,
+    /// The cluster CA, and this node's certificate and key.
+    pub tls: TlsFiles,
+    /// Whether ranks may run as root.
+    pub allow_root: bool,
+    /// Variables the environment policy drops that this node passes on all the same.
+    pub env_allow: BTreeSet<String>,
     pub kill_grace: Duration,
     pub log_format: LogFormat,
     pub clock: ClockMode,
@@ -132,13 +171,16 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// A config for tests: loopback, ephemeral port.
-    pub fn for_test(master: &str, x: u32, y: u32) -> Self {
+    /// A config for tests: loopback, ephemeral port, the defaults otherwise.
+    pub fn for_test(master: &str, x: u32, y: u32, tls: TlsFiles) -> Self {
         AgentConfig {
             master: normalize_master(master).expect("a valid test master address"),
             coord: Coord { x, y },
             listen: DEFAULT_LISTEN.parse().expect("literal"),
             ready_file: None,
+            tls,
+            allow_root: false,
+            env_allow: BTreeSet::new(),
             kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
             log_format: LogFormat::Human,
             clock: ClockMode::Probe,
@@ -200,11 +242,48 @@ impl Flags {
         if spin_us > 5000 {
             return Err(ConfigError::SwitchSpin(spin_us));
         }
+        let tls = match (
+            self.tls_ca.or(file.tls_ca),
+            self.tls_cert.or(file.tls_cert),
+            self.tls_key.or(file.tls_key),
+        ) {
+            (Some(ca), Some(cert), Some(key)) => TlsFiles { ca, cert, key },
+            (ca, cert, key) => {
+                let missing: Vec<&str> = [
+                    ("tls_ca", ca.is_none()),
+                    ("tls_cert", cert.is_none()),
+                    ("tls_key", key.is_none()),
+                ]
+                .into_iter()
+                .filter_map(|(name, missing)| missing.then_some(name))
+                .collect();
+                return Err(ConfigError::MissingTls {
+                    missing: missing.join(", "),
+                    x,
+                    y,
+                });
+            }
+        };
+        let env_allow = if self.env_allow.is_empty() {
+            file.env_allow.unwrap_or_default()
+        } else {
+            self.env_allow
+        };
+        // A misspelt name would silently keep dropping the variable it meant.
+        if let Some(name) = env_allow
+            .iter()
+            .find(|n| !DROPPED_ENV.contains(&n.as_str()))
+        {
+            return Err(ConfigError::EnvAllow { name: name.clone() });
+        }
         Ok(AgentConfig {
             master: normalize_master(&master)?,
             coord: Coord { x, y },
             listen,
             ready_file: self.ready_file.or(file.ready_file),
+            tls,
+            allow_root: self.allow_root || file.allow_root.unwrap_or(false),
+            env_allow: env_allow.into_iter().collect(),
             kill_grace: Duration::from_millis(u64::from(grace)),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
             clock: self.clock.or(file.clock).unwrap_or_default(),
@@ -215,14 +294,14 @@ impl Flags {
     }
 }
 
-/// `127.0.0.1:7470` -> `http://127.0.0.1:7470`; checks that the result is a usable URI so
-/// a typo fails at startup rather than as an endless "master unreachable".
+/// `master.example:7471` -> `https://master.example:7471`; checks that the result is a
+/// usable URI so a typo fails at startup rather than as an endless "master unreachable".
 pub fn normalize_master(address: &str) -> Result<String, ConfigError> {
     let address = address.trim();
     let url = if address.contains("://") {
         address.to_owned()
     } else {
-        format!("http://{address}")
+        format!("https://{address}")
     };
     let bad = |message: String| ConfigError::Master {
         address: address.to_owned(),
@@ -233,9 +312,12 @@ pub fn normalize_master(address: &str) -> Result<String, ConfigError> {
         return Err(bad("no host".into()));
     }
     match uri.scheme_str() {
-        Some("http") => Ok(url),
-        // TLS between master and agents is not implemented yet (see the README).
-        other => Err(bad(format!("unsupported scheme {other:?} (use http)"))),
+        Some("https") => Ok(url),
+        Some("http") => Err(bad(
+            "the agent speaks only TLS to the master: use https:// and the master's agent port"
+                .into(),
+        )),
+        other => Err(bad(format!("unsupported scheme {other:?} (use https)"))),
     }
 }
 
@@ -243,7 +325,23 @@ pub fn normalize_master(address: &str) -> Result<String, ConfigError> {
 mod tests {
     use super::*;
 
+    const TLS: [&str; 6] = [
+        "--tls-ca",
+        "/etc/gang/tls/ca.pem",
+        "--tls-cert",
+        "/etc/gang/tls/node.pem",
+        "--tls-key",
+        "/etc/gang/tls/node-key.pem",
+    ];
+
+    /// `args` and the TLS files.
     fn flags(args: &[&str]) -> Flags {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&TLS);
+        bare_flags(&all)
+    }
+
+    fn bare_flags(args: &[&str]) -> Flags {
         let mut all = vec!["gang-agent"];
         all.extend_from_slice(args);
         Flags::try_parse_from(all).expect("flags parse")
@@ -256,10 +354,10 @@ mod tests {
             "master = \"10.0.0.1:7470\"\nx = 3\ny = 4\nlisten = \"127.0.0.1:9000\"\nkill_grace_ms = 50\nlog_format = \"json\"\n",
         )
         .unwrap();
-        let cfg = flags(&["--master", "http://127.0.0.1:1", "--x", "1"])
+        let cfg = flags(&["--master", "https://127.0.0.1:1", "--x", "1"])
             .resolve_with(file)
             .unwrap();
-        assert_eq!(cfg.master, "http://127.0.0.1:1");
+        assert_eq!(cfg.master, "https://127.0.0.1:1");
         assert_eq!(cfg.coord, Coord { x: 1, y: 4 });
         assert_eq!(cfg.listen, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(cfg.kill_grace, Duration::from_millis(50));
@@ -319,8 +417,10 @@ mod tests {
         let cfg = flags(&["--master", "127.0.0.1:7470", "--x", "0", "--y", "2"])
             .resolve_with(FileConfig::default())
             .unwrap();
-        assert_eq!(cfg.master, "http://127.0.0.1:7470");
+        assert_eq!(cfg.master, "https://127.0.0.1:7470");
         assert_eq!(cfg.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert!(!cfg.allow_root && cfg.env_allow.is_empty());
+        assert_eq!(cfg.tls.cert, Path::new("/etc/gang/tls/node.pem"));
         assert_eq!(cfg.kill_grace, Duration::from_millis(2000));
         assert_eq!(cfg.log_format, LogFormat::Human);
         assert!(cfg.ready_file.is_none());
@@ -350,11 +450,122 @@ mod tests {
     #[test]
     fn bad_master_is_rejected() {
         assert!(normalize_master("ftp://h:1").is_err());
-        assert!(normalize_master("https://h:1").is_err());
-        assert!(normalize_master("http://").is_err());
+        let err = normalize_master("http://h:1").unwrap_err().to_string();
+        assert!(
+            err.contains("only TLS") && err.contains("https://"),
+            "{err}"
+        );
+        assert!(normalize_master("https://").is_err());
+        assert_eq!(normalize_master("https://h:1").unwrap(), "https://h:1");
         assert_eq!(
             normalize_master(" localhost:7 ").unwrap(),
-            "http://localhost:7"
+            "https://localhost:7"
+        );
+    }
+
+    #[test]
+    fn tls_files_are_required_and_the_missing_ones_named() {
+        let err = bare_flags(&["--master", "h:1", "--x", "2", "--y", "5"])
+            .resolve_with(FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("missing tls_ca, tls_cert, tls_key "),
+            "{err}"
+        );
+        assert!(
+            err.contains("gangctl certs init DIR --mesh WxH")
+                && err.contains("DIR/nodes/node-2-5.pem")
+                && err.contains("own CA"),
+            "{err}"
+        );
+        let file = FileConfig::parse(
+            Path::new("a.toml"),
+            "tls_ca = \"/t/ca.pem\"\ntls_key = \"/t/k.pem\"\n",
+        )
+        .unwrap();
+        let err = bare_flags(&["--master", "h:1", "--x", "2", "--y", "5"])
+            .resolve_with(file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("missing tls_cert "), "{err}");
+        let file = FileConfig::parse(
+            Path::new("a.toml"),
+            "tls_ca = \"/t/ca.pem\"\ntls_cert = \"/t/c.pem\"\ntls_key = \"/t/k.pem\"\n",
+        )
+        .unwrap();
+        let cfg = bare_flags(&[
+            "--master",
+            "h:1",
+            "--x",
+            "2",
+            "--y",
+            "5",
+            "--tls-key",
+            "/u/k.pem",
+        ])
+        .resolve_with(file)
+        .unwrap();
+        assert_eq!(
+            cfg.tls,
+            TlsFiles {
+                ca: "/t/ca.pem".into(),
+                cert: "/t/c.pem".into(),
+                key: "/u/k.pem".into()
+            }
+        );
+    }
+
+    #[test]
+    fn allow_root_and_env_allow() {
+        let file = FileConfig::parse(
+            Path::new("a.toml"),
+            "allow_root = true\nenv_allow = [\"LD_PRELOAD\", \"MALLOC_TRACE\"]\n",
+        )
+        .unwrap();
+        let cfg = flags(&["--master", "h:1", "--x", "0", "--y", "0"])
+            .resolve_with(file)
+            .unwrap();
+        assert!(cfg.allow_root);
+        assert_eq!(
+            cfg.env_allow,
+            ["LD_PRELOAD".to_owned(), "MALLOC_TRACE".to_owned()].into()
+        );
+        let cfg = flags(&[
+            "--master",
+            "h:1",
+            "--x",
+            "0",
+            "--y",
+            "0",
+            "--allow-root",
+            "--env-allow",
+            "LD_AUDIT,GCONV_PATH",
+        ])
+        .resolve_with(FileConfig::default())
+        .unwrap();
+        assert!(cfg.allow_root);
+        assert_eq!(
+            cfg.env_allow,
+            ["GCONV_PATH".to_owned(), "LD_AUDIT".to_owned()].into()
+        );
+        let err = flags(&[
+            "--master",
+            "h:1",
+            "--x",
+            "0",
+            "--y",
+            "0",
+            "--env-allow",
+            "LD_PRELAOD",
+        ])
+        .resolve_with(FileConfig::default())
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"LD_PRELAOD\" is not a variable the agent drops")
+                && err.contains("LD_PRELOAD"),
+            "{err}"
         );
     }
 }

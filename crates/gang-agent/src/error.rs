@@ -34,6 +34,10 @@ pub enum AgentError {
         wanted: u32,
         agent: u32,
     },
+    #[error(
+        "node {node}: will not run a rank as root (uid 0): this agent does not allow it (allow_root = false)"
+    )]
+    Root { node: Coord },
     #[error("node {node}: working directory {cwd:?}: {source}")]
     Cwd {
         node: Coord,
@@ -44,6 +48,16 @@ pub enum AgentError {
     Spawn {
         node: Coord,
         program: String,
+        source: std::io::Error,
+    },
+    /// The spawn failed after the child took on the user's credentials: setting them,
+    /// entering the working directory or executing the program as that user.
+    #[error("node {node}: cannot start {program:?} as uid {uid} in {cwd:?}: {source}")]
+    SpawnAs {
+        node: Coord,
+        program: String,
+        uid: u32,
+        cwd: String,
         source: std::io::Error,
     },
     #[error("node {node}: no rank of job {job_id} here")]
@@ -58,10 +72,14 @@ impl From<AgentError> for Status {
         match e {
             AgentError::InvalidArgument { .. } => Status::invalid_argument(msg),
             AgentError::Duplicate { .. } => Status::already_exists(msg),
-            AgentError::Permission { .. } => Status::permission_denied(msg),
+            AgentError::Permission { .. } | AgentError::Root { .. } => {
+                Status::permission_denied(msg)
+            }
             // The request was well formed but this node cannot honour it: the master fails
             // the job with this text.
-            AgentError::Cwd { .. } | AgentError::Spawn { .. } => Status::failed_precondition(msg),
+            AgentError::Cwd { .. } | AgentError::Spawn { .. } | AgentError::SpawnAs { .. } => {
+                Status::failed_precondition(msg)
+            }
             AgentError::UnknownJob { .. } => Status::not_found(msg),
             AgentError::ShuttingDown { .. } => Status::unavailable(msg),
         }

@@ -5,9 +5,10 @@
 //! it is reaped. The supervisor is given the node's parts it reports to (rank registry,
 //! outbox, switcher), not the node: this module stays below `node` in the module graph.
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::{CString, OsStr};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -39,28 +40,156 @@ pub const PIPE_DRAIN: Duration = Duration::from_secs(2);
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Whose credentials the rank runs with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunAs {
     /// The agent's own.
     Agent,
-    /// Switch to these (the agent is root).
-    User { uid: u32, gid: u32 },
+    /// Switch to these in the child (the agent is root): supplementary groups, then gid,
+    /// then uid.
+    User {
+        uid: u32,
+        gid: u32,
+        groups: Vec<u32>,
+    },
 }
 
-/// Decide the rank's credentials. A root agent runs ranks as the submitting user; an
-/// unprivileged agent (a personal test cluster) can only run ranks as itself, and says so
-/// rather than silently running someone's job under the wrong account.
-pub fn run_as(agent_uid: u32, uid: u32, gid: u32) -> Result<RunAs, u32> {
-    if agent_uid == 0 {
-        if uid == 0 && gid == 0 {
-            Ok(RunAs::Agent)
-        } else {
-            Ok(RunAs::User { uid, gid })
-        }
+/// Why a rank may not run with the requested credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// uid 0, and the agent does not allow root ranks.
+    Root,
+    /// Another uid than the agent's, and the agent (running as this uid) is not root.
+    NotRoot { agent: u32 },
+}
+
+/// Decide the rank's credentials. A root agent runs ranks as the submitting user, with
+/// the groups the master identified; root itself only where the agent allows it (a job
+/// as root is the whole node's, and its submitter's identity is only as good as the
+/// master's word). An unprivileged agent (a personal test cluster) can only run ranks as
+/// itself, and says so rather than silently running someone's job under the wrong
+/// account.
+pub fn run_as(
+    agent_uid: u32,
+    allow_root: bool,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+) -> Result<RunAs, Refusal> {
+    if uid == 0 && !allow_root {
+        Err(Refusal::Root)
+    } else if agent_uid == 0 {
+        Ok(RunAs::User {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        })
     } else if uid == agent_uid {
         Ok(RunAs::Agent)
     } else {
-        Err(agent_uid)
+        Err(Refusal::NotRoot { agent: agent_uid })
+    }
+}
+
+/// Variables dropped from a rank's environment unless the agent's `env_allow` lists
+/// them. Each makes the dynamic loader or libc load code from a path it names, or write
+/// files where it says, in *every* process the rank starts (glibc ignores the same ones,
+/// among others, for setuid programs: `sysdeps/generic/unsecvars.h`). The request's
+/// environment is typically the submitting shell's, copied whole, so a preload meant for
+/// one desktop session would otherwise be injected into every process of every rank on
+/// every node. The crate README has the table, with what is kept and why.
+pub const DROPPED_ENV: &[&str] = &[
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "LD_ORIGIN_PATH",
+    "LD_PROFILE",
+    "LD_PROFILE_OUTPUT",
+    "LD_DEBUG_OUTPUT",
+    "LD_USE_LOAD_BIAS",
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "MALLOC_TRACE",
+];
+
+/// A name `execve` can pass on unambiguously: `NAME=value` with no `=` in NAME (a name
+/// like `LD_PRELOAD=/x.so` would otherwise reach the loader as LD_PRELOAD, past the
+/// filter) and no NUL.
+pub fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
+/// The request's environment without the dropped variables (those not in `allow`), and
+/// the names dropped (sorted). Names must have passed `valid_env_name`.
+pub fn filter_env(
+    env: &HashMap<String, String>,
+    allow: &BTreeSet<String>,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut kept = Vec::with_capacity(env.len());
+    let mut dropped = Vec::new();
+    for (k, v) in env {
+        if DROPPED_ENV.contains(&k.as_str()) && !allow.contains(k) {
+            dropped.push(k.clone());
+        } else {
+            kept.push((k.clone(), v.clone()));
+        }
+    }
+    dropped.sort();
+    (kept, dropped)
+}
+
+/// What a rank's account defaults come from: the password entry of its uid on this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Account {
+    pub user: Option<String>,
+    pub home: Option<String>,
+}
+
+impl Account {
+    /// The password entry of `uid`, else just the name the master gave (`user`, may be
+    /// empty). A lookup is a blocking NSS call (files, or LDAP/SSSD where configured).
+    pub fn of(uid: u32, user: &str) -> Account {
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+            Ok(Some(u)) => {
+                if !user.is_empty() && user != u.name {
+                    // Same uid, another name: the master's user database and this node's
+                    // disagree. The uid is what the rank runs as; its name here is the one
+                    // `id -un` will print.
+                    warn!(
+                        uid,
+                        here = %u.name,
+                        master = user,
+                        "the uid has another name on this node than on the master"
+                    );
+                }
+                Account {
+                    user: Some(u.name),
+                    home: Some(u.dir.to_string_lossy().into_owned()),
+                }
+            }
+            _ => Account {
+                user: (!user.is_empty()).then(|| user.to_owned()),
+                home: None,
+            },
+        }
+    }
+}
+
+/// The variables `fill_account` sets.
+pub const ACCOUNT_ENV: [&str; 3] = ["USER", "LOGNAME", "HOME"];
+
+/// Set USER, LOGNAME and HOME from `account` where the request did not: what a login
+/// would set, and what many programs (ssh, MPI launchers, shells) expect.
+pub fn fill_account(env: &mut Vec<(String, String)>, account: &Account) {
+    let defaults = [
+        ("USER", &account.user),
+        ("LOGNAME", &account.user),
+        ("HOME", &account.home),
+    ];
+    for (name, value) in defaults {
+        if let Some(value) = value
+            && !env.iter().any(|(k, _)| k == name)
+        {
+            env.push((name.to_owned(), value.clone()));
+        }
     }
 }
 
@@ -111,7 +240,8 @@ pub struct RankSpec<'a> {
     pub program: &'a Path,
     pub argv: &'a [String],
     pub cwd: &'a Path,
-    pub env: &'a HashMap<String, String>,
+    /// The request's environment after the policy (`filter_env`, `fill_account`).
+    pub env: &'a [(String, String)],
     pub run_as: RunAs,
     pub stdin: bool,
     /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
@@ -119,14 +249,14 @@ pub struct RankSpec<'a> {
     pub cgroup_procs: Option<std::os::fd::RawFd>,
 }
 
-/// The environment of a rank: exactly the request's, plus the GANG_* variables (which win
-/// over same-named request entries).
+/// The environment of a rank: `spec.env` plus the GANG_* variables (which win over
+/// same-named entries).
 pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .env
         .iter()
         .filter(|(k, _)| !k.starts_with("GANG_"))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .cloned()
         .collect();
     env.extend([
         ("GANG_JOB_ID".into(), spec.key.job_id.to_string()),
@@ -145,11 +275,25 @@ pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
 /// Build the rank's command. Must be spawned from a task on a runtime worker thread (not
 /// `spawn_blocking`): PR_SET_PDEATHSIG fires when the *thread* that forked exits, and
 /// blocking-pool threads exit when idle.
-pub fn command(spec: &RankSpec<'_>) -> Command {
+///
+/// The credentials are switched by the child itself, in `pre_exec`, rather than by std's
+/// `uid`/`gid`: std can only clear supplementary groups (setting them is unstable), and
+/// it enters the working directory after switching but before `pre_exec` runs, so the
+/// directory must be entered here too, after the switch (as root, a rank would be
+/// started inside a directory its user may not enter).
+pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
+    let cwd = CString::new(spec.cwd.as_os_str().as_bytes())?;
+    let credentials = match &spec.run_as {
+        RunAs::Agent => None,
+        RunAs::User { uid, gid, groups } => Some(Credentials {
+            uid: *uid,
+            gid: *gid,
+            groups: groups.iter().map(|&g| g as libc::gid_t).collect(),
+        }),
+    };
     let mut cmd = Command::new(spec.program);
     cmd.arg0(&spec.argv[0])
         .args(&spec.argv[1..])
-        .current_dir(spec.cwd)
         .env_clear()
         .envs(rank_env(spec))
         .stdin(if spec.stdin {
@@ -163,21 +307,24 @@ pub fn command(spec: &RankSpec<'_>) -> Command {
         // at the agent's terminal does not.
         .process_group(0)
         .kill_on_drop(false);
-    if let RunAs::User { uid, gid } = spec.run_as {
-        // std drops supplementary groups (setgroups(0)) before setuid when uid is set, so
-        // the rank does not keep root's groups.
-        cmd.uid(uid).gid(gid);
-    }
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (write, prctl, getppid); it allocates nothing.
+    // async-signal-safe system calls (write, setgroups, setgid, setuid, chdir, prctl,
+    // getppid) on data prepared before the fork; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // Still as root: the cgroup is the agent's, whatever the user may write.
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
             }
-            // std runs this after setuid/setgid, which would have cleared the setting.
+            if let Some(c) = &credentials {
+                c.assume()?;
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // After the switch: a change of credentials clears the setting.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // The agent may have died between fork and prctl; then no signal will come.
             if nix::unistd::getppid().as_raw() as u32 != agent_pid {
@@ -186,7 +333,34 @@ pub fn command(spec: &RankSpec<'_>) -> Command {
             Ok(())
         });
     }
-    cmd
+    Ok(cmd)
+}
+
+/// A user's credentials, ready for the forked child.
+struct Credentials {
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+}
+
+impl Credentials {
+    /// Become the user: groups first and uid last, since each step needs the privilege
+    /// the next one gives up. Only ever called in the forked child.
+    fn assume(&self) -> io::Result<()> {
+        let check = |r: libc::c_int| {
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        // SAFETY: plain system calls; `groups` outlives the call.
+        unsafe {
+            check(libc::setgroups(self.groups.len(), self.groups.as_ptr()))?;
+            check(libc::setgid(self.gid))?;
+            check(libc::setuid(self.uid))
+        }
+    }
 }
 
 /// What a reaped child's status reports to the master.
@@ -320,18 +494,92 @@ mod tests {
 
     #[test]
     fn run_as_rules() {
-        assert_eq!(run_as(0, 0, 0), Ok(RunAs::Agent));
+        let user = |uid, gid, groups: &[u32]| RunAs::User {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
+        assert_eq!(run_as(0, false, 0, 0, &[]), Err(Refusal::Root));
+        assert_eq!(run_as(0, true, 0, 0, &[0]), Ok(user(0, 0, &[0])));
         assert_eq!(
-            run_as(0, 1000, 100),
-            Ok(RunAs::User {
-                uid: 1000,
-                gid: 100
-            })
+            run_as(0, false, 1000, 100, &[100, 27]),
+            Ok(user(1000, 100, &[100, 27]))
         );
-        assert_eq!(run_as(0, 0, 5), Ok(RunAs::User { uid: 0, gid: 5 }));
-        assert_eq!(run_as(1000, 1000, 1000), Ok(RunAs::Agent));
-        assert_eq!(run_as(1000, 1001, 1000), Err(1000));
-        assert_eq!(run_as(1000, 0, 0), Err(1000));
+        assert_eq!(run_as(1000, false, 1000, 1000, &[5]), Ok(RunAs::Agent));
+        assert_eq!(
+            run_as(1000, false, 1001, 1000, &[]),
+            Err(Refusal::NotRoot { agent: 1000 })
+        );
+        assert_eq!(run_as(1000, false, 0, 0, &[]), Err(Refusal::Root));
+        assert_eq!(
+            run_as(1000, true, 0, 0, &[]),
+            Err(Refusal::NotRoot { agent: 1000 })
+        );
+    }
+
+    #[test]
+    fn the_env_policy_drops_injections_unless_allowed_and_fills_the_account() {
+        let env: HashMap<String, String> = [
+            ("LD_PRELOAD", "/home/a/hook.so"),
+            ("LD_AUDIT", "x.so"),
+            ("GCONV_PATH", "/tmp/g"),
+            ("LD_LIBRARY_PATH", "/opt/mpi/lib"),
+            ("PATH", "/bin"),
+            ("HOME", "/scratch/a"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let allow: BTreeSet<String> = ["LD_AUDIT".to_owned()].into();
+        let (mut kept, dropped) = filter_env(&env, &allow);
+        assert_eq!(dropped, ["GCONV_PATH", "LD_PRELOAD"]);
+        fill_account(
+            &mut kept,
+            &Account {
+                user: Some("alice".into()),
+                home: Some("/home/alice".into()),
+            },
+        );
+        kept.sort();
+        let want: Vec<(String, String)> = [
+            ("HOME", "/scratch/a"),
+            ("LD_AUDIT", "x.so"),
+            ("LD_LIBRARY_PATH", "/opt/mpi/lib"),
+            ("LOGNAME", "alice"),
+            ("PATH", "/bin"),
+            ("USER", "alice"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(kept, want);
+
+        assert!(valid_env_name("LD_LIBRARY_PATH"));
+        assert!(!valid_env_name("LD_PRELOAD=/x.so"));
+        assert!(!valid_env_name(""));
+        assert!(!valid_env_name("A\0B"));
+    }
+
+    #[test]
+    fn accounts_come_from_the_password_entry() {
+        assert_eq!(
+            Account::of(0, ""),
+            Account {
+                user: Some("root".into()),
+                home: nix::unistd::User::from_uid(0.into())
+                    .unwrap()
+                    .map(|u| u.dir.to_string_lossy().into_owned()),
+            }
+        );
+        // Not a user here: the master's name, and no home to claim.
+        assert_eq!(
+            Account::of(4_000_000_000, "ghost"),
+            Account {
+                user: Some("ghost".into()),
+                home: None
+            }
+        );
+        assert_eq!(Account::of(4_000_000_000, ""), Account::default());
     }
 
     #[test]

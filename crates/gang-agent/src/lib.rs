@@ -1,14 +1,18 @@
 //! The gang scheduler's node agent: one per mesh node. It registers its coordinate with
-//! the master, launches the ranks the master places here, relays their output, reports
-//! their exits, and switches them in and out on the master's slice table at the same
-//! instants as every other agent (on the master clock, no message per switch). See the
-//! crate README for the invariants.
+//! the master, launches the ranks the master places here (as their submitter), relays
+//! their output, reports their exits, and switches them in and out on the master's slice
+//! table at the same instants as every other agent (on the master clock, no message per
+//! switch). It speaks only mutual TLS, takes orders only from the master's certificate
+//! (`tls`), and stops its ranks when the master has been silent for longer than its node
+//! timeout (`fence`). See the crate README for the invariants.
 //!
 //! ```text
-//! master ──NodeAgent──> service ──> node ──> launch ──> ranks
+//! master ──NodeAgent──> service ──> node ──> launch ──> ranks (as the submitter)
 //!   ^  Launch (+ gang mode),         │        │ output, exit
 //!   │  Signal, Stdin, SetTable       │        v
+//!   │  (mTLS; tls::only_the_master)  │
 //!   ├── AgentRegistry <── registry_client <── output (outbox)
+//!   │   (mTLS, master.gang)          ├──> fence (last answer) ──> node.stop_all
 //!   │                                │
 //!   │                                └──> switch::Switcher ──(ArcSwap plan)──> switch thread (SIGSTOP/CONT, nice, freezer)
 //!   │                                     tables + ranks with their launch modes   ^     │
@@ -18,12 +22,14 @@
 //!
 //! Module dependencies run one way: `agent` -> {`service`, `registry_client`} -> `node` ->
 //! {`launch`, `switch`, `clock`}, `launch` -> `switch` -> `clock`, which imports nothing of
-//! the agent; `agent` hands the clock and the switch reporter their RPCs as functions.
+//! the agent, nor does `fence`; `agent` hands the clock and the switch reporter their RPCs,
+//! and the fence its stopping, as functions.
 
 pub mod agent;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod fence;
 pub mod launch;
 pub mod node;
 pub mod notify;
@@ -32,6 +38,7 @@ pub mod ranks;
 pub mod registry_client;
 pub mod service;
 pub mod switch;
+pub mod tls;
 
 pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, Flags, LogFormat};

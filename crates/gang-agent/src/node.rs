@@ -2,6 +2,7 @@
 //! registry and the outbox, and implements Launch, Signal and Stdin in domain terms (the
 //! gRPC adapter in `service.rs` only converts).
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
-use crate::launch::{self, Pipes, RankSpec, Supervisor};
+use crate::launch::{self, Pipes, RankSpec, Refusal, RunAs, Supervisor};
 use crate::output::Outbox;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
 use crate::switch::Switcher;
@@ -30,6 +31,15 @@ fn launch_mode(gang: i32) -> GangMode {
         .ok()
         .and_then(proto::GangMode::resolved)
         .unwrap_or(GangMode::Stop)
+}
+
+/// What Launch requests this node accepts (the agent's configuration).
+#[derive(Debug, Clone, Default)]
+pub struct LaunchPolicy {
+    /// Whether ranks may run as root (uid 0).
+    pub allow_root: bool,
+    /// Variables of `launch::DROPPED_ENV` to pass on all the same.
+    pub env_allow: BTreeSet<String>,
 }
 
 /// Stdin messages buffered per rank before the Stdin RPC waits (back-pressure to the
@@ -47,6 +57,7 @@ pub struct Node {
     pub switch: Arc<Switcher>,
     /// The master clock as this node estimates it.
     pub clock: Arc<Clock>,
+    policy: LaunchPolicy,
     agent_uid: u32,
 }
 
@@ -54,6 +65,7 @@ impl Node {
     pub fn new(
         coord: Coord,
         kill_grace: Duration,
+        policy: LaunchPolicy,
         switch: Arc<Switcher>,
         clock: Arc<Clock>,
     ) -> Arc<Self> {
@@ -64,6 +76,7 @@ impl Node {
             kill_grace,
             switch,
             clock,
+            policy,
             agent_uid: nix::unistd::geteuid().as_raw(),
         })
     }
@@ -90,12 +103,25 @@ impl Node {
                 req.cwd
             )));
         }
-        let run_as = launch::run_as(self.agent_uid, req.uid, req.gid).map_err(|agent| {
-            AgentError::Permission {
+        if let Some(name) = req.env.keys().find(|k| !launch::valid_env_name(k)) {
+            return Err(invalid(format!(
+                "environment variable name {name:?} is not valid (empty, or contains '=' or NUL)"
+            )));
+        }
+        let run_as = launch::run_as(
+            self.agent_uid,
+            self.policy.allow_root,
+            req.uid,
+            req.gid,
+            &req.groups,
+        )
+        .map_err(|refusal| match refusal {
+            Refusal::Root => AgentError::Root { node },
+            Refusal::NotRoot { agent } => AgentError::Permission {
                 node,
                 wanted: req.uid,
                 agent,
-            }
+            },
         })?;
         launch::check_cwd(cwd).map_err(|source| AgentError::Cwd {
             node,
@@ -123,6 +149,37 @@ impl Node {
             },
             ReserveError::Closing => AgentError::ShuttingDown { node },
         })?;
+        let (mut env, dropped) = launch::filter_env(&req.env, &self.policy.env_allow);
+        if !dropped.is_empty() {
+            info!(
+                job_id = key.job_id,
+                rank = key.rank,
+                dropped = %dropped.join(","),
+                "variables dropped from the rank's environment: they make every process it starts load code or write files (the agent's env_allow keeps them)"
+            );
+        }
+        if launch::ACCOUNT_ENV
+            .iter()
+            .any(|name| !req.env.contains_key(*name))
+        {
+            launch::fill_account(&mut env, &launch::Account::of(req.uid, &req.user));
+        }
+        // Failures from here on may come from the child, after it took on the user's
+        // credentials: say whose they were.
+        let as_user = match &run_as {
+            RunAs::User { uid, .. } => Some(*uid),
+            RunAs::Agent => None,
+        };
+        let spawn_failed = |source| match as_user {
+            Some(uid) => AgentError::SpawnAs {
+                node,
+                program: argv0.clone(),
+                uid,
+                cwd: req.cwd.clone(),
+                source,
+            },
+            None => spawn_error(source),
+        };
         let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let prepared = self.switch.prepare(key, mode);
@@ -133,17 +190,17 @@ impl Node {
             program: &program,
             argv: &req.argv,
             cwd,
-            env: &req.env,
+            env: &env,
             run_as,
             stdin: req.stdin,
             cgroup_procs: prepared.cgroup.as_ref().and_then(|c| c.procs_fd()),
         };
-        let mut child = match launch::command(&spec).spawn() {
+        let mut child = match launch::command(&spec).and_then(|mut cmd| cmd.spawn()) {
             Ok(child) => child,
             Err(e) => {
                 self.switch.abandon(prepared);
                 self.ranks.unreserve(key);
-                return Err(spawn_error(e));
+                return Err(spawn_failed(e));
             }
         };
         let Some(pid) = child.id() else {
@@ -224,6 +281,18 @@ impl Node {
             let _ = tx.send(StdinMsg::Eof).await;
         }
         Ok(())
+    }
+
+    /// Stop every rank here the way a master-ordered kill does (`signal` with the kill
+    /// grace: continued, SIGTERM, SIGKILL after the grace). Returns the jobs signalled.
+    pub fn stop_all(&self) -> Vec<u64> {
+        let mut jobs: Vec<u64> = self.ranks.running().iter().map(|k| k.job_id).collect();
+        // Sorted by (job, rank): a job's ranks are adjacent.
+        jobs.dedup();
+        for &job_id in &jobs {
+            self.signal(job_id, self.kill_grace);
+        }
+        jobs
     }
 
     /// Shutdown: stop switching and continue every rank (a frozen one cannot even die),

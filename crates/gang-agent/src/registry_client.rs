@@ -18,11 +18,12 @@ use std::time::Duration;
 use gang_core::clock::Probe;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
 use gang_proto::v1::{ClockProbeRequest, HeartbeatRequest, RankRef, RegisterRequest, SwitchReport};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::realtime_ns;
+use crate::fence::Fence;
 use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
@@ -38,9 +39,14 @@ const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// A probe that takes longer than this is useless for timing anyway.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A channel to the master that connects on first use and reconnects after failures.
-pub fn connect(master: &str) -> Result<RegistryClient, tonic::transport::Error> {
+/// A channel to the master's agent port that connects on first use and reconnects after
+/// failures, over mutual TLS (`tls`: this node's identity, the master verified by name).
+pub fn connect(
+    master: &str,
+    tls: ClientTlsConfig,
+) -> Result<RegistryClient, tonic::transport::Error> {
     let endpoint = Endpoint::from_shared(master.to_owned())?
+        .tls_config(tls)?
         .connect_timeout(Duration::from_secs(1))
         // A hung master must not hang the session or the uplink forever.
         .timeout(Duration::from_secs(5))
@@ -87,17 +93,29 @@ fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
 
 /// Register, heartbeat, and register again whenever the master is lost or has forgotten
 /// this node. Runs until aborted. `address` is where the master reaches our NodeAgent.
-pub async fn run_session(client: RegistryClient, node: Arc<Node>, address: String) {
+/// Every answer of the master is reported to `fence`.
+pub async fn run_session(
+    client: RegistryClient,
+    node: Arc<Node>,
+    address: String,
+    fence: Arc<Fence>,
+) {
     let mut registered_before = false;
     loop {
-        let heartbeat = register(&client, &node, &address, registered_before).await;
+        let heartbeat = register(&client, &node, &address, registered_before, &fence).await;
         registered_before = true;
-        heartbeat_until_lost(&client, &node, heartbeat).await;
+        heartbeat_until_lost(&client, &node, heartbeat, &fence).await;
     }
 }
 
 /// Register until the master accepts; act on its kill list. Returns the heartbeat period.
-async fn register(client: &RegistryClient, node: &Node, address: &str, again: bool) -> Duration {
+async fn register(
+    client: &RegistryClient,
+    node: &Node,
+    address: &str,
+    again: bool,
+    fence: &Fence,
+) -> Duration {
     let mut backoff = Backoff::new();
     let resp = loop {
         let req = RegisterRequest {
@@ -136,15 +154,24 @@ async fn register(client: &RegistryClient, node: &Node, address: &str, again: bo
         0 => DEFAULT_HEARTBEAT,
         ms => Duration::from_millis(u64::from(ms.max(10))),
     };
+    let node_timeout =
+        (resp.node_timeout_ms > 0).then(|| Duration::from_millis(u64::from(resp.node_timeout_ms)));
+    fence.registered(tokio::time::Instant::now(), node_timeout, heartbeat);
     info!(
         node = %node.coord,
         %address,
         mesh = %format!("{}x{}", resp.mesh_w, resp.mesh_h),
         heartbeat_ms = heartbeat.as_millis() as u64,
+        node_timeout_ms = resp.node_timeout_ms,
         running = node.ranks.running().len(),
         again,
         "registered with the master"
     );
+    if node_timeout.is_none() && !again {
+        warn!(
+            "the master states no node timeout: this node's ranks will not be stopped however long the master stays away"
+        );
+    }
     for job_id in resp.kill_jobs {
         // The master ended or forgot these jobs while it could not tell us.
         if node.signal(job_id, node.kill_grace) {
@@ -158,7 +185,12 @@ async fn register(client: &RegistryClient, node: &Node, address: &str, again: bo
 }
 
 /// Heartbeat every `period` until one fails or the master says it does not know us.
-async fn heartbeat_until_lost(client: &RegistryClient, node: &Node, period: Duration) {
+async fn heartbeat_until_lost(
+    client: &RegistryClient,
+    node: &Node,
+    period: Duration,
+    fence: &Fence,
+) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -175,13 +207,16 @@ async fn heartbeat_until_lost(client: &RegistryClient, node: &Node, period: Dura
             table_version: node.switch.table_version(),
         };
         match client.clone().heartbeat(req).await {
-            Ok(resp) if resp.get_ref().known => {}
+            Ok(resp) if resp.get_ref().known => fence.heard(tokio::time::Instant::now()),
             Ok(_) => {
+                // An answer, but not supervision: the master does not count this node as
+                // up until it registers again.
                 warn!("the master does not know this node (it restarted?): registering again");
                 return;
             }
             Err(status) => {
-                // Ranks keep running; a restarted master learns of them from Register.
+                // Ranks keep running (until the fence falls); a restarted master learns of
+                // them from Register.
                 warn!("heartbeat failed: {}; registering again", brief(&status));
                 return;
             }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
+use gang_agent::AgentHandle;
 use gang_agent::ranks::RankKey;
-use gang_agent::{AgentConfig, AgentHandle};
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{RankRef, SignalRequest, StdinRequest, Stream};
 use nix::sys::signal::{Signal, kill};
@@ -20,7 +20,7 @@ const X: u32 = 1;
 const Y: u32 = 2;
 
 async fn start_agent(registry: &TestRegistry) -> AgentHandle {
-    let mut cfg = AgentConfig::for_test(&registry.url(), X, Y);
+    let mut cfg = registry.pki.agent_config(registry, X, Y);
     cfg.kill_grace = Duration::from_millis(3000);
     gang_agent::start(cfg).await.expect("agent starts")
 }
@@ -33,7 +33,7 @@ async fn setup() -> (
 ) {
     let registry = TestRegistry::start().await;
     let agent = start_agent(&registry).await;
-    let client = agent_client(agent.addr).await;
+    let client = registry.pki.master_client(agent.addr, X, Y).await;
     (registry, agent, client)
 }
 
@@ -86,10 +86,19 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
     assert_eq!(env["GANG_MESH_Y"], "2");
     assert_eq!(env["GANG_NODE"], "1,2");
     assert_eq!(env["FOO"], "bar baz");
+    // The account of the uid (root here), as the request had none.
+    let root = nix::unistd::User::from_uid(0.into()).unwrap().unwrap();
+    assert_eq!(
+        (env["USER"], env["LOGNAME"], env["HOME"]),
+        ("root", "root", root.dir.to_str().unwrap())
+    );
     // Nothing of the agent's environment leaks in; only what sh itself adds.
     let allowed = [
         "PATH",
         "FOO",
+        "USER",
+        "LOGNAME",
+        "HOME",
         "GANG_JOB_ID",
         "GANG_RANK",
         "GANG_SIZE",
@@ -404,14 +413,14 @@ async fn exit_report_survives_a_registry_restart() {
     let registry = TestRegistry::start().await;
     let addr = registry.addr;
     let agent = start_agent(&registry).await;
-    let mut client = agent_client(agent.addr).await;
+    let mut client = registry.pki.master_client(agent.addr, X, Y).await;
     registry.wait_register(1).await;
 
     let mut req = launch_req(10, 0, &sh("echo hello; read line; echo bye; exit 3"), "/");
     req.stdin = true;
     client.launch(req).await.unwrap();
     registry.wait_output(10, 0, Stream::Stdout, "hello").await;
-    registry.stop().await;
+    let pki = registry.stop().await;
 
     // The rank exits while the master is down.
     client
@@ -431,7 +440,7 @@ async fn exit_report_survives_a_registry_restart() {
     })
     .await;
 
-    let registry = TestRegistry::start_on(addr, Vec::new()).await;
+    let registry = TestRegistry::start_on(addr, pki, MasterOptions::default()).await;
     let (at, how) = registry.exit_of(10, 0).await;
     assert_eq!(how, How::Code(3));
     // The output that was waiting goes first.
@@ -455,7 +464,7 @@ async fn restarted_master_finds_running_ranks_and_can_have_jobs_killed() {
     let registry = TestRegistry::start().await;
     let addr = registry.addr;
     let agent = start_agent(&registry).await;
-    let mut client = agent_client(agent.addr).await;
+    let mut client = registry.pki.master_client(agent.addr, X, Y).await;
     registry.wait_register(1).await;
     client
         .launch(launch_req(20, 0, &["sleep", "30"], "/"))
@@ -482,10 +491,18 @@ async fn restarted_master_finds_running_ranks_and_can_have_jobs_killed() {
             }
         ]
     );
-    registry.stop().await;
+    let pki = registry.stop().await;
 
     // A restarted master that no longer runs job 21.
-    let registry = TestRegistry::start_on(addr, vec![21]).await;
+    let registry = TestRegistry::start_on(
+        addr,
+        pki,
+        MasterOptions {
+            kill_jobs: vec![21],
+            ..MasterOptions::default()
+        },
+    )
+    .await;
     let reg = registry.wait_register(1).await;
     assert_eq!(
         reg.running.len(),
@@ -518,24 +535,4 @@ async fn shutdown_kills_and_reaps_every_rank() {
     assert_eq!(proc_state(pid), None);
     wait_until("the grandchild to die", || is_dead(grandchild)).await;
     assert_eq!(registry.exit_of(30, 0).await.1, How::Signal(9));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ranks_run_as_the_requested_user_when_the_agent_is_root() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let (registry, agent, mut client) = setup().await;
-    let mut req = launch_req(40, 0, &sh("id -u; id -g; id -G"), "/");
-    req.uid = 65534;
-    req.gid = 65534;
-    client.launch(req).await.unwrap();
-    let (at, how) = registry.exit_of(40, 0).await;
-    assert_eq!(how, How::Code(0));
-    assert_eq!(
-        output_of(&registry.events()[..at], 40, 0, Stream::Stdout),
-        "65534\n65534\n65534\n"
-    );
-    agent.shutdown().await;
 }

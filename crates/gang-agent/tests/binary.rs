@@ -5,6 +5,7 @@ mod common;
 use std::process::Stdio;
 
 use common::*;
+use gang_auth::pki::TlsFiles;
 use gang_proto::v1::Stream;
 use gang_proto::v1::rank_exit::How;
 use nix::sys::signal::{Signal, kill};
@@ -12,6 +13,18 @@ use nix::unistd::Pid;
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gang-agent");
+
+/// The TLS flags of an agent with these files.
+fn tls_args(files: &TlsFiles) -> Vec<String> {
+    vec![
+        "--tls-ca".into(),
+        files.ca.display().to_string(),
+        "--tls-cert".into(),
+        files.cert.display().to_string(),
+        "--tls-key".into(),
+        files.key.display().to_string(),
+    ]
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_config_exits_2_naming_the_file() {
@@ -41,16 +54,51 @@ async fn malformed_config_exits_2_naming_the_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_tls_files_or_with_another_nodes_the_agent_does_not_start() {
+    let out = Command::new(BIN)
+        .args(["--master", "127.0.0.1:1", "--x", "1", "--y", "2"])
+        .env_remove("GANG_MASTER")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("missing tls_ca, tls_cert, tls_key")
+            && stderr.contains("gangctl certs init DIR --mesh WxH")
+            && stderr.contains("DIR/nodes/node-1-2.pem"),
+        "{stderr}"
+    );
+
+    let pki = TestPki::new();
+    let out = Command::new(BIN)
+        .args(["--master", "127.0.0.1:1", "--x", "1", "--y", "2"])
+        .args(tls_args(&pki.node(0, 0)))
+        .env_remove("GANG_MASTER")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("node (1,2): refusing to start")
+            && stderr.contains("is the certificate of node (0,0), not of node (1,2)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_file_registration_and_clean_sigterm() {
     let registry = TestRegistry::start().await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("agent.toml");
     // The file gives a coordinate the flags override, and a master address without scheme.
+    let tls = registry.pki.node(3, 1);
     std::fs::write(
         &config,
         format!(
-            "master = \"{}\"\nx = 9\ny = 9\nkill_grace_ms = 100\n",
-            registry.addr
+            "master = \"{}\"\nx = 9\ny = 9\nkill_grace_ms = 100\nallow_root = true\ntls_ca = {:?}\ntls_cert = {:?}\ntls_key = {:?}\n",
+            registry.addr, tls.ca, tls.cert, tls.key
         ),
     )
     .unwrap();
@@ -84,7 +132,10 @@ async fn ready_file_registration_and_clean_sigterm() {
     assert_eq!((reg.x, reg.y), (3, 1));
     assert_eq!(reg.address, addr);
 
-    let mut client = agent_client(addr.parse().unwrap()).await;
+    let mut client = registry
+        .pki
+        .master_client(addr.parse().unwrap(), 3, 1)
+        .await;
     let pid = client
         .launch(launch_req(
             1,
@@ -118,7 +169,16 @@ async fn ranks_die_with_a_killed_agent() {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let mut agent = Command::new(BIN)
-        .args(["--master", &registry.url(), "--x", "0", "--y", "0"])
+        .args([
+            "--master",
+            &registry.url(),
+            "--x",
+            "0",
+            "--y",
+            "0",
+            "--allow-root",
+        ])
+        .args(tls_args(&registry.pki.node(0, 0)))
         .arg("--ready-file")
         .arg(&ready)
         .stderr(Stdio::null())
@@ -128,7 +188,10 @@ async fn ranks_die_with_a_killed_agent() {
     wait_until("the ready file", || ready.exists()).await;
     let text = std::fs::read_to_string(&ready).unwrap();
     let addr = text.trim().strip_prefix("grpc=").unwrap().to_owned();
-    let mut client = agent_client(addr.parse().unwrap()).await;
+    let mut client = registry
+        .pki
+        .master_client(addr.parse().unwrap(), 0, 0)
+        .await;
     let pid = client
         .launch(launch_req(1, 0, &["sleep", "30"], "/"))
         .await

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use gang_agent::AgentHandle;
 use gang_agent::clock::{ClockMode, realtime_ns};
-use gang_agent::{AgentConfig, AgentHandle};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{GangMode, NodeTable, SignalRequest, SwitchRecord};
@@ -40,14 +40,17 @@ impl Setup {
 
     /// With the switch thread waking `spin` early and spinning to each deadline.
     async fn start_spinning(x: u32, y: u32, ahead: i64, clock: ClockMode, spin: Duration) -> Setup {
-        let registry =
-            TestRegistry::start_with("127.0.0.1:0".parse().unwrap(), vec![], ahead).await;
-        let mut cfg = AgentConfig::for_test(&registry.url(), x, y);
+        let registry = TestRegistry::start_with(MasterOptions {
+            clock_ahead_ns: ahead,
+            ..MasterOptions::default()
+        })
+        .await;
+        let mut cfg = registry.pki.agent_config(&registry, x, y);
         cfg.clock = clock;
         cfg.switch_spin = spin;
         cfg.kill_grace = Duration::from_millis(3000);
         let agent = gang_agent::start(cfg).await.expect("agent starts");
-        let client = agent_client(agent.addr).await;
+        let client = registry.pki.master_client(agent.addr, x, y).await;
         let s = Setup {
             registry,
             agent,
@@ -668,7 +671,7 @@ async fn switching_goes_on_while_the_master_is_gone() {
         client,
         ahead,
     } = s;
-    registry.stop().await;
+    let pki = registry.stop().await;
     let gone_at = realtime_ns();
 
     let before = agent.node.switch.switches();
@@ -678,7 +681,7 @@ async fn switching_goes_on_while_the_master_is_gone() {
     })
     .await;
     let s = Setup {
-        registry: TestRegistry::start_with(addr, vec![], 0).await,
+        registry: TestRegistry::start_on(addr, pki, MasterOptions::default()).await,
         agent,
         client,
         ahead,

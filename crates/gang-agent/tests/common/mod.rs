@@ -1,6 +1,8 @@
 //! Test support: a real AgentRegistry server on loopback that records what agents send it
-//! (it stands in for the master, whose crate is built separately), and helpers that wait
-//! on conditions with deadlines instead of sleeping.
+//! (it stands in for the master, whose crate is built separately), serving the agent port
+//! as the master does (mutual TLS with certificates from `Pki::init`, checking that a node
+//! speaks for itself only), a NodeAgent client with the master's certificate, and helpers
+//! that wait on conditions with deadlines instead of sleeping.
 
 #![allow(dead_code)]
 
@@ -8,6 +10,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use gang_agent::AgentConfig;
+use gang_auth::PeerName;
+use gang_auth::names::node_dns;
+use gang_auth::peer::peer_name;
+use gang_auth::pki::{Pki, TlsFiles};
 
 use gang_proto::v1::agent_registry_server::{AgentRegistry, AgentRegistryServer};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
@@ -22,12 +30,112 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Channel;
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
 use tonic::{Request, Response, Status};
 
 /// Generous: conditions normally hold within milliseconds; this only bounds a failure.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 pub const HEARTBEAT_MS: u32 = 50;
+/// Long enough that no test is fenced unless it means to be.
+pub const NODE_TIMEOUT_MS: u32 = 60_000;
+
+/// A cluster's certificates in a temporary directory: a CA, the master, the nodes of a
+/// 5x4 mesh (every coordinate the tests use).
+pub struct TestPki {
+    pki: Pki,
+    _dir: tempfile::TempDir,
+}
+
+impl TestPki {
+    pub fn new() -> Arc<TestPki> {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let pki = Pki::init(dir.path().join("tls"), 5, 4, 1).expect("cluster certificates");
+        Arc::new(TestPki { pki, _dir: dir })
+    }
+
+    pub fn files(&self, who: &PeerName) -> TlsFiles {
+        self.pki.files(who)
+    }
+
+    pub fn node(&self, x: u32, y: u32) -> TlsFiles {
+        self.files(&PeerName::Node { x, y })
+    }
+
+    /// A certificate for `who` signed by this CA (e.g. a user's).
+    pub fn issue(&self, who: &PeerName) -> TlsFiles {
+        self.pki.issue(who, 1).expect("issue a certificate")
+    }
+
+    /// An agent's config for node (x, y) with its certificate, against `registry`. Tests
+    /// run as root and start their ranks as root: allowed here, refused by default.
+    pub fn agent_config(&self, registry: &TestRegistry, x: u32, y: u32) -> AgentConfig {
+        let mut cfg = AgentConfig::for_test(&registry.url(), x, y, self.node(x, y));
+        cfg.allow_root = true;
+        cfg
+    }
+
+    /// A NodeAgent client of the agent of node (x, y) at `addr`, with `who`'s certificate
+    /// as its identity (None: no client certificate), verifying the agent as the master
+    /// does.
+    pub async fn client_as(
+        &self,
+        who: Option<&PeerName>,
+        addr: SocketAddr,
+        x: u32,
+        y: u32,
+    ) -> Result<NodeAgentClient<Channel>, tonic::transport::Error> {
+        let ca = self.files(&PeerName::Master).read().expect("CA").ca;
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(ca))
+            .domain_name(node_dns(x, y));
+        if let Some(who) = who {
+            let pem = self.files(who).read().expect("client certificate");
+            tls = tls.identity(Identity::from_pem(pem.cert, pem.key));
+        }
+        let channel = Endpoint::from_shared(format!("https://{addr}"))?
+            .tls_config(tls)?
+            .connect()
+            .await?;
+        Ok(NodeAgentClient::new(channel))
+    }
+
+    /// The master's client of the agent of node (x, y).
+    pub async fn master_client(
+        &self,
+        addr: SocketAddr,
+        x: u32,
+        y: u32,
+    ) -> NodeAgentClient<Channel> {
+        self.client_as(Some(&PeerName::Master), addr, x, y)
+            .await
+            .expect("connect to the agent")
+    }
+}
+
+/// How the fake master behaves.
+#[derive(Debug, Clone)]
+pub struct MasterOptions {
+    /// Jobs to hand back as `kill_jobs` on registration.
+    pub kill_jobs: Vec<u64>,
+    /// This "master" clock runs this far ahead of the host's (for clock probes).
+    pub clock_ahead_ns: i64,
+    pub node_timeout_ms: u32,
+    /// Whose certificate it serves with (the master's, unless a test impersonates).
+    pub identity: PeerName,
+}
+
+impl Default for MasterOptions {
+    fn default() -> Self {
+        MasterOptions {
+            kill_jobs: Vec::new(),
+            clock_ahead_ns: 0,
+            node_timeout_ms: NODE_TIMEOUT_MS,
+            identity: PeerName::Master,
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum Event {
@@ -45,16 +153,37 @@ struct Shared {
     /// Nodes that registered with this server instance (a fresh server knows none, like
     /// a restarted master).
     known: Mutex<Vec<(u32, u32)>>,
-    kill_jobs: Mutex<Vec<u64>>,
-    /// This "master" clock runs this far ahead of the host's (for clock probes).
-    clock_ahead_ns: i64,
+    options: MasterOptions,
     probes: std::sync::atomic::AtomicU64,
+    /// When each heartbeat was received.
+    heartbeats_at: Mutex<Vec<Instant>>,
+    /// While true, Register and Heartbeat calls are held unanswered (a hung master).
+    silent: watch::Sender<bool>,
 }
 
 impl Shared {
     fn record(&self, event: Event) {
         self.events.lock().unwrap().push(event);
         self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Hold the call while the master is silent.
+    async fn answer_when_not_silent(&self) {
+        let mut silent = self.silent.subscribe();
+        let _ = silent.wait_for(|s| !*s).await;
+    }
+}
+
+/// Like the master: an agent speaks for the node in its certificate only.
+fn check_node<T>(request: &Request<T>, x: u32, y: u32) -> Result<(), Status> {
+    let named = request
+        .peer_certs()
+        .and_then(|c| c.first().and_then(|leaf| peer_name(leaf.as_ref())));
+    match named {
+        Some(PeerName::Node { x: cx, y: cy }) if (cx, cy) == (x, y) => Ok(()),
+        other => Err(Status::permission_denied(format!(
+            "the certificate names {other:?}, not node ({x},{y})"
+        ))),
     }
 }
 
@@ -67,14 +196,17 @@ impl AgentRegistry for Recorder {
         &self,
         request: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
+        self.0.answer_when_not_silent().await;
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
         let req = request.into_inner();
         self.0.known.lock().unwrap().push((req.x, req.y));
         self.0.record(Event::Register(req));
         Ok(Response::new(RegisterResponse {
-            mesh_w: 4,
+            mesh_w: 5,
             mesh_h: 4,
             heartbeat_ms: HEARTBEAT_MS,
-            kill_jobs: self.0.kill_jobs.lock().unwrap().clone(),
+            kill_jobs: self.0.options.kill_jobs.clone(),
+            node_timeout_ms: self.0.options.node_timeout_ms,
         }))
     }
 
@@ -82,6 +214,9 @@ impl AgentRegistry for Recorder {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
+        self.0.answer_when_not_silent().await;
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
+        self.0.heartbeats_at.lock().unwrap().push(Instant::now());
         let req = request.into_inner();
         let known = self.0.known.lock().unwrap().contains(&(req.x, req.y));
         self.0.record(Event::Heartbeat(req));
@@ -92,6 +227,7 @@ impl AgentRegistry for Recorder {
         &self,
         request: Request<RankExit>,
     ) -> Result<Response<RankExitAck>, Status> {
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
         self.0.record(Event::Exit(request.into_inner()));
         Ok(Response::new(RankExitAck {}))
     }
@@ -108,6 +244,7 @@ impl AgentRegistry for Recorder {
         &self,
         request: Request<SwitchReport>,
     ) -> Result<Response<SwitchReportAck>, Status> {
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
         self.0.record(Event::Switches(request.into_inner()));
         Ok(Response::new(SwitchReportAck {}))
     }
@@ -116,14 +253,14 @@ impl AgentRegistry for Recorder {
         &self,
         request: Request<ClockProbeRequest>,
     ) -> Result<Response<ClockProbeResponse>, Status> {
-        let t2_ns = gang_agent::clock::realtime_ns() + self.0.clock_ahead_ns;
+        let t2_ns = gang_agent::clock::realtime_ns() + self.0.options.clock_ahead_ns;
         self.0
             .probes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Response::new(ClockProbeResponse {
             t1_ns: request.into_inner().t1_ns,
             t2_ns,
-            t3_ns: gang_agent::clock::realtime_ns() + self.0.clock_ahead_ns,
+            t3_ns: gang_agent::clock::realtime_ns() + self.0.options.clock_ahead_ns,
         }))
     }
 }
@@ -131,36 +268,48 @@ impl AgentRegistry for Recorder {
 /// A recording AgentRegistry server.
 pub struct TestRegistry {
     pub addr: SocketAddr,
+    /// The cluster's certificates (a restarted "master" keeps them).
+    pub pki: Arc<TestPki>,
     shared: Arc<Shared>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
 }
 
 impl TestRegistry {
+    /// A new cluster (new certificates) and its master.
     pub async fn start() -> Self {
-        Self::start_on("127.0.0.1:0".parse().unwrap(), Vec::new()).await
+        Self::start_with(MasterOptions::default()).await
     }
 
-    /// Start on a given address (to restart "the master" where agents expect it), with
-    /// jobs to hand back as `kill_jobs` on registration.
-    pub async fn start_on(addr: SocketAddr, kill_jobs: Vec<u64>) -> Self {
-        Self::start_with(addr, kill_jobs, 0).await
+    pub async fn start_with(options: MasterOptions) -> Self {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), TestPki::new(), options).await
     }
 
-    /// Like `start_on`, with a master clock `clock_ahead_ns` ahead of the host's.
-    pub async fn start_with(addr: SocketAddr, kill_jobs: Vec<u64>, clock_ahead_ns: i64) -> Self {
+    /// Start on a given address with the given certificates (to restart "the master"
+    /// where agents expect it).
+    pub async fn start_on(addr: SocketAddr, pki: Arc<TestPki>, options: MasterOptions) -> Self {
         let listener = TcpListener::bind(addr).await.expect("bind test registry");
         let addr = listener.local_addr().unwrap();
+        let pem = pki
+            .files(&options.identity)
+            .read()
+            .expect("master certificate");
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(pem.cert, pem.key))
+            .client_ca_root(Certificate::from_pem(pem.ca));
         let shared = Arc::new(Shared {
             events: Mutex::default(),
             version: watch::Sender::new(0),
             known: Mutex::default(),
-            kill_jobs: Mutex::new(kill_jobs),
-            clock_ahead_ns,
+            options,
             probes: Default::default(),
+            heartbeats_at: Mutex::default(),
+            silent: watch::Sender::new(false),
         });
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tonic::transport::Server::builder()
+        let server = Server::builder()
+            .tls_config(tls)
+            .expect("test registry TLS")
             .add_service(AgentRegistryServer::new(Recorder(Arc::clone(&shared))))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = stopped.await;
@@ -170,6 +319,7 @@ impl TestRegistry {
         });
         TestRegistry {
             addr,
+            pki,
             shared,
             stop,
             task,
@@ -177,17 +327,35 @@ impl TestRegistry {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
     }
 
-    /// Stop serving and close the connections (like a master going down).
-    pub async fn stop(self) {
+    /// Stop serving and close the connections (like a master going down). Returns the
+    /// certificates, for a restart.
+    pub async fn stop(self) -> Arc<TestPki> {
         let _ = self.stop.send(());
         let mut task = self.task;
         if tokio::time::timeout(DEADLINE, &mut task).await.is_err() {
             task.abort();
             panic!("test registry did not stop");
         }
+        self.pki
+    }
+
+    /// Hold Register and Heartbeat calls unanswered (true) or answer them again (false),
+    /// as a hung master would; the other calls are answered.
+    pub fn set_silent(&self, silent: bool) {
+        self.shared.silent.send_replace(silent);
+    }
+
+    /// When the last heartbeat was received.
+    pub fn last_heartbeat_at(&self) -> Option<Instant> {
+        self.heartbeat_log().last()
+    }
+
+    /// The heartbeat receipts, readable after the server stopped.
+    pub fn heartbeat_log(&self) -> HeartbeatLog {
+        HeartbeatLog(Arc::clone(&self.shared))
     }
 
     /// Answer `known = false` from now on, as a master that lost its memory would.
@@ -268,6 +436,15 @@ impl TestRegistry {
     }
 }
 
+/// When a test registry received heartbeats.
+pub struct HeartbeatLog(Arc<Shared>);
+
+impl HeartbeatLog {
+    pub fn last(&self) -> Option<Instant> {
+        self.0.heartbeats_at.lock().unwrap().last().copied()
+    }
+}
+
 /// Everything a rank wrote on one stream, in the events given.
 pub fn output_of(events: &[Event], job_id: u64, rank: u32, stream: Stream) -> String {
     let mut out = Vec::new();
@@ -284,12 +461,6 @@ pub fn output_of(events: &[Event], job_id: u64, rank: u32, stream: Stream) -> St
         }
     }
     String::from_utf8(out).expect("utf-8 output")
-}
-
-pub async fn agent_client(addr: SocketAddr) -> NodeAgentClient<Channel> {
-    NodeAgentClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect to the agent")
 }
 
 /// A launch of `argv` in `cwd`, with the test's PATH.
@@ -310,6 +481,8 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         gid: nix::unistd::getegid().as_raw(),
         stdin: false,
         gang: GangMode::Unspecified as i32,
+        groups: Vec::new(),
+        user: String::new(),
     }
 }
 

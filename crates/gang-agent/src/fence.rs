@@ -1,0 +1,230 @@
+//! The fence: no rank runs unsupervised.
+//!
+//! The master counts a node lost when it has heard no heartbeat from it for
+//! `node_timeout_ms` (sent at registration), and fails the jobs that had ranks there. From
+//! then on nobody watches those ranks: the master has given up on them and may place their
+//! nodes again. So an agent that has not heard the master answer (a registration, or a
+//! heartbeat the master knew it by) for longer than that timeout plus one heartbeat period
+//! stops all its ranks, the way a master-ordered kill does, and keeps trying to register.
+//! Their exit reports wait in the outbox and reach the master when it is back.
+//!
+//! Why this bound: the master measures silence from the last heartbeat it *received*; the
+//! agent from the last answer it *got*, which is later. So the agent never fences before
+//! the master has given up; the extra period covers the master's own timer granularity.
+//! A master that is away for less (a crash and restart within the timeout) finds every
+//! rank still running when the agent registers again.
+//!
+//! Like `clock`, this module imports nothing of the agent: the session reports contact
+//! (`registered`, `heard`), and `watch` is given the stopping as a function (`agent.rs`).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// What the master said at registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Terms {
+    node_timeout: Duration,
+    heartbeat: Duration,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// When the master last answered.
+    heard: Option<Instant>,
+    /// None before the first registration, or if the master sent no node timeout (an
+    /// older master): then nothing is fenced.
+    terms: Option<Terms>,
+    /// Counts answers, so the watch can tell whether one came while it slept.
+    answers: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Fence {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl Fence {
+    pub fn new() -> Arc<Fence> {
+        Arc::new(Fence::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A registration was accepted at `at`, with the master's node timeout (None: it sent
+    /// none) and heartbeat period.
+    pub fn registered(&self, at: Instant, node_timeout: Option<Duration>, heartbeat: Duration) {
+        let mut s = self.lock();
+        s.terms = node_timeout.map(|node_timeout| Terms {
+            node_timeout,
+            heartbeat,
+        });
+        s.heard = Some(at);
+        s.answers += 1;
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// A heartbeat was answered (by a master that knew this node) at `at`.
+    pub fn heard(&self, at: Instant) {
+        let mut s = self.lock();
+        s.heard = Some(s.heard.map_or(at, |h| h.max(at)));
+        s.answers += 1;
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// When the fence falls unless the master answers before.
+    pub fn deadline(&self) -> Option<Instant> {
+        let s = self.lock();
+        deadline(&s)
+    }
+}
+
+fn deadline(s: &State) -> Option<Instant> {
+    let t = s.terms?;
+    Some(s.heard? + t.node_timeout + t.heartbeat)
+}
+
+/// Watch the fence until aborted: when it falls, call `stop` (which stops every rank and
+/// returns the jobs it stopped) once, then wait for the master to answer again.
+pub async fn watch(fence: Arc<Fence>, mut stop: impl FnMut() -> Vec<u64>) {
+    loop {
+        let changed = fence.changed.notified();
+        tokio::pin!(changed);
+        // Interest first, then the state: an answer in between is not missed.
+        changed.as_mut().enable();
+        let (due, answers, terms, heard) = {
+            let s = fence.lock();
+            (deadline(&s), s.answers, s.terms, s.heard)
+        };
+        let (Some(due), Some(terms), Some(heard)) = (due, terms, heard) else {
+            changed.await;
+            continue;
+        };
+        tokio::select! {
+            _ = &mut changed => continue,
+            _ = tokio::time::sleep_until(due) => {}
+        }
+        if fence.lock().answers != answers {
+            continue;
+        }
+        let jobs = stop();
+        let silent_ms = heard.elapsed().as_millis() as u64;
+        let node_timeout_ms = terms.node_timeout.as_millis() as u64;
+        let heartbeat_ms = terms.heartbeat.as_millis() as u64;
+        if jobs.is_empty() {
+            warn!(
+                silent_ms,
+                node_timeout_ms,
+                heartbeat_ms,
+                "the master has not answered for longer than its node timeout plus a heartbeat period: it counts this node lost; no ranks here to stop; still trying to register"
+            );
+        } else {
+            warn!(
+                silent_ms,
+                node_timeout_ms,
+                heartbeat_ms,
+                ?jobs,
+                "the master has not answered for longer than its node timeout plus a heartbeat period: it counts this node lost and has failed these jobs; stopping their ranks here so that none runs unsupervised; still trying to register"
+            );
+        }
+        // Once per silence.
+        changed.await;
+        info!("the master answers again: the fence is up");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const T: Duration = Duration::from_millis(300);
+    const P: Duration = Duration::from_millis(50);
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Let the watch task run at the current (paused) instant.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn start() -> (Arc<Fence>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+        let fence = Fence::new();
+        let falls = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(watch(Arc::clone(&fence), {
+            let falls = Arc::clone(&falls);
+            move || {
+                falls.fetch_add(1, Ordering::SeqCst);
+                vec![7]
+            }
+        }));
+        (fence, falls, task)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn falls_once_after_timeout_plus_period_and_rearms_on_an_answer() {
+        let (fence, falls, task) = start();
+        // Nothing is fenced before the master set its terms.
+        tokio::time::sleep(T * 10).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 0);
+
+        let t0 = Instant::now();
+        fence.registered(t0, Some(T), P);
+        tokio::time::sleep_until(t0 + 100 * MS).await;
+        fence.heard(Instant::now());
+        assert_eq!(fence.deadline(), Some(t0 + 100 * MS + T + P));
+        tokio::time::sleep_until(t0 + 100 * MS + T + P - MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 0, "fell early");
+        tokio::time::sleep_until(t0 + 100 * MS + T + P + MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 1);
+        // Still silent: not again.
+        tokio::time::sleep(T * 5).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 1);
+
+        // Registered again: armed again, from then.
+        let t1 = Instant::now();
+        fence.registered(t1, Some(T), P);
+        settle().await;
+        tokio::time::sleep_until(t1 + T + P - MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 1);
+        tokio::time::sleep_until(t1 + T + P + MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 2);
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_in_time_keep_it_up_and_no_timeout_means_no_fence() {
+        let (fence, falls, task) = start();
+        fence.registered(Instant::now(), Some(T), P);
+        // Heartbeats answered every period for a long while.
+        for _ in 0..100 {
+            tokio::time::sleep(P).await;
+            fence.heard(Instant::now());
+            settle().await;
+        }
+        assert_eq!(falls.load(Ordering::SeqCst), 0);
+
+        // A master that states no timeout: its silence is not judged.
+        fence.registered(Instant::now(), None, P);
+        assert_eq!(fence.deadline(), None);
+        tokio::time::sleep(T * 20).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 0);
+        task.abort();
+    }
+}
