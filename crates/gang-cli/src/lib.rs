@@ -8,6 +8,9 @@
 //! - [`matrix_view`]: the slice matrix drawn as text.
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
 //! - [`attach`]: `prun`'s attach loop (stdin, output, signals, reconnection).
+//! - [`signals`]: `gangctl start`'s SIGINT, SIGTERM and SIGHUP, taken by a thread of their
+//!   own; [`strays`]: orphans adopted by `gangctl start` (a child subreaper), reaped and
+//!   stopped.
 //!
 //! A whole cluster on loopback (`gangctl start`, end-to-end tests) is the `gang-local`
 //! crate.
@@ -21,5 +24,7 @@ pub mod matrix_view;
 pub mod output;
 pub mod parse;
 pub mod relay;
+pub mod signals;
+pub mod strays;
 
 pub use connect::CliError;

@@ -64,6 +64,23 @@ pub fn parse_mesh(s: &str) -> Result<(u32, u32), String> {
     Ok((w, h))
 }
 
+/// `gangctl start --max-agents`: 1 to [`gang_local::MAX_AGENTS_BOUND`].
+pub fn parse_max_agents(s: &str) -> Result<usize, String> {
+    let bound = gang_local::MAX_AGENTS_BOUND;
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of agents from 1 to {bound}, got {s:?}"))?;
+    if n == 0 || n > bound {
+        return Err(format!(
+            "{n} is not from 1 to {bound}: a local cluster runs one agent process per node on \
+             this one machine ({} cores), and {bound} is the most it may run",
+            gang_local::cores()
+        ));
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +132,17 @@ mod tests {
         for bad in ["4", "0x2", "4x0", "x", "4x", "4,2", "axb"] {
             assert!(parse_mesh(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn agent_ceilings() {
+        assert_eq!(parse_max_agents("1"), Ok(1));
+        assert_eq!(parse_max_agents("1024"), Ok(1024));
+        for bad in ["0", "1025", "100000"] {
+            let e = parse_max_agents(bad).unwrap_err();
+            assert!(e.contains("is not from 1 to 1024"), "{bad:?}: {e}");
+        }
+        let e = parse_max_agents("many").unwrap_err();
+        assert!(e.starts_with("expected a number of agents"), "{e}");
     }
 }

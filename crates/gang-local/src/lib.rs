@@ -15,9 +15,17 @@
 //!   ports of its first start back, so agents and clients find it again).
 //! - State and logs live in one directory: a fresh temporary one (removed at teardown
 //!   unless [`LocalClusterOptions::keep`]), or [`LocalClusterOptions::dir`] (never removed).
+//! - A mesh needs one agent process per node, all on this machine: a mesh of more than
+//!   [`LocalClusterOptions::max_agents`] nodes (default [`DEFAULT_MAX_AGENTS`], at most
+//!   [`MAX_AGENTS_BOUND`]) is refused before anything starts ([`CeilingError`]).
 //! - Every process it started is stopped and reaped: by [`LocalCluster::shutdown`], by a
-//!   failed [`LocalCluster::start`], or, best-effort, on drop (so a panicking test leaves
-//!   nothing behind).
+//!   failed or interrupted [`LocalCluster::start`], or, best-effort, on drop (so a
+//!   panicking test leaves nothing behind). Signals go to each process's whole group.
+//! - If the owner dies without tearing down (even by SIGKILL), the daemons get SIGTERM:
+//!   they are forked by a thread that lives as long as the cluster and ask for
+//!   `PR_SET_PDEATHSIG` (see `procs.rs`).
+//! - [`LocalClusterOptions::interrupt`] aborts a pending start within about 25 ms of being
+//!   set, whatever it is waiting for, with an [`Interrupted`] error after the teardown.
 //!
 //! Binaries: `gang-master` and `gang-agent` are looked up in
 //! [`LocalClusterOptions::bin_dir`], else next to the current executable, else (for test
@@ -32,13 +40,17 @@
 //! [`start`](LocalCluster::start) and the other methods are blocking; they are safe to
 //! call from inside a tokio runtime too (the gRPC polling runs on a thread of its own).
 
+mod ceiling;
+mod procs;
+
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -46,8 +58,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{ListNodesRequest, NodeInfo, NodeState};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+
+pub use ceiling::{CeilingError, DEFAULT_MAX_AGENTS, MAX_AGENTS_BOUND, check_mesh, cores};
+use procs::{Proc, Spawner};
 
 pub const MASTER_BIN: &str = "gang-master";
 pub const AGENT_BIN: &str = "gang-agent";
@@ -80,8 +94,12 @@ pub struct LocalClusterOptions {
     /// SIGTERM-to-SIGKILL grace at shutdown.
     pub shutdown_grace: Duration,
     /// Set to `true` (from another thread, e.g. on Ctrl-C) to make a pending
-    /// [`LocalCluster::start`] give up and tear down what it started.
+    /// [`LocalCluster::start`] give up within about 25 ms, tear down what it started, and
+    /// fail with [`Interrupted`].
     pub interrupt: Option<Arc<AtomicBool>>,
+    /// The most agents (nodes) the mesh may have: every node is a process on this
+    /// machine. Default [`DEFAULT_MAX_AGENTS`]; at most [`MAX_AGENTS_BOUND`].
+    pub max_agents: usize,
 }
 
 impl Default for LocalClusterOptions {
@@ -98,9 +116,29 @@ impl Default for LocalClusterOptions {
             nodes_up_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(5),
             interrupt: None,
+            max_agents: DEFAULT_MAX_AGENTS,
         }
     }
 }
+
+/// [`LocalCluster::start`] gave up because [`LocalClusterOptions::interrupt`] was set;
+/// everything it started was stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    /// The working directory, if it is left in place (`dir` given, or `keep`).
+    pub kept_dir: Option<PathBuf>,
+}
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kept_dir {
+            None => f.write_str("interrupted"),
+            Some(d) => write!(f, "interrupted; state and logs kept in {}", d.display()),
+        }
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// A running local cluster. Dropping it tears it down (best effort); call
 /// [`shutdown`](Self::shutdown) to see problems.
@@ -113,13 +151,16 @@ pub struct LocalCluster {
     remove_dir: bool,
     master_bin: PathBuf,
     agent_bin: PathBuf,
-    master: Option<Child>,
-    agents: BTreeMap<(u32, u32), Child>,
+    master: Option<Proc>,
+    agents: BTreeMap<(u32, u32), Proc>,
     grpc: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
     master_url: String,
     metrics_url: String,
     torn_down: bool,
+    /// Dropped after `Drop::drop` has torn everything down: the end of its thread would
+    /// SIGTERM any process still running.
+    spawner: Spawner,
 }
 
 /// The directory the binaries are looked up in by default: the current executable's, or
@@ -242,18 +283,23 @@ where
 impl LocalCluster {
     /// Start a `mesh.0` x `mesh.1` cluster and wait until every node is up.
     ///
-    /// On error everything started so far is torn down; the error quotes the log of the
-    /// process that failed.
+    /// A mesh over the ceiling ([`LocalClusterOptions::max_agents`]) is refused with a
+    /// [`CeilingError`] before anything is looked up or started. On error everything
+    /// started so far is torn down; the error quotes the log of the process that failed.
+    /// When [`LocalClusterOptions::interrupt`] is set it fails with [`Interrupted`] (both
+    /// can be found with `downcast_ref`).
     pub fn start(mesh: (u32, u32), opts: LocalClusterOptions) -> Result<LocalCluster> {
         if mesh.0 == 0 || mesh.1 == 0 {
             bail!("the mesh must be at least 1x1, got {}x{}", mesh.0, mesh.1);
         }
+        check_mesh(mesh, opts.max_agents)?;
         let bin_dir = match &opts.bin_dir {
             Some(d) => d.clone(),
             None => default_bin_dir()?,
         };
         let master_bin = find_bin(&bin_dir, MASTER_BIN)?;
         let agent_bin = find_bin(&bin_dir, AGENT_BIN)?;
+        let spawner = Spawner::new().context("cannot start the process-starting thread")?;
 
         let (dir, remove_dir) = match &opts.dir {
             Some(d) => {
@@ -285,11 +331,14 @@ impl LocalCluster {
             master_url: String::new(),
             metrics_url: String::new(),
             torn_down: false,
+            spawner,
         };
         // From here on, an early return drops `cluster`, which tears down what started.
+        cluster.check_interrupt()?;
         cluster.start_master()?;
         for y in 0..mesh.1 {
             for x in 0..mesh.0 {
+                cluster.check_interrupt()?;
                 cluster.spawn_agent(x, y)?;
             }
         }
@@ -345,6 +394,18 @@ impl LocalCluster {
         running_pid(self.agents.get_mut(&(x, y))?)
     }
 
+    /// The pids of every process it started and has not reaped yet (running, or exited
+    /// and not yet noticed). They are this process's children, and it reaps them itself:
+    /// an owner that reaps other children (e.g. orphans it adopted as a subreaper) must
+    /// leave these alone.
+    pub fn pids(&self) -> Vec<u32> {
+        self.master
+            .iter()
+            .chain(self.agents.values())
+            .filter_map(Proc::unreaped_pid)
+            .collect()
+    }
+
     fn command(&self, bin: &Path, log: &Path) -> Result<Command> {
         let out = OpenOptions::new()
             .create(true)
@@ -394,8 +455,9 @@ impl LocalCluster {
         cmd.arg("--ready-file")
             .arg(&ready)
             .args(&self.opts.master_args);
-        let child = cmd
-            .spawn()
+        let child = self
+            .spawner
+            .spawn(cmd)
             .with_context(|| format!("cannot run {}", self.master_bin.display()))?;
         self.master = Some(child);
 
@@ -404,7 +466,7 @@ impl LocalCluster {
         loop {
             self.check_interrupt()?;
             let master = self.master.as_mut().expect("just spawned");
-            if let Some(status) = master.try_wait()? {
+            if let Some(status) = master.poll()? {
                 return Err(with_tail(
                     format!("{MASTER_BIN} {} before it was ready", describe(status)),
                     &log,
@@ -452,8 +514,9 @@ impl LocalCluster {
             .arg("--ready-file")
             .arg(&ready)
             .args(&self.opts.agent_args);
-        let child = cmd
-            .spawn()
+        let child = self
+            .spawner
+            .spawn(cmd)
             .with_context(|| format!("cannot run {}", self.agent_bin.display()))?;
         self.agents.insert((x, y), child);
         Ok(())
@@ -477,12 +540,12 @@ impl LocalCluster {
 
     /// Send `signal` to the master and wait for it to exit (SIGKILL after the grace).
     pub fn stop_master(&mut self, signal: Signal) -> Result<ExitStatus> {
-        let child = self
+        let mut child = self
             .master
             .take()
             .ok_or_else(|| anyhow!("{MASTER_BIN} is not running"))?;
         let grace = self.opts.shutdown_grace;
-        let (status, _killed) = stop_child(child, signal, grace)?;
+        let (status, _killed) = procs::stop(&mut child, signal, grace)?;
         Ok(status)
     }
 
@@ -495,20 +558,34 @@ impl LocalCluster {
     /// Send `signal` to the agent of node (x, y) and wait for it to exit (SIGKILL after
     /// the grace).
     pub fn stop_agent(&mut self, x: u32, y: u32, signal: Signal) -> Result<ExitStatus> {
-        let child = self
+        let mut child = self
             .agents
             .remove(&(x, y))
             .ok_or_else(|| anyhow!("no agent of node {x},{y} is running"))?;
         let grace = self.opts.shutdown_grace;
-        let (status, _killed) = stop_child(child, signal, grace)?;
+        let (status, _killed) = procs::stop(&mut child, signal, grace)?;
         Ok(status)
     }
 
-    fn check_interrupt(&self) -> Result<()> {
-        match &self.opts.interrupt {
-            Some(flag) if flag.load(Ordering::SeqCst) => bail!("interrupted"),
-            _ => Ok(()),
+    fn interrupted(&self) -> bool {
+        self.opts
+            .interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    fn interrupted_error(&self) -> anyhow::Error {
+        Interrupted {
+            kept_dir: (!self.remove_dir).then(|| self.dir.clone()),
         }
+        .into()
+    }
+
+    fn check_interrupt(&self) -> Result<()> {
+        if self.interrupted() {
+            return Err(self.interrupted_error());
+        }
+        Ok(())
     }
 
     /// Every process still running? An error names the first that is not, with its log.
@@ -517,7 +594,7 @@ impl LocalCluster {
         match self.master.as_mut() {
             None => bail!("{MASTER_BIN} is not running"),
             Some(m) => {
-                if let Some(status) = m.try_wait()? {
+                if let Some(status) = m.poll()? {
                     return Err(with_tail(
                         format!("{MASTER_BIN} {}", describe(status)),
                         &log,
@@ -527,7 +604,7 @@ impl LocalCluster {
         }
         let mut dead = None;
         for (&(x, y), agent) in self.agents.iter_mut() {
-            if let Some(status) = agent.try_wait()? {
+            if let Some(status) = agent.poll()? {
                 dead = Some((x, y, status));
                 break;
             }
@@ -547,10 +624,21 @@ impl LocalCluster {
         let url = self.master_url.clone();
         let expected = (self.mesh.0 * self.mesh.1) as usize;
         let mut last: Result<Vec<NodeInfo>> = Err(anyhow!("no answer yet"));
+        let flag = self.opts.interrupt.clone();
         loop {
             self.check_interrupt()?;
             self.check_alive()?;
-            let polled = block_on(list_nodes(url.clone()));
+            // A ListNodes call may take seconds on a loaded machine; an interrupt must not
+            // wait for it.
+            let polled = block_on(async {
+                tokio::select! {
+                    r = list_nodes(url.clone()) => Some(r),
+                    _ = until_set(flag.clone()) => None,
+                }
+            });
+            let Some(polled) = polled else {
+                return Err(self.interrupted_error());
+            };
             if let Ok(nodes) = &polled
                 && nodes.len() >= expected
                 && nodes.iter().all(|n| n.state() == NodeState::Up)
@@ -565,7 +653,11 @@ impl LocalCluster {
             if Instant::now() >= deadline {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            // In steps, so that an interrupt is seen within one.
+            let next = Instant::now() + Duration::from_millis(100);
+            while Instant::now() < next && !self.interrupted() {
+                std::thread::sleep(POLL);
+            }
         }
         let secs = timeout.as_secs_f64();
         match last {
@@ -621,7 +713,7 @@ impl LocalCluster {
         let mut problems = Vec::new();
         // Agents first, so that they can still report their ranks' ends to the master;
         // then the master.
-        let agents: Vec<(String, Child)> = std::mem::take(&mut self.agents)
+        let agents: Vec<(String, Proc)> = std::mem::take(&mut self.agents)
             .into_iter()
             .map(|((x, y), child)| (format!("the agent of node {x},{y}"), child))
             .collect();
@@ -644,17 +736,17 @@ impl Drop for LocalCluster {
     }
 }
 
-/// SIGTERM every process, wait for them all until `grace` has passed, SIGKILL the rest;
-/// reap all. Problems are added to `problems`.
-fn stop_all(mut procs: Vec<(String, Child)>, grace: Duration, problems: &mut Vec<String>) {
+/// SIGTERM every process group, wait for them all until `grace` has passed, SIGKILL the
+/// rest; reap all. Problems are added to `problems`.
+fn stop_all(mut procs: Vec<(String, Proc)>, grace: Duration, problems: &mut Vec<String>) {
     for (_, child) in procs.iter_mut() {
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        if matches!(child.poll(), Ok(None)) {
+            child.signal(Signal::SIGTERM);
         }
     }
     let deadline = Instant::now() + grace;
     for (name, child) in procs.iter_mut() {
-        match wait_until(child, deadline) {
+        match child.wait_until(deadline) {
             Ok(Some(status)) => {
                 let by_term = status.signal() == Some(Signal::SIGTERM as i32);
                 if !(status.success() || by_term) {
@@ -663,7 +755,6 @@ fn stop_all(mut procs: Vec<(String, Child)>, grace: Duration, problems: &mut Vec
             }
             Ok(None) => {
                 let _ = child.kill();
-                let _ = child.wait();
                 problems.push(format!(
                     "{name} did not exit within {} s of SIGTERM and was killed",
                     grace.as_secs_f64()
@@ -671,41 +762,24 @@ fn stop_all(mut procs: Vec<(String, Child)>, grace: Duration, problems: &mut Vec
             }
             Err(e) => {
                 let _ = child.kill();
-                let _ = child.wait();
                 problems.push(format!("waiting for {name}: {e}"));
             }
         }
     }
 }
 
-fn running_pid(child: &mut Child) -> Option<u32> {
-    matches!(child.try_wait(), Ok(None)).then(|| child.id())
+fn running_pid(child: &mut Proc) -> Option<u32> {
+    matches!(child.poll(), Ok(None)).then(|| child.id())
 }
 
-/// Wait for a child until `deadline`; `None` if it still runs.
-fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        if Instant::now() >= deadline {
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(10));
+/// Resolves once `flag` is set; never without one.
+async fn until_set(flag: Option<Arc<AtomicBool>>) {
+    let Some(flag) = flag else {
+        return std::future::pending().await;
+    };
+    while !flag.load(Ordering::SeqCst) {
+        tokio::time::sleep(POLL).await;
     }
-}
-
-/// Signal a child and reap it, SIGKILLing it after `grace`. Returns its status and whether
-/// it had to be killed.
-fn stop_child(mut child: Child, signal: Signal, grace: Duration) -> Result<(ExitStatus, bool)> {
-    if child.try_wait()?.is_none() {
-        let _ = kill(Pid::from_raw(child.id() as i32), signal);
-    }
-    if let Some(status) = wait_until(&mut child, Instant::now() + grace)? {
-        return Ok((status, false));
-    }
-    let _ = child.kill();
-    Ok((child.wait()?, true))
 }
 
 async fn list_nodes(url: String) -> Result<Vec<NodeInfo>> {
@@ -771,16 +845,155 @@ mod tests {
         assert!(!work.path().join("cluster").exists(), "nothing created");
     }
 
+    fn fake_bins(master: &str, agent: &str) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let bins = tempfile::tempdir().unwrap();
+        for (name, text) in [(MASTER_BIN, master), (AGENT_BIN, agent)] {
+            let p = bins.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        bins
+    }
+
+    /// Alive, as opposed to gone or a zombie.
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+                Some(state != "Z" && state != "X")
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn a_mesh_over_the_ceiling_is_refused_before_anything_starts() {
+        let work = tempfile::tempdir().unwrap();
+        let opts = LocalClusterOptions {
+            // Not even looked for: the ceiling comes first.
+            bin_dir: Some(work.path().join("no-bins")),
+            dir: Some(work.path().join("cluster")),
+            ..Default::default()
+        };
+        let e = LocalCluster::start((100, 100), opts.clone()).unwrap_err();
+        let ceiling = e.downcast_ref::<CeilingError>().expect("a CeilingError");
+        assert!(
+            matches!(
+                ceiling,
+                CeilingError::TooManyAgents {
+                    needed: 10000,
+                    max_agents: 64,
+                    ..
+                }
+            ),
+            "{ceiling:?}"
+        );
+        assert!(!work.path().join("cluster").exists(), "nothing created");
+
+        let e = LocalCluster::start((9, 8), opts.clone()).unwrap_err();
+        assert!(e.to_string().contains("max_agents 72, at most 1024"), "{e}");
+        let e = LocalCluster::start(
+            (1, 1),
+            LocalClusterOptions {
+                max_agents: MAX_AGENTS_BOUND + 1,
+                ..opts
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("1025 is above 1024"), "{e}");
+    }
+
+    /// Fake daemons: a master that writes its ready file and sleeps; agents that never
+    /// register, each with a helper in its process group. An interrupt while start waits
+    /// for the nodes ends it at once (not after nodes_up_timeout), and every process,
+    /// helpers included, is gone.
+    #[test]
+    fn an_interrupt_while_waiting_for_nodes_stops_everything_at_once() {
+        let master = "#!/bin/sh\n\
+            while [ $# -gt 0 ]; do [ \"$1\" = --ready-file ] && ready=$2; shift; done\n\
+            echo $$ > master.pids\n\
+            printf 'grpc=127.0.0.1:1\\nmetrics=127.0.0.1:1\\n' > \"$ready\"\n\
+            exec sleep 600\n";
+        let agent = "#!/bin/sh\nsleep 600 &\necho \"$$ $!\" > agent-$$.pids\nexec sleep 600\n";
+        let bins = fake_bins(master, agent);
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path().join("cluster");
+        let flag = Arc::new(AtomicBool::new(false));
+        let opts = LocalClusterOptions {
+            bin_dir: Some(bins.path().to_path_buf()),
+            dir: Some(dir.clone()),
+            nodes_up_timeout: Duration::from_secs(120),
+            interrupt: Some(flag.clone()),
+            ..Default::default()
+        };
+        let pid_files = |dir: &Path| -> Vec<PathBuf> {
+            std::fs::read_dir(dir)
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok().map(|e| e.path()))
+                        .filter(|p| p.extension().is_some_and(|x| x == "pids"))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let setter = {
+            let dir = dir.clone();
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                // The master and the four agents (and helpers) are up: start is waiting.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while pid_files(&dir).len() < 5 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                flag.store(true, Ordering::SeqCst);
+                Instant::now()
+            })
+        };
+        let e = LocalCluster::start((2, 2), opts).unwrap_err();
+        let returned = Instant::now();
+        let set_at = setter.join().unwrap();
+        assert_eq!(
+            e.downcast_ref::<Interrupted>(),
+            Some(&Interrupted {
+                kept_dir: Some(dir.clone())
+            }),
+            "{e:#}"
+        );
+        // Teardown included: the fake daemons die at SIGTERM.
+        assert!(
+            returned - set_at < Duration::from_secs(5),
+            "took {:?} after the interrupt",
+            returned - set_at
+        );
+        let pids: Vec<u32> = pid_files(&dir)
+            .iter()
+            .flat_map(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .split_whitespace()
+                    .map(|w| w.parse::<u32>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(pids.len(), 9, "master, 4 agents, 4 helpers: {pids:?}");
+        // The helpers were orphaned to init (or a subreaper) when SIGKILLed: give it a
+        // moment to reap them.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still alive: {left:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// A master that exits at once: the error quotes its log; nothing is left running.
     #[test]
     fn master_dying_early_is_reported_with_its_log() {
-        use std::os::unix::fs::PermissionsExt;
-        let bins = tempfile::tempdir().unwrap();
-        for name in [MASTER_BIN, AGENT_BIN] {
-            let p = bins.path().join(name);
-            std::fs::write(&p, "#!/bin/sh\necho \"bad flag: $2\" >&2\nexit 3\n").unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        let script = "#!/bin/sh\necho \"bad flag: $2\" >&2\nexit 3\n";
+        let bins = fake_bins(script, script);
         let opts = LocalClusterOptions {
             bin_dir: Some(bins.path().to_path_buf()),
             ..Default::default()

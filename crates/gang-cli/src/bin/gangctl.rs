@@ -18,15 +18,17 @@ use gang_cli::output::OutputMode;
 use gang_cli::output::views::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, StatsView,
 };
-use gang_cli::parse::{parse_duration, parse_mesh, parse_node};
+use gang_cli::parse::{parse_duration, parse_max_agents, parse_mesh, parse_node};
+use gang_cli::signals::{self, Caught, StopSignals, catch_stop_signals};
+use gang_cli::strays;
 use gang_core::GangMode;
-use gang_local::{LocalCluster, LocalClusterOptions};
+use gang_local::{DEFAULT_MAX_AGENTS, Interrupted, LocalCluster, LocalClusterOptions, check_mesh};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{
     CancelRequest, GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest,
     ListNodesRequest, Matrix, NodeRequest,
 };
-use tokio::signal::unix::{SignalKind, signal};
+use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 /// Look at and steer the gang cluster, or start a local one.
@@ -38,7 +40,7 @@ use tokio::time::Instant;
 #[command(
     name = "gangctl",
     version,
-    after_help = "Exit status: 0 on success, 1 on errors (printed as \"gangctl: ...\"), 2 for usage errors;\n`gangctl start -- CMD` exits with CMD's status."
+    after_help = "Exit status: 0 on success, 1 on errors (printed as \"gangctl: ...\"), 2 for usage errors;\n`gangctl start -- CMD` exits with CMD's status; `gangctl start` stopped by SIGINT, SIGTERM or\nSIGHUP before its cluster is up, or while CMD runs, exits with 128+signal (130, 143, 129)."
 )]
 struct Cli {
     /// Master address: unix:PATH (its socket on a cluster host) or https://HOST:PORT (with
@@ -65,8 +67,12 @@ enum Cmd {
     /// set (and gangctl's directory first in PATH, for prun) and tears the cluster down
     /// when it exits (exiting with its status), or, without CMD, waits for Ctrl-C. State
     /// and logs go to a temporary directory, removed at the end unless --keep or --dir.
+    ///
+    /// Every node is a process on this machine: a mesh of more than --max-agents nodes
+    /// (64) is refused. SIGINT, SIGTERM or SIGHUP at any moment stop everything that was
+    /// started (a Ctrl-C at the terminal while CMD runs is CMD's to handle).
     #[command(
-        after_help = "Examples:\n  gangctl start --mesh 4x4\n  gangctl start --mesh 2x2 --mpl 2 -- prun -n 4 hostname\n  gangctl start --mesh 4x4 --mpl 2 --quantum-ms 100 --gang-mode priority\n  gangctl start --mesh 2x2 --agent-arg=--clock --agent-arg=host"
+        after_help = "Examples:\n  gangctl start --mesh 4x4\n  gangctl start --mesh 2x2 --mpl 2 -- prun -n 4 hostname\n  gangctl start --mesh 4x4 --mpl 2 --quantum-ms 100 --gang-mode priority\n  gangctl start --mesh 2x2 --agent-arg=--clock --agent-arg=host\n  gangctl start --mesh 10x10 --max-agents 100"
     )]
     Start(StartArgs),
 
@@ -205,6 +211,10 @@ struct StartArgs {
     #[arg(long, value_name = "WxH", value_parser = parse_mesh)]
     mesh: (u32, u32),
 
+    /// The most agents (W*H) to start on this machine, at most 1024.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_AGENTS, value_parser = parse_max_agents)]
+    max_agents: usize,
+
     /// Slices of the Ousterhout matrix (multiprogramming level); default: the master's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     mpl: Option<u32>,
@@ -247,6 +257,22 @@ struct StartArgs {
 
 fn main() {
     let cli = Cli::parse();
+    let mut signals = None;
+    if let Cmd::Start(args) = &cli.command {
+        // Before anything is started, or even looked for.
+        if let Err(e) = check_mesh(args.mesh, args.max_agents) {
+            eprintln!("gangctl: {}", e.message("--max-agents"));
+            std::process::exit(2);
+        }
+        // Before the runtime or any other thread exists (see gang_cli::signals).
+        match catch_stop_signals() {
+            Ok(s) => signals = Some(s),
+            Err(e) => {
+                eprintln!("gangctl: cannot take over SIGINT, SIGTERM and SIGHUP: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -257,7 +283,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = match rt.block_on(run(cli)) {
+    let code = match rt.block_on(run(cli, signals)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("gangctl: {e}");
@@ -268,7 +294,7 @@ fn main() {
     std::process::exit(code);
 }
 
-async fn run(cli: Cli) -> Result<i32, CliError> {
+async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
     let mode = cli.output;
     // `start` makes its own cluster and `certs` only writes files: neither needs an address.
     let master = match &cli.command {
@@ -276,7 +302,10 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
         _ => client_config::master(cli.master.clone())?,
     };
     match cli.command {
-        Cmd::Start(args) => start(args).await,
+        Cmd::Start(args) => match signals {
+            Some(signals) => start(args, signals).await,
+            None => Err(CliError::other("gangctl start without its signal thread")),
+        },
         Cmd::Jobs { all, limit } => {
             let states = if all {
                 Vec::new()
@@ -394,13 +423,19 @@ async fn run(cli: Cli) -> Result<i32, CliError> {
     }
 }
 
-/// `gangctl start`.
-async fn start(args: StartArgs) -> Result<i32, CliError> {
-    let io = |e: std::io::Error| CliError::other(format!("cannot install signal handlers: {e}"));
-    // Installed first: from now on Ctrl-C and SIGTERM reach us as events, and whatever
-    // has started is torn down.
-    let mut sigint = signal(SignalKind::interrupt()).map_err(io)?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(io)?;
+/// How long CMD may take to exit after gangctl passed it a signal, before SIGKILL.
+const CMD_GRACE: Duration = Duration::from_secs(5);
+/// How long the last sweep may take to stop orphans left under gangctl.
+const STRAYS_GRACE: Duration = Duration::from_secs(5);
+
+/// `gangctl start`. `signals` were taken over before any thread started, so no signal
+/// ends gangctl the default way: each one reaches a loop below, which stops what has
+/// started and only then exits.
+async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, CliError> {
+    // Orphans of anything below us (a rank's child when its agent was killed, a daemon
+    // CMD left running) come to us, not to init, and are stopped at the end.
+    strays::become_subreaper()
+        .map_err(|e| CliError::other(format!("cannot become a child subreaper: {e}")))?;
 
     let (w, h) = args.mesh;
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -420,24 +455,53 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
         keep: args.keep,
         bin_dir: args.bin_dir.clone(),
         interrupt: Some(interrupted.clone()),
+        max_agents: args.max_agents,
         ..Default::default()
     };
     let mut starting = tokio::task::spawn_blocking(move || LocalCluster::start((w, h), opts));
+    let mut stopped_by: Option<Caught> = None;
     let started = loop {
         tokio::select! {
             r = &mut starting => break r,
-            _ = sigint.recv() => interrupted.store(true, Ordering::SeqCst),
-            _ = sigterm.recv() => interrupted.store(true, Ordering::SeqCst),
+            c = signals.recv() => {
+                // The start gives up within ~25 ms, whatever it waits for, and tears
+                // down what it started before it returns.
+                interrupted.store(true, Ordering::SeqCst);
+                if stopped_by.is_none() {
+                    eprintln!("gangctl: {} while starting the cluster: stopping it", c.signal);
+                    stopped_by = Some(c);
+                }
+            }
         }
     };
-    let mut cluster = started
-        .map_err(|e| CliError::other(format!("starting the cluster: {e}")))?
-        .map_err(|e| CliError::other(format!("{e:#}")))?;
-    if interrupted.load(Ordering::SeqCst) {
-        // The signal came as the cluster finished starting.
-        let _ = tokio::task::spawn_blocking(move || cluster.shutdown()).await;
-        return Err(CliError::other("interrupted"));
-    }
+    let mut cluster = match (started, stopped_by) {
+        (Ok(Ok(cluster)), None) => cluster,
+        (Ok(Ok(cluster)), Some(c)) => {
+            // The signal came as the cluster finished starting.
+            stop_cluster(cluster, args.keep || args.dir.is_some()).await;
+            sweep_strays();
+            return Ok(c.exit_code());
+        }
+        (Ok(Err(e)), Some(c)) => {
+            match e.downcast_ref::<Interrupted>() {
+                Some(Interrupted {
+                    kept_dir: Some(dir),
+                }) => eprintln!("gangctl: state and logs kept in {}", dir.display()),
+                Some(_) => {}
+                None => eprintln!("gangctl: {e:#}"),
+            }
+            sweep_strays();
+            return Ok(c.exit_code());
+        }
+        (Ok(Err(e)), None) => {
+            sweep_strays();
+            return Err(CliError::other(format!("{e:#}")));
+        }
+        (Err(e), _) => {
+            sweep_strays();
+            return Err(CliError::other(format!("starting the cluster: {e}")));
+        }
+    };
 
     let master = cluster.master_addr().to_string();
     eprintln!(
@@ -448,6 +512,8 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
     eprintln!("export GANG_MASTER={master}");
 
     let mut code = 0;
+    // Orphans that exited are reaped as they come, so they do not pile up as zombies.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     if let Some((program, rest)) = args.command.split_first() {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(rest).env("GANG_MASTER", &master);
@@ -455,27 +521,74 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
         if let Some(path) = path_with_our_dir() {
             cmd.env("PATH", path);
         }
+        let me = std::process::id();
+        // SAFETY: runs in the forked child before exec and only makes async-signal-safe
+        // system calls (pthread_sigmask, prctl, getppid); it allocates nothing.
+        unsafe {
+            // If gangctl dies without a teardown (SIGKILL), CMD hears of it as a hangup.
+            // Spawned on the runtime's thread, which lives as long as gangctl.
+            cmd.pre_exec(move || {
+                signals::unblock_all()?;
+                nix::sys::prctl::set_pdeathsig(Signal::SIGHUP)?;
+                if nix::unistd::getppid().as_raw() as u32 != me {
+                    return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
+                }
+                Ok(())
+            });
+        }
         match cmd.spawn() {
             Err(e) => {
                 eprintln!("gangctl: cannot run {program}: {e}");
                 code = 127;
             }
             Ok(mut child) => {
+                let cmd_pid = child.id();
+                let mut kill_at: Option<Instant> = None;
                 code = loop {
+                    let grace_over = async {
+                        match kill_at {
+                            Some(t) => tokio::time::sleep_until(t).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         status = child.wait() => break match status {
                             Ok(s) => exit_code(s),
                             Err(e) => { eprintln!("gangctl: waiting for {program}: {e}"); 1 }
                         },
-                        // The terminal sent Ctrl-C to the command too; it decides.
-                        _ = sigint.recv() => {}
-                        _ = sigterm.recv() => {
-                            if let Some(pid) = child.id() {
+                        c = signals.recv() => {
+                            if stopped_by.is_some() {
+                                // A second signal: no more patience.
+                                let _ = child.start_kill();
+                                continue;
+                            }
+                            if c.signal == Signal::SIGINT && c.from_terminal {
+                                // The terminal sent the Ctrl-C to CMD too; it decides (an
+                                // interactive shell stays, prun cancels its job and exits).
+                                continue;
+                            }
+                            eprintln!("gangctl: {}: stopping {program} and the cluster", c.signal);
+                            if !c.from_terminal && let Some(pid) = child.id() {
                                 let _ = nix::sys::signal::kill(
                                     nix::unistd::Pid::from_raw(pid as i32),
-                                    nix::sys::signal::Signal::SIGTERM,
+                                    c.signal,
                                 );
                             }
+                            stopped_by = Some(c);
+                            kill_at = Some(Instant::now() + CMD_GRACE);
+                        }
+                        _ = grace_over => {
+                            eprintln!(
+                                "gangctl: {program} did not exit within {} s: killing it",
+                                CMD_GRACE.as_secs()
+                            );
+                            let _ = child.start_kill();
+                            kill_at = None;
+                        }
+                        _ = tick.tick() => {
+                            let mut owned = cluster.pids();
+                            owned.extend(cmd_pid);
+                            strays::reap_exited(&owned);
                         }
                     }
                 };
@@ -483,25 +596,35 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
         }
     } else {
         eprintln!("gangctl: Ctrl-C to stop the cluster");
-        let mut check = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = sigint.recv() => break,
-                _ = sigterm.recv() => break,
-                _ = check.tick() => {
+                // Stopping the cluster is what it waits for: exit 0.
+                c = signals.recv() => {
+                    eprintln!("gangctl: {}: stopping the cluster", c.signal);
+                    break;
+                }
+                _ = tick.tick() => {
                     if let Err(e) = cluster.check_alive() {
                         eprintln!("gangctl: {e:#}");
                         code = 1;
                         break;
                     }
+                    strays::reap_exited(&cluster.pids());
                 }
             }
         }
-        eprintln!("gangctl: stopping the cluster");
     }
 
-    let dir = cluster.dir().to_path_buf();
     let keep = args.keep || args.dir.is_some();
+    stop_cluster(cluster, keep).await;
+    sweep_strays();
+    Ok(stopped_by.map_or(code, |c| c.exit_code()))
+}
+
+/// Tear the cluster down (signals meanwhile wait in their channel: the teardown is
+/// bounded by the shutdown grace).
+async fn stop_cluster(cluster: LocalCluster, keep: bool) {
+    let dir = cluster.dir().to_path_buf();
     match tokio::task::spawn_blocking(move || cluster.shutdown()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => eprintln!("gangctl: stopping the cluster: {e:#}"),
@@ -510,7 +633,14 @@ async fn start(args: StartArgs) -> Result<i32, CliError> {
     if keep {
         eprintln!("gangctl: state and logs kept in {}", dir.display());
     }
-    Ok(code)
+}
+
+/// Stop whatever is left below us once the cluster and CMD are reaped.
+fn sweep_strays() {
+    let n = strays::stop_all(STRAYS_GRACE);
+    if n > 0 {
+        eprintln!("gangctl: killed {n} leftover process(es) started under the cluster or CMD");
+    }
 }
 
 /// The running slice is recomputed at most this often between fetches.
