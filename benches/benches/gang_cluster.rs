@@ -28,7 +28,7 @@ use gang_benches::{env_or, median_p99, release_bins};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
-type Client = v1::job_service_client::JobServiceClient<tonic::transport::Channel>;
+type Client = v1::job_service_client::JobServiceClient<gang_proto::client::MasterChannel>;
 
 async fn submit(client: &mut Client, dir: &Path, work: usize) -> u64 {
     let script = format!(
@@ -194,12 +194,11 @@ fn main() {
         };
         let mut c = LocalCluster::start((4, 4), opts).expect("cluster");
         c.wait_nodes_up(Duration::from_secs(30)).unwrap();
-        let addr = c.master_addr().to_string();
         let (mut seq, mut together, mut shares) = (vec![], vec![], vec![]);
         let (mut seq_cpu, mut tog_cpu, mut seq_idle, mut tog_idle) =
             (vec![], vec![], vec![], vec![]);
         rt.block_on(async {
-            let mut client = Client::connect(addr.clone()).await.unwrap();
+            let mut client = Client::new(c.channel().await.unwrap());
             for _ in 0..runs {
                 // One after the other: a single slice, never switched.
                 let (mut alone, mut cpu_alone) = (0.0, 0.0);
@@ -238,9 +237,8 @@ fn main() {
         let (stats, offsets) = rt.block_on(async {
             // Let the last reports settle (boundaries close 1 s after their deadline).
             tokio::time::sleep(Duration::from_millis(2500)).await;
-            let mut admin = v1::admin_service_client::AdminServiceClient::connect(addr)
-                .await
-                .unwrap();
+            let mut admin =
+                v1::admin_service_client::AdminServiceClient::new(c.channel().await.unwrap());
             let stats = admin
                 .get_stats(v1::GetStatsRequest {})
                 .await

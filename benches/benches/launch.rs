@@ -119,11 +119,7 @@ fn main() {
     let api_each = per_client * 4;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let api_rate = rt.block_on(async {
-        let ch = tonic::transport::Endpoint::from_shared(c.master_addr().to_string())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let ch = c.channel().await.unwrap();
         let t = Instant::now();
         let tasks: Vec<_> = (0..api_clients)
             .map(|_| {

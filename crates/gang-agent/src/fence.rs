@@ -11,8 +11,14 @@
 //! Why this bound: the master measures silence from the last heartbeat it *received*; the
 //! agent from the last answer it *got*, which is later. So the agent never fences before
 //! the master has given up; the extra period covers the master's own timer granularity.
-//! A master that is away for less (a crash and restart within the timeout) finds every
-//! rank still running when the agent registers again.
+//!
+//! A master that is *down* is not a master that is *away*. When the master's host refuses
+//! the connection (nothing listens: the master crashed and systemd is restarting it), this
+//! node is not cut off, and nobody can have failed its jobs: a master only fails jobs
+//! while it runs, and a restarted one adopts the ranks its agents report. So a refusal
+//! counts as contact, and ranks keep running and switching on the last table for as long
+//! as the master is down. Silence that proves nothing (no route, no answer: a cut link, a
+//! dead host) is what the fence is for.
 //!
 //! Like `clock`, this module imports nothing of the agent: the session reports contact
 //! (`registered`, `heard`), and `watch` is given the stopping as a function (`agent.rs`).
@@ -40,6 +46,9 @@ struct State {
     terms: Option<Terms>,
     /// Counts answers, so the watch can tell whether one came while it slept.
     answers: u64,
+    /// The last failed call was refused by the master's host: the master is down, and the
+    /// fence waits until a call fails otherwise (or is answered).
+    master_down: bool,
 }
 
 #[derive(Debug, Default)]
@@ -73,11 +82,33 @@ impl Fence {
 
     /// A heartbeat was answered (by a master that knew this node) at `at`.
     pub fn heard(&self, at: Instant) {
+        self.contact(at, false);
+    }
+
+    fn contact(&self, at: Instant, master_down: bool) {
         let mut s = self.lock();
         s.heard = Some(s.heard.map_or(at, |h| h.max(at)));
         s.answers += 1;
+        s.master_down = master_down;
         drop(s);
         self.changed.notify_waiters();
+    }
+
+    /// The master's host refused the connection at `at`: the master is down (restarting),
+    /// and this node is not cut off. The fence stays up until a call fails otherwise.
+    pub fn refused(&self, at: Instant) {
+        self.contact(at, true);
+    }
+
+    /// A call failed without an answer from the master's host (a timeout, no route): the
+    /// silence counts again, from the last contact.
+    pub fn unanswered(&self) {
+        let mut s = self.lock();
+        if s.master_down {
+            s.master_down = false;
+            drop(s);
+            self.changed.notify_waiters();
+        }
     }
 
     /// When the fence falls unless the master answers before.
@@ -88,6 +119,9 @@ impl Fence {
 }
 
 fn deadline(s: &State) -> Option<Instant> {
+    if s.master_down {
+        return None;
+    }
     let t = s.terms?;
     Some(s.heard? + t.node_timeout + t.heartbeat)
 }
@@ -225,6 +259,27 @@ mod tests {
         tokio::time::sleep(T * 20).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_master_that_is_down_holds_the_fence_until_a_call_goes_unanswered() {
+        let (fence, falls, task) = start();
+        let t0 = Instant::now();
+        fence.registered(t0, Some(T), P);
+        // Refused (the master restarts): however long, nothing falls.
+        tokio::time::sleep(P).await;
+        fence.refused(Instant::now());
+        assert_eq!(fence.deadline(), None);
+        tokio::time::sleep(T * 20).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 0);
+        // Then a call goes unanswered (the link is cut): the silence counts from the last
+        // contact, which is long past, so the fence falls at once.
+        fence.unanswered();
+        assert_eq!(fence.deadline(), Some(t0 + P + T + P));
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 1);
         task.abort();
     }
 }

@@ -127,6 +127,7 @@ async fn register(
         match client.clone().register(req).await {
             Ok(resp) => break resp.into_inner(),
             Err(status) => {
+                note_failure(fence, &status);
                 if backoff.fail() {
                     if is_final_refusal(&status) {
                         // E.g. a coordinate outside the master's mesh: a configuration
@@ -217,11 +218,38 @@ async fn heartbeat_until_lost(
             Err(status) => {
                 // Ranks keep running (until the fence falls); a restarted master learns of
                 // them from Register.
+                note_failure(fence, &status);
                 warn!("heartbeat failed: {}; registering again", brief(&status));
                 return;
             }
         }
     }
+}
+
+/// Tell the fence how a call failed: refused by the master's host (the master is down),
+/// or unanswered.
+fn note_failure(fence: &Fence, status: &tonic::Status) {
+    if connection_refused(status) {
+        fence.refused(tokio::time::Instant::now());
+    } else if !is_final_refusal(status) {
+        fence.unanswered();
+    }
+}
+
+/// Whether a call failed because the master's host refused the connection (nothing
+/// listens there): the master is down, not cut off from us.
+fn connection_refused(status: &tonic::Status) -> bool {
+    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(status);
+    while let Some(err) = e {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        e = err.source();
+    }
+    false
 }
 
 /// Deliver the outbox in order, each item until acknowledged. Runs until aborted.

@@ -33,7 +33,7 @@ fn the_example_config_resolves() {
     // The file's master, whatever $GANG_MASTER says where the tests run.
     flags.master = None;
     let cfg = flags.resolve().unwrap();
-    assert_eq!(cfg.master, "http://master.example:7470");
+    assert_eq!(cfg.master, "https://master.example:7472");
     assert_eq!(cfg.coord, Coord { x: 0, y: 0 });
     assert_eq!(cfg.listen, "0.0.0.0:7472".parse().unwrap());
     assert_eq!(cfg.kill_grace, Duration::from_millis(2000));

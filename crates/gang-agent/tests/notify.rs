@@ -50,8 +50,17 @@ impl Systemd {
 
 /// An agent whose master does not answer (nothing listens on port 1).
 fn agent(dir: &Path, watchdog_usec: Option<&str>) -> Child {
+    let tls = dir.join("tls");
+    gang_auth::pki::Pki::init(&tls, 2, 1, 1).unwrap();
+    let node = tls.join("nodes");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gang-agent"));
-    cmd.args(["--master", "http://127.0.0.1:1", "--x", "1", "--y", "0"])
+    cmd.args(["--master", "https://127.0.0.1:1", "--x", "1", "--y", "0"])
+        .arg("--tls-ca")
+        .arg(tls.join("ca.pem"))
+        .arg("--tls-cert")
+        .arg(node.join("node-1-0.pem"))
+        .arg("--tls-key")
+        .arg(node.join("node-1-0-key.pem"))
         .args(["--listen", "127.0.0.1:0", "--freezer", "off"])
         .arg("--ready-file")
         .arg(dir.join("ready"))
@@ -96,14 +105,14 @@ fn ready_once_bound_without_a_master_then_pings_then_stopping() {
     std::net::TcpStream::connect(grpc).unwrap();
     assert_eq!(
         before[0],
-        format!("READY=1\nSTATUS=node (1,0): NodeAgent on {grpc}, master http://127.0.0.1:1\n")
+        format!("READY=1\nSTATUS=node (1,0): NodeAgent on {grpc}, master https://127.0.0.1:1\n")
     );
 
     let first = systemd.until("WATCHDOG=1", Duration::from_secs(5));
     assert_eq!(
         first,
         [format!(
-            "WATCHDOG=1\nSTATUS=node (1,0): NodeAgent on {grpc}, master http://127.0.0.1:1; 0 ranks here\n"
+            "WATCHDOG=1\nSTATUS=node (1,0): NodeAgent on {grpc}, master https://127.0.0.1:1; 0 ranks here\n"
         )]
     );
     let started = Instant::now();

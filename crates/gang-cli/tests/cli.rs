@@ -89,7 +89,7 @@ fn prun_rejects_unknown_gang_modes() {
             PRUN,
             &[
                 "--master",
-                "127.0.0.1:1",
+                "unix:/nonexistent/gang-1.sock",
                 "-n",
                 "2",
                 "--gang",
@@ -111,12 +111,19 @@ fn prun_rejects_unknown_gang_modes() {
 fn prun_reports_an_unreachable_master() {
     let o = run(
         PRUN,
-        &["--master", "127.0.0.1:1", "-n", "4x2", "--", "hostname"],
+        &[
+            "--master",
+            "unix:/nonexistent/gang-1.sock",
+            "-n",
+            "4x2",
+            "--",
+            "hostname",
+        ],
     );
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
-        err.starts_with("prun: cannot reach the master at http://127.0.0.1:1: "),
+        err.starts_with("prun: cannot reach the master at unix:/nonexistent/gang-1.sock: "),
         "{err}"
     );
     assert!(stdout(&o).is_empty());
@@ -126,13 +133,13 @@ fn prun_reports_an_unreachable_master() {
 fn prun_takes_the_master_from_the_environment() {
     let o = Command::new(PRUN)
         .args(["-n", "2", "--detach", "--", "true"])
-        .env("GANG_MASTER", "127.0.0.1:1")
+        .env("GANG_MASTER", "unix:/nonexistent/gang-1.sock")
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).starts_with("prun: cannot reach the master at http://127.0.0.1:1: "),
+        stderr(&o).starts_with("prun: cannot reach the master at unix:/nonexistent/gang-1.sock: "),
         "{}",
         stderr(&o)
     );
@@ -150,25 +157,26 @@ fn gangctl_reports_an_unreachable_master() {
         &["cancel", "1"],
         &["drain", "1,1"],
     ] {
-        let mut args = vec!["--master", "127.0.0.1:1"];
+        let mut args = vec!["--master", "unix:/nonexistent/gang-1.sock"];
         args.extend_from_slice(cmd);
         let o = run(GANGCTL, &args);
         assert_eq!(o.status.code(), Some(1), "{cmd:?}");
         let err = stderr(&o);
         assert!(
-            err.starts_with("gangctl: cannot reach the master at http://127.0.0.1:1: "),
+            err.starts_with("gangctl: cannot reach the master at unix:/nonexistent/gang-1.sock: "),
             "{cmd:?}: {err}"
         );
     }
     // Global flags go after the subcommand too, and the environment works.
     let o = Command::new(GANGCTL)
         .args(["nodes", "--output", "json"])
-        .env("GANG_MASTER", "http://127.0.0.1:1")
+        .env("GANG_MASTER", "unix:/nonexistent/gang-1.sock")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).starts_with("gangctl: cannot reach the master at http://127.0.0.1:1: "),
+        stderr(&o)
+            .starts_with("gangctl: cannot reach the master at unix:/nonexistent/gang-1.sock: "),
         "{}",
         stderr(&o)
     );
@@ -283,7 +291,7 @@ fn gangctl_start_passes_flags_to_the_daemons() {
     let master = "#!/bin/sh\n\
         echo \"master args: $*\"\n\
         while [ $# -gt 0 ]; do\n\
-          if [ \"$1\" = --ready-file ]; then printf 'grpc=127.0.0.1:1\\nmetrics=127.0.0.1:1\\n' > \"$2\"; fi\n\
+          if [ \"$1\" = --ready-file ]; then printf 'grpc=127.0.0.1:1\\nagents=127.0.0.1:1\\nsocket=/nonexistent/m.sock\\nmetrics=127.0.0.1:1\\n' > \"$2\"; fi\n\
           shift\n\
         done\n\
         exec sleep 30\n";
@@ -325,7 +333,7 @@ fn gangctl_start_passes_flags_to_the_daemons() {
         "{err}"
     );
     assert!(
-        err.contains("agent args: --master http://127.0.0.1:1 "),
+        err.contains("agent args: --master https://127.0.0.1:1 --tls-ca "),
         "{err}"
     );
     assert!(err.trim_end().ends_with(" --clock host"), "{err}");
@@ -427,7 +435,7 @@ fn binaries_sit_together() {
 fn the_master_comes_from_the_client_config_file_below_flag_and_env() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("client.toml");
-    std::fs::write(&cfg, "master = \"127.0.0.1:2\"\n").unwrap();
+    std::fs::write(&cfg, "master = \"unix:/nonexistent/gang-2.sock\"\n").unwrap();
     let with = |envs: &[(&str, &str)], bin: &str, args: &[&str]| {
         let mut c = Command::new(bin);
         c.args(args)
@@ -441,24 +449,36 @@ fn the_master_comes_from_the_client_config_file_below_flag_and_env() {
     };
     let o = with(&[], PRUN, &["-n", "1", "--detach", "--", "true"]);
     assert!(
-        stderr(&o).contains("cannot reach the master at http://127.0.0.1:2"),
+        stderr(&o).contains("cannot reach the master at unix:/nonexistent/gang-2.sock"),
         "{}",
         stderr(&o)
     );
     let o = with(&[], GANGCTL, &["jobs"]);
     assert!(
-        stderr(&o).contains("cannot reach the master at http://127.0.0.1:2"),
+        stderr(&o).contains("cannot reach the master at unix:/nonexistent/gang-2.sock"),
         "{}",
         stderr(&o)
     );
     let o = with(
-        &[("GANG_MASTER", "127.0.0.1:3")],
+        &[("GANG_MASTER", "unix:/nonexistent/gang-3.sock")],
         PRUN,
         &["-n", "1", "--detach", "--", "true"],
     );
-    assert!(stderr(&o).contains("http://127.0.0.1:3"), "{}", stderr(&o));
-    let o = with(&[], GANGCTL, &["--master", "127.0.0.1:4", "nodes"]);
-    assert!(stderr(&o).contains("http://127.0.0.1:4"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unix:/nonexistent/gang-3.sock"),
+        "{}",
+        stderr(&o)
+    );
+    let o = with(
+        &[],
+        GANGCTL,
+        &["--master", "unix:/nonexistent/gang-4.sock", "nodes"],
+    );
+    assert!(
+        stderr(&o).contains("unix:/nonexistent/gang-4.sock"),
+        "{}",
+        stderr(&o)
+    );
     // A malformed file, or a GANG_CONFIG naming no file, is an error that names it.
     std::fs::write(&cfg, "mastr = 1\n").unwrap();
     let o = with(&[], PRUN, &["-n", "1", "--", "true"]);

@@ -188,10 +188,8 @@ pub fn rank_pids(dir: &Path, n: usize, timeout: Duration) -> Vec<i32> {
 /// A gRPC client of the master's JobService (for what portals do).
 pub async fn jobs_client(
     c: &LocalCluster,
-) -> v1::job_service_client::JobServiceClient<tonic::transport::Channel> {
-    v1::job_service_client::JobServiceClient::connect(c.master_addr().to_string())
-        .await
-        .expect("master reachable")
+) -> v1::job_service_client::JobServiceClient<gang_proto::client::MasterChannel> {
+    v1::job_service_client::JobServiceClient::new(c.channel().await.expect("master reachable"))
 }
 
 /// Attach to a job through the API (no stdin) and collect all its output until it ends.

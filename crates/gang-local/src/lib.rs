@@ -56,6 +56,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use gang_auth::PeerName;
+use gang_auth::pki::Pki;
+use gang_proto::client::{self, Target};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{ListNodesRequest, NodeInfo, NodeState};
 use nix::sys::signal::Signal;
@@ -100,6 +103,10 @@ pub struct LocalClusterOptions {
     /// The most agents (nodes) the mesh may have: every node is a process on this
     /// machine. Default [`DEFAULT_MAX_AGENTS`]; at most [`MAX_AGENTS_BOUND`].
     pub max_agents: usize,
+    /// Let jobs run as root (the master's `--allow-root-jobs` and the agents'
+    /// `--allow-root`). Default: whether this process is root, so a root user's local
+    /// cluster runs their jobs; a real cluster refuses them unless configured.
+    pub allow_root_jobs: bool,
 }
 
 impl Default for LocalClusterOptions {
@@ -117,6 +124,7 @@ impl Default for LocalClusterOptions {
             shutdown_grace: Duration::from_secs(5),
             interrupt: None,
             max_agents: DEFAULT_MAX_AGENTS,
+            allow_root_jobs: nix::unistd::geteuid().is_root(),
         }
     }
 }
@@ -154,6 +162,8 @@ pub struct LocalCluster {
     master: Option<Proc>,
     agents: BTreeMap<(u32, u32), Proc>,
     grpc: Option<SocketAddr>,
+    /// The master's port for agents (mutual TLS).
+    agents_port: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
     master_url: String,
     metrics_url: String,
@@ -240,9 +250,21 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Parse a ready file: `grpc=ADDR` and `metrics=ADDR` lines. `None` until both are there.
-fn parse_ready(text: &str) -> Option<(SocketAddr, SocketAddr)> {
+/// What the master's ready file says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ready {
+    grpc: SocketAddr,
+    agents: SocketAddr,
+    socket: PathBuf,
+    metrics: SocketAddr,
+}
+
+/// Parse a ready file: `grpc=`, `agents=`, `socket=` and `metrics=` lines. `None` until
+/// all are there.
+fn parse_ready(text: &str) -> Option<Ready> {
     let mut grpc = None;
+    let mut agents = None;
+    let mut socket = None;
     let mut metrics = None;
     for line in text.lines() {
         let Some((k, v)) = line.trim().split_once('=') else {
@@ -253,11 +275,18 @@ fn parse_ready(text: &str) -> Option<(SocketAddr, SocketAddr)> {
         let v = v.strip_suffix("/metrics").unwrap_or(v);
         match k.trim() {
             "grpc" => grpc = v.parse().ok(),
+            "agents" => agents = v.parse().ok(),
+            "socket" => socket = Some(PathBuf::from(v)),
             "metrics" => metrics = v.parse().ok(),
             _ => {}
         }
     }
-    Some((grpc?, metrics?))
+    Some(Ready {
+        grpc: grpc?,
+        agents: agents?,
+        socket: socket?,
+        metrics: metrics?,
+    })
 }
 
 /// Run a future to completion on a runtime of its own, on a thread of its own (so that
@@ -327,6 +356,7 @@ impl LocalCluster {
             master: None,
             agents: BTreeMap::new(),
             grpc: None,
+            agents_port: None,
             metrics: None,
             master_url: String::new(),
             metrics_url: String::new(),
@@ -335,6 +365,12 @@ impl LocalCluster {
         };
         // From here on, an early return drops `cluster`, which tears down what started.
         cluster.check_interrupt()?;
+        // The cluster's own CA and certificates (kept if `dir` already has them).
+        let pki = cluster.pki();
+        if !pki.ca().exists() {
+            Pki::init(pki.dir(), mesh.0, mesh.1, 30)
+                .context("cannot make the cluster's certificates")?;
+        }
         cluster.start_master()?;
         for y in 0..mesh.1 {
             for x in 0..mesh.0 {
@@ -347,9 +383,39 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    /// `http://127.0.0.1:PORT`: what `--master` / `GANG_MASTER` take.
+    /// `unix:DIR/master.sock`: what `--master` / `GANG_MASTER` take (the master knows
+    /// local callers by the socket's peer credentials).
     pub fn master_addr(&self) -> &str {
         &self.master_url
+    }
+
+    /// `https://127.0.0.1:PORT`: the master's TLS port for remote clients (they need
+    /// [`Self::ca`] and a token or a user certificate).
+    pub fn master_tls_addr(&self) -> Option<String> {
+        self.grpc.map(|a| format!("https://{a}"))
+    }
+
+    /// A channel to the master's socket: calls are made as this process's user.
+    pub async fn channel(&self) -> Result<client::MasterChannel> {
+        let target = Target::parse(&self.master_url).map_err(|e| anyhow!(e))?;
+        client::connect(&target, &Default::default(), Duration::from_secs(5))
+            .await
+            .map_err(|e| anyhow!("cannot reach the master at {}: {e:?}", self.master_url))
+    }
+
+    /// The master's port for agents.
+    pub fn agents_addr(&self) -> Option<SocketAddr> {
+        self.agents_port
+    }
+
+    /// The cluster's certificates (`DIR/tls`, in `gangctl certs init`'s layout).
+    pub fn pki(&self) -> Pki {
+        Pki::open(self.dir.join("tls"))
+    }
+
+    /// The cluster CA's certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.pki().ca()
     }
 
     /// `http://127.0.0.1:PORT` of the master's metrics server (see [`Self::metrics_url`]).
@@ -437,6 +503,10 @@ impl LocalCluster {
         let listen = self
             .grpc
             .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
+        let agent_listen = self
+            .agents_port
+            .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
+        let tls = self.pki().files(&PeerName::Master);
         let metrics = self
             .metrics
             .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
@@ -448,7 +518,22 @@ impl LocalCluster {
             .arg("--state")
             .arg(self.dir.join("state.db"))
             .arg("--mesh")
-            .arg(format!("{}x{}", self.mesh.0, self.mesh.1));
+            .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
+            .arg("--agent-listen")
+            .arg(&agent_listen)
+            .arg("--socket")
+            .arg(self.dir.join("master.sock"))
+            .arg("--token-key")
+            .arg(self.dir.join("token.key"))
+            .arg("--tls-ca")
+            .arg(&tls.ca)
+            .arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key);
+        if self.opts.allow_root_jobs {
+            cmd.arg("--allow-root-jobs");
+        }
         if let Some(mpl) = self.opts.mpl {
             cmd.arg("--mpl").arg(mpl.to_string());
         }
@@ -472,15 +557,16 @@ impl LocalCluster {
                     &log,
                 ));
             }
-            if let Some((grpc, metrics)) = std::fs::read_to_string(&ready)
+            if let Some(r) = std::fs::read_to_string(&ready)
                 .ok()
                 .as_deref()
                 .and_then(parse_ready)
             {
-                self.grpc = Some(grpc);
-                self.metrics = Some(metrics);
-                self.master_url = format!("http://{grpc}");
-                self.metrics_url = format!("http://{metrics}");
+                self.grpc = Some(r.grpc);
+                self.agents_port = Some(r.agents);
+                self.metrics = Some(r.metrics);
+                self.master_url = format!("unix:{}", r.socket.display());
+                self.metrics_url = format!("http://{}", r.metrics);
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -503,9 +589,22 @@ impl LocalCluster {
         let ready = self.dir.join(format!("agent-{x}-{y}.ready"));
         let _ = std::fs::remove_file(&ready);
         let mut cmd = self.command(&self.agent_bin, &log)?;
+        let agents = self
+            .agents_port
+            .ok_or_else(|| anyhow!("the master's agent port is not known yet"))?;
+        let tls = self.pki().files(&PeerName::Node { x, y });
         cmd.arg("--master")
-            .arg(&self.master_url)
-            .arg("--x")
+            .arg(format!("https://{agents}"))
+            .arg("--tls-ca")
+            .arg(&tls.ca)
+            .arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key);
+        if self.opts.allow_root_jobs {
+            cmd.arg("--allow-root");
+        }
+        cmd.arg("--x")
             .arg(x.to_string())
             .arg("--y")
             .arg(y.to_string())
@@ -784,10 +883,10 @@ async fn until_set(flag: Option<Arc<AtomicBool>>) {
 
 async fn list_nodes(url: String) -> Result<Vec<NodeInfo>> {
     let call = async {
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .await?;
+        let target = Target::parse(&url).map_err(|e| anyhow!(e))?;
+        let channel = client::connect(&target, &Default::default(), Duration::from_secs(2))
+            .await
+            .map_err(|e| anyhow!("{e:?}"))?;
         let resp = AdminServiceClient::new(channel)
             .list_nodes(ListNodesRequest {})
             .await?;
@@ -804,17 +903,28 @@ mod tests {
 
     #[test]
     fn ready_files() {
-        let a: SocketAddr = "127.0.0.1:4000".parse().unwrap();
-        let b: SocketAddr = "127.0.0.1:4001".parse().unwrap();
+        let want = Ready {
+            grpc: "127.0.0.1:4000".parse().unwrap(),
+            agents: "127.0.0.1:4002".parse().unwrap(),
+            socket: PathBuf::from("/tmp/x/master.sock"),
+            metrics: "127.0.0.1:4001".parse().unwrap(),
+        };
+        assert_eq!(
+            parse_ready(
+                "grpc=127.0.0.1:4000\nagents=127.0.0.1:4002\nsocket=/tmp/x/master.sock\nmetrics=127.0.0.1:4001\n"
+            ),
+            Some(want.clone())
+        );
+        assert_eq!(
+            parse_ready(
+                "metrics=http://127.0.0.1:4001/metrics\nsocket=/tmp/x/master.sock\nagents=127.0.0.1:4002\ngrpc=http://127.0.0.1:4000\n"
+            ),
+            Some(want)
+        );
         assert_eq!(
             parse_ready("grpc=127.0.0.1:4000\nmetrics=127.0.0.1:4001\n"),
-            Some((a, b))
+            None
         );
-        assert_eq!(
-            parse_ready("metrics=http://127.0.0.1:4001/metrics\ngrpc=http://127.0.0.1:4000\n"),
-            Some((a, b))
-        );
-        assert_eq!(parse_ready("grpc=127.0.0.1:4000\n"), None);
         assert_eq!(parse_ready(""), None);
     }
 
@@ -913,7 +1023,7 @@ mod tests {
         let master = "#!/bin/sh\n\
             while [ $# -gt 0 ]; do [ \"$1\" = --ready-file ] && ready=$2; shift; done\n\
             echo $$ > master.pids\n\
-            printf 'grpc=127.0.0.1:1\\nmetrics=127.0.0.1:1\\n' > \"$ready\"\n\
+            printf 'grpc=127.0.0.1:1\\nagents=127.0.0.1:1\\nsocket=/nonexistent\\nmetrics=127.0.0.1:1\\n' > \"$ready\"\n\
             exec sleep 600\n";
         let agent = "#!/bin/sh\nsleep 600 &\necho \"$$ $!\" > agent-$$.pids\nexec sleep 600\n";
         let bins = fake_bins(master, agent);
