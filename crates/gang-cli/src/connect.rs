@@ -121,6 +121,65 @@ pub async fn admin_client(addr: &str) -> Result<AdminServiceClient<MasterChannel
     Ok(AdminServiceClient::new(channel(addr).await?))
 }
 
+/// A fresh idempotency token for `SubmitRequest.client_token` (128 random bits, hex).
+pub fn new_client_token() -> Result<String, CliError> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| CliError::other(format!("cannot read /dev/urandom: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// How long a submission is retried while the master cannot be reached (it restarts).
+pub const SUBMIT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Submit, retrying when the connection breaks during the call and while the master is
+/// then unreachable (it restarts); with the request's token, a retry never makes a second
+/// job. A master unreachable from the start is reported at once (a wrong address should
+/// not take 30 s to say so), and an answer, even a refusal, ends it: "state not saved"
+/// says the master is up and cannot write, which waiting will not change.
+pub async fn submit_with_retries(
+    addr: &str,
+    req: gang_proto::v1::SubmitRequest,
+) -> Result<Option<gang_proto::v1::JobInfo>, CliError> {
+    let deadline = tokio::time::Instant::now() + SUBMIT_RETRY_FOR;
+    let mut pause = Duration::from_millis(100);
+    let mut reached = false;
+    loop {
+        let attempt = async {
+            let mut client = job_client(addr).await?;
+            reached = true;
+            Ok::<_, CliError>(client.submit(req.clone()).await?.into_inner().job)
+        };
+        match attempt.await {
+            Ok(job) => return Ok(job),
+            Err(e)
+                if reached
+                    && retry_submit(&e)
+                    && tokio::time::Instant::now() + pause < deadline =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn retry_submit(e: &CliError) -> bool {
+    match e {
+        CliError::Unreachable { .. } => true,
+        CliError::Rpc(s) => {
+            use tonic::Code;
+            // Transport failures surface as these; the master's own refusals do not.
+            matches!(s.code(), Code::Unknown | Code::Cancelled)
+                || (s.code() == Code::Unavailable && !s.message().starts_with("state not saved"))
+        }
+        CliError::Other(_) => false,
+    }
+}
+
 pub async fn auth_client(addr: &str) -> Result<AuthServiceClient<MasterChannel>, CliError> {
     Ok(AuthServiceClient::new(channel(addr).await?))
 }

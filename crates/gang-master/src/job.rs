@@ -60,6 +60,9 @@ pub struct JobRecord {
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,
+    /// The submitter's idempotency token (`SubmitRequest.client_token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_token: Option<String>,
     /// While it runs: what a restarted master needs to carry on exactly where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,

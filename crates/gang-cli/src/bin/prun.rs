@@ -137,8 +137,11 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.
+    // A token makes the submission safe to retry: if the master saved the job but its
+    // answer was lost, the retry returns that job instead of making a second.
     let request = SubmitRequest {
         spec: Some(spec),
+        client_token: connect::new_client_token()?,
         ..Default::default()
     };
 
@@ -150,12 +153,8 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
                 .map_err(|e| CliError::other(format!("cannot install signal handlers: {e}")))?,
         )
     };
-    let mut client = connect::job_client(&master).await?;
-    let job = client
-        .submit(request)
+    let job = connect::submit_with_retries(&master, request)
         .await?
-        .into_inner()
-        .job
         .ok_or_else(|| CliError::other("the master accepted the job but did not say its id"))?;
 
     if args.detach {
@@ -170,7 +169,6 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             gang_mode::label(job.gang())
         );
     }
-    drop(client);
     Ok(attach::run(
         AttachOptions {
             master,

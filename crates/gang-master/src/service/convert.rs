@@ -111,6 +111,16 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
     let spec = req
         .spec
         .ok_or_else(|| invalid("the request has no job spec".into()))?;
+    let client_token = match req.client_token.as_str() {
+        "" => None,
+        t if t.len() <= 128 && t.bytes().all(|b| b.is_ascii_graphic()) => Some(t.to_string()),
+        t => {
+            return Err(invalid(format!(
+                "client_token must be 1 to 128 printable ASCII characters, got {} bytes",
+                t.len()
+            )));
+        }
+    };
     let mut owner = me.clone();
     if req.gid != 0 {
         owner.gid = req.gid;
@@ -125,6 +135,7 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         time_limit_s: spec.time_limit_s,
         stdin: spec.stdin,
         shape: spec.shape,
+        client_token,
     })
 }
 

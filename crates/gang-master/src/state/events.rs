@@ -49,6 +49,8 @@ pub struct NewJob {
     pub shape: String,
     /// `None`: the cluster default.
     pub gang: Option<GangMode>,
+    /// A retry with the same token (and owner) returns the first job.
+    pub client_token: Option<String>,
 }
 
 /// Which jobs a listing shows.

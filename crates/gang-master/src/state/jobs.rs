@@ -11,6 +11,8 @@ use crate::job::Job;
 #[derive(Debug, Default)]
 pub struct JobTable {
     map: BTreeMap<JobId, Job>,
+    /// Submission tokens by owner: a retried submission finds its job.
+    by_token: HashMap<(u32, String), JobId>,
     /// While a batch is open: each job changed in it, as it was before (`None`: new).
     undo: Option<HashMap<JobId, Option<Job>>>,
 }
@@ -31,10 +33,18 @@ impl JobTable {
 
     pub fn insert(&mut self, job: Job) {
         let id = job.id();
+        if let Some(t) = &job.record.client_token {
+            self.by_token.insert((job.record.uid, t.clone()), id);
+        }
         let before = self.map.insert(id, job);
         if let Some(undo) = &mut self.undo {
             undo.entry(id).or_insert(before);
         }
+    }
+
+    /// The job `uid` submitted with this token, if any.
+    pub fn by_token(&self, uid: u32, token: &str) -> Option<JobId> {
+        self.by_token.get(&(uid, token.to_string())).copied()
     }
 
     pub fn contains(&self, id: JobId) -> bool {
@@ -71,7 +81,15 @@ impl JobTable {
         for (id, before) in self.undo.take().unwrap_or_default() {
             match before {
                 Some(job) => self.map.insert(id, job),
-                None => self.map.remove(&id),
+                None => {
+                    // A job new in the batch: its token goes with it (tokens never change).
+                    if let Some(j) = self.map.remove(&id)
+                        && let Some(t) = j.record.client_token
+                    {
+                        self.by_token.remove(&(j.record.uid, t));
+                    }
+                    None
+                }
             };
         }
     }

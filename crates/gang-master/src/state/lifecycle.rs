@@ -99,6 +99,12 @@ impl MasterState {
         now: Now,
         new: NewJob,
     ) -> Result<JobView> {
+        if let Some(t) = &new.client_token
+            && let Some(id) = self.jobs.by_token(new.owner.uid, t)
+        {
+            // A retry (its first answer was lost): the job it created, not a second one.
+            return self.view(id, now);
+        }
         let shape = self.validate(&new)?;
         let id = JobId(self.next_id);
         let estimate = (new.time_limit_s > 0).then_some(new.time_limit_s as f64);
@@ -140,6 +146,7 @@ impl MasterState {
             end_ns: 0,
             gang: new.gang.unwrap_or(self.cfg.gang_mode),
             run_ns: 0,
+            client_token: new.client_token,
             live: None,
         }));
         self.next_id += 1;

@@ -156,6 +156,7 @@ pub fn record(id: u64) -> JobRecord {
         end_ns: 0,
         gang: GangMode::Stop,
         run_ns: 0,
+        client_token: None,
         live: None,
     }
 }
@@ -189,6 +190,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         stdin: false,
         shape: shape.into(),
         gang: None,
+        client_token: None,
     }
 }
 

@@ -467,3 +467,28 @@ fn requests_over_the_limits_are_refused_with_the_key_to_raise() {
         .unwrap_err();
     assert!(e.to_string().contains("may not contain '='"), "{e}");
 }
+
+#[test]
+fn a_retried_submission_returns_the_first_job_even_after_a_restart() {
+    let mut w = run(world(1), &[RegisterAll]);
+    let mut job = crate::state::testkit::new_job("4x4", 1000, 0);
+    job.client_token = Some("tok-1".into());
+    let submit = |w: &mut World, j: &crate::state::events::NewJob| {
+        let j = j.clone();
+        w.step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, j))
+            .unwrap()
+            .id
+            .0
+    };
+    assert_eq!(submit(&mut w, &job), 1);
+    assert_eq!(submit(&mut w, &job), 1, "the same job, not a second");
+    let mut w = w.restart();
+    assert_eq!(submit(&mut w, &job), 1, "the token survives a restart");
+    // Another user's token is theirs; another token is another job.
+    let mut other = job.clone();
+    other.owner = crate::state::testkit::caller(1001).owner;
+    assert_eq!(submit(&mut w, &other), 2);
+    job.client_token = Some("tok-2".into());
+    assert_eq!(submit(&mut w, &job), 3);
+    run(w, &[Queue(&[2, 3])]);
+}
