@@ -25,6 +25,8 @@ pub mod output;
 pub mod parse;
 pub mod relay;
 pub mod signals;
+pub mod slices_watch;
+pub mod start;
 pub mod strays;
 
 pub use connect::CliError;
