@@ -22,4 +22,7 @@ pub mod output;
 pub mod parse;
 pub mod relay;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use connect::CliError;
