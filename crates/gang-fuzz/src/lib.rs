@@ -81,6 +81,19 @@ pub fn write_seeds(target: &str, seeds: &[(String, Vec<u8>)]) {
     }
 }
 
+/// A scratch directory for targets that write files, in memory (`/dev/shm`) where there is
+/// one: a disk shared with builds stalls now and then, which the time bound would report
+/// as a hang.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let made = if shm.is_dir() {
+        tempfile::Builder::new().prefix("gang-fuzz").tempdir_in(shm)
+    } else {
+        tempfile::Builder::new().prefix("gang-fuzz").tempdir()
+    };
+    made.expect("a scratch directory")
+}
+
 /// Bytes that sit on boundaries: zero, one, sign bits, all ones, and the separators of the
 /// text syntaxes (newline, space, '-', ';').
 const INTERESTING: &[u8] = &[0x00, 0x01, 0x7f, 0x80, 0xff, b'\n', b' ', b'-', b';'];

@@ -23,9 +23,10 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 
 /// `swf::read` of `data` as a file (where the gzip magic is detected).
 fn read_file(data: &[u8], skip_bad: bool) -> Result<Swf, SwfError> {
-    let mut f = tempfile::NamedTempFile::new().expect("a temp file");
-    f.write_all(data).expect("temp file written");
-    swf::read(f.path(), skip_bad)
+    let dir = gang_fuzz::scratch_dir();
+    let path = dir.path().join("trace.swf");
+    std::fs::write(&path, data).expect("trace written");
+    swf::read(&path, skip_bad)
 }
 
 /// Where and why a parse failed, without the file name `read` adds.

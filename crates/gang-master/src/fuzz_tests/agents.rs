@@ -310,7 +310,7 @@ fn fuzz_proto_output_batch() {
     );
     let cap = prop_oneof![Just(0u64), 1u64..200, 200u64..5000, Just(u64::MAX)];
     gang_fuzz::run("proto_output_batch", 400, (cap, ops), |(cap, ops)| {
-        let dir = tempfile::tempdir().expect("a temp dir");
+        let dir = gang_fuzz::scratch_dir();
         let mut hub = OutputHub::new(dir.path().to_path_buf(), cap).expect("the hub opens");
         let mut lens: BTreeMap<u64, u64> = BTreeMap::new();
         for op in &ops {
@@ -367,7 +367,7 @@ fn fuzz_output_retries() {
         1 => Just(Retry::Reopen),
     ];
     gang_fuzz::run("output_retries", 300, vec(op, 1..=12), |ops| {
-        let dir = tempfile::tempdir().expect("a temp dir");
+        let dir = gang_fuzz::scratch_dir();
         let mut hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).expect("the hub opens");
         let mut ends: BTreeMap<(u32, bool), u64> = BTreeMap::new();
         for op in &ops {
