@@ -29,4 +29,7 @@ pub mod slices_watch;
 pub mod start;
 pub mod strays;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use connect::CliError;

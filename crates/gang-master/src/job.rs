@@ -208,5 +208,6 @@ impl Job {
 
 /// Shell convention: a process killed by signal N exits "128+N".
 pub fn signal_code(signal: i32) -> i32 {
-    128 + signal
+    // Agents report real signal numbers; a bogus one must not overflow the master.
+    128i32.saturating_add(signal)
 }

@@ -15,3 +15,6 @@ pub mod service;
 pub mod state;
 pub mod store;
 pub mod switch_stats;
+
+#[cfg(test)]
+mod fuzz_tests;

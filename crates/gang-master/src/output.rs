@@ -110,7 +110,11 @@ impl OutputHub {
             let have = l.have.entry((c.rank, c.stream)).or_default();
             let data = match c.offset {
                 Some(off) => {
-                    let end = off + c.data.len() as u64;
+                    // An offset no stream can reach (its end past u64) is not output: drop it
+                    // rather than let it mark the stream as having everything.
+                    let Some(end) = off.checked_add(c.data.len() as u64) else {
+                        continue;
+                    };
                     if end <= *have {
                         continue;
                     }
@@ -120,7 +124,7 @@ impl OutputHub {
                     &c.data[skip..]
                 }
                 None => {
-                    *have += c.data.len() as u64;
+                    *have = have.saturating_add(c.data.len() as u64);
                     &c.data[..]
                 }
             };
@@ -129,7 +133,10 @@ impl OutputHub {
             }
             let left = room(l.len + buf.len() as u64 + HEADER as u64) as usize;
             if data.len() > left {
-                record(&mut buf, c.rank, c.stream, &data[..left]);
+                // With no room for data, an empty record would push the notice past the cap.
+                if left > 0 {
+                    record(&mut buf, c.rank, c.stream, &data[..left]);
+                }
                 record(
                     &mut buf,
                     c.rank,
@@ -247,6 +254,58 @@ mod tests {
         // A gap (output the agent dropped) is kept as it came.
         hub.append(1, &[at(100, "late\n")]).unwrap();
         assert_eq!(text(&hub), "one\ntwo\nthree\nlate\n");
+    }
+
+    /// Found by fuzzing (`proto_output_batch`): an offset whose end passes u64 overflowed
+    /// (a panic in debug builds, which left the job's log lock poisoned for good).
+    #[test]
+    fn offsets_past_the_end_of_u64_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
+        hub.append(1, &[at(u64::MAX - 1, "abc")]).unwrap();
+        hub.append(
+            1,
+            &[at(u64::MAX - 5, "ab"), chunk(0, v1::Stream::Stdout, "cd")],
+        )
+        .unwrap();
+        hub.append(1, &[at(0, "one\n")]).unwrap();
+        let len = *hub.follow(1).unwrap().borrow();
+        let text: Vec<u8> = hub
+            .read(1, 0, len)
+            .unwrap()
+            .into_iter()
+            .flat_map(|c| c.data)
+            .collect();
+        assert_eq!(
+            text, b"abcd",
+            "a stream at the end of u64 takes no more offset output"
+        );
+        assert_eq!(len, 2 * (HEADER as u64 + 2));
+    }
+
+    /// Found by fuzzing (`proto_output_batch`): when no data fit before the notice, an
+    /// empty record was written with it and the log passed its cap by a header.
+    #[test]
+    fn the_notice_alone_is_written_when_no_data_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let cap = 183;
+        let hub = OutputHub::new(dir.path().to_path_buf(), cap).unwrap();
+        let notice = truncation_notice(0, cap).len() as u64;
+        // The first chunk leaves exactly room for the notice record, not for another.
+        let first = "x".repeat((cap - 2 * HEADER as u64 - notice) as usize);
+        hub.append(
+            0,
+            &[
+                chunk(0, v1::Stream::Stdout, &first),
+                chunk(0, v1::Stream::Stdout, "y"),
+            ],
+        )
+        .unwrap();
+        let len = *hub.follow(0).unwrap().borrow();
+        assert_eq!(len, cap, "the data, then the notice, fill the cap exactly");
+        let recs = hub.read(0, 0, len).unwrap();
+        assert_eq!(recs.len(), 2);
+        assert!(String::from_utf8_lossy(&recs[1].data).contains("truncated"));
     }
 
     #[test]

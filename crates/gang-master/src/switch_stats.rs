@@ -56,16 +56,18 @@ impl SwitchStats {
     /// Take one agent's batch; boundaries settled by `now_ns` are closed.
     pub fn add(&mut self, report: &v1::SwitchReport, now_ns: i64) -> Samples {
         let mut out = Samples::default();
-        self.dropped += report.dropped;
+        // Saturating throughout: the times are the agents' word, and a bogus one must
+        // not overflow the master.
+        self.dropped = self.dropped.saturating_add(report.dropped);
         for r in &report.records {
             self.reported += 1;
-            let latency = r.last_signal_ns - r.deadline_ns;
-            let cost = r.last_signal_ns - r.first_signal_ns;
+            let latency = r.last_signal_ns.saturating_sub(r.deadline_ns);
+            let cost = r.last_signal_ns.saturating_sub(r.first_signal_ns);
             push(&mut self.latency, self.window, latency);
             push(&mut self.cost, self.window, cost);
             out.latency_ns.push(latency);
             out.cost_ns.push(cost);
-            if r.deadline_ns + self.settle_ns < now_ns {
+            if r.deadline_ns.saturating_add(self.settle_ns) < now_ns {
                 continue; // too late to count towards its boundary's skew
             }
             let b = self.open.entry(r.deadline_ns).or_insert(Boundary {
@@ -86,12 +88,12 @@ impl SwitchStats {
     pub fn close(&mut self, now_ns: i64) -> Vec<i64> {
         let mut skews = vec![];
         while let Some((&deadline, _)) = self.open.first_key_value() {
-            if deadline + self.settle_ns >= now_ns {
+            if deadline.saturating_add(self.settle_ns) >= now_ns {
                 break;
             }
             let (_, b) = self.open.pop_first().expect("present");
             if b.agents >= 2 {
-                let skew = b.last_last - b.first_last;
+                let skew = b.last_last.saturating_sub(b.first_last);
                 push(&mut self.skew, self.window, skew);
                 skews.push(skew);
             }
@@ -183,6 +185,28 @@ mod tests {
         assert_eq!(st.skew.unwrap().count, 1);
         assert_eq!(st.switches_reported, 5);
         assert_eq!(st.switch_latency.unwrap().max_ns, 800);
+    }
+
+    /// Found by fuzzing (`proto_switch_report`): agents' times at the ends of i64, and
+    /// dropped counts that add past u64, overflowed (a panic in debug builds).
+    #[test]
+    fn bogus_times_saturate_instead_of_overflowing() {
+        let mut s = SwitchStats::new(i64::MAX, 10);
+        let mut r = report(
+            0,
+            vec![
+                rec(i64::MIN, i64::MIN, i64::MAX),
+                rec(i64::MIN, 0, i64::MIN),
+            ],
+        );
+        r.dropped = u64::MAX;
+        let a = s.add(&r, i64::MIN);
+        assert_eq!(a.latency_ns, vec![i64::MAX, 0]);
+        assert_eq!(a.cost_ns, vec![i64::MAX, i64::MIN]);
+        // Settled now: the boundary of both records, last signals i64::MIN and i64::MAX.
+        assert_eq!(s.add(&r, i64::MAX).skew_ns, vec![i64::MAX]);
+        let st = s.snapshot();
+        assert_eq!((st.switches_dropped, st.switches_reported), (u64::MAX, 4));
     }
 
     #[test]

@@ -115,9 +115,13 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         "" => None,
         t if t.len() <= 128 && t.bytes().all(|b| b.is_ascii_graphic()) => Some(t.to_string()),
         t => {
+            let why = if t.len() > 128 {
+                format!("it is {} bytes long", t.len())
+            } else {
+                "it holds a character that is not printable ASCII".to_string()
+            };
             return Err(invalid(format!(
-                "client_token must be 1 to 128 printable ASCII characters, got {} bytes",
-                t.len()
+                "client_token must be 1 to 128 printable ASCII characters: {why}"
             )));
         }
     };

@@ -109,6 +109,11 @@ impl MasterState {
         Ok(self.job_view(j, now))
     }
 
+    /// The job `uid` submitted with `token`, if any.
+    pub fn job_by_token(&self, uid: u32, token: &str) -> Option<JobId> {
+        self.jobs.by_token(uid, token)
+    }
+
     /// Where rank 0 of a job runs, for its stdin.
     pub fn rank0(&self, id: JobId) -> Result<Rank0> {
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;

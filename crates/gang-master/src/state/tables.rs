@@ -55,8 +55,11 @@ impl MasterState {
             .live()
             .filter(|j| j.record.state.is_placed() && j.cancelled.is_none())
             .filter(|j| {
-                j.record.time_limit_s > 0
-                    && j.record.run_ns > j.record.time_limit_s as i64 * 1_000_000_000
+                // A limit beyond i64 nanoseconds (292 years) is never reached.
+                let limit_ns = i64::try_from(j.record.time_limit_s)
+                    .ok()
+                    .and_then(|s| s.checked_mul(1_000_000_000));
+                j.record.time_limit_s > 0 && limit_ns.is_some_and(|l| j.record.run_ns > l)
             })
             .map(|j| (j.id(), j.record.time_limit_s))
             .collect();

@@ -327,6 +327,46 @@ fn a_job_alone_reaches_its_limit_in_wall_time() {
     );
 }
 
+/// Found by fuzzing (`proto_submit`): a limit whose nanoseconds overflow i64 panicked the
+/// tick in debug builds and, wrapped in release, cancelled the job at once.
+#[test]
+fn a_time_limit_beyond_i64_nanoseconds_is_never_reached() {
+    run(
+        world(2),
+        &[
+            RegisterAll,
+            SubmitLimited("2x2", u64::MAX),
+            SubmitLimited("2x2", 1 << 63),
+            SubmitLimited("2x2", 10_000_000_000),
+            Start(1),
+            Start(2),
+            Start(3),
+            Wait(2000),
+            State(1, Running),
+            State(2, Running),
+            State(3, Running),
+        ],
+    );
+}
+
+/// Found by fuzzing (`proto_rank_exit`): an agent's bogus signal number overflowed the
+/// exit code (a panic of the state task in debug builds).
+#[test]
+fn a_bogus_signal_number_fails_the_job_without_overflow() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("1x1"),
+            Start(1),
+            KilledAll(1, i32::MAX),
+            State(1, Failed),
+            Code(1, Some(i32::MAX)),
+            Reason(1, "killed by signal 2147483647"),
+        ],
+    );
+}
+
 #[test]
 fn tables_reach_every_agent_and_a_lost_one_is_sent_again() {
     run(

@@ -1,0 +1,550 @@
+//! Targets of the agent registry: `proto_register`, `proto_heartbeat`, `proto_rank_exit`
+//! (into the reactor), `proto_output_batch` and `output_retries` (the output log),
+//! `proto_switch_report` (the switch figures and their metrics), `proto_clock_probe`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use gang_core::JobId;
+use gang_proto::v1;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use tonic::Code;
+
+use super::{
+    coord, decode, edge_i64, edge_u64, encoded, finish, job_id, rank, refused, reply, saved,
+    short_text, world,
+};
+use crate::metrics::Metrics;
+use crate::output::OutputHub;
+use crate::service::convert;
+use crate::state::events::ExitHow;
+use crate::state::reactor;
+use crate::state::testkit::{World, addr};
+use crate::switch_stats::SwitchStats;
+
+/// A case of agent requests: each, and whether time passes after it (heartbeats from the
+/// other agents, then the master's tick: timeouts, run time, time limits).
+fn with_time(
+    target: &str,
+    built: impl Strategy<Value = impl prost::Message + std::fmt::Debug + 'static> + 'static,
+) -> impl Strategy<Value = Vec<(Vec<u8>, bool)>> {
+    vec((encoded(target, built), prop::bool::weighted(0.3)), 1..=4)
+}
+
+/// Run a case through a fresh fixture, time passing where asked, and restart at the end.
+fn through_world(
+    reqs: &[(Vec<u8>, bool)],
+    mut each: impl FnMut(&mut World, &[u8]) -> Result<(), TestCaseError>,
+) -> Result<u64, TestCaseError> {
+    let mut w = world();
+    for (bytes, wait) in reqs {
+        each(&mut w, bytes)?;
+        if *wait {
+            w.tick_after_ms(700);
+        }
+    }
+    finish(w)?;
+    Ok(reqs.len() as u64)
+}
+
+fn rank_refs() -> impl Strategy<Value = Vec<v1::RankRef>> {
+    vec(
+        (job_id(), rank()).prop_map(|(job_id, rank)| v1::RankRef { job_id, rank }),
+        0..6,
+    )
+}
+
+fn on_mesh(x: u32, y: u32) -> bool {
+    x < 4 && y < 4
+}
+
+// ------------------------------------------------------------------------------ Register
+
+fn register_request() -> impl Strategy<Value = v1::RegisterRequest> {
+    (coord(), coord(), short_text(), rank_refs()).prop_map(|(x, y, address, running)| {
+        v1::RegisterRequest {
+            x,
+            y,
+            address,
+            running,
+        }
+    })
+}
+
+fn register(w: &mut World, bytes: &[u8]) -> Result<(), TestCaseError> {
+    let Some(req) = decode::<v1::RegisterRequest>(bytes)? else {
+        return Ok(());
+    };
+    let mut reg = convert::registration(req.clone());
+    prop_assert_eq!((reg.node, &reg.address), ((req.x, req.y), &req.address));
+    let listed: Vec<(u64, u32)> = req.running.iter().map(|r| (r.job_id, r.rank)).collect();
+    let converted: Vec<(u64, u32)> = reg.running.iter().map(|(j, r)| (j.0, *r)).collect();
+    prop_assert_eq!(&converted, &listed);
+    // The harness checks every order goes to the node's own agent, so the address is the
+    // one it expects; the master only stores it and dials it.
+    reg.address = addr(reg.node);
+    match w.step(|st, fx, now| reactor::on_register(st, fx, now, reg)) {
+        Err(e) => {
+            prop_assert!(
+                !on_mesh(req.x, req.y),
+                "a node of the mesh was refused: {e}"
+            );
+            refused(e, &[Code::NotFound], &["not on the"])?;
+        }
+        Ok(done) => {
+            prop_assert!(on_mesh(req.x, req.y));
+            prop_assert_eq!((done.mesh_w, done.mesh_h), (4, 4));
+            for j in &done.kill_jobs {
+                prop_assert!(
+                    listed.iter().any(|(l, _)| *l == j.0),
+                    "killed unlisted job {j}"
+                );
+            }
+            let node = &w.st.nodes_view().nodes[(req.y * 4 + req.x) as usize];
+            prop_assert_eq!(node.node, (req.x, req.y));
+            prop_assert!(node.state != crate::state::views::NodeState::Down);
+            reply(&convert::registered(done))?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_proto_register() {
+    let input = with_time("proto_register", register_request());
+    gang_fuzz::run("proto_register", 150, input, |reqs| {
+        through_world(&reqs, register)
+    });
+}
+
+// ----------------------------------------------------------------------------- Heartbeat
+
+fn heartbeat_request() -> impl Strategy<Value = v1::HeartbeatRequest> {
+    (
+        (coord(), coord(), rank_refs()),
+        (edge_i64(), edge_i64(), any::<bool>()),
+        prop_oneof![0u64..=3, edge_u64()],
+    )
+        .prop_map(
+            |(
+                (x, y, running),
+                (clock_offset_ns, clock_error_ns, clock_from_host),
+                table_version,
+            )| {
+                v1::HeartbeatRequest {
+                    x,
+                    y,
+                    running,
+                    clock_offset_ns,
+                    clock_error_ns,
+                    clock_from_host,
+                    table_version,
+                }
+            },
+        )
+}
+
+fn heartbeat(w: &mut World, bytes: &[u8]) -> Result<(), TestCaseError> {
+    let Some(req) = decode::<v1::HeartbeatRequest>(bytes)? else {
+        return Ok(());
+    };
+    let hb = convert::heartbeat(req.clone());
+    prop_assert_eq!(hb.node, (req.x, req.y));
+    prop_assert_eq!(
+        (hb.clock.offset_ns, hb.clock.error_ns, hb.clock.from_host),
+        (req.clock_offset_ns, req.clock_error_ns, req.clock_from_host)
+    );
+    prop_assert_eq!(hb.running.len(), req.running.len());
+    let known = w.step(|st, fx, now| reactor::on_heartbeat(st, fx, now, hb));
+    // Every agent of the fixture is up (and keeps heartbeating while time passes).
+    prop_assert_eq!(known, on_mesh(req.x, req.y));
+    reply(&v1::HeartbeatResponse { known })?;
+    // What the clock reports become: the node listing.
+    reply(&convert::nodes(&w.st.nodes_view()))
+}
+
+#[test]
+fn fuzz_proto_heartbeat() {
+    let input = with_time("proto_heartbeat", heartbeat_request());
+    gang_fuzz::run("proto_heartbeat", 150, input, |reqs| {
+        through_world(&reqs, heartbeat)
+    });
+}
+
+// ------------------------------------------------------------------------------ RankExit
+
+fn rank_exit_request() -> impl Strategy<Value = v1::RankExit> {
+    use v1::rank_exit::How;
+    let how = prop_oneof![
+        3 => prop_oneof![Just(0i32), Just(1), any::<i32>()].prop_map(How::Code),
+        1 => prop_oneof![Just(9i32), Just(15), any::<i32>()].prop_map(How::Signal),
+        1 => short_text().prop_map(How::Error),
+    ];
+    (
+        job_id(),
+        rank(),
+        coord(),
+        coord(),
+        prop::option::weighted(0.9, how),
+    )
+        .prop_map(|(job_id, rank, x, y, how)| v1::RankExit {
+            job_id,
+            rank,
+            x,
+            y,
+            how,
+        })
+}
+
+fn rank_exit(w: &mut World, bytes: &[u8]) -> Result<(), TestCaseError> {
+    use v1::rank_exit::How;
+    let Some(req) = decode::<v1::RankExit>(bytes)? else {
+        return Ok(());
+    };
+    let exit = convert::rank_exit(req.clone());
+    prop_assert_eq!(
+        (exit.job.0, exit.rank, exit.node),
+        (req.job_id, req.rank, (req.x, req.y))
+    );
+    let how_kept = match (&req.how, &exit.how) {
+        (Some(How::Code(a)), ExitHow::Code(b)) | (Some(How::Signal(a)), ExitHow::Signal(b)) => {
+            a == b
+        }
+        (Some(How::Error(a)), ExitHow::Error(b)) => a == b,
+        (None, ExitHow::Unknown) => true,
+        _ => false,
+    };
+    prop_assert!(how_kept, "{:?} became {:?}", req.how, exit.how);
+    let known = w.st.view(JobId(req.job_id), w.now).is_ok();
+    let before = saved(w);
+    w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
+    if !known {
+        prop_assert_eq!(
+            saved(w),
+            before,
+            "an exit of an unknown job changed what is saved"
+        );
+    }
+    reply(&v1::RankExitAck {})
+}
+
+#[test]
+fn fuzz_proto_rank_exit() {
+    let input = with_time("proto_rank_exit", rank_exit_request());
+    gang_fuzz::run("proto_rank_exit", 150, input, |reqs| {
+        through_world(&reqs, rank_exit)
+    });
+}
+
+// ------------------------------------------------------------------ OutputBatch: the log
+
+/// Bytes of a log record's header: rank (u32), stream (u8), length (u32).
+const RECORD_HEADER: u64 = 9;
+
+fn output_chunk() -> impl Strategy<Value = v1::Output> {
+    (
+        prop_oneof![4 => 0u32..4, 1 => any::<u32>()],
+        prop_oneof![4 => 0i32..=2, 1 => any::<i32>()],
+        vec(any::<u8>(), 0..300),
+        prop::option::weighted(
+            0.7,
+            prop_oneof![
+                4 => 0u64..600,
+                1 => (0u64..1000).prop_map(|d| u64::MAX - d),
+                1 => any::<u64>(),
+            ],
+        ),
+    )
+        .prop_map(|(rank, stream, data, offset)| v1::Output {
+            rank,
+            stream,
+            data,
+            offset,
+        })
+}
+
+fn output_batch() -> impl Strategy<Value = v1::OutputBatch> {
+    (
+        prop_oneof![4 => 0u64..3, 1 => any::<u64>()],
+        vec(output_chunk(), 0..5),
+    )
+        .prop_map(|(job_id, chunks)| v1::OutputBatch { job_id, chunks })
+}
+
+/// A job's log as the master serves it: whole records only, within the cap, the length
+/// readers are told equal to the file's.
+fn log_is_whole(hub: &OutputHub, dir: &Path, job: u64, cap: u64) -> Result<u64, TestCaseError> {
+    let len = *hub.follow(job).expect("the log opens").borrow();
+    prop_assert!(
+        len <= cap,
+        "job {job}'s log is {len} bytes, over its cap of {cap}"
+    );
+    let on_disk = std::fs::metadata(dir.join(format!("{job}.out"))).map_or(0, |m| m.len());
+    prop_assert_eq!(on_disk, len);
+    let records = hub.read(job, 0, len).expect("the log reads back");
+    let bytes: u64 = records
+        .iter()
+        .map(|r| RECORD_HEADER + r.data.len() as u64)
+        .sum();
+    prop_assert_eq!(bytes, len, "the log is not a sequence of whole records");
+    Ok(len)
+}
+
+#[derive(Debug, Clone)]
+enum LogOp {
+    Push(Vec<u8>),
+    /// The master restarts: the hub is opened again on the same directory.
+    Reopen,
+}
+
+#[test]
+fn fuzz_proto_output_batch() {
+    let ops = vec(
+        prop_oneof![
+            6 => encoded("proto_output_batch", output_batch()).prop_map(LogOp::Push),
+            1 => Just(LogOp::Reopen),
+        ],
+        1..=6,
+    );
+    let cap = prop_oneof![Just(0u64), 1u64..200, 200u64..5000, Just(u64::MAX)];
+    gang_fuzz::run("proto_output_batch", 400, (cap, ops), |(cap, ops)| {
+        let dir = gang_fuzz::scratch_dir();
+        let mut hub = OutputHub::new(dir.path().to_path_buf(), cap).expect("the hub opens");
+        let mut lens: BTreeMap<u64, u64> = BTreeMap::new();
+        for op in &ops {
+            match op {
+                LogOp::Push(bytes) => {
+                    let Some(batch) = decode::<v1::OutputBatch>(bytes)? else {
+                        continue;
+                    };
+                    hub.append(batch.job_id, &batch.chunks)
+                        .map_err(|e| TestCaseError::fail(format!("append failed: {e}")))?;
+                    let len = log_is_whole(&hub, dir.path(), batch.job_id, cap)?;
+                    let before = lens.insert(batch.job_id, len).unwrap_or(0);
+                    prop_assert!(len >= before, "job {}'s log shrank", batch.job_id);
+                    reply(&v1::OutputAck {})?;
+                }
+                LogOp::Reopen => {
+                    drop(hub);
+                    hub = OutputHub::new(dir.path().to_path_buf(), cap).expect("the hub reopens");
+                    for (&job, &len) in &lens {
+                        prop_assert_eq!(log_is_whole(&hub, dir.path(), job, cap)?, len);
+                    }
+                }
+            }
+        }
+        Ok(ops.len() as u64)
+    });
+}
+
+/// One push of an agent that retries: a window of one stream's true bytes, starting at or
+/// before what the master has (so no gap), or the master restarting.
+#[derive(Debug, Clone)]
+enum Retry {
+    Push {
+        rank: u32,
+        stderr: bool,
+        from: Index,
+        len: u16,
+    },
+    Reopen,
+}
+
+/// Byte `i` of a stream: every window of it is known, so a duplicate shows.
+fn true_byte(rank: u32, stderr: bool, i: u64) -> u8 {
+    (i.wrapping_mul(31) ^ (u64::from(rank) * 7) ^ u64::from(stderr)) as u8
+}
+
+/// Agents retry pushes whose acknowledgment was lost, overlapping what the master has: the
+/// log must hold each stream's bytes exactly once, in order, across restarts.
+#[test]
+fn fuzz_output_retries() {
+    let op = prop_oneof![
+        8 => (0u32..3, any::<bool>(), any::<Index>(), 1u16..200)
+            .prop_map(|(rank, stderr, from, len)| Retry::Push { rank, stderr, from, len }),
+        1 => Just(Retry::Reopen),
+    ];
+    gang_fuzz::run("output_retries", 300, vec(op, 1..=12), |ops| {
+        let dir = gang_fuzz::scratch_dir();
+        let mut hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).expect("the hub opens");
+        let mut ends: BTreeMap<(u32, bool), u64> = BTreeMap::new();
+        for op in &ops {
+            match op {
+                Retry::Push {
+                    rank,
+                    stderr,
+                    from,
+                    len,
+                } => {
+                    let end = ends.entry((*rank, *stderr)).or_default();
+                    let off = from.index(*end as usize + 1) as u64;
+                    let data = (off..off + u64::from(*len))
+                        .map(|i| true_byte(*rank, *stderr, i))
+                        .collect();
+                    let stream = if *stderr {
+                        v1::Stream::Stderr
+                    } else {
+                        v1::Stream::Stdout
+                    };
+                    let chunk = v1::Output {
+                        rank: *rank,
+                        stream: stream as i32,
+                        data,
+                        offset: Some(off),
+                    };
+                    hub.append(7, &[chunk]).expect("append");
+                    *end = (*end).max(off + u64::from(*len));
+                }
+                Retry::Reopen => {
+                    drop(hub);
+                    hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).expect("reopens");
+                }
+            }
+        }
+        let len = log_is_whole(&hub, dir.path(), 7, u64::MAX)?;
+        let mut logged: BTreeMap<(u32, bool), Vec<u8>> = BTreeMap::new();
+        for r in hub.read(7, 0, len).expect("reads back") {
+            let stderr = r.stream == v1::Stream::Stderr as i32;
+            logged.entry((r.rank, stderr)).or_default().extend(r.data);
+        }
+        let streams: BTreeSet<_> = ends.keys().chain(logged.keys()).copied().collect();
+        for (rank, stderr) in streams {
+            let end = ends.get(&(rank, stderr)).copied().unwrap_or(0);
+            let want: Vec<u8> = (0..end).map(|i| true_byte(rank, stderr, i)).collect();
+            let got = logged.remove(&(rank, stderr)).unwrap_or_default();
+            prop_assert!(
+                got == want,
+                "rank {rank} stderr {stderr}: {} bytes logged, {} sent",
+                got.len(),
+                want.len()
+            );
+        }
+        Ok(ops.len() as u64)
+    });
+}
+
+// ---------------------------------------------------------- SwitchReport: the figures
+
+fn switch_record() -> impl Strategy<Value = v1::SwitchRecord> {
+    (
+        (edge_u64(), edge_i64(), edge_i64()),
+        (edge_i64(), edge_i64(), any::<u32>(), edge_i64()),
+    )
+        .prop_map(
+            |((table_version, slot, deadline_ns), (first, last, actions, clock_error_ns))| {
+                v1::SwitchRecord {
+                    table_version,
+                    slot,
+                    deadline_ns,
+                    first_signal_ns: first,
+                    last_signal_ns: last,
+                    actions,
+                    clock_error_ns,
+                }
+            },
+        )
+}
+
+fn switch_report() -> impl Strategy<Value = v1::SwitchReport> {
+    (coord(), coord(), vec(switch_record(), 0..6), edge_u64()).prop_map(
+        |(x, y, records, dropped)| v1::SwitchReport {
+            x,
+            y,
+            records,
+            dropped,
+        },
+    )
+}
+
+#[test]
+fn fuzz_proto_switch_report() {
+    let reports = vec(
+        (encoded("proto_switch_report", switch_report()), edge_i64()),
+        1..=4,
+    );
+    let settings = (
+        prop_oneof![Just(0i64), 1i64..2_000_000_000, edge_i64()],
+        1usize..50,
+    );
+    gang_fuzz::run(
+        "proto_switch_report",
+        400,
+        (settings, reports),
+        |((settle_ns, window), reports)| {
+            let mut stats = SwitchStats::new(settle_ns, window);
+            let metrics = Metrics::default();
+            let mut records = 0u64;
+            for (bytes, now_ns) in &reports {
+                let Some(r) = decode::<v1::SwitchReport>(bytes)? else {
+                    continue;
+                };
+                // As the registry's `report_switches` does with a report.
+                let samples = stats.add(&r, *now_ns);
+                records += r.records.len() as u64;
+                prop_assert_eq!(samples.latency_ns.len(), r.records.len());
+                prop_assert_eq!(samples.cost_ns.len(), r.records.len());
+                let s = |ns: i64| ns.max(0) as f64 / 1e9;
+                samples
+                    .latency_ns
+                    .iter()
+                    .for_each(|&v| metrics.switch_latency_seconds.observe(s(v)));
+                samples
+                    .cost_ns
+                    .iter()
+                    .for_each(|&v| metrics.switch_cost_seconds.observe(s(v)));
+                samples
+                    .skew_ns
+                    .iter()
+                    .for_each(|&v| metrics.switch_skew_seconds.observe(s(v)));
+                metrics.switches_dropped.inc_by(r.dropped);
+                reply(&v1::SwitchReportAck {})?;
+            }
+            // As `GetStats` answers, and `/metrics` is scraped.
+            stats.close(reports.last().map_or(0, |r| r.1));
+            let st = stats.snapshot();
+            prop_assert_eq!(st.switches_reported, records);
+            for q in [&st.skew, &st.switch_latency, &st.switch_cost] {
+                let q = q.as_ref().expect("every distribution is reported");
+                prop_assert!(q.count <= window as u64);
+                prop_assert!(q.p50_ns <= q.p99_ns && q.p99_ns <= q.max_ns, "{q:?}");
+            }
+            reply(&st)?;
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &metrics.registry)
+                .map_err(|e| TestCaseError::fail(format!("metrics do not encode: {e}")))?;
+            Ok(reports.len() as u64)
+        },
+    );
+}
+
+// ------------------------------------------------------------------------------ ClockProbe
+
+#[test]
+fn fuzz_proto_clock_probe() {
+    let input = vec(
+        encoded(
+            "proto_clock_probe",
+            edge_i64().prop_map(|t1_ns| v1::ClockProbeRequest { t1_ns }),
+        ),
+        1..=4,
+    );
+    gang_fuzz::run("proto_clock_probe", 400, input, |reqs| {
+        for bytes in &reqs {
+            let Some(req) = decode::<v1::ClockProbeRequest>(bytes)? else {
+                continue;
+            };
+            // Answered at the edge: the agent's time comes back with the master's.
+            let t2_ns = crate::actor::wall_ns();
+            let res = v1::ClockProbeResponse {
+                t1_ns: req.t1_ns,
+                t2_ns,
+                t3_ns: crate::actor::wall_ns(),
+            };
+            prop_assert!(res.t2_ns <= res.t3_ns);
+            reply(&res)?;
+        }
+        Ok(reqs.len() as u64)
+    });
+}
