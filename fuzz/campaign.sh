@@ -10,6 +10,8 @@ set -eu
 cases=${1:-100000}
 [ $# -gt 0 ] && shift
 export PROPTEST_CASES="$cases"
+# New inputs every campaign (cargo test uses a fixed seed per target, for repeatable CI).
+export GANG_FUZZ_SEED="${GANG_FUZZ_SEED:-random}"
 export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
 export CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS=true
 

@@ -10,7 +10,9 @@
 //! the seed that replays the run.
 //!
 //! Environment: `PROPTEST_CASES` (cases per target; each target has a small default so
-//! that `cargo test` stays quick), `GANG_FUZZ_SEED` (replay a run), `GANG_FUZZ_INPUT_MS`
+//! that `cargo test` stays quick), `GANG_FUZZ_SEED` (a number replays a run; `random`
+//! explores new inputs, as a campaign does; unset, each target's seed is fixed, so a test
+//! run is repeatable and CI fails only on a change, never on luck), `GANG_FUZZ_INPUT_MS`
 //! (the time bound per input, 1000 by default).
 
 use std::cell::{Cell, RefCell};
@@ -354,7 +356,14 @@ pub fn run<S>(
     S::Value: Send + Debug + 'static,
 {
     let cases = env_u64("PROPTEST_CASES").map_or(default_cases, |c| c as u32);
-    let seed = env_u64("GANG_FUZZ_SEED").unwrap_or_else(|| RandomState::new().hash_one(name));
+    let seed = match std::env::var("GANG_FUZZ_SEED").as_deref() {
+        Ok("random") => RandomState::new().hash_one(name),
+        Ok(_) => env_u64("GANG_FUZZ_SEED").expect("set"),
+        // FNV-1a of the name: the same inputs at every run.
+        Err(_) => name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        }),
+    };
     let limit = input_limit();
     let config = Config {
         cases,
