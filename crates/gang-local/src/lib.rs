@@ -82,6 +82,10 @@ pub struct LocalClusterOptions {
     pub dir: Option<PathBuf>,
     /// Keep the temporary directory at shutdown.
     pub keep: bool,
+    /// The master's database (`--state`; its output logs go beside it). `None`:
+    /// `DIR/state.db`. Never removed at shutdown, e.g. for a database on a file system of
+    /// its own.
+    pub state: Option<PathBuf>,
     /// Where `gang-master` and `gang-agent` are; `None`: next to the current executable.
     pub bin_dir: Option<PathBuf>,
     /// Extra flags for `gang-master` (e.g. `["--heartbeat-ms", "100"]`).
@@ -115,6 +119,7 @@ impl Default for LocalClusterOptions {
             mpl: None,
             dir: None,
             keep: false,
+            state: None,
             bin_dir: None,
             master_args: Vec::new(),
             agent_args: Vec::new(),
@@ -516,7 +521,12 @@ impl LocalCluster {
             .arg("--metrics-listen")
             .arg(&metrics)
             .arg("--state")
-            .arg(self.dir.join("state.db"))
+            .arg(
+                self.opts
+                    .state
+                    .clone()
+                    .unwrap_or_else(|| self.dir.join("state.db")),
+            )
             .arg("--mesh")
             .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
             .arg("--agent-listen")
