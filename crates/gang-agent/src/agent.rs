@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::fence::{self, Fence};
+use crate::guard::Guard;
 use crate::node::{LaunchPolicy, Node};
 use crate::registry_client;
 use crate::service::AgentService;
@@ -51,6 +52,7 @@ pub struct AgentHandle {
     probes: Option<JoinHandle<()>>,
     reports: JoinHandle<()>,
     fence: JoinHandle<()>,
+    guard: Option<Arc<Guard>>,
 }
 
 /// Start an agent: check its certificate, bind, write the ready file, then register in
@@ -101,6 +103,18 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         Arc::clone(&switch),
         Arc::clone(&clock),
     );
+
+    let guard = match &cfg.guard_exe {
+        Some(exe) => {
+            let g = Arc::new(
+                Guard::spawn(exe)
+                    .with_context(|| format!("cannot start the rank guard {}", exe.display()))?,
+            );
+            node.ranks.set_guard(Arc::clone(&g));
+            Some(g)
+        }
+        None => None,
+    };
 
     let (stop_server, stopped) = oneshot::channel::<()>();
     // Probes time round trips: do not let Nagle hold small replies back.
@@ -174,6 +188,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         probes,
         reports,
         fence,
+        guard,
     })
 }
 
@@ -195,6 +210,10 @@ impl AgentHandle {
             }
         }
         self.node.switch.finish().await;
+        if let Some(g) = &self.guard {
+            // Every rank was killed and reaped above: nothing is left for it to do.
+            g.finish();
+        }
         self.session.abort();
         self.fence.abort();
         self.uplink.abort();

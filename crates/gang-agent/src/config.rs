@@ -168,6 +168,9 @@ pub struct AgentConfig {
     pub rt_priority: i32,
     /// How long before each boundary the switch thread wakes and spins.
     pub switch_spin: Duration,
+    /// The agent's own binary, to run as the rank guard (`guard.rs`); `None` (agents
+    /// started in-process, as tests do): no guard.
+    pub guard_exe: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -187,6 +190,7 @@ impl AgentConfig {
             freezer: FreezerSetting::Auto,
             rt_priority: RT_PRIORITY,
             switch_spin: Duration::ZERO,
+            guard_exe: None,
         }
     }
 }
@@ -290,6 +294,7 @@ impl Flags {
             freezer: self.freezer.or(file.freezer).unwrap_or_default(),
             rt_priority,
             switch_spin: Duration::from_micros(u64::from(spin_us)),
+            guard_exe: None,
         })
     }
 }

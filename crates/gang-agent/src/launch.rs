@@ -435,6 +435,7 @@ impl Supervisor {
         // Leftover members of the group (`cmd &` in a script) would keep the pipes open and
         // outlive the job.
         signal_group(pgid, Signal::SIGKILL);
+        self.ranks.swept(pgid);
         if let Some(cgroup) = cgroup {
             tokio::spawn(cgroup.run());
         }

@@ -30,6 +30,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod fence;
+pub mod guard;
 pub mod launch;
 pub mod node;
 pub mod notify;

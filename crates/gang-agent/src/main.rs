@@ -11,10 +11,17 @@ use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(gang_agent::guard::GUARD_ARG) {
+        gang_agent::guard::run();
+    }
     // Bad flags: clap prints the usage and exits 2.
     let flags = Flags::parse();
     let cfg = match flags.resolve() {
-        Ok(cfg) => cfg,
+        Ok(mut cfg) => {
+            // Ranks' process groups outlive a killed agent unless its guard kills them.
+            cfg.guard_exe = std::env::current_exe().ok();
+            cfg
+        }
         Err(e) => {
             eprintln!("gang-agent: {e}");
             return ExitCode::from(2);

@@ -10,7 +10,7 @@
 //! finished rank succeed quietly instead of failing as an unknown job.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -19,6 +19,8 @@ use nix::unistd::Pid;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::{debug, warn};
+
+use crate::guard::Guard;
 
 /// One rank of one job. A node runs at most one incarnation of each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -80,11 +82,25 @@ pub struct Ranks {
     inner: Mutex<Inner>,
     /// Woken whenever a rank is reaped or forgotten (shutdown waits on it).
     changed: Notify,
+    /// Kills the ranks' groups if the agent dies (none for agents run in-process).
+    guard: OnceLock<Arc<Guard>>,
 }
 
 impl Ranks {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// From now on every rank's process group is reported to `guard`.
+    pub fn set_guard(&self, guard: Arc<Guard>) {
+        let _ = self.guard.set(guard);
+    }
+
+    /// The group of a reaped rank was swept: the guard may forget it.
+    pub fn swept(&self, pgid: Pid) {
+        if let Some(g) = self.guard.get() {
+            g.release(pgid);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -142,6 +158,9 @@ impl Ranks {
             };
             entry.phase = Phase::Running { pgid };
             entry.stdin = stdin;
+            if let Some(g) = self.guard.get() {
+                g.watch(pgid);
+            }
             if closing {
                 Some(Duration::ZERO)
             } else {
