@@ -823,6 +823,43 @@ fn net_ns_inode(pid: i32) -> u64 {
         .ino()
 }
 
+/// A log line without its terminal colour codes (`ESC [ ... m`: the master colours its
+/// log even into a file).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// When the first log line holding every one of `parts` was written: seconds since the
+/// start of its day (both daemons log UTC timestamps from the same host clock).
+fn logged_at(log: &str, parts: &[&str]) -> Option<f64> {
+    let line = log
+        .lines()
+        .map(without_colours)
+        .find(|l| parts.iter().all(|p| l.contains(p)))?;
+    // 2026-01-02T03:04:05.678901Z ...
+    let time = line.split_whitespace().next()?.split_once('T')?.1;
+    let mut hms = time.trim_end_matches('Z').split(':');
+    let (h, m, s): (f64, f64, f64) = (
+        hms.next()?.parse().ok()?,
+        hms.next()?.parse().ok()?,
+        hms.next()?.parse().ok()?,
+    );
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
 /// Poll `f` every 10 ms until it returns `Some`, for at most `timeout`.
 fn until<V>(timeout: Duration, mut f: impl FnMut() -> Option<V>) -> Option<V> {
     let deadline = Instant::now() + timeout;
@@ -994,13 +1031,15 @@ fn an_agent_cut_off_in_a_network_namespace() {
         n.address.starts_with(&ns_prefix) && n.jobs.is_empty(),
         "{n:?}"
     );
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(
-        text.matches("registered with the master").count(),
-        2,
-        "registered once at the start and once after the cut: {text}"
-    );
-    assert!(!text.contains(" ERROR "), "{text}");
+    let registrations = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("registered with the master")
+            .count()
+    };
+    // The master counts the node up as it answers; the agent logs the answer after.
+    let logged = until(T, || (registrations() >= 2).then_some(()));
+    assert!(logged.is_some(), "{}", log_tail(&log, 30));
     let out = prun(
         &c,
         &["-n", "2x1", "--label", "--", "sh", "-c", "echo $GANG_NODE"],
@@ -1009,9 +1048,25 @@ fn an_agent_cut_off_in_a_network_namespace() {
     assert!(out.status.success(), "{}", stderr(&out));
     let lines: BTreeSet<String> = stdout(&out).lines().map(str::to_string).collect();
     assert_eq!(lines, ["0: 0,0".to_string(), "1: 1,0".to_string()].into());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        registrations(),
+        2,
+        "registered once at the start and once after the cut: {text}"
+    );
+    assert!(!text.contains(" ERROR "), "{text}");
 
+    // Seen from the logs (one host, one clock): how long after the master gave up on the
+    // node its agent's fence fell (negative: before).
+    let master_text = std::fs::read_to_string(c.master_log()).unwrap();
+    let gave_up = logged_at(&master_text, &["agent silent: node down", "node=1,0"]);
+    let fenced = logged_at(&text, &["stopping their ranks here"]);
+    let fence_after_ms = gave_up
+        .zip(fenced)
+        .map(|(m, a)| format!("{:+.0} ms", (a - m) * 1000.0))
+        .unwrap_or_else(|| "?".into());
     eprintln!(
-        "cut link: node (1,0) down after {} ms, job failed after {} ms, its rank there stopped after {} ms; mended: node up again after {} ms",
+        "cut link: node (1,0) down after {} ms, job failed after {} ms, its rank there stopped after {} ms (the fence fell {fence_after_ms} after the master gave up, by the logs); mended: node up again after {} ms",
         down.as_millis(),
         failed.as_millis(),
         stopped.as_millis(),
