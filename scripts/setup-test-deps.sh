@@ -8,10 +8,16 @@ set -eu
 # names test dependencies.
 PACKAGES="
 systemd
+passwd
+iproute2
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
 #   nothing in a container.
+# passwd: useradd, userdel, groupadd, groupdel for real throwaway users
+#   (crates/gang-e2e/tests/trust).
+# iproute2: ip netns and veth pairs, an agent cut off from the master
+#   (crates/gang-e2e/tests/trust).
 
 missing=""
 for p in $PACKAGES; do

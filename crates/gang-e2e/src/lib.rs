@@ -41,6 +41,11 @@ pub fn bin_dir() -> PathBuf {
 
 /// A cluster of `w x h` agents with quick failure detection for tests.
 pub fn cluster(w: u32, h: u32, extra_master: &[&str]) -> LocalCluster {
+    LocalCluster::start((w, h), options(extra_master)).expect("local cluster starts")
+}
+
+/// The options of [`cluster`], for a test that needs more of them.
+pub fn options(extra_master: &[&str]) -> LocalClusterOptions {
     let mut master_args: Vec<String> = [
         "--heartbeat-ms",
         "100",
@@ -57,12 +62,11 @@ pub fn cluster(w: u32, h: u32, extra_master: &[&str]) -> LocalCluster {
         master_args.extend(["--mpl".to_string(), "1".to_string()]);
     }
     master_args.extend(extra_master.iter().map(|s| s.to_string()));
-    let opts = LocalClusterOptions {
+    LocalClusterOptions {
         bin_dir: Some(bin_dir()),
         master_args,
         ..LocalClusterOptions::default()
-    };
-    LocalCluster::start((w, h), opts).expect("local cluster starts")
+    }
 }
 
 /// Run `prun ARGS` against `c`, with `stdin` fed to it.

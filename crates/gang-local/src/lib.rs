@@ -12,7 +12,9 @@
 //! Invariants:
 //! - Ports are ephemeral: the master and every agent listen on `127.0.0.1:0` and report
 //!   what they got in ready files, so clusters never collide (a restarted master takes the
-//!   ports of its first start back, so agents and clients find it again).
+//!   ports of its first start back, so agents and clients find it again). Only the
+//!   master's agent port may be put on another address
+//!   ([`LocalClusterOptions::agents_listen`]).
 //! - State and logs live in one directory: a fresh temporary one (removed at teardown
 //!   unless [`LocalClusterOptions::keep`]), or [`LocalClusterOptions::dir`] (never removed).
 //! - A mesh needs one agent process per node, all on this machine: a mesh of more than
@@ -47,7 +49,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -111,6 +113,14 @@ pub struct LocalClusterOptions {
     /// `--allow-root`). Default: whether this process is root, so a root user's local
     /// cluster runs their jobs; a real cluster refuses them unless configured.
     pub allow_root_jobs: bool,
+    /// Where the master's Unix socket goes; `None`: `DIR/master.sock`. The directory is
+    /// private (0700: state, keys), so a cluster other local users must reach puts its
+    /// socket in a directory they can traverse, as a real master does (`/run/gang`).
+    pub socket: Option<PathBuf>,
+    /// The address the master's agent port binds; `None`: 127.0.0.1. `0.0.0.0` lets an
+    /// agent from outside this host's loopback (another network namespace) register; the
+    /// cluster's own agents still dial 127.0.0.1.
+    pub agents_listen: Option<IpAddr>,
 }
 
 impl Default for LocalClusterOptions {
@@ -130,6 +140,8 @@ impl Default for LocalClusterOptions {
             interrupt: None,
             max_agents: DEFAULT_MAX_AGENTS,
             allow_root_jobs: nix::unistd::geteuid().is_root(),
+            socket: None,
+            agents_listen: None,
         }
     }
 }
@@ -508,9 +520,13 @@ impl LocalCluster {
         let listen = self
             .grpc
             .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
-        let agent_listen = self
-            .agents_port
-            .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
+        let agent_listen = self.agents_port.unwrap_or_else(|| {
+            let host = self
+                .opts
+                .agents_listen
+                .unwrap_or(Ipv4Addr::LOCALHOST.into());
+            SocketAddr::new(host, 0)
+        });
         let tls = self.pki().files(&PeerName::Master);
         let metrics = self
             .metrics
@@ -530,9 +546,14 @@ impl LocalCluster {
             .arg("--mesh")
             .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
             .arg("--agent-listen")
-            .arg(&agent_listen)
+            .arg(agent_listen.to_string())
             .arg("--socket")
-            .arg(self.dir.join("master.sock"))
+            .arg(
+                self.opts
+                    .socket
+                    .clone()
+                    .unwrap_or_else(|| self.dir.join("master.sock")),
+            )
             .arg("--token-key")
             .arg(self.dir.join("token.key"))
             .arg("--tls-ca")
@@ -599,9 +620,15 @@ impl LocalCluster {
         let ready = self.dir.join(format!("agent-{x}-{y}.ready"));
         let _ = std::fs::remove_file(&ready);
         let mut cmd = self.command(&self.agent_bin, &log)?;
-        let agents = self
+        let mut agents = self
             .agents_port
             .ok_or_else(|| anyhow!("the master's agent port is not known yet"))?;
+        if agents.ip().is_unspecified() {
+            agents.set_ip(match agents.ip() {
+                IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
         let tls = self.pki().files(&PeerName::Node { x, y });
         cmd.arg("--master")
             .arg(format!("https://{agents}"))

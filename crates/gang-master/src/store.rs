@@ -4,8 +4,9 @@
 //! Writes are grouped: the state task opens a transaction for a batch of commands and
 //! commits once before replying to any of them, so many submissions share one fsync.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::job::JobRecord;
@@ -31,8 +32,32 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 ";
 
+/// The database holds every job's command line, environment and working directory:
+/// users' data, readable by the master alone (like the output logs), whatever the mode of
+/// the directory it is in. A new file is made 0600; an existing one, and its WAL files, are
+/// made so (SQLite gives the WAL files it creates the database's mode).
+fn private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = PathBuf::from(path).into_os_string();
+        p.push(suffix);
+        match std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl Store {
-    pub fn open(path: &Path) -> rusqlite::Result<Self> {
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        private(path).with_context(|| format!("state database {}", path.display()))?;
         let conn = Connection::open(path)?;
         // WAL with synchronous=FULL: a committed transaction survives a crash or power loss.
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -181,5 +206,40 @@ impl Store {
         let mut stmt = self.conn.prepare("SELECT x, y FROM drained")?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         rows.collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_database_and_its_wal_files_are_the_masters_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let files = ["s.db", "s.db-wal", "s.db-shm"].map(|f| dir.path().join(f));
+        {
+            let store = Store::open(&db).unwrap();
+            store.set_mesh("2x2").unwrap();
+            for f in &files {
+                assert_eq!(mode(f), 0o600, "{}", f.display());
+            }
+        }
+        // A database an older master left readable to all is closed up at the next start.
+        for f in &files {
+            if f.exists() {
+                std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+        let store = Store::open(&db).unwrap();
+        assert_eq!(store.mesh().unwrap().as_deref(), Some("2x2"));
+        for f in files.iter().filter(|f| f.exists()) {
+            assert_eq!(mode(f), 0o600, "{}", f.display());
+        }
     }
 }
