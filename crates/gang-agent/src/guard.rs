@@ -9,13 +9,14 @@
 //! every group still listed, and exits. A listed id cannot have been reused: Linux does
 //! not hand out a pid while a process group of that id still has a member.
 //!
-//! The guard ignores SIGINT, SIGTERM and SIGHUP (a signal to the agent's whole process
-//! group must not end it before the agent), and it is the agent's own binary in another
-//! mode (`gang-agent --guard-ranks`), so it needs nothing installed beside it. Agents
-//! started in-process (tests) run without one.
+//! The guard runs in a process group of its own and ignores SIGINT, SIGTERM and SIGHUP (a
+//! signal to the agent's process group must not end it before the agent), and it is the
+//! agent's own binary in another mode (`gang-agent --guard-ranks`), so it needs nothing
+//! installed beside it. Agents started in-process (tests) run without one.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Mutex;
@@ -41,10 +42,13 @@ impl std::fmt::Debug for Guard {
 impl Guard {
     /// Start a guard from the agent's own binary at `exe`.
     pub fn spawn(exe: &Path) -> std::io::Result<Guard> {
+        // Its own process group: a SIGKILL to the agent's group (a launcher tearing the
+        // agent down) must not take the guard with it.
         let mut child = Command::new(exe)
             .arg(GUARD_ARG)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
+            .process_group(0)
             .spawn()?;
         let pipe = child.stdin.take();
         Ok(Guard {

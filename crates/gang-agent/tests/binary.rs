@@ -204,3 +204,55 @@ async fn ranks_die_with_a_killed_agent() {
     wait_until("the orphaned rank to die", || is_dead(pid)).await;
     registry.stop().await;
 }
+
+/// The guard (`gang-agent --guard-ranks`) kills the groups it was told of once its pipe
+/// closes (the agent died), and leaves alone those it was told are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_kills_the_listed_groups_when_the_agent_is_gone() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let group = |cmd: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    // A group with a leader and a child of its own, and one the agent already swept.
+    let mut kept = group("sleep 600 & wait");
+    let mut released = group("sleep 600");
+    let mut guard = std::process::Command::new(BIN)
+        .arg(gang_agent::guard::GUARD_ARG)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = guard.stdin.take().unwrap();
+    writeln!(pipe, "+{}", kept.id()).unwrap();
+    writeln!(pipe, "+{}", released.id()).unwrap();
+    writeln!(pipe, "-{}", released.id()).unwrap();
+    // SIGTERM to the guard does nothing once it has set up (only the pipe's end does).
+    let ignores_term = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", guard.id())).unwrap();
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+            .unwrap();
+        mask & (1 << (Signal::SIGTERM as i32 - 1)) != 0
+    };
+    wait_until("the guard to ignore SIGTERM", ignores_term).await;
+    kill(Pid::from_raw(guard.id() as i32), Signal::SIGTERM).unwrap();
+    drop(pipe);
+    assert!(guard.wait().unwrap().success());
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&kept.wait().unwrap()),
+        Some(9),
+        "the listed group was killed"
+    );
+    assert!(
+        released.try_wait().unwrap().is_none(),
+        "the released group lives"
+    );
+    released.kill().unwrap();
+    released.wait().unwrap();
+}
