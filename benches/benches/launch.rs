@@ -1,7 +1,9 @@
 //! Launch latency and submission rate on a real 4x4 loopback cluster (release binaries).
 //!
 //! (1) For 1x1, 2x2 and 4x4 jobs, interleaved: time from spawning `prun` to the moment the
-//!     last rank runs (each rank runs `date +%s%N`), and to prun's exit. RUNS per shape.
+//!     last rank runs (each rank runs `date +%s%N`), and to prun's exit. RUNS per shape,
+//!     each through the master's Unix socket (a local user) and through its TLS port with
+//!     a token (a remote user), interleaved too, so the cost of TLS is read side by side.
 //! (2) Durable submissions per second, with every node drained so jobs only queue:
 //!     `prun --detach` processes from CLIENTS parallel clients, and the gRPC Submit call
 //!     from 8 concurrent API clients (what a portal does). Each answer comes after commit.
@@ -41,17 +43,53 @@ fn main() {
     let c = LocalCluster::start((4, 4), opts).expect("cluster");
     let prun = bins.join("prun");
 
-    // (1) launch latency, shapes interleaved so noise hits them alike.
+    // A token for the remote (TLS) runs, issued over the socket as `gangctl token` does.
+    let token = Command::new(bins.join("gangctl"))
+        .args(["token", "--ttl", "1h"])
+        .env("GANG_MASTER", c.master_addr())
+        .output()
+        .unwrap();
+    assert!(
+        token.status.success(),
+        "{}",
+        String::from_utf8_lossy(&token.stderr)
+    );
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let home = tempfile::tempdir().unwrap();
+    let tls_url = c.master_tls_addr().expect("the master's TLS port");
+    let ca = c.ca();
+    let transports: [(&str, Vec<(&str, String)>); 2] = [
+        (
+            "unix_socket",
+            vec![("GANG_MASTER", c.master_addr().to_string())],
+        ),
+        (
+            "tls_token",
+            vec![
+                ("GANG_MASTER", tls_url),
+                ("GANG_CA", ca.display().to_string()),
+                ("GANG_TOKEN", token),
+                // No client config or saved token of the user running the bench.
+                ("HOME", home.path().display().to_string()),
+            ],
+        ),
+    ];
+
+    // (1) launch latency, shapes and transports interleaved so noise hits them alike.
     let shapes = ["1x1", "2x2", "4x4"];
-    let mut to_running: Vec<Vec<f64>> = vec![vec![]; shapes.len()];
-    let mut to_exit: Vec<Vec<f64>> = vec![vec![]; shapes.len()];
+    let cases: Vec<(usize, usize)> = (0..shapes.len())
+        .flat_map(|s| (0..transports.len()).map(move |t| (s, t)))
+        .collect();
+    let mut to_running: Vec<Vec<f64>> = vec![vec![]; cases.len()];
+    let mut to_exit: Vec<Vec<f64>> = vec![vec![]; cases.len()];
     for i in 0..runs + 5 {
-        for (k, shape) in shapes.iter().enumerate() {
+        for (k, &(s, t)) in cases.iter().enumerate() {
+            let shape = shapes[s];
             let t0 = now_ns();
             let start = Instant::now();
             let out = Command::new(&prun)
                 .args(["-n", shape, "--label", "--", "date", "+%s%N"])
-                .env("GANG_MASTER", c.master_addr())
+                .envs(transports[t].1.iter().map(|(k, v)| (k, v)))
                 .output()
                 .unwrap();
             let total = start.elapsed().as_secs_f64() * 1e3;
@@ -71,11 +109,12 @@ fn main() {
             }
         }
     }
-    let launch: Vec<_> = shapes
+    let launch: Vec<_> = cases
         .iter()
         .enumerate()
-        .map(|(k, s)| {
-            serde_json::json!({"shape": s, "prun_start_to_all_ranks_running": pct(&mut to_running[k]),
+        .map(|(k, &(s, t))| {
+            serde_json::json!({"shape": shapes[s], "client": transports[t].0,
+                "prun_start_to_all_ranks_running": pct(&mut to_running[k]),
                 "prun_start_to_exit": pct(&mut to_exit[k])})
         })
         .collect();
