@@ -74,7 +74,7 @@ pub use logs::log_tail;
 use logs::{describe, with_tail};
 pub use options::{Interrupted, LocalClusterOptions};
 use procs::{Proc, Spawner};
-use ready::{Ready, parse_ready};
+use ready::parse_ready;
 
 pub const MASTER_BIN: &str = "gang-master";
 pub const AGENT_BIN: &str = "gang-agent";

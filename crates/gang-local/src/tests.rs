@@ -1,4 +1,5 @@
 use super::*;
+use crate::ready::Ready;
 
 #[test]
 fn ready_files() {
