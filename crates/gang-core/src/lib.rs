@@ -15,11 +15,14 @@
 //! - [`slicer`]: the slice-table planner (which table the master publishes, and when it
 //!   takes effect) and run-time accounting under the tables.
 //! - [`gang_mode`]: how a job is switched out of its slots.
+//! - [`deadlock`]: exact deadlock detection over the messaging library's counters, and
+//!   the per-job deadlock policy and context mode words.
 //! - [`quantile`]: nearest-rank quantiles for every reported p50/p99.
 //! - [`clock`]: clock offset estimation from four-timestamp probes.
 
 pub mod alloc;
 pub mod clock;
+pub mod deadlock;
 pub mod gang_mode;
 pub mod grid;
 pub mod matrix;
@@ -33,6 +36,7 @@ pub mod slicer;
 pub mod table;
 
 pub use alloc::{Allocator, AllocatorKind};
+pub use deadlock::{DeadlockPolicy, MsgContext};
 pub use gang_mode::GangMode;
 pub use grid::SlotGrid;
 pub use matrix::{Placement, Role, SliceChoice, SliceMatrix};

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use gang_auth::pki::TlsFiles;
-use gang_core::{AllocatorKind, Backfill, GangMode, Request, Shape};
+use gang_core::{AllocatorKind, Backfill, DeadlockPolicy, GangMode, Request, Shape};
 use serde::Deserialize;
 
 /// Slices by default: Slurm's gang scheduler also shares a node four ways by default.
@@ -29,6 +29,7 @@ pub struct FileConfig {
     pub log_format: Option<String>,
     pub quantum_ms: Option<u32>,
     pub gang_mode: Option<String>,
+    pub on_deadlock: Option<String>,
     pub table_lead_ms: Option<u32>,
     /// Local clients: a Unix socket; callers are identified by its peer credentials.
     pub socket: Option<PathBuf>,
@@ -156,6 +157,8 @@ pub struct MasterConfig {
     pub quantum_ms: u32,
     /// How jobs that do not choose are switched.
     pub gang_mode: GangMode,
+    /// What happens to a deadlocked job that does not choose.
+    pub on_deadlock: DeadlockPolicy,
     /// How far ahead of its first slot a new slice table is published, so that every
     /// agent has it in time.
     pub table_lead_ms: u32,
@@ -211,6 +214,7 @@ impl MasterConfig {
             ready_file: None,
             quantum_ms: DEFAULT_QUANTUM_MS,
             gang_mode: GangMode::Stop,
+            on_deadlock: DeadlockPolicy::Report,
             table_lead_ms: DEFAULT_TABLE_LEAD_MS,
         }
     }

@@ -2,8 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use gang_core::{GangMode, JobId, Submesh};
+use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Submesh};
 use serde::{Deserialize, Serialize};
+
+use crate::shim::JobShim;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -57,6 +59,12 @@ pub struct JobRecord {
     pub end_ns: i64,
     #[serde(default)]
     pub gang: GangMode,
+    /// What happens when it deadlocks (resolved).
+    #[serde(default)]
+    pub on_deadlock: DeadlockPolicy,
+    /// How its messaging library keeps its context across switches (resolved).
+    #[serde(default)]
+    pub msg_context: MsgContext,
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,
@@ -107,6 +115,8 @@ pub struct Job {
     pub cancelled: Option<String>,
     /// Master-clock instant up to which `record.run_ns` is accounted.
     pub run_accounted_to: i64,
+    /// Its messaging library's activity, verdict and fences, once it runs (not saved).
+    pub shim: Option<Box<JobShim>>,
 }
 
 impl Job {
@@ -117,7 +127,14 @@ impl Job {
             failure: None,
             cancelled: None,
             run_accounted_to: 0,
+            shim: None,
         }
+    }
+
+    /// The job's messaging state, made on first use.
+    pub fn shim_mut(&mut self) -> &mut JobShim {
+        let size = self.record.w * self.record.h;
+        self.shim.get_or_insert_with(|| Box::new(JobShim::new(size)))
     }
 
     /// The record to persist: with its live part while it runs.

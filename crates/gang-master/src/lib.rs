@@ -12,6 +12,7 @@ pub mod notify;
 pub mod output;
 pub mod server;
 pub mod service;
+pub mod shim;
 pub mod state;
 pub mod store;
 pub mod switch_stats;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use gang_auth::pki::TlsFiles;
-use gang_core::GangMode;
+use gang_core::{DeadlockPolicy, GangMode};
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_master::config::{
     AuthPolicy, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
@@ -42,6 +42,10 @@ struct Args {
     /// How jobs that do not choose are switched out of their slices.
     #[arg(long, value_parser = ["stop", "priority", "none", "freeze"])]
     gang_mode: Option<String>,
+    /// What happens to a job that deadlocks and does not choose (`prun --on-deadlock`):
+    /// report it, or report it and fail the job.
+    #[arg(long, value_parser = ["report", "kill"])]
+    on_deadlock: Option<String>,
     /// How far ahead a new slice table is published (ms).
     #[arg(long)]
     table_lead_ms: Option<u32>,
@@ -114,6 +118,12 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
     let gang_mode: GangMode = a
         .gang_mode
         .or(f.gang_mode)
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .transpose()?
+        .unwrap_or_default();
+    let on_deadlock: DeadlockPolicy = a
+        .on_deadlock
+        .or(f.on_deadlock)
         .map(|s| s.parse().map_err(anyhow::Error::msg))
         .transpose()?
         .unwrap_or_default();
@@ -190,6 +200,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         ready_file: a.ready_file,
         quantum_ms,
         gang_mode,
+        on_deadlock,
         table_lead_ms: a
             .table_lead_ms
             .or(f.table_lead_ms)

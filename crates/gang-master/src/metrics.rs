@@ -20,6 +20,8 @@ pub struct StateLabel {
 pub struct Metrics {
     pub registry: Registry,
     pub jobs_submitted: Counter,
+    /// Jobs found deadlocked (every rank blocked in a receive, nothing in flight).
+    pub jobs_deadlocked: Counter,
     pub jobs_finished: Family<StateLabel, Counter>,
     pub jobs_queued: Gauge,
     pub jobs_running: Gauge,
@@ -41,6 +43,7 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("gang");
         let jobs_submitted = Counter::default();
+        let jobs_deadlocked = Counter::default();
         let jobs_finished = Family::<StateLabel, Counter>::default();
         let jobs_queued = Gauge::default();
         let jobs_running = Gauge::default();
@@ -80,6 +83,11 @@ impl Default for Metrics {
         );
         registry.register("jobs_submitted", "Jobs accepted", jobs_submitted.clone());
         registry.register(
+            "jobs_deadlocked",
+            "Jobs found deadlocked: every rank blocked in a receive with nothing in flight, at two consecutive checks",
+            jobs_deadlocked.clone(),
+        );
+        registry.register(
             "jobs_finished",
             "Jobs ended, by final state",
             jobs_finished.clone(),
@@ -104,6 +112,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             jobs_submitted,
+            jobs_deadlocked,
             jobs_finished,
             jobs_queued,
             jobs_running,

@@ -87,3 +87,43 @@ impl v1::GangMode {
         }
     }
 }
+
+impl From<gang_core::DeadlockPolicy> for v1::DeadlockPolicy {
+    fn from(p: gang_core::DeadlockPolicy) -> Self {
+        match p {
+            gang_core::DeadlockPolicy::Report => v1::DeadlockPolicy::Report,
+            gang_core::DeadlockPolicy::Kill => v1::DeadlockPolicy::Kill,
+        }
+    }
+}
+
+impl v1::DeadlockPolicy {
+    /// The policy this names; `None` for UNSPECIFIED (the cluster default applies).
+    pub fn resolved(self) -> Option<gang_core::DeadlockPolicy> {
+        match self {
+            v1::DeadlockPolicy::Unspecified => None,
+            v1::DeadlockPolicy::Report => Some(gang_core::DeadlockPolicy::Report),
+            v1::DeadlockPolicy::Kill => Some(gang_core::DeadlockPolicy::Kill),
+        }
+    }
+}
+
+impl From<gang_core::MsgContext> for v1::MsgContext {
+    fn from(m: gang_core::MsgContext) -> Self {
+        match m {
+            gang_core::MsgContext::Resident => v1::MsgContext::Resident,
+            gang_core::MsgContext::SaveRestore => v1::MsgContext::SaveRestore,
+        }
+    }
+}
+
+impl v1::MsgContext {
+    /// The mode this names; `None` for UNSPECIFIED (the default applies).
+    pub fn resolved(self) -> Option<gang_core::MsgContext> {
+        match self {
+            v1::MsgContext::Unspecified => None,
+            v1::MsgContext::Resident => Some(gang_core::MsgContext::Resident),
+            v1::MsgContext::SaveRestore => Some(gang_core::MsgContext::SaveRestore),
+        }
+    }
+}

@@ -94,6 +94,8 @@ fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
         user: o.user,
         stdin: o.stdin,
         gang: v1::GangMode::from(o.gang) as i32,
+        part: Some(o.part.into()),
+        msg_context: v1::MsgContext::from(o.msg_context) as i32,
     }
 }
 

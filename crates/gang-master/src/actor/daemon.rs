@@ -2,6 +2,8 @@
 //! (the first failure stops further writes and fails the batch); everything else waits in
 //! an outbox that the actor carries out only once the transaction has committed.
 
+use std::collections::BTreeMap;
+
 use gang_core::{JobId, SlotGrid};
 use tracing::warn;
 
@@ -18,6 +20,7 @@ pub enum Out {
     JobChanged(JobView),
     Rank0(JobId, Coord, String),
     Metric(Metric),
+    FenceDone(JobId, u32, BTreeMap<String, String>),
 }
 
 pub struct DaemonEffects<'a> {
@@ -99,5 +102,9 @@ impl Effects for DaemonEffects<'_> {
 
     fn metric(&mut self, m: Metric) {
         self.outbox.push(Out::Metric(m));
+    }
+
+    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: BTreeMap<String, String>) {
+        self.outbox.push(Out::FenceDone(job, epoch, kvs));
     }
 }

@@ -8,6 +8,7 @@
 //! batch is `UNAVAILABLE: state not saved: ...` and nothing of it stays, in memory or on
 //! disk. Outcomes of network calls in such a batch are handled again with the next one.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -23,7 +24,8 @@ use crate::error::{MasterError, Result};
 use crate::metrics::Metrics;
 use crate::state::effects::{Coord, Metric};
 use crate::state::events::{
-    Caller, Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered, Registration,
+    Caller, FenceArrival, Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered,
+    Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
 use crate::state::{MasterState, Now, Persisted, reactor};
@@ -59,8 +61,13 @@ pub enum Cmd {
     TableAcked(Coord, u64),
     /// A launch finished: the rank's pid, or why it did not start.
     Launched(JobId, u32, std::result::Result<u32, LaunchFailure>),
+    /// A rank's fence: answered once every rank of its job arrived.
+    Fence(FenceArrival, Reply<Kvs>),
     Tick,
 }
+
+/// A job's key-value space, as a fence answers it.
+pub type Kvs = BTreeMap<String, String>;
 
 /// How the gRPC side talks to the state task.
 #[derive(Clone)]
@@ -133,6 +140,7 @@ pub fn start(
         },
         started: Instant::now(),
         retry: vec![],
+        fences: HashMap::new(),
     };
     // Recovery is a batch like any other: saved whole, or the master does not start.
     let now = actor.now();
@@ -174,6 +182,9 @@ struct Actor {
     started: Instant,
     /// Outcomes of network calls from a batch that was not saved: handled again.
     retry: Vec<Cmd>,
+    /// Ranks waiting in a fence, by job and epoch (answered by `Out::FenceDone`, or with
+    /// an error when their job ends).
+    fences: HashMap<(JobId, u32), Vec<Reply<Kvs>>>,
 }
 
 /// A reply held until its batch is saved (`None`) or not (`Some(why)`).
@@ -218,8 +229,14 @@ impl Actor {
         let mut fx = DaemonEffects::begin(&mut self.store);
         let mut replies: Vec<Pending> = Vec::with_capacity(batch.len());
         let mut again: Vec<Cmd> = vec![];
+        let mut waiting: Vec<((JobId, u32), Reply<Kvs>)> = vec![];
         for cmd in batch {
-            handle(&mut self.st, &mut fx, now, cmd, &mut replies, &mut again);
+            let out = Outcomes {
+                replies: &mut replies,
+                again: &mut again,
+                waiting: &mut waiting,
+            };
+            handle(&mut self.st, &mut fx, now, cmd, out);
         }
         reactor::end_batch(&mut self.st, &mut fx, now);
         match fx.finish() {
@@ -235,6 +252,9 @@ impl Actor {
                 for r in replies {
                     r(None);
                 }
+                for (key, tx) in waiting {
+                    self.fences.entry(key).or_default().push(tx);
+                }
                 self.carry_out(outbox);
                 self.update_gauges();
             }
@@ -244,13 +264,16 @@ impl Actor {
                 for r in replies {
                     r(Some(&why));
                 }
+                for (_, tx) in waiting {
+                    let _ = tx.send(Err(MasterError::NotSaved(why.clone())));
+                }
                 self.retry = again;
             }
         }
     }
 
     /// What a saved batch sends out.
-    fn carry_out(&self, outbox: Vec<Out>) {
+    fn carry_out(&mut self, outbox: Vec<Out>) {
         for out in outbox {
             match out {
                 Out::Launch(node, addr, order) => {
@@ -263,7 +286,15 @@ impl Actor {
                     calls::set_table(&self.agents, &self.handle.tx, node, &addr, table)
                 }
                 Out::JobChanged(view) => {
+                    if view.state.is_final() {
+                        self.end_fences(view.id);
+                    }
                     let _ = self.handle.events.send(view);
+                }
+                Out::FenceDone(job, epoch, kvs) => {
+                    for tx in self.fences.remove(&(job, epoch)).unwrap_or_default() {
+                        let _ = tx.send(Ok(kvs.clone()));
+                    }
                 }
                 Out::Rank0(job, node, addr) => {
                     let _ = self.handle.rank0.send((job, node, addr));
@@ -284,6 +315,22 @@ impl Actor {
             Metric::TableVersion(v) => {
                 mx.table_version.set(v as i64);
             }
+            Metric::Deadlocked => {
+                mx.jobs_deadlocked.inc();
+            }
+        }
+    }
+
+    /// A job ended (or began to): its ranks waiting in a fence hear so.
+    fn end_fences(&mut self, job: JobId) {
+        let keys: Vec<_> = self.fences.keys().filter(|k| k.0 == job).copied().collect();
+        for k in keys {
+            for tx in self.fences.remove(&k).unwrap_or_default() {
+                let _ = tx.send(Err(MasterError::NotRunning {
+                    job,
+                    state: "ending",
+                }));
+            }
         }
     }
 
@@ -296,17 +343,30 @@ impl Actor {
     }
 }
 
+/// Where a command's outcomes go: replies held until the batch is saved, network
+/// outcomes to handle again if it is not, and fence waiters to keep once it is.
+struct Outcomes<'a> {
+    replies: &'a mut Vec<Pending>,
+    again: &'a mut Vec<Cmd>,
+    waiting: &'a mut Vec<((JobId, u32), Reply<Kvs>)>,
+}
+
 /// One command through the reactor; its reply is held until the batch is saved. Outcomes
 /// of network calls go to `again`, to be handled again if the batch is not saved.
-fn handle(
-    st: &mut MasterState,
-    fx: &mut DaemonEffects,
-    now: Now,
-    cmd: Cmd,
-    replies: &mut Vec<Pending>,
-    again: &mut Vec<Cmd>,
-) {
+fn handle(st: &mut MasterState, fx: &mut DaemonEffects, now: Now, cmd: Cmd, out: Outcomes<'_>) {
+    let Outcomes {
+        replies,
+        again,
+        waiting,
+    } = out;
     match cmd {
+        Cmd::Fence(arrival, tx) => {
+            let key = (arrival.job, arrival.epoch);
+            match reactor::on_fence(st, fx, arrival) {
+                Ok(None) => waiting.push((key, tx)),
+                r => defer(replies, tx, r.map(|kvs| kvs.unwrap_or_default())),
+            }
+        }
         Cmd::Submit(job, tx) => defer(replies, tx, reactor::on_submit(st, fx, now, job)),
         Cmd::Cancel(job, caller, tx) => {
             defer(replies, tx, reactor::on_cancel(st, fx, now, job, &caller))

@@ -1,6 +1,7 @@
 //! Protobuf at the edge: requests become domain commands, domain answers become replies,
 //! and every error becomes a `Status` through the one map below.
 
+use gang_core::deadlock::Activity;
 use gang_core::{GangMode, JobId, SchedError};
 use gang_proto::v1;
 use tonic::Status;
@@ -8,7 +9,8 @@ use tonic::Status;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::state::events::{
-    Caller, ClockReport, ExitHow, Heartbeat, ListFilter, NewJob, RankExit, Registered, Registration,
+    Caller, ClockReport, ExitHow, FenceArrival, Heartbeat, ListFilter, NewJob, RankExit, Registered,
+    Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
 
@@ -44,7 +46,10 @@ impl From<MasterError> for Status {
             MasterError::Forbidden(_) => Status::permission_denied(msg),
             MasterError::TooLarge { .. } => Status::invalid_argument(msg),
             MasterError::QueueFull { .. } => Status::resource_exhausted(msg),
-            MasterError::ShuttingDown | MasterError::NotSaved(_) => Status::unavailable(msg),
+            MasterError::ShuttingDown
+            | MasterError::NotSaved(_)
+            | MasterError::FenceAhead { .. } => Status::unavailable(msg),
+            MasterError::NotRunning { .. } => Status::failed_precondition(msg),
             MasterError::Output { .. } => Status::internal(msg),
             MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
         }
@@ -132,6 +137,22 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
     Ok(NewJob {
         owner,
         gang: gang_mode(spec.gang)?,
+        on_deadlock: v1::DeadlockPolicy::try_from(spec.on_deadlock)
+            .map_err(|_| {
+                invalid(format!(
+                    "unknown deadlock policy {}: expected report or kill",
+                    spec.on_deadlock
+                ))
+            })?
+            .resolved(),
+        msg_context: v1::MsgContext::try_from(spec.msg_context)
+            .map_err(|_| {
+                invalid(format!(
+                    "unknown context mode {}: expected resident or save-restore",
+                    spec.msg_context
+                ))
+            })?
+            .resolved(),
         name: spec.name,
         argv: spec.argv,
         cwd: spec.cwd,
@@ -199,6 +220,8 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             stdin: v.stdin,
             name: v.name.clone(),
             gang,
+            on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
+            msg_context: v1::MsgContext::from(v.msg_context) as i32,
         }),
         state: job_state(v.state) as i32,
         w: v.w,
@@ -213,6 +236,23 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
         run_ns: v.run_ns,
         gang,
         ranks_done: v.ranks_done,
+        deadlock: v.deadlock.as_ref().map(|d| v1::Deadlock {
+            detected_ns: d.detected_ns,
+            messages: d.messages,
+            waits: d
+                .waits
+                .iter()
+                .map(|(a, (x, y))| v1::RankWait {
+                    rank: a.rank,
+                    x: *x,
+                    y: *y,
+                    source: a.source,
+                    tag: a.tag,
+                    since_ns: a.blocked_since_ns,
+                })
+                .collect(),
+        }),
+        on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
     }
 }
 
@@ -248,6 +288,33 @@ pub fn heartbeat(r: v1::HeartbeatRequest) -> Heartbeat {
             from_host: r.clock_from_host,
         },
         table_version: r.table_version,
+        activity: r
+            .activity
+            .iter()
+            .map(|a| {
+                (
+                    JobId(a.job_id),
+                    Activity {
+                        rank: a.rank,
+                        blocked_since_ns: a.blocked_since_ns,
+                        source: a.source,
+                        tag: a.tag,
+                        posted: a.posted,
+                        delivered: a.delivered,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+pub fn fence_arrival(r: v1::FenceRequest) -> FenceArrival {
+    FenceArrival {
+        node: (r.x, r.y),
+        job: JobId(r.job_id),
+        rank: r.rank,
+        epoch: r.epoch,
+        puts: r.puts.into_iter().collect(),
     }
 }
 

@@ -118,4 +118,17 @@ impl AgentRegistry for Registry {
             t3_ns: wall_ns(),
         }))
     }
+
+    async fn fence(
+        &self,
+        req: Request<v1::FenceRequest>,
+    ) -> Result<Response<v1::FenceResponse>, Status> {
+        let r = req.get_ref();
+        agent_node(&req, (r.x, r.y))?;
+        let arrival = convert::fence_arrival(req.into_inner());
+        let kvs = self.handle.call(|tx| Cmd::Fence(arrival, tx)).await?;
+        Ok(Response::new(v1::FenceResponse {
+            kvs: kvs.into_iter().collect(),
+        }))
+    }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use gang_core::{GangMode, JobId, SlotGrid};
+use gang_core::{GangMode, JobId, MsgContext, SlotGrid};
 
 use crate::job::{JobRecord, State};
 pub use crate::state::views::Coord;
@@ -30,6 +30,9 @@ pub struct LaunchOrder {
     pub stdin: bool,
     /// The job's mode, resolved: agents learn it here, once, and never from tables.
     pub gang: GangMode,
+    /// The job's rectangle (rank r at row-major position r).
+    pub part: gang_core::Submesh,
+    pub msg_context: MsgContext,
 }
 
 /// One node's view of a slice table: the job it runs in each row (`None`: idle).
@@ -49,6 +52,8 @@ pub enum Metric {
     /// Seconds from placement to every rank running.
     Launched(f64),
     TableVersion(u64),
+    /// A job was found deadlocked.
+    Deadlocked,
 }
 
 pub trait Effects {
@@ -71,4 +76,6 @@ pub trait Effects {
     /// Rank 0 of a job runs on `node`, whose agent is at `address` (where stdin goes).
     fn rank0_running(&mut self, job: JobId, node: Coord, address: &str);
     fn metric(&mut self, m: Metric);
+    /// A fence of a job's ranks completed: answer every rank still waiting in it.
+    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: BTreeMap<String, String>);
 }

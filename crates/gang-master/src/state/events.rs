@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use gang_core::{GangMode, JobId};
+use gang_core::deadlock::Activity;
+use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext};
 
 use crate::job::State;
 use crate::state::views::Coord;
@@ -49,6 +50,10 @@ pub struct NewJob {
     pub shape: String,
     /// `None`: the cluster default.
     pub gang: Option<GangMode>,
+    /// `None`: the cluster default.
+    pub on_deadlock: Option<DeadlockPolicy>,
+    /// `None`: resident.
+    pub msg_context: Option<MsgContext>,
     /// A retry with the same token (and owner) returns the first job.
     pub client_token: Option<String>,
 }
@@ -101,6 +106,18 @@ pub struct Heartbeat {
     pub clock: ClockReport,
     /// The newest slice table the agent holds.
     pub table_version: u64,
+    /// What its ranks that use the messaging library are doing.
+    pub activity: Vec<(JobId, Activity)>,
+}
+
+/// A rank of a job arrives at a fence, with everything it ever put.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceArrival {
+    pub node: Coord,
+    pub job: JobId,
+    pub rank: u32,
+    pub epoch: u32,
+    pub puts: BTreeMap<String, String>,
 }
 
 /// How a rank ended.

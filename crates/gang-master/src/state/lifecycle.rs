@@ -145,6 +145,8 @@ impl MasterState {
             start_ns: 0,
             end_ns: 0,
             gang: new.gang.unwrap_or(self.cfg.gang_mode),
+            on_deadlock: new.on_deadlock.unwrap_or(self.cfg.on_deadlock),
+            msg_context: new.msg_context.unwrap_or_default(),
             run_ns: 0,
             client_token: new.client_token,
             live: None,
@@ -236,6 +238,8 @@ impl MasterState {
                 user: job.record.user.clone(),
                 stdin: job.record.stdin && rank == 0,
                 gang: job.record.gang,
+                part: job.record.submesh.expect("a job being launched has its submesh"),
+                msg_context: job.record.msg_context,
             };
             fx.launch((x, y), addr, order);
         }

@@ -23,6 +23,7 @@ pub mod effects;
 pub mod events;
 mod jobs;
 mod lifecycle;
+mod messaging;
 mod nodes;
 mod queries;
 pub mod reactor;

@@ -127,6 +127,7 @@ impl MasterState {
         n.heartbeat_wall_ns = now.wall_ns;
         n.clock = hb.clock;
         n.table_version = hb.table_version;
+        self.note_activity(hb.node, &hb.activity);
         // Ranks the agent still runs that should not run: their job ended, or they were
         // counted lost while the node was silent. Killed until they are gone.
         let (x, y) = hb.node;

@@ -58,6 +58,9 @@ impl MasterState {
             end_ns: r.end_ns,
             run_ns: self.run_ns(j, now.wall_ns),
             gang: r.gang,
+            on_deadlock: r.on_deadlock,
+            msg_context: r.msg_context,
+            deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
         }
     }

@@ -7,12 +7,14 @@
 //! | [`on_recover`] | the database, at startup |
 //! | [`on_submit`], [`on_cancel`] | clients (JobService) |
 //! | [`on_set_drained`] | admins (AdminService) |
-//! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`] | agents (AgentRegistry) |
+//! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
 //! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
 //! | [`on_tick`] | a timer, every 100 ms |
 //! | [`end_batch`] | the actor, after each batch |
 //!
 //! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
+
+use std::collections::BTreeMap;
 
 use gang_core::JobId;
 
@@ -20,7 +22,7 @@ use crate::error::Result;
 use crate::job::JobRecord;
 use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
-    Caller, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
+    Caller, FenceArrival, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
 };
 use crate::state::recovery::Recovered;
 use crate::state::views::{JobView, NodeView};
@@ -104,11 +106,23 @@ pub fn on_table_acked(st: &mut MasterState, node: Coord, version: u64) {
     st.table_acked(node, version)
 }
 
-/// Periodic: node timeouts, ranks lost across a restart, run time and time limits.
+/// A rank of a job arrives at a fence: `Some(space)` answers it now; `None`: it waits,
+/// and is answered with the others by `Effects::fence_done` once every rank arrived.
+pub fn on_fence(
+    st: &mut MasterState,
+    fx: &mut impl Effects,
+    arrival: FenceArrival,
+) -> Result<Option<BTreeMap<String, String>>> {
+    st.fence(fx, arrival)
+}
+
+/// Periodic: node timeouts, ranks lost across a restart, run time and time limits, and
+/// the deadlock check of jobs whose ranks all reported since the last one.
 pub fn on_tick(st: &mut MasterState, fx: &mut impl Effects, now: Now) {
     st.node_timeouts(fx, now);
     st.adoption_timeouts(fx, now);
     st.run_time_tick(fx, now);
+    st.deadlock_checks(fx, now);
 }
 
 /// After every batch: a new slice table if the matrix's rows changed.

@@ -27,6 +27,8 @@ pub struct Recorder {
     pub events: Vec<JobView>,
     pub rank0: Vec<(JobId, String)>,
     pub metrics: Vec<Metric>,
+    /// Fences completed: (job, epoch, key-value space).
+    pub fences: Vec<(JobId, u32, BTreeMap<String, String>)>,
     /// Nodes whose tables are lost on the way.
     pub lossy: BTreeSet<Coord>,
     /// Tables that reached their agent, to acknowledge.
@@ -107,6 +109,9 @@ impl Effects for Recorder {
     }
     fn metric(&mut self, m: Metric) {
         self.metrics.push(m);
+    }
+    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: BTreeMap<String, String>) {
+        self.fences.push((job, epoch, kvs));
     }
 }
 

@@ -1,6 +1,8 @@
 //! What the reactor answers and announces, in domain terms (converted at the gRPC edge).
 
-use gang_core::{GangMode, JobId, Shape, SlotGrid, Submesh};
+use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Shape, SlotGrid, Submesh};
+
+use crate::shim::DeadlockInfo;
 
 use crate::job::State;
 
@@ -37,6 +39,10 @@ pub struct JobView {
     pub run_ns: i64,
     pub gang: GangMode,
     pub ranks_done: u32,
+    pub on_deadlock: DeadlockPolicy,
+    pub msg_context: MsgContext,
+    /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
+    pub deadlock: Option<DeadlockInfo>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,139 @@
+//! The messaging library's events: ranks' activity (from heartbeats), the deadlock check
+//! (on the tick), and fences (the key-value exchange through which ranks find each other).
+//!
+//! A report or a fence is taken only from the agent of the node the rank runs on, and only
+//! while its job is placed.
+
+use gang_core::JobId;
+use gang_core::deadlock::{Activity, Verdict};
+use tracing::warn;
+
+use crate::error::{MasterError, Result};
+use crate::job::{Job, State};
+use crate::shim::{DeadlockInfo, FenceStep};
+use crate::state::effects::{Coord, Effects, Metric};
+use crate::state::events::FenceArrival;
+use crate::state::{MasterState, Now};
+
+fn state_word(s: State) -> &'static str {
+    match s {
+        State::Queued => "queued",
+        State::Starting => "starting",
+        State::Running => "running",
+        State::Completed => "completed",
+        State::Failed => "failed",
+        State::Cancelled => "cancelled",
+    }
+}
+
+/// Whether `node` is where `rank` of `job` runs.
+fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
+    rank < job.size() && job.node_of(rank) == Some(node)
+}
+
+impl MasterState {
+    /// Activity reports from a heartbeat of `node`.
+    pub(super) fn note_activity(&mut self, node: Coord, reports: &[(JobId, Activity)]) {
+        for &(id, a) in reports {
+            let Some(job) = self.jobs.get(id) else {
+                continue;
+            };
+            if !job.record.state.is_placed() || !runs_there(job, a.rank, node) {
+                warn!(job = %id, rank = a.rank, node = ?node, "activity report for a rank that does not run there: ignored");
+                continue;
+            }
+            self.jobs.get_mut(id).expect("present").shim_mut().report(a);
+        }
+    }
+
+    /// One deadlock check of every running job whose ranks all reported since the last.
+    pub(super) fn deadlock_checks(&mut self, fx: &mut impl Effects, now: Now) {
+        let ids: Vec<JobId> = self
+            .jobs
+            .live()
+            .filter(|j| j.record.state == State::Running && j.shim.is_some())
+            .filter(|j| j.cancelled.is_none() && j.failure.is_none())
+            .map(|j| j.id())
+            .collect();
+        for id in ids {
+            let job = self.jobs.get_mut(id).expect("present");
+            let shim = job.shim_mut();
+            if shim.deadlock.is_some() || shim.check() != Some(Verdict::Deadlocked) {
+                continue;
+            }
+            let acts: Vec<Activity> = shim.activity.iter().flatten().copied().collect();
+            let messages = acts.iter().map(|a| a.posted).sum();
+            let job = self.jobs.get(id).expect("present");
+            let waits = acts
+                .iter()
+                .map(|a| (*a, job.node_of(a.rank).unwrap_or_default()))
+                .collect();
+            let info = DeadlockInfo {
+                detected_ns: now.wall_ns,
+                waits,
+                messages,
+            };
+            let policy = job.record.on_deadlock;
+            warn!(job = %id, ranks = acts.len(), %policy, "job deadlocked: every rank blocked in a receive, nothing in flight");
+            let job = self.jobs.get_mut(id).expect("present");
+            job.shim_mut().deadlock = Some(info);
+            fx.metric(Metric::Deadlocked);
+            if policy == gang_core::DeadlockPolicy::Kill {
+                let why = format!(
+                    "deadlocked: all {} ranks blocked in a receive with nothing in flight (--on-deadlock kill)",
+                    acts.len()
+                );
+                if job.start_teardown(None, why) {
+                    self.kill(fx, id, 0);
+                }
+                self.save(fx, now, id);
+                self.maybe_finish(fx, now, id);
+            } else {
+                let view = self.job_view(self.jobs.get(id).expect("present"), now);
+                fx.job_changed(view);
+            }
+        }
+    }
+
+    /// A rank arrives at a fence: its answer now, or later through `Effects::fence_done`.
+    pub(super) fn fence(
+        &mut self,
+        fx: &mut impl Effects,
+        arrival: FenceArrival,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let FenceArrival {
+            node,
+            job: id,
+            rank,
+            epoch,
+            puts,
+        } = arrival;
+        let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        if !job.record.state.is_placed() || job.failure.is_some() || job.cancelled.is_some() {
+            return Err(MasterError::NotRunning {
+                job: id,
+                state: state_word(job.record.state),
+            });
+        }
+        if !runs_there(job, rank, node) {
+            return Err(MasterError::Forbidden(format!(
+                "rank {rank} of job {id} does not run on node ({},{})",
+                node.0, node.1
+            )));
+        }
+        let job = self.jobs.get_mut(id).expect("present");
+        match job.shim_mut().fence(rank, epoch, puts) {
+            FenceStep::Complete(kvs) => {
+                fx.fence_done(id, epoch, kvs.clone());
+                Ok(Some(kvs))
+            }
+            FenceStep::Done(kvs) => Ok(Some(kvs)),
+            FenceStep::Wait { .. } => Ok(None),
+            FenceStep::Ahead { epoch, current } => Err(MasterError::FenceAhead {
+                job: id,
+                epoch,
+                current,
+            }),
+        }
+    }
+}
