@@ -26,6 +26,7 @@ use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::fence::{self, Fence};
 use crate::guard::Guard;
+use crate::msg::MsgHub;
 use crate::node::{LaunchPolicy, Node};
 use crate::registry_client;
 use crate::service::AgentService;
@@ -102,7 +103,9 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         },
         Arc::clone(&switch),
         Arc::clone(&clock),
+        MsgHub::new(cfg.msg_dir.clone(), cfg.coord, Arc::clone(&clock)),
     );
+    node.msg.set_master(client.clone());
 
     let guard = match &cfg.guard_exe {
         Some(exe) => {

@@ -96,6 +96,10 @@ pub struct Flags {
     /// CPU for switch latency (at most 5000) [default: 0].
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=5000))]
     pub switch_spin_us: Option<u32>,
+    /// Where ranks' messaging-library directories go (control socket, pages), one per rank
+    /// under DIR/X-Y/ [default: /run/gang/msg as root, else $TMPDIR/gang-msg-UID].
+    #[arg(long, value_name = "DIR")]
+    pub msg_dir: Option<PathBuf>,
 }
 
 /// The `--config` file. Unknown keys are errors: a misspelt key silently ignored is a
@@ -119,6 +123,7 @@ pub struct FileConfig {
     pub freezer: Option<FreezerSetting>,
     pub rt_priority: Option<i32>,
     pub switch_spin_us: Option<u32>,
+    pub msg_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,6 +176,8 @@ pub struct AgentConfig {
     /// The agent's own binary, to run as the rank guard (`guard.rs`); `None` (agents
     /// started in-process, as tests do): no guard.
     pub guard_exe: Option<PathBuf>,
+    /// Base of the ranks' messaging-library directories.
+    pub msg_dir: PathBuf,
 }
 
 impl AgentConfig {
@@ -191,6 +198,7 @@ impl AgentConfig {
             rt_priority: RT_PRIORITY,
             switch_spin: Duration::ZERO,
             guard_exe: None,
+            msg_dir: crate::msg::default_base(nix::unistd::geteuid().as_raw()),
         }
     }
 }
@@ -295,6 +303,10 @@ impl Flags {
             rt_priority,
             switch_spin: Duration::from_micros(u64::from(spin_us)),
             guard_exe: None,
+            msg_dir: self
+                .msg_dir
+                .or(file.msg_dir)
+                .unwrap_or_else(|| crate::msg::default_base(nix::unistd::geteuid().as_raw())),
         })
     }
 }

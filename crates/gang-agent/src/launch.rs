@@ -28,6 +28,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::error::Coord;
+use crate::msg::MsgHub;
 use crate::output::{Outbox, pump};
 use crate::ranks::{RankKey, Ranks, StdinMsg, signal_group};
 use crate::switch::{Switcher, freezer};
@@ -388,6 +389,7 @@ pub struct Supervisor {
     pub ranks: Arc<Ranks>,
     pub outbox: Arc<Outbox>,
     pub switch: Arc<Switcher>,
+    pub msg: Arc<MsgHub>,
 }
 
 impl Supervisor {
@@ -430,6 +432,7 @@ impl Supervisor {
             }
         };
         self.ranks.mark_exited(key);
+        self.msg.remove(key);
         // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
         let cgroup = self.switch.rank_ended(key);
         // Leftover members of the group (`cmd &` in a script) would keep the pipes open and

@@ -32,6 +32,7 @@ pub mod error;
 pub mod fence;
 pub mod guard;
 pub mod launch;
+pub mod msg;
 pub mod node;
 pub mod notify;
 pub mod output;

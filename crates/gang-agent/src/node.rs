@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
 use crate::launch::{self, Pipes, RankSpec, Refusal, RunAs, Supervisor};
+use crate::msg::{MsgHub, MsgLaunch};
 use crate::output::Outbox;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
 use crate::switch::Switcher;
@@ -57,6 +58,8 @@ pub struct Node {
     pub switch: Arc<Switcher>,
     /// The master clock as this node estimates it.
     pub clock: Arc<Clock>,
+    /// The ranks' messaging-library directories, fences and activity.
+    pub msg: Arc<MsgHub>,
     policy: LaunchPolicy,
     agent_uid: u32,
 }
@@ -68,8 +71,10 @@ impl Node {
         policy: LaunchPolicy,
         switch: Arc<Switcher>,
         clock: Arc<Clock>,
+        msg: Arc<MsgHub>,
     ) -> Arc<Self> {
         Arc::new(Node {
+            msg,
             coord,
             ranks: Ranks::new(),
             outbox: Arc::new(Outbox::new()),
@@ -180,6 +185,31 @@ impl Node {
             },
             None => spawn_error(source),
         };
+        let msg_launch = MsgLaunch {
+            key,
+            uid: match &run_as {
+                RunAs::User { uid, gid, .. } => Some((*uid, *gid)),
+                RunAs::Agent => None,
+            },
+            part: req
+                .part
+                .map(|p| format!("{},{},{},{}", p.x, p.y, p.w, p.h))
+                .unwrap_or_else(|| format!("{},{},1,1", node.x, node.y)),
+            context: match proto::MsgContext::try_from(req.msg_context) {
+                Ok(proto::MsgContext::SaveRestore) => "save-restore",
+                _ => "resident",
+            },
+        };
+        match self.msg.prepare(&msg_launch) {
+            Ok(vars) => env.extend(vars),
+            Err(e) => {
+                self.ranks.unreserve(key);
+                return Err(spawn_error(std::io::Error::other(format!(
+                    "cannot set up the messaging library's directory under {}: {e}",
+                    self.msg.base().display()
+                ))));
+            }
+        }
         let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let prepared = self.switch.prepare(key, mode);
@@ -238,6 +268,7 @@ impl Node {
             ranks: Arc::clone(&self.ranks),
             outbox: Arc::clone(&self.outbox),
             switch: Arc::clone(&self.switch),
+            msg: Arc::clone(&self.msg),
         };
         tokio::spawn(supervisor.supervise(key, child, pgid, pipes));
         Ok(pid)

@@ -206,6 +206,7 @@ async fn heartbeat_until_lost(
             clock_error_ns: clock.error_ns,
             clock_from_host: clock.from_host,
             table_version: node.switch.table_version(),
+            activity: node.msg.activity(),
         };
         match client.clone().heartbeat(req).await {
             Ok(resp) if resp.get_ref().known => fence.heard(tokio::time::Instant::now()),

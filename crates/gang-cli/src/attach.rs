@@ -14,7 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use crate::connect::{self, CliError};
-use crate::output::format::fmt_submesh;
+use crate::output::format::{deadlock_report, fmt_submesh};
 use crate::relay::{Dest, Relay};
 
 /// How long `prun` keeps trying to reattach after the stream broke.
@@ -347,6 +347,9 @@ impl Attacher {
                     Some(Event::Finished(job)) => {
                         let code = finished_code(&job, self.verbose);
                         return Some(self.finish(code));
+                    }
+                    Some(Event::Deadlocked(job)) => {
+                        eprint!("{}", deadlock_report(&job));
                     }
                     Some(Event::Started(_)) | None => {}
                 }

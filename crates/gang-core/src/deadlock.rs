@@ -53,14 +53,11 @@ pub struct DeadlockCheck {
 
 /// Whether `ranks` (one per rank 0..size, in rank order) shows a stuck job.
 pub fn stuck(size: u32, ranks: &[Activity]) -> bool {
-    let covered = ranks.len() == size as usize
-        && ranks.iter().enumerate().all(|(i, a)| a.rank as usize == i);
+    let covered =
+        ranks.len() == size as usize && ranks.iter().enumerate().all(|(i, a)| a.rank as usize == i);
     let posted: u128 = ranks.iter().map(|a| u128::from(a.posted)).sum();
     let delivered: u128 = ranks.iter().map(|a| u128::from(a.delivered)).sum();
-    size > 0
-        && covered
-        && ranks.iter().all(|a| a.blocked_since_ns != 0)
-        && posted == delivered
+    size > 0 && covered && ranks.iter().all(|a| a.blocked_since_ns != 0) && posted == delivered
 }
 
 impl DeadlockCheck {
@@ -179,7 +176,11 @@ mod tests {
 
     #[test]
     fn the_same_stuck_picture_twice_is_a_deadlock() {
-        let ranks = [blocked(0, 5, 2, 1), blocked(1, 6, 1, 2), blocked(2, 7, 0, 0)];
+        let ranks = [
+            blocked(0, 5, 2, 1),
+            blocked(1, 6, 1, 2),
+            blocked(2, 7, 0, 0),
+        ];
         let mut c = DeadlockCheck::default();
         assert_eq!(c.check(3, &ranks), Verdict::Suspect);
         assert_eq!(c.check(3, &ranks), Verdict::Deadlocked);

@@ -69,7 +69,11 @@ pub enum MasterError {
     NotRunning { job: JobId, state: &'static str },
     /// A rank's fence is ahead of its job's (retries after a master restart): ask again.
     #[error("job {job}: fence {epoch} is ahead of the job's fence {current}; ask again")]
-    FenceAhead { job: JobId, epoch: u32, current: u32 },
+    FenceAhead {
+        job: JobId,
+        epoch: u32,
+        current: u32,
+    },
 }
 
 pub type Result<T, E = MasterError> = std::result::Result<T, E>;

@@ -134,7 +134,8 @@ impl Job {
     /// The job's messaging state, made on first use.
     pub fn shim_mut(&mut self) -> &mut JobShim {
         let size = self.record.w * self.record.h;
-        self.shim.get_or_insert_with(|| Box::new(JobShim::new(size)))
+        self.shim
+            .get_or_insert_with(|| Box::new(JobShim::new(size)))
     }
 
     /// The record to persist: with its live part while it runs.

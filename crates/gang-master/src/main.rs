@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use gang_auth::pki::TlsFiles;
-use gang_core::{DeadlockPolicy, GangMode};
 use gang_core::{AllocatorKind, Backfill, Shape};
+use gang_core::{DeadlockPolicy, GangMode};
 use gang_master::config::{
     AuthPolicy, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
     DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits, MasterConfig, parse_mesh,

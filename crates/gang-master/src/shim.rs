@@ -92,12 +92,7 @@ impl JobShim {
     }
 
     /// A rank arrives at fence `epoch` with everything it ever put.
-    pub fn fence(
-        &mut self,
-        rank: u32,
-        epoch: u32,
-        puts: BTreeMap<String, String>,
-    ) -> FenceStep {
+    pub fn fence(&mut self, rank: u32, epoch: u32, puts: BTreeMap<String, String>) -> FenceStep {
         let f = &mut self.fence;
         let size = f.arrived.len();
         f.kvs.extend(puts);

@@ -21,9 +21,9 @@ use gang_proto::v1::agent_registry_server::{AgentRegistry, AgentRegistryServer};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{
-    ClockProbeRequest, ClockProbeResponse, GangMode, HeartbeatRequest, HeartbeatResponse,
-    LaunchRequest, OutputAck, OutputBatch, RankExit, RankExitAck, RegisterRequest,
-    RegisterResponse, Stream, SwitchReport, SwitchReportAck,
+    ClockProbeRequest, ClockProbeResponse, FenceRequest, FenceResponse, GangMode, HeartbeatRequest,
+    HeartbeatResponse, LaunchRequest, OutputAck, OutputBatch, RankExit, RankExitAck,
+    RegisterRequest, RegisterResponse, Stream, SwitchReport, SwitchReportAck,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -263,6 +263,18 @@ impl AgentRegistry for Recorder {
             t3_ns: gang_agent::clock::realtime_ns() + self.0.options.clock_ahead_ns,
         }))
     }
+
+    /// As a master would for a job whose only rank is the caller: the fence is complete
+    /// at once, with what it put.
+    async fn fence(
+        &self,
+        request: Request<FenceRequest>,
+    ) -> Result<Response<FenceResponse>, Status> {
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
+        Ok(Response::new(FenceResponse {
+            kvs: request.into_inner().puts,
+        }))
+    }
 }
 
 /// A recording AgentRegistry server.
@@ -483,6 +495,8 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         gang: GangMode::Unspecified as i32,
         groups: Vec::new(),
         user: String::new(),
+        part: None,
+        msg_context: 0,
     }
 }
 

@@ -9,7 +9,7 @@ use gang_cli::connect::{self, CliError};
 use gang_cli::gang_mode;
 use gang_cli::parse::parse_duration;
 use gang_core::GangMode;
-use gang_proto::v1::{JobSpec, SubmitRequest};
+use gang_proto::v1::{DeadlockPolicy, JobSpec, MsgContext, SubmitRequest};
 
 /// Run a parallel job on the gang cluster.
 ///
@@ -45,6 +45,18 @@ struct Args {
     /// mesh; default: the cluster's (gang-master --gang-mode).
     #[arg(long, env = "GANG_MODE", value_name = "MODE", value_parser = gang_mode::parser())]
     gang: Option<GangMode>,
+
+    /// What the master does if the job deadlocks (every rank blocked in a receive of the
+    /// messaging library, nothing in flight): report (print it here, keep running) or kill
+    /// (report, then fail the job); default: the cluster's (gang-master --on-deadlock).
+    #[arg(long, value_name = "POLICY", value_parser = ["report", "kill"])]
+    on_deadlock: Option<String>,
+
+    /// How the messaging library keeps the job's network context across switches:
+    /// resident (each job keeps its own; a switch flips a flag) or save-restore (copied
+    /// out of the transport at switch-out and back in at switch-in) [default: resident].
+    #[arg(long, value_name = "MODE", value_parser = ["resident", "save-restore"])]
+    context: Option<String>,
 
     /// Name shown by `gangctl jobs` (default: the command).
     #[arg(long)]
@@ -134,6 +146,16 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         stdin,
         name: args.name.clone().unwrap_or_default(),
         gang: gang_mode::to_proto(args.gang) as i32,
+        on_deadlock: match args.on_deadlock.as_deref() {
+            Some("kill") => DeadlockPolicy::Kill,
+            Some(_) => DeadlockPolicy::Report,
+            None => DeadlockPolicy::Unspecified,
+        } as i32,
+        msg_context: match args.context.as_deref() {
+            Some("save-restore") => MsgContext::SaveRestore,
+            Some(_) => MsgContext::Resident,
+            None => MsgContext::Unspecified,
+        } as i32,
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.

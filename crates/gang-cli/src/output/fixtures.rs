@@ -2,8 +2,8 @@
 //! matrix and switching statistics.
 
 use gang_proto::v1::{
-    GangMode, JobInfo, JobSpec, JobState, ListNodesResponse, Matrix, NodeInfo, NodeState,
-    Placement, Quantiles, SliceInfo, Stats, Submesh,
+    Deadlock, DeadlockPolicy, GangMode, JobInfo, JobSpec, JobState, ListNodesResponse, Matrix,
+    NodeInfo, NodeState, Placement, Quantiles, RankWait, SliceInfo, Stats, Submesh,
 };
 
 pub fn running_job() -> JobInfo {
@@ -21,6 +21,8 @@ pub fn running_job() -> JobInfo {
             stdin: true,
             name: String::new(),
             gang: GangMode::Unspecified as i32,
+            on_deadlock: 0,
+            msg_context: 0,
         }),
         state: JobState::Running as i32,
         w: 4,
@@ -40,6 +42,28 @@ pub fn running_job() -> JobInfo {
         run_ns: 12_345_000_000,
         gang: GangMode::Stop as i32,
         ranks_done: 0,
+        deadlock: None,
+        on_deadlock: DeadlockPolicy::Report as i32,
+    }
+}
+
+/// The running job, found deadlocked: rank 0 waits for rank 1 tag 7, rank 1 for anyone.
+pub fn deadlocked_job() -> JobInfo {
+    let wait = |rank, x, source, tag| RankWait {
+        rank,
+        x,
+        y: 0,
+        source,
+        tag,
+        since_ns: 1_700_000_002_000_000_000,
+    };
+    JobInfo {
+        deadlock: Some(Deadlock {
+            detected_ns: 1_700_000_003_000_000_000,
+            waits: vec![wait(0, 0, 1, 7), wait(1, 1, -1, -1)],
+            messages: 42,
+        }),
+        ..running_job()
     }
 }
 

@@ -257,3 +257,55 @@ mod tests {
         );
     }
 }
+
+/// What a rank waits for: "rank 3, tag 7", "any source, any tag".
+fn fmt_wait(source: i32, tag: i32) -> String {
+    let from = if source < 0 {
+        "any source".to_string()
+    } else {
+        format!("rank {source}")
+    };
+    let tag = if tag < 0 {
+        "any tag".to_string()
+    } else {
+        format!("tag {tag}")
+    };
+    format!("{from}, {tag}")
+}
+
+/// A deadlocked job's ranks, one line each, `prefix` first on every line.
+pub fn deadlock_lines(j: &JobInfo, prefix: &str) -> String {
+    let Some(d) = &j.deadlock else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for w in &d.waits {
+        out.push_str(&format!(
+            "{prefix}rank {} on node ({},{}) waits for {} since {}\n",
+            w.rank,
+            w.x,
+            w.y,
+            fmt_wait(w.source, w.tag),
+            fmt_time_ns(w.since_ns)
+        ));
+    }
+    out
+}
+
+/// What prun prints when its job is found deadlocked.
+pub fn deadlock_report(j: &JobInfo) -> String {
+    let Some(d) = &j.deadlock else {
+        return String::new();
+    };
+    let policy = match j.on_deadlock() {
+        gang_proto::v1::DeadlockPolicy::Kill => "it will be killed (--on-deadlock kill)",
+        _ => "it is left running (--on-deadlock report)",
+    };
+    format!(
+        "prun: job {} DEADLOCKED at {}: every rank is blocked in a receive and nothing is in flight ({} messages delivered); {policy}\n{}",
+        j.id,
+        fmt_time_ns(d.detected_ns),
+        d.messages,
+        deadlock_lines(j, "prun:   ")
+    )
+}

@@ -41,6 +41,28 @@ pub struct JobJson {
     pub run_ns: i64,
     pub gang: String,
     pub ranks_done: u32,
+    pub on_deadlock: String,
+    /// Set once the job was found deadlocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadlock: Option<DeadlockJson>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadlockJson {
+    pub detected_ns: i64,
+    pub messages: u64,
+    pub waits: Vec<RankWaitJson>,
+}
+
+/// `source` and `tag` are -1 for any.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankWaitJson {
+    pub rank: u32,
+    pub x: u32,
+    pub y: u32,
+    pub source: i32,
+    pub tag: i32,
+    pub since_ns: i64,
 }
 
 impl From<&JobInfo> for JobJson {
@@ -70,6 +92,27 @@ impl From<&JobInfo> for JobJson {
             run_ns: j.run_ns,
             gang: gang_mode::label(j.gang()).to_string(),
             ranks_done: j.ranks_done,
+            on_deadlock: match j.on_deadlock() {
+                gang_proto::v1::DeadlockPolicy::Kill => "kill",
+                _ => "report",
+            }
+            .to_string(),
+            deadlock: j.deadlock.as_ref().map(|d| DeadlockJson {
+                detected_ns: d.detected_ns,
+                messages: d.messages,
+                waits: d
+                    .waits
+                    .iter()
+                    .map(|w| RankWaitJson {
+                        rank: w.rank,
+                        x: w.x,
+                        y: w.y,
+                        source: w.source,
+                        tag: w.tag,
+                        since_ns: w.since_ns,
+                    })
+                    .collect(),
+            }),
         }
     }
 }
@@ -264,7 +307,8 @@ mod tests {
                 "reason": "", "name": "./a.out", "argv": ["./a.out", "-x", "two words"],
                 "cwd": "/home/alice", "submit_ns": 1_700_000_000_000_000_000i64,
                 "start_ns": 1_700_000_001_500_000_000i64, "end_ns": 0,
-                "run_ns": 12_345_000_000i64, "gang": "stop", "ranks_done": 0
+                "run_ns": 12_345_000_000i64, "gang": "stop", "ranks_done": 0,
+                "on_deadlock": "report"
             })
         );
         let v = serde_json::to_value(JobJson::from(&queued_job())).unwrap();

@@ -7,8 +7,8 @@ use crate::gang_mode;
 use crate::matrix_view;
 use crate::output::View;
 use crate::output::format::{
-    dash, fmt_job_run, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns, job_name, job_shape, key_values,
-    shell_join, table,
+    dash, deadlock_lines, fmt_job_run, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns, job_name,
+    job_shape, key_values, shell_join, table,
 };
 use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
 
@@ -80,7 +80,14 @@ impl View for JobView<'_> {
                 "user",
                 format!("{} (uid {}, gid {})", dash(&j.user), j.uid, j.gid),
             ),
-            ("state", j.state().label().to_string()),
+            (
+                "state",
+                if j.deadlock.is_some() && j.state() == gang_proto::v1::JobState::Running {
+                    "running, DEADLOCKED".to_string()
+                } else {
+                    j.state().label().to_string()
+                },
+            ),
             ("shape", shape),
             (
                 "submesh",
@@ -123,7 +130,15 @@ impl View for JobView<'_> {
             ("started", fmt_time_ns(j.start_ns)),
             ("ended", fmt_time_ns(j.end_ns)),
         ];
-        key_values(&pairs)
+        let mut out = key_values(&pairs);
+        if let Some(d) = &j.deadlock {
+            out.push_str(&format!(
+                "deadlock:   found {}, every rank blocked in a receive, nothing in flight\n{}",
+                fmt_time_ns(d.detected_ns),
+                deadlock_lines(j, "            ")
+            ));
+        }
+        out
     }
 }
 
@@ -309,7 +324,9 @@ impl View for StatsView<'_> {
 mod tests {
     use super::*;
     use crate::output::OutputMode;
-    use crate::output::fixtures::{failed_job, matrix, nodes, queued_job, running_job, stats};
+    use crate::output::fixtures::{
+        deadlocked_job, failed_job, matrix, nodes, queued_job, running_job, stats,
+    };
     use gang_proto::v1::NodeState;
 
     #[test]
@@ -360,6 +377,26 @@ started:    2023-11-14 22:13:21 UTC
 ended:      -
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_deadlocked_job_shows_every_ranks_wait() {
+        let text = OutputMode::Cli.render(&JobView(&deadlocked_job()));
+        assert!(text.contains("state:      running, DEADLOCKED\n"), "{text}");
+        assert!(text.ends_with(
+            "deadlock:   found 2023-11-14 22:13:23 UTC, every rank blocked in a receive, nothing in flight
+            rank 0 on node (0,0) waits for rank 1, tag 7 since 2023-11-14 22:13:22 UTC
+            rank 1 on node (1,0) waits for any source, any tag since 2023-11-14 22:13:22 UTC
+"
+        ), "{text}");
+        let prun = crate::output::format::deadlock_report(&deadlocked_job());
+        assert!(prun.starts_with("prun: job 12 DEADLOCKED at 2023-11-14 22:13:23 UTC: every rank is blocked in a receive and nothing is in flight (42 messages delivered); it is left running (--on-deadlock report)\nprun:   rank 0 on node (0,0) waits for rank 1, tag 7"), "{prun}");
+        let json = OutputMode::Json.render(&JobView(&deadlocked_job()));
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["deadlock"]["waits"][1]["source"], -1);
+        assert_eq!(v["on_deadlock"], "report");
+        let quiet = OutputMode::Json.render(&JobView(&running_job()));
+        assert!(!quiet.contains("\"deadlock\""), "{quiet}");
     }
 
     #[test]

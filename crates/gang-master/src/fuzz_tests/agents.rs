@@ -141,6 +141,7 @@ fn heartbeat_request() -> impl Strategy<Value = v1::HeartbeatRequest> {
                     clock_error_ns,
                     clock_from_host,
                     table_version,
+                    activity: vec![],
                 }
             },
         )

@@ -97,6 +97,8 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 stdin,
                 name,
                 gang,
+                on_deadlock: 0,
+                msg_context: 0,
             },
         )
 }

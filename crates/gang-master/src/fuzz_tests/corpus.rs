@@ -48,6 +48,8 @@ fn submit_seeds() {
         stdin: false,
         name: "solver".into(),
         gang: v1::GangMode::Priority as i32,
+        on_deadlock: v1::DeadlockPolicy::Kill as i32,
+        msg_context: v1::MsgContext::SaveRestore as i32,
     };
     seeds(
         "proto_submit",
@@ -333,6 +335,7 @@ fn agent_seeds() {
         clock_error_ns: 20_000,
         clock_from_host: false,
         table_version: 1,
+        activity: vec![],
     };
     seeds(
         "proto_heartbeat",

@@ -9,8 +9,8 @@ use tonic::Status;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::state::events::{
-    Caller, ClockReport, ExitHow, FenceArrival, Heartbeat, ListFilter, NewJob, RankExit, Registered,
-    Registration,
+    Caller, ClockReport, ExitHow, FenceArrival, Heartbeat, ListFilter, NewJob, RankExit,
+    Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
 

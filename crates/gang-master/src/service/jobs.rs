@@ -186,6 +186,10 @@ async fn relay_output(
     if started && !send(Event::Started(convert::job_info(&info))).await {
         return;
     }
+    let mut deadlocked = info.deadlock.is_some();
+    if deadlocked && !send(Event::Deadlocked(convert::job_info(&info))).await {
+        return;
+    }
     loop {
         let len = *follow.borrow_and_update();
         match hub.read(id.0, sent, len) {
@@ -217,6 +221,12 @@ async fn relay_output(
             r = follow.changed() => if r.is_err() { return },
             e = events.recv() => match e {
                 Ok(j) if j.id == id => {
+                    if !deadlocked && j.deadlock.is_some() {
+                        deadlocked = true;
+                        if !send(Event::Deadlocked(convert::job_info(&j))).await {
+                            return;
+                        }
+                    }
                     if j.state.is_final() {
                         finished = Some(j);
                     } else if !started && j.state == crate::job::State::Running {

@@ -238,7 +238,10 @@ impl MasterState {
                 user: job.record.user.clone(),
                 stdin: job.record.stdin && rank == 0,
                 gang: job.record.gang,
-                part: job.record.submesh.expect("a job being launched has its submesh"),
+                part: job
+                    .record
+                    .submesh
+                    .expect("a job being launched has its submesh"),
                 msg_context: job.record.msg_context,
             };
             fx.launch((x, y), addr, order);

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gang_core::deadlock::Activity;
 use gang_core::{GangMode, JobId, Shape, SlotGrid};
 
 use crate::config::MasterConfig;
@@ -160,6 +161,8 @@ pub fn record(id: u64) -> JobRecord {
         start_ns: 0,
         end_ns: 0,
         gang: GangMode::Stop,
+        on_deadlock: Default::default(),
+        msg_context: Default::default(),
         run_ns: 0,
         client_token: None,
         live: None,
@@ -195,6 +198,8 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         stdin: false,
         shape: shape.into(),
         gang: None,
+        on_deadlock: None,
+        msg_context: None,
         client_token: None,
     }
 }
@@ -211,6 +216,8 @@ pub struct World {
     pub running: BTreeMap<Coord, BTreeSet<(JobId, u32)>>,
     /// The newest table version each agent holds.
     pub held: BTreeMap<Coord, u64>,
+    /// What each agent's messaging-library ranks report in its heartbeats.
+    pub activity: BTreeMap<Coord, Vec<(JobId, Activity)>>,
 }
 
 impl World {
@@ -244,6 +251,7 @@ impl World {
             silent: BTreeSet::new(),
             running: BTreeMap::new(),
             held: BTreeMap::new(),
+            activity: BTreeMap::new(),
         }
     }
 
@@ -345,6 +353,7 @@ impl World {
                     .collect(),
                 clock: ClockReport::default(),
                 table_version: self.held.get(&node).copied().unwrap_or(0),
+                activity: self.activity.get(&node).cloned().unwrap_or_default(),
             };
             self.step(|st, fx, now| reactor::on_heartbeat(st, fx, now, hb));
         }

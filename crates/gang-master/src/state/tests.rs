@@ -2,6 +2,7 @@
 //! the recording port, one batch per step, with the sanity check after every batch.
 
 mod cases;
+mod messaging;
 mod props;
 
 use gang_core::JobId;

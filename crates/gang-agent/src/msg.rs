@@ -1,0 +1,348 @@
+//! The agent's side of the messaging library (`gang-msg`): for each rank, a private
+//! directory with the control socket, the table page (the agent writes: the clock offset
+//! and the rank's next switch-out) and the state page (the rank writes: blocked since,
+//! counters, quiesce timings); the control socket's fences, gathered across nodes through
+//! the master; and the activity read from state pages for the master's deadlock check.
+//!
+//! The directory (`msg_dir/X-Y/JOB.RANK`, mode 0700) and the state page belong to the
+//! rank's user; the table page stays the agent's (mode 0644: the rank only reads it). The
+//! control socket takes only processes of the rank's user (`SO_PEERCRED`). A rank that
+//! does not link the library never touches any of it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use gang_msg::abi::{
+    CtlReply, CtlRequest, MAX_CTL_FRAME, StatePage, TablePage, env as msg_env, files,
+};
+use gang_proto::v1::agent_registry_client::AgentRegistryClient;
+use gang_proto::v1::{FenceRequest, RankActivity};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+/// The master's registry (the type `registry_client` uses; named here so this module
+/// stays below `node` in the import graph).
+type RegistryClient = AgentRegistryClient<tonic::transport::Channel>;
+
+use crate::clock::Clock;
+use crate::error::Coord;
+use crate::ranks::RankKey;
+
+/// A rank's files and control-socket task.
+struct MsgRank {
+    dir: PathBuf,
+    table: Arc<TablePage>,
+    state: StatePage,
+    server: JoinHandle<()>,
+}
+
+/// Everything the agent keeps for ranks that may use the library.
+pub struct MsgHub {
+    base: PathBuf,
+    node: Coord,
+    host_id: String,
+    clock: Arc<Clock>,
+    /// The master, for fences (set once the agent has its channel).
+    master: OnceLock<RegistryClient>,
+    ranks: Mutex<HashMap<RankKey, MsgRank>>,
+}
+
+impl std::fmt::Debug for MsgHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MsgHub").field("base", &self.base).finish()
+    }
+}
+
+/// What a new rank needs to know to set up the library.
+pub struct MsgLaunch {
+    pub key: RankKey,
+    pub uid: Option<(u32, u32)>,
+    /// "x0,y0,w,h".
+    pub part: String,
+    pub context: &'static str,
+}
+
+/// The default base directory: `/run/gang/msg` for root, else one per user in TMPDIR.
+pub fn default_base(agent_uid: u32) -> PathBuf {
+    if agent_uid == 0 {
+        PathBuf::from("/run/gang/msg")
+    } else {
+        std::env::temp_dir().join(format!("gang-msg-{agent_uid}"))
+    }
+}
+
+/// This host's id: equal ids mean ranks can use Unix sockets between them.
+fn host_id() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl MsgHub {
+    pub fn new(base: PathBuf, node: Coord, clock: Arc<Clock>) -> Arc<MsgHub> {
+        Arc::new(MsgHub {
+            base,
+            node,
+            host_id: host_id(),
+            clock,
+            master: OnceLock::new(),
+            ranks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn base(&self) -> &std::path::Path {
+        &self.base
+    }
+
+    /// The master's registry, once connected.
+    pub fn set_master(&self, client: RegistryClient) {
+        let _ = self.master.set(client);
+    }
+
+    fn node_dir(&self) -> PathBuf {
+        self.base.join(format!("{}-{}", self.node.x, self.node.y))
+    }
+
+    /// Make the rank's directory, pages and control socket; the environment to add.
+    /// Must run inside the runtime (the control socket is served by a task).
+    pub fn prepare(self: &Arc<Self>, l: &MsgLaunch) -> std::io::Result<Vec<(String, String)>> {
+        let node_dir = self.node_dir();
+        std::fs::create_dir_all(&node_dir)?;
+        let dir = node_dir.join(format!("{}.{}", l.key.job_id, l.key.rank));
+        // A leftover of an earlier agent (the same job and rank cannot run twice here).
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        let table = TablePage::create(&dir.join(files::TABLE_PAGE))?;
+        std::fs::set_permissions(
+            dir.join(files::TABLE_PAGE),
+            std::fs::Permissions::from_mode(0o644),
+        )?;
+        table.write_offset(self.clock.offset_ns());
+        let state_path = dir.join(files::STATE_PAGE);
+        let state = StatePage::create(&state_path)?;
+        std::fs::set_permissions(&state_path, std::fs::Permissions::from_mode(0o600))?;
+        let ctl_path = dir.join(files::CTL_SOCK);
+        let listener = UnixListener::bind(&ctl_path)?;
+        if let Some((uid, gid)) = l.uid {
+            for p in [&dir, &state_path, &ctl_path] {
+                chown(p, Some(uid), Some(gid))?;
+            }
+        }
+        let server = tokio::spawn(serve(
+            Arc::clone(self),
+            listener,
+            l.key,
+            l.uid.map(|(u, _)| u),
+        ));
+        let env = vec![
+            (msg_env::PART.to_string(), l.part.clone()),
+            (msg_env::MSG_DIR.to_string(), dir.display().to_string()),
+            (msg_env::HOST_ID.to_string(), self.host_id.clone()),
+            (msg_env::MSG_CONTEXT.to_string(), l.context.to_string()),
+        ];
+        self.ranks.lock().unwrap().insert(
+            l.key,
+            MsgRank {
+                dir,
+                table: Arc::new(table),
+                state,
+                server,
+            },
+        );
+        Ok(env)
+    }
+
+    /// The rank is gone: its files and task too.
+    pub fn remove(&self, key: RankKey) {
+        if let Some(r) = self.ranks.lock().unwrap().remove(&key) {
+            r.server.abort();
+            let _ = std::fs::remove_dir_all(&r.dir);
+        }
+    }
+
+    /// The table page of a rank, for the switch thread.
+    pub fn table(&self, key: RankKey) -> Option<Arc<TablePage>> {
+        self.ranks
+            .lock()
+            .unwrap()
+            .get(&key)
+            .map(|r| Arc::clone(&r.table))
+    }
+
+    /// What every rank that started the library is doing, for the heartbeat. Blocked-since
+    /// times go on the master clock.
+    pub fn activity(&self) -> Vec<RankActivity> {
+        let mono_now = monotonic_ns();
+        let master_now = self.clock.master_now_ns();
+        let ranks = self.ranks.lock().unwrap();
+        let offset = self.clock.offset_ns();
+        for r in ranks.values() {
+            // Keep the rank's view of the master clock current.
+            r.table.write_offset(offset);
+        }
+        ranks
+            .iter()
+            .filter_map(|(key, r)| {
+                let s = r.state.snapshot();
+                s.ready.then(|| RankActivity {
+                    job_id: key.job_id,
+                    rank: key.rank,
+                    blocked_since_ns: if s.blocked_since_ns == 0 {
+                        0
+                    } else {
+                        // Monotonic on this host, to the master clock.
+                        master_now - (mono_now - s.blocked_since_ns as i64)
+                    },
+                    source: s.wait_src,
+                    tag: s.wait_tag,
+                    posted: s.posted_sends,
+                    delivered: s.delivered,
+                })
+            })
+            .collect()
+    }
+
+    /// A rank's fence, through the master: retried while the master is away.
+    async fn fence(
+        &self,
+        key: RankKey,
+        epoch: u32,
+        puts: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let Some(client) = self.master.get() else {
+                tokio::time::sleep(delay).await;
+                continue;
+            };
+            let req = FenceRequest {
+                x: self.node.x,
+                y: self.node.y,
+                job_id: key.job_id,
+                rank: key.rank,
+                epoch,
+                puts: puts.clone().into_iter().collect(),
+            };
+            match client.clone().fence(req).await {
+                Ok(r) => return Ok(r.into_inner().kvs.into_iter().collect()),
+                Err(s) if s.code() == tonic::Code::Unavailable => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(s) => return Err(s.message().to_string()),
+            }
+        }
+    }
+}
+
+/// Serve a rank's control socket: Hello, Put, Fence, Abort, from its own user only.
+async fn serve(hub: Arc<MsgHub>, listener: UnixListener, key: RankKey, uid: Option<u32>) {
+    // Everything the rank put, sent whole with each fence (a restarted master rebuilds
+    // the job's space from them).
+    let mut puts = BTreeMap::new();
+    let mut epoch = 0u32;
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            return;
+        };
+        let peer = conn.peer_cred().ok().map(|c| c.uid());
+        let allowed = match (uid, peer) {
+            (_, Some(0)) => true,
+            (Some(want), Some(got)) => want == got,
+            (None, Some(got)) => got == nix::unistd::geteuid().as_raw(),
+            (_, None) => false,
+        };
+        if !allowed {
+            warn!(
+                job_id = key.job_id,
+                rank = key.rank,
+                ?peer,
+                "control socket: a process of another user was refused"
+            );
+            continue;
+        }
+        loop {
+            let req: CtlRequest = match read(&mut conn).await {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(job_id = key.job_id, rank = key.rank, error = %e, "control socket: bad frame");
+                    break;
+                }
+            };
+            match req {
+                CtlRequest::Hello { pid, rank } => {
+                    info!(
+                        job_id = key.job_id,
+                        rank = key.rank,
+                        pid,
+                        said_rank = rank,
+                        "messaging library started"
+                    );
+                }
+                CtlRequest::Put { key: k, value } => {
+                    puts.insert(k, value);
+                }
+                CtlRequest::Fence => {
+                    epoch += 1;
+                    let reply = match hub.fence(key, epoch, &puts).await {
+                        Ok(kvs) => CtlReply::FenceDone { kvs },
+                        Err(message) => CtlReply::Error { message },
+                    };
+                    if write(&mut conn, &reply).await.is_err() {
+                        break;
+                    }
+                }
+                CtlRequest::Abort { code, message } => {
+                    warn!(job_id = key.job_id, rank = key.rank, code, %message, "the rank aborted");
+                }
+            }
+        }
+    }
+}
+
+async fn read(conn: &mut UnixStream) -> std::io::Result<Option<CtlRequest>> {
+    let mut len = [0u8; 4];
+    match conn.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_CTL_FRAME {
+        return Err(std::io::Error::other(format!("a frame of {len} bytes")));
+    }
+    let mut body = vec![0u8; len as usize];
+    conn.read_exact(&mut body).await?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(std::io::Error::other)
+}
+
+async fn write(conn: &mut UnixStream, reply: &CtlReply) -> std::io::Result<()> {
+    let body = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    let mut buf = (body.len() as u32).to_le_bytes().to_vec();
+    buf.extend_from_slice(&body);
+    conn.write_all(&buf).await
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the state page's `blocked_since_ns`.
+fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
