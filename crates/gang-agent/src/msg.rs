@@ -32,12 +32,13 @@ type RegistryClient = AgentRegistryClient<tonic::transport::Channel>;
 use crate::clock::Clock;
 use crate::error::Coord;
 use crate::ranks::RankKey;
+use crate::switch::MsgPages;
 
 /// A rank's files and control-socket task.
 struct MsgRank {
     dir: PathBuf,
     table: Arc<TablePage>,
-    state: StatePage,
+    state: Arc<StatePage>,
     server: JoinHandle<()>,
 }
 
@@ -155,7 +156,7 @@ impl MsgHub {
             MsgRank {
                 dir,
                 table: Arc::new(table),
-                state,
+                state: Arc::new(state),
                 server,
             },
         );
@@ -170,13 +171,12 @@ impl MsgHub {
         }
     }
 
-    /// The table page of a rank, for the switch thread.
-    pub fn table(&self, key: RankKey) -> Option<Arc<TablePage>> {
-        self.ranks
-            .lock()
-            .unwrap()
-            .get(&key)
-            .map(|r| Arc::clone(&r.table))
+    /// A rank's pages, for the switch thread.
+    pub fn pages(&self, key: RankKey) -> Option<MsgPages> {
+        self.ranks.lock().unwrap().get(&key).map(|r| MsgPages {
+            table: Arc::clone(&r.table),
+            state: Arc::clone(&r.state),
+        })
     }
 
     /// What every rank that started the library is doing, for the heartbeat. Blocked-since

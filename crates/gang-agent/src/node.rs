@@ -212,7 +212,8 @@ impl Node {
         }
         let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
-        let prepared = self.switch.prepare(key, mode);
+        let mut prepared = self.switch.prepare(key, mode);
+        prepared.msg = self.msg.pages(key);
         let spec = RankSpec {
             key,
             size: req.size,

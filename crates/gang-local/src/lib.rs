@@ -89,6 +89,10 @@ pub struct LocalCluster {
     dir: PathBuf,
     /// Remove `dir` at teardown.
     remove_dir: bool,
+    /// The agents' messaging-library directories (`--msg-dir`): outside `dir`, which is
+    /// private, so that ranks of any user reach their own; one per cluster, so clusters
+    /// on one machine never share a rank's directory. Always removed at teardown.
+    msg_dir: PathBuf,
     master_bin: PathBuf,
     agent_bin: PathBuf,
     master: Option<Proc>,
@@ -162,11 +166,18 @@ impl LocalCluster {
             }
         };
 
+        let msg_dir = tempfile::Builder::new()
+            .prefix("gang-msg-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .tempdir()
+            .context("cannot create a temporary directory")?
+            .keep();
         let mut cluster = LocalCluster {
             mesh,
             opts,
             dir,
             remove_dir,
+            msg_dir,
             master_bin,
             agent_bin,
             master: None,
@@ -448,6 +459,8 @@ impl LocalCluster {
             .arg("127.0.0.1:0")
             .arg("--ready-file")
             .arg(&ready)
+            .arg("--msg-dir")
+            .arg(&self.msg_dir)
             .args(&self.opts.agent_args);
         let child = self
             .spawner
@@ -660,6 +673,11 @@ impl LocalCluster {
             && let Err(e) = std::fs::remove_dir_all(&self.dir)
         {
             problems.push(format!("cannot remove {}: {e}", self.dir.display()));
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.msg_dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            problems.push(format!("cannot remove {}: {e}", self.msg_dir.display()));
         }
         problems
     }

@@ -7,9 +7,11 @@
 //! changes `state`; `release` (cancel, shutdown) continues the rank whatever it is,
 //! without touching it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use gang_core::GangMode;
+use gang_msg::abi::{StatePage, TablePage};
 
 use crate::clock::realtime_ns;
 use crate::ranks::RankKey;
@@ -42,7 +44,23 @@ pub struct Target {
     /// The nice value the rank started with (the agent's).
     pub base_nice: i32,
     pub cgroup: Option<RankCgroup>,
+    /// The rank's messaging-library pages: its next switch-out goes into the table page,
+    /// and its state page says whether it quiesced in time.
+    pub msg: Option<MsgPages>,
     state: AtomicU8,
+}
+
+/// A rank's shared pages with the messaging library.
+#[derive(Clone)]
+pub struct MsgPages {
+    pub table: Arc<TablePage>,
+    pub state: Arc<StatePage>,
+}
+
+impl std::fmt::Debug for MsgPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MsgPages")
+    }
 }
 
 /// Timing and outcome of the actions of one switch, on the master clock.
@@ -120,6 +138,7 @@ impl Target {
             pgid,
             base_nice,
             cgroup,
+            msg: None,
             state: AtomicU8::new(RUNNING),
         }
     }

@@ -33,6 +33,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::error::Coord;
 use crate::ranks::RankKey;
+pub use actions::MsgPages;
 use actions::Target;
 use freezer::{Cleanup, FreezerBase, FreezerSetting, RankCgroup};
 use plan::TargetInfo;
@@ -83,6 +84,8 @@ pub struct Prepared {
     pub key: RankKey,
     pub mode: GangMode,
     pub cgroup: Option<RankCgroup>,
+    /// Its messaging-library pages, if the agent made them.
+    pub msg: Option<MsgPages>,
 }
 
 /// The async side of the switch path.
@@ -239,7 +242,12 @@ impl Switcher {
             }
             _ => None,
         };
-        Prepared { key, mode, cgroup }
+        Prepared {
+            key,
+            mode,
+            cgroup,
+            msg: None,
+        }
     }
 
     /// The spawn failed: remove what `prepare` made.
@@ -254,13 +262,15 @@ impl Switcher {
         if let Some(cg) = &mut prepared.cgroup {
             cg.spawned();
         }
-        let target = Arc::new(Target::new(
+        let mut target = Target::new(
             prepared.key,
             prepared.mode,
             pgid,
             self.base_nice,
             prepared.cgroup,
-        ));
+        );
+        target.msg = prepared.msg;
+        let target = Arc::new(target);
         let mut inputs = self.lock();
         inputs.targets.insert(prepared.key, target);
         self.rebuild(&mut inputs);

@@ -51,6 +51,10 @@ pub struct Shared {
     pub last_errno: AtomicI32,
     /// Whether the thread got SCHED_FIFO.
     pub realtime: AtomicBool,
+    /// Switch-outs of messaging-library ranks that had quiesced for the boundary, and
+    /// those that had not (switched out anyway: the switch never waits).
+    pub msg_flushed: AtomicU64,
+    pub msg_unflushed: AtomicU64,
     /// Wake this long before each deadline and spin to it (0: sleep to the deadline).
     spin_ns: i64,
 }
@@ -74,6 +78,8 @@ impl Shared {
             errors: AtomicU64::new(0),
             last_errno: AtomicI32::new(0),
             realtime: AtomicBool::new(false),
+            msg_flushed: AtomicU64::new(0),
+            msg_unflushed: AtomicU64::new(0),
             spin_ns: spin_ns.max(0),
         })
     }
@@ -183,24 +189,67 @@ fn set_realtime(priority: i32, shared: &Shared) {
     }
 }
 
-/// Bring every target to what `want` says, outgoing first. Returns the acts.
-fn apply(sp: &SwitchPlan, want: Want<'_>, offset_ns: i64) -> Acts {
+/// How many boundaries ahead a rank's next switch-out is looked for (a table has at most
+/// this many rows that matter to one rank before its pattern repeats).
+const SWITCH_OUT_HORIZON: usize = 64;
+
+/// The next boundary after `at` at which `target` is switched out (0: none ahead).
+fn next_switch_out(plan: &Plan, target: u32, at: i64) -> u64 {
+    let mut t = at;
+    for _ in 0..SWITCH_OUT_HORIZON {
+        let Some(b) = plan.next_boundary_after(t) else {
+            return 0;
+        };
+        if let Want::Slot { row, .. } = plan.want_at(b)
+            && row.out.iter().any(|o| o.target == target)
+        {
+            return b.max(0) as u64;
+        }
+        t = b;
+    }
+    0
+}
+
+/// A rank that runs from `at`: its library learns when it will next be switched out (before
+/// it is continued, so it never reads a boundary already past).
+fn announce(sp: &SwitchPlan, i: u32, at: i64) {
+    if let Some(m) = &sp.targets[i as usize].msg {
+        m.table.write_switch_out(next_switch_out(&sp.plan, i, at));
+    }
+}
+
+/// Bring every target to what `want` says at `at`, outgoing first. Returns the acts.
+fn apply(shared: &Shared, sp: &SwitchPlan, want: Want<'_>, at: i64, offset_ns: i64) -> Acts {
     let mut acts = Acts::new(offset_ns);
     let t = &sp.targets;
     match want {
         Want::Free(all) => {
             for &i in all {
+                announce(sp, i, at);
                 t[i as usize].switch_in(&mut acts);
             }
         }
         Want::Slot { row, free, .. } => {
             for o in &row.out {
-                t[o.target as usize].switch_out(o.method, &mut acts);
+                let target = &t[o.target as usize];
+                let page = target.msg.as_ref().map(|m| m.state.snapshot());
+                if let Some(page) = page
+                    && page.ready
+                    && !target.is_out()
+                {
+                    // Quiesced for this very boundary, or not (it is stopped anyway).
+                    let done = page.quiesced_for_ns == at.max(0) as u64;
+                    let counter = if done {
+                        &shared.msg_flushed
+                    } else {
+                        &shared.msg_unflushed
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                target.switch_out(o.method, &mut acts);
             }
-            for &i in &row.run {
-                t[i as usize].switch_in(&mut acts);
-            }
-            for &i in free {
+            for &i in row.run.iter().chain(free) {
+                announce(sp, i, at);
                 t[i as usize].switch_in(&mut acts);
             }
         }
@@ -262,7 +311,7 @@ pub fn run(shared: Arc<Shared>, rt_priority: i32) {
             fresh = false;
             let offset = shared.clock.offset_ns();
             let now = realtime_ns() + offset;
-            let acts = apply(&current, current.plan.want_at(now), offset);
+            let acts = apply(&shared, &current, current.plan.want_at(now), now, offset);
             count_errors(&shared, &acts);
             next = current.plan.next_boundary_after(now);
         } else {
@@ -315,7 +364,7 @@ pub fn run(shared: Arc<Shared>, rt_priority: i32) {
             .unwrap_or(deadline)
             .max(deadline);
         let want = current.plan.want_at(at);
-        let acts = apply(&current, want, offset);
+        let acts = apply(&shared, &current, want, at, offset);
         count_errors(&shared, &acts);
         if acts.count > 0 {
             let (version, slot) = match want {
