@@ -39,11 +39,14 @@ pub struct Conn {
     pub fin_sent: bool,
     /// The peer promised the same.
     pub fin_recv: bool,
+    /// The peer's Fin is answered once our messages up to this sequence
+    /// number are on the connection: what we owe it before the close.
+    fin_after: Option<u64>,
 }
 
 impl Conn {
     fn new(fd: OwnedFd) -> Conn {
-        Conn { fd, out: OutQueue::default(), rd: Reader::default(), fin_sent: false, fin_recv: false }
+        Conn { fd, out: OutQueue::default(), rd: Reader::default(), fin_sent: false, fin_recv: false, fin_after: None }
     }
 
     pub fn send_fin(&mut self) {
@@ -71,8 +74,20 @@ pub struct Peer {
     ack_sent: u64,
     /// The peer closed without a Fin: it exited (or died).
     pub gone: bool,
+    /// After a planned close: the boundary it was closed for. We reconnect
+    /// only once we have seen it pass, so a connection opened by a rank that
+    /// answered a Fin (or quiesced late) cannot land in the backlog of a
+    /// peer that has saved its context, where neither side could close it.
+    reconnect_after: u64,
     next_connect: Instant,
     connect_fails: u32,
+}
+
+impl Peer {
+    /// The connection was closed by a Fin exchange for boundary `b`.
+    pub fn closed_for(&self, b: u64) -> bool {
+        self.conn.is_none() && b != 0 && self.reconnect_after == b
+    }
 }
 
 pub struct Progress {
@@ -106,6 +121,7 @@ impl Progress {
                 received: 0,
                 ack_sent: 0,
                 gone: false,
+                reconnect_after: 0,
                 next_connect: now,
                 connect_fails: 0,
             })
@@ -125,6 +141,9 @@ impl Progress {
             self.connect_peers();
             self.inject();
             self.flush_writes();
+            // A quiesce with nothing in flight completes here, without
+            // waiting for the poll below to time out.
+            self.advance_quiesce();
             let timeout = self.switch_timeout_ns().min(TABLE_POLL_NS);
             self.poll(timeout);
             self.sh.drain_wake();
@@ -173,7 +192,7 @@ impl Progress {
         let now = Instant::now();
         for d in self.sh.rank + 1..self.sh.size {
             let p = &mut self.peers[d];
-            if p.conn.is_some() || p.gone || now < p.next_connect {
+            if p.conn.is_some() || p.gone || now < p.next_connect || self.sw.last_passed() < p.reconnect_after {
                 continue;
             }
             match transport::connect(&p.ep, p.tcp) {
@@ -221,6 +240,7 @@ impl Progress {
             }
             let p = &mut self.peers[d];
             let Some(c) = p.conn.as_mut() else { continue };
+            let limit = limit.min(c.fin_after.unwrap_or(u64::MAX));
             while !c.fin_sent && c.out.bytes() < OUT_HIGH && p.pending.front().is_some_and(|m| m.seq <= limit) {
                 let m = p.pending.pop_front().unwrap();
                 let len = m.data.len() as u64;
@@ -228,6 +248,9 @@ impl Progress {
                 p.injected += 1;
                 p.unacked.push_back((len, m.done));
                 p.unacked_bytes += len;
+            }
+            if c.fin_after.is_some() && p.pending.front().is_none_or(|m| m.seq > limit) {
+                c.send_fin();
             }
         }
         if completed {
@@ -339,10 +362,12 @@ impl Progress {
     /// The connection to `d` ended: after both Fins it is a planned close
     /// (reconnected later); otherwise the peer is gone.
     fn lost_conn(&mut self, d: usize, err: Option<String>) {
+        let boundary = self.sh.table.read().switch_out_at_ns;
         let p = &mut self.peers[d];
         let planned = p.conn.as_ref().is_some_and(|c| c.fin_recv);
         p.conn = None;
         if planned {
+            p.reconnect_after = boundary;
             return;
         }
         p.gone = true;
@@ -378,12 +403,20 @@ impl Progress {
                     }
                 }
                 Kind::Fin if !draining => {
+                    // The peer is saving its context and waits for our Fin to
+                    // close. Answer once what we owe it is on the connection:
+                    // in a flush, the messages posted before it began; else
+                    // whatever is queued now. Later messages wait for the next
+                    // connection.
+                    let owed = match self.sw.phase {
+                        Phase::Flushing => self.sw.inject_limit(d),
+                        _ => self.peers[d].pending.back().map_or(0, |m| m.seq),
+                    };
                     if let Some(c) = self.peers[d].conn.as_mut() {
                         c.fin_recv = true;
-                        // Answer at once: the peer is saving its context and
-                        // waits for our Fin to close. Our queued data waits for
-                        // the next connection.
-                        c.send_fin();
+                        if !c.fin_sent {
+                            c.fin_after = Some(owed);
+                        }
                     }
                 }
                 Kind::Fin => {}
@@ -429,10 +462,12 @@ impl Progress {
     /// Close connections on which both sides sent Fin, once our data on it
     /// is acknowledged and our last frames are written.
     fn close_finished(&mut self) {
+        let boundary = self.sh.table.read().switch_out_at_ns;
         for p in &mut self.peers {
             let done = p.conn.as_ref().is_some_and(|c| c.fin_sent && c.fin_recv && c.out.is_empty() && p.acked == p.injected);
             if done {
                 p.conn = None;
+                p.reconnect_after = boundary;
             }
         }
     }

@@ -5,14 +5,16 @@
 //!  Running ──(now >= b - lead)──> Flushing ──(posted-before-quiesce all acked)──┐
 //!     ^                              (resident) ───────────────────────────────>├─> Quiesced ──(now >= b)──> Running
 //!     │                              (save-restore) Closing ──(all closed, ctx copied out)──┘                 (restore)
-//!     └───────────────(now >= b, or the boundary moved, in any phase: resume)────────────────────────────────
+//!     └───────────────(now >= b + grace, or the boundary moved, in any phase: resume)────────────────────────
 //! ```
 //! Injection stops at the quiesce start: messages posted later wait in the
 //! local queue; the flush completes the ones posted before (the "horizon").
 //! Acks keep flowing in every phase, so a quiesced rank never holds up its
 //! peers' flushes. Nothing here waits: if the boundary arrives first, the
 //! rank resumes and counts the switch as unflushed. The agent stops the job at
-//! `b` regardless, so in stop mode "resume" runs after SIGCONT.
+//! `b` regardless, so in stop mode "resume" runs after SIGCONT; the grace
+//! (`GANG_MSG_GRACE_US`) keeps a rank from resuming in the instant between
+//! the boundary and a SIGSTOP that comes a little late.
 
 use std::sync::atomic::Ordering::*;
 use std::time::Instant;
@@ -61,6 +63,11 @@ impl Switch {
             saved: None,
             restoring: None,
         }
+    }
+
+    /// The latest boundary seen to pass.
+    pub fn last_passed(&self) -> u64 {
+        self.last_passed
     }
 
     /// Highest per-destination sequence number that may be injected now.
@@ -166,6 +173,7 @@ impl Progress {
             if now >= b {
                 // Passed without a quiesce: flush off, or the page came too late.
                 self.sw.last_passed = b;
+                st.last_boundary_ns.store(b, Relaxed);
                 st.switches.fetch_add(1, Relaxed);
                 st.unflushed.fetch_add(1, Relaxed);
             } else if self.cfg.flush && now + self.cfg.lead_ns >= b {
@@ -173,9 +181,10 @@ impl Progress {
             }
             return;
         }
-        if now >= self.sw.boundary {
+        if now >= self.sw.boundary + self.cfg.grace_ns {
             let quiesced = self.sw.phase == Phase::Quiesced;
             self.sw.last_passed = self.sw.boundary;
+            st.last_boundary_ns.store(self.sw.boundary, Relaxed);
             st.switches.fetch_add(1, Relaxed);
             if !quiesced {
                 st.unflushed.fetch_add(1, Relaxed);
@@ -242,10 +251,21 @@ impl Progress {
         }
     }
 
-    /// Every message posted before the quiesce is injected and acknowledged.
+    /// Every message posted before the quiesce is injected and acknowledged,
+    /// except those to a peer whose connection already closed for this
+    /// boundary (it quiesced first and we answered its Fin): they were not
+    /// in flight, and stay queued (saved with the context).
     fn flushed(&self) -> bool {
+        let b = self.sw.boundary;
         self.peers.iter().enumerate().all(|(d, p)| {
-            p.gone || (p.pending.front().is_none_or(|m| m.seq > self.sw.horizon[d]) && p.acked == p.injected && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
+            let closed = match &p.conn {
+                Some(c) => c.fin_sent,
+                None => p.closed_for(b),
+            };
+            p.gone
+                || ((closed || p.pending.front().is_none_or(|m| m.seq > self.sw.horizon[d]))
+                    && p.acked == p.injected
+                    && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
         })
     }
 
@@ -293,7 +313,7 @@ impl Progress {
                 }
                 b.saturating_sub(self.cfg.lead_ns)
             }
-            _ => self.sw.boundary,
+            _ => self.sw.boundary + self.cfg.grace_ns,
         };
         b.saturating_sub(self.sh.master_now_ns())
     }

@@ -94,31 +94,37 @@ pub fn size_for(i: u64, max: usize) -> usize {
     sizes[(i % sizes.len() as u64) as usize].min(max.max(HEAD))
 }
 
-/// Decides together when to stop: after `iters` iterations, or once any
-/// rank has run `seconds` (checked collectively every 16 iterations, so all
-/// ranks stop at the same iteration).
+/// Decides together when to stop: after `--iters` iterations, or once any
+/// rank has run `--seconds` or seen `--until-file` exist (checked
+/// collectively every 16 iterations, so all ranks stop at the same one).
 pub struct Stop {
     iters: u64,
     until: Option<Instant>,
+    file: Option<std::path::PathBuf>,
 }
 
 impl Stop {
     pub fn from_args(a: &Args) -> Stop {
         let secs: f64 = a.get("seconds", 0.0);
-        Stop { iters: a.get("iters", if secs > 0.0 { u64::MAX } else { 100 }), until: (secs > 0.0).then(|| Instant::now() + Duration::from_secs_f64(secs)) }
+        let file = Some(a.str("until-file", "")).filter(|f| !f.is_empty()).map(Into::into);
+        let open_ended = secs > 0.0 || file.is_some();
+        Stop {
+            iters: a.get("iters", if open_ended { u64::MAX } else { 100 }),
+            until: (secs > 0.0).then(|| Instant::now() + Duration::from_secs_f64(secs)),
+            file,
+        }
     }
 
     pub fn done(&self, comm: &Comm, i: u64) -> bool {
         if i >= self.iters {
             return true;
         }
-        match self.until {
-            Some(t) if i % 16 == 0 => {
-                let mut f = [(Instant::now() >= t) as i64];
-                comm.allreduce_i64(&mut f, Op::Max).unwrap_or_else(|e| die(&e.to_string()));
-                f[0] == 1
-            }
-            _ => false,
+        if (self.until.is_none() && self.file.is_none()) || i % 16 != 0 {
+            return false;
         }
+        let local = self.until.is_some_and(|t| Instant::now() >= t) || self.file.as_ref().is_some_and(|f| f.exists());
+        let mut f = [local as i64];
+        comm.allreduce_i64(&mut f, Op::Max).unwrap_or_else(|e| die(&e.to_string()));
+        f[0] == 1
     }
 }

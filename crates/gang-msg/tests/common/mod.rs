@@ -20,19 +20,21 @@ use gang_msg::abi::{CtlReply, CtlRequest, StatePage, StateSnapshot, TablePage, e
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// Path of a built example of this crate, building the examples once if a
-/// filtered `cargo test` did not.
+/// Path of a built example of this crate. A filtered `cargo test --test X`
+/// does not build the examples, and an example older than this test binary
+/// may predate a library change: then build them (once per test process).
 pub fn example(name: &str) -> PathBuf {
     static BUILD: Once = Once::new();
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let path = profile_dir.join("examples").join(name);
-    if !path.exists() {
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if mtime(&path).is_none_or(|t| Some(t) < mtime(&exe)) {
         BUILD.call_once(|| {
             let target = profile_dir.parent().unwrap();
             let mut cmd = Command::new(env!("CARGO"));
-            cmd.args(["build", "-p", "gang-msg", "--examples", "--target-dir"]).arg(target);
+            cmd.args(["build", "--quiet", "-p", "gang-msg", "--examples", "--target-dir"]).arg(target);
             if profile_dir.file_name().unwrap() == "release" {
                 cmd.arg("--release");
             }
@@ -98,11 +100,19 @@ pub struct SwitchRecord {
     pub states: Vec<StateSnapshot>,
     /// How late after the boundary the last SIGSTOP went out.
     pub stop_late_ns: u64,
+    /// How late after the boundary every rank was seen stopped.
+    pub stopped_late_ns: u64,
 }
 
 impl SwitchRecord {
     pub fn all_quiesced(&self) -> bool {
         self.states.iter().all(|s| s.quiesced_for_ns == self.boundary)
+    }
+
+    /// Some rank resumed past the boundary before its SIGSTOP took effect
+    /// (the stop came later than the rank's grace).
+    pub fn stop_too_late(&self) -> bool {
+        self.states.iter().any(|s| s.last_boundary_ns >= self.boundary)
     }
 
     /// Bytes written by some rank's transport and not yet read by its peer.
@@ -267,7 +277,8 @@ impl Job {
         // (state T in /proc) before reading, as an agent reading at the
         // boundary would see a stopped process.
         self.wait_stopped(Duration::from_secs(5));
-        let rec = SwitchRecord { boundary: b, states: self.snapshots(), stop_late_ns: late };
+        let stopped_late = self.master_now_ns().saturating_sub(b);
+        let rec = SwitchRecord { boundary: b, states: self.snapshots(), stop_late_ns: late, stopped_late_ns: stopped_late };
         std::thread::sleep(stopped);
         for r in 0..self.size() {
             self.signal(r, Signal::SIGCONT);
@@ -297,14 +308,19 @@ impl Job {
             if self.children[r].is_none() {
                 continue;
             }
-            let path = format!("/proc/{}/stat", self.pids[r]);
-            loop {
-                let stat = std::fs::read_to_string(&path).unwrap_or_default();
-                let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next().unwrap_or('?'));
-                if matches!(state, Some('T') | Some('t') | Some('Z') | Some('X') | None) || Instant::now() > deadline {
-                    break;
+            // Every thread: the progress thread may stop after the main one.
+            let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/task", self.pids[r]))
+                .map(|d| d.flatten().map(|e| e.path().join("stat")).collect())
+                .unwrap_or_default();
+            for path in tasks {
+                loop {
+                    let stat = std::fs::read_to_string(&path).unwrap_or_default();
+                    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next().unwrap_or('?'));
+                    if matches!(state, Some('T') | Some('t') | Some('Z') | Some('X') | None) || Instant::now() > deadline {
+                        break;
+                    }
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
             }
         }
     }
