@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use crate::abi::{DEFAULT_LEAD_US, Part, env};
+use crate::abi::{DEFAULT_GRACE_US, DEFAULT_LEAD_US, Part, env};
 use crate::error::Error;
 
 /// What happens to the network context at a switch.
@@ -38,6 +38,7 @@ pub struct Config {
     pub host_id: String,
     pub context: ContextMode,
     pub lead_ns: u64,
+    pub grace_ns: u64,
     pub flush: bool,
     pub transport: Transport,
     pub spin_us: u64,
@@ -140,6 +141,7 @@ impl Config {
             host_id: var(env::HOST_ID).unwrap_or_else(|| "localhost".into()),
             context,
             lead_ns: parse::<u64>(env::MSG_LEAD_US, Some(DEFAULT_LEAD_US))? * 1000,
+            grace_ns: parse::<u64>(env::MSG_GRACE_US, Some(DEFAULT_GRACE_US))? * 1000,
             flush,
             transport,
             spin_us: parse(env::MSG_SPIN_US, Some(0))?,

@@ -39,30 +39,19 @@ pub struct Conn {
     pub fin_sent: bool,
     /// The peer promised the same.
     pub fin_recv: bool,
+    /// The peer's Fin is answered once our messages up to this sequence
+    /// number are on the connection: what we owe it before the close.
+    fin_after: Option<u64>,
 }
 
 impl Conn {
     fn new(fd: OwnedFd) -> Conn {
-        Conn {
-            fd,
-            out: OutQueue::default(),
-            rd: Reader::default(),
-            fin_sent: false,
-            fin_recv: false,
-        }
+        Conn { fd, out: OutQueue::default(), rd: Reader::default(), fin_sent: false, fin_recv: false, fin_after: None }
     }
 
     pub fn send_fin(&mut self) {
         if !self.fin_sent {
-            self.out.push(
-                Header {
-                    kind: Kind::Fin,
-                    tag: 0,
-                    aux: 0,
-                    len: 0,
-                },
-                Vec::new(),
-            );
+            self.out.push(Header { kind: Kind::Fin, tag: 0, aux: 0, len: 0 }, Vec::new());
             self.fin_sent = true;
         }
     }
@@ -85,8 +74,20 @@ pub struct Peer {
     ack_sent: u64,
     /// The peer closed without a Fin: it exited (or died).
     pub gone: bool,
+    /// After a planned close: the boundary it was closed for. We reconnect
+    /// only once we have seen it pass, so a connection opened by a rank that
+    /// answered a Fin (or quiesced late) cannot land in the backlog of a
+    /// peer that has saved its context, where neither side could close it.
+    reconnect_after: u64,
     next_connect: Instant,
     connect_fails: u32,
+}
+
+impl Peer {
+    /// The connection was closed by a Fin exchange for boundary `b`.
+    pub fn closed_for(&self, b: u64) -> bool {
+        self.conn.is_none() && b != 0 && self.reconnect_after == b
+    }
 }
 
 pub struct Progress {
@@ -120,21 +121,13 @@ impl Progress {
                 received: 0,
                 ack_sent: 0,
                 gone: false,
+                reconnect_after: 0,
                 next_connect: now,
                 connect_fails: 0,
             })
             .collect();
         let sw = Switch::new(cfg.size);
-        Progress {
-            sh,
-            cfg,
-            lst,
-            peers,
-            accepting: Vec::new(),
-            draining: Vec::new(),
-            sw,
-            frames: Vec::new(),
-        }
+        Progress { sh, cfg, lst, peers, accepting: Vec::new(), draining: Vec::new(), sw, frames: Vec::new() }
     }
 
     pub fn run(mut self) {
@@ -148,6 +141,9 @@ impl Progress {
             self.connect_peers();
             self.inject();
             self.flush_writes();
+            // A quiesce with nothing in flight completes here, without
+            // waiting for the poll below to time out.
+            self.advance_quiesce();
             let timeout = self.switch_timeout_ns().min(TABLE_POLL_NS);
             self.poll(timeout);
             self.sh.drain_wake();
@@ -163,21 +159,12 @@ impl Progress {
 
     /// Nothing posted is left unsent or unacknowledged, and every ack is out.
     fn drained(&self) -> bool {
-        self.sh
-            .sendq
-            .lock()
-            .unwrap()
-            .queues
-            .iter()
-            .all(|q| q.is_empty())
+        self.sh.sendq.lock().unwrap().queues.iter().all(|q| q.is_empty())
             && self.sw.saved.is_none()
             && self.peers.iter().enumerate().all(|(i, p)| {
                 i == self.sh.rank
                     || p.gone
-                    || (p.pending.is_empty()
-                        && p.acked == p.injected
-                        && p.received == p.ack_sent
-                        && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
+                    || (p.pending.is_empty() && p.acked == p.injected && p.received == p.ack_sent && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
             })
     }
 
@@ -205,22 +192,14 @@ impl Progress {
         let now = Instant::now();
         for d in self.sh.rank + 1..self.sh.size {
             let p = &mut self.peers[d];
-            if p.conn.is_some() || p.gone || now < p.next_connect {
+            if p.conn.is_some() || p.gone || now < p.next_connect || self.sw.last_passed() < p.reconnect_after {
                 continue;
             }
             match transport::connect(&p.ep, p.tcp) {
                 Ok(fd) => {
                     let mut c = Conn::new(fd);
                     let hello = transport::hello_payload(&self.cfg.job_id, &p.ep.token);
-                    c.out.push(
-                        Header {
-                            kind: Kind::Hello,
-                            tag: 0,
-                            aux: self.sh.rank as u64,
-                            len: hello.len() as u32,
-                        },
-                        hello,
-                    );
+                    c.out.push(Header { kind: Kind::Hello, tag: 0, aux: self.sh.rank as u64, len: hello.len() as u32 }, hello);
                     p.conn = Some(c);
                     p.connect_fails = 0;
                 }
@@ -229,8 +208,7 @@ impl Progress {
                     p.next_connect = now + CONNECT_RETRY;
                     if p.connect_fails == CONNECT_GIVE_UP {
                         p.gone = true;
-                        self.sh
-                            .set_fatal(format!("cannot connect to rank {d} for 30 s: {e}"));
+                        self.sh.set_fatal(format!("cannot connect to rank {d} for 30 s: {e}"));
                     }
                 }
             }
@@ -250,14 +228,7 @@ impl Progress {
                 while p.pending.front().is_some_and(|m| m.seq <= limit) {
                     let m = p.pending.pop_front().unwrap();
                     let mb = mb.get_or_insert_with(|| self.sh.mailbox.lock().unwrap());
-                    mb.deliver(
-                        Msg {
-                            src: me,
-                            tag: m.tag,
-                            data: m.data,
-                        },
-                        &self.sh.state,
-                    );
+                    mb.deliver(Msg { src: me, tag: m.tag, data: m.data }, &self.sh.state);
                     if let Some(done) = m.done {
                         done.done.store(true, Release);
                     }
@@ -269,24 +240,17 @@ impl Progress {
             }
             let p = &mut self.peers[d];
             let Some(c) = p.conn.as_mut() else { continue };
-            while !c.fin_sent
-                && c.out.bytes() < OUT_HIGH
-                && p.pending.front().is_some_and(|m| m.seq <= limit)
-            {
+            let limit = limit.min(c.fin_after.unwrap_or(u64::MAX));
+            while !c.fin_sent && c.out.bytes() < OUT_HIGH && p.pending.front().is_some_and(|m| m.seq <= limit) {
                 let m = p.pending.pop_front().unwrap();
                 let len = m.data.len() as u64;
-                c.out.push(
-                    Header {
-                        kind: Kind::Data,
-                        tag: m.tag,
-                        aux: 0,
-                        len: len as u32,
-                    },
-                    m.data,
-                );
+                c.out.push(Header { kind: Kind::Data, tag: m.tag, aux: 0, len: len as u32 }, m.data);
                 p.injected += 1;
                 p.unacked.push_back((len, m.done));
                 p.unacked_bytes += len;
+            }
+            if c.fin_after.is_some() && p.pending.front().is_none_or(|m| m.seq > limit) {
+                c.send_fin();
             }
         }
         if completed {
@@ -295,36 +259,18 @@ impl Progress {
     }
 
     fn poll(&mut self, timeout_ns: u64) {
-        let mut fds = vec![libc::pollfd {
-            fd: self.sh.wake_fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut fds = vec![libc::pollfd { fd: self.sh.wake_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         if self.may_connect() {
             for fd in transport::listener_fds(&self.lst) {
-                fds.push(libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
             }
         }
         let conns = self.peers.iter().filter_map(|p| p.conn.as_ref());
-        for c in conns
-            .chain(self.accepting.iter())
-            .chain(self.draining.iter().map(|(_, c)| c))
-        {
+        for c in conns.chain(self.accepting.iter()).chain(self.draining.iter().map(|(_, c)| c)) {
             let events = libc::POLLIN | if c.out.is_empty() { 0 } else { libc::POLLOUT };
-            fds.push(libc::pollfd {
-                fd: c.fd.as_raw_fd(),
-                events,
-                revents: 0,
-            });
+            fds.push(libc::pollfd { fd: c.fd.as_raw_fd(), events, revents: 0 });
         }
-        let ts = libc::timespec {
-            tv_sec: (timeout_ns / 1_000_000_000) as _,
-            tv_nsec: (timeout_ns % 1_000_000_000) as _,
-        };
+        let ts = libc::timespec { tv_sec: (timeout_ns / 1_000_000_000) as _, tv_nsec: (timeout_ns % 1_000_000_000) as _ };
         // Readiness is not used beyond waking: every turn tries every socket
         // (non-blocking), which costs a few syscalls per peer and keeps the
         // loop free of bookkeeping between poll slots and connections.
@@ -350,11 +296,7 @@ impl Progress {
             let mut frames = Vec::new();
             let c = &mut self.accepting[i];
             let r = c.rd.read_some(&c.fd, &mut frames, READ_BUDGET);
-            self.sh
-                .state
-                .layout()
-                .bytes_read
-                .fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
+            self.sh.state.layout().bytes_read.fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
             if frames.is_empty() {
                 match r {
                     Ok(o) if !o.eof => i += 1,
@@ -371,10 +313,7 @@ impl Progress {
                 && from < self.sh.rank
                 && transport::check_hello(&h.payload, &self.cfg.job_id, &self.lst.endpoint.token);
             if !ok {
-                eprintln!(
-                    "gang-msg rank {}: refused a connection with a bad hello",
-                    self.sh.rank
-                );
+                eprintln!("gang-msg rank {}: refused a connection with a bad hello", self.sh.rank);
                 continue;
             }
             let p = &mut self.peers[from];
@@ -390,17 +329,11 @@ impl Progress {
 
     fn read_all(&mut self) {
         for d in 0..self.peers.len() {
-            let Some(c) = self.peers[d].conn.as_mut() else {
-                continue;
-            };
+            let Some(c) = self.peers[d].conn.as_mut() else { continue };
             let mut frames = std::mem::take(&mut self.frames);
             let r = c.rd.read_some(&c.fd, &mut frames, READ_BUDGET);
             let bytes = r.as_ref().map_or(0, |r| r.bytes);
-            self.sh
-                .state
-                .layout()
-                .bytes_read
-                .fetch_add(bytes as u64, Relaxed);
+            self.sh.state.layout().bytes_read.fetch_add(bytes as u64, Relaxed);
             self.handle_frames(d, false, frames.drain(..));
             self.frames = frames;
             match r {
@@ -415,11 +348,7 @@ impl Progress {
             let d = *d;
             let mut frames = Vec::new();
             let r = c.rd.read_some(&c.fd, &mut frames, READ_BUDGET);
-            self.sh
-                .state
-                .layout()
-                .bytes_read
-                .fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
+            self.sh.state.layout().bytes_read.fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
             self.handle_frames(d, true, frames);
             match r {
                 Ok(o) if !o.eof => i += 1,
@@ -433,10 +362,12 @@ impl Progress {
     /// The connection to `d` ended: after both Fins it is a planned close
     /// (reconnected later); otherwise the peer is gone.
     fn lost_conn(&mut self, d: usize, err: Option<String>) {
+        let boundary = self.sh.table.read().switch_out_at_ns;
         let p = &mut self.peers[d];
         let planned = p.conn.as_ref().is_some_and(|c| c.fin_recv);
         p.conn = None;
         if planned {
+            p.reconnect_after = boundary;
             return;
         }
         p.gone = true;
@@ -456,25 +387,13 @@ impl Progress {
             match f.hdr.kind {
                 Kind::Data if !draining => {
                     let mb = mb.get_or_insert_with(|| self.sh.mailbox.lock().unwrap());
-                    woken |= mb
-                        .deliver(
-                            Msg {
-                                src: d,
-                                tag: f.hdr.tag,
-                                data: f.payload,
-                            },
-                            &self.sh.state,
-                        )
-                        .is_some();
+                    woken |= mb.deliver(Msg { src: d, tag: f.hdr.tag, data: f.payload }, &self.sh.state).is_some();
                     self.peers[d].received += 1;
                 }
                 Kind::Ack => {
                     let p = &mut self.peers[d];
                     while p.acked < f.hdr.aux {
-                        let (len, done) = p
-                            .unacked
-                            .pop_front()
-                            .expect("peer acknowledged more than was sent");
+                        let (len, done) = p.unacked.pop_front().expect("peer acknowledged more than was sent");
                         p.unacked_bytes -= len;
                         p.acked += 1;
                         if let Some(done) = done {
@@ -484,18 +403,25 @@ impl Progress {
                     }
                 }
                 Kind::Fin if !draining => {
+                    // The peer is saving its context and waits for our Fin to
+                    // close. Answer once what we owe it is on the connection:
+                    // in a flush, the messages posted before it began; else
+                    // whatever is queued now. Later messages wait for the next
+                    // connection.
+                    let owed = match self.sw.phase {
+                        Phase::Flushing => self.sw.inject_limit(d),
+                        _ => self.peers[d].pending.back().map_or(0, |m| m.seq),
+                    };
                     if let Some(c) = self.peers[d].conn.as_mut() {
                         c.fin_recv = true;
-                        // Answer at once: the peer is saving its context and
-                        // waits for our Fin to close. Our queued data waits for
-                        // the next connection.
-                        c.send_fin();
+                        if !c.fin_sent {
+                            c.fin_after = Some(owed);
+                        }
                     }
                 }
                 Kind::Fin => {}
                 kind => {
-                    self.sh
-                        .set_fatal(format!("rank {d} sent an unexpected {kind:?} frame"));
+                    self.sh.set_fatal(format!("rank {d} sent an unexpected {kind:?} frame"));
                 }
             }
         }
@@ -510,15 +436,7 @@ impl Progress {
             if p.received > p.ack_sent
                 && let Some(c) = p.conn.as_mut()
             {
-                c.out.push(
-                    Header {
-                        kind: Kind::Ack,
-                        tag: 0,
-                        aux: p.received,
-                        len: 0,
-                    },
-                    Vec::new(),
-                );
+                c.out.push(Header { kind: Kind::Ack, tag: 0, aux: p.received, len: 0 }, Vec::new());
                 p.ack_sent = p.received;
             }
         }
@@ -535,11 +453,7 @@ impl Progress {
                 }
             }
         }
-        self.sh
-            .state
-            .layout()
-            .bytes_written
-            .fetch_add(written as u64, Relaxed);
+        self.sh.state.layout().bytes_written.fetch_add(written as u64, Relaxed);
         for (d, e) in failed {
             self.lost_conn(d, Some(e));
         }
@@ -548,12 +462,12 @@ impl Progress {
     /// Close connections on which both sides sent Fin, once our data on it
     /// is acknowledged and our last frames are written.
     fn close_finished(&mut self) {
+        let boundary = self.sh.table.read().switch_out_at_ns;
         for p in &mut self.peers {
-            let done = p.conn.as_ref().is_some_and(|c| {
-                c.fin_sent && c.fin_recv && c.out.is_empty() && p.acked == p.injected
-            });
+            let done = p.conn.as_ref().is_some_and(|c| c.fin_sent && c.fin_recv && c.out.is_empty() && p.acked == p.injected);
             if done {
                 p.conn = None;
+                p.reconnect_after = boundary;
             }
         }
     }
@@ -565,10 +479,7 @@ impl Progress {
 
     /// Whether every live peer has a connection (the end of a restore).
     pub fn all_connected(&self) -> bool {
-        self.peers
-            .iter()
-            .enumerate()
-            .all(|(d, p)| d == self.sh.rank || p.gone || p.conn.is_some())
+        self.peers.iter().enumerate().all(|(d, p)| d == self.sh.rank || p.gone || p.conn.is_some())
     }
 
     /// Whether every connection is closed (the end of a save).

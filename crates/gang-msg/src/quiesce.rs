@@ -5,14 +5,16 @@
 //!  Running ──(now >= b - lead)──> Flushing ──(posted-before-quiesce all acked)──┐
 //!     ^                              (resident) ───────────────────────────────>├─> Quiesced ──(now >= b)──> Running
 //!     │                              (save-restore) Closing ──(all closed, ctx copied out)──┘                 (restore)
-//!     └───────────────(now >= b, or the boundary moved, in any phase: resume)────────────────────────────────
+//!     └───────────────(now >= b + grace, or the boundary moved, in any phase: resume)────────────────────────
 //! ```
 //! Injection stops at the quiesce start: messages posted later wait in the
 //! local queue; the flush completes the ones posted before (the "horizon").
 //! Acks keep flowing in every phase, so a quiesced rank never holds up its
 //! peers' flushes. Nothing here waits: if the boundary arrives first, the
 //! rank resumes and counts the switch as unflushed. The agent stops the job at
-//! `b` regardless, so in stop mode "resume" runs after SIGCONT.
+//! `b` regardless, so in stop mode "resume" runs after SIGCONT; the grace
+//! (`GANG_MSG_GRACE_US`) keeps a rank from resuming in the instant between
+//! the boundary and a SIGSTOP that comes a little late.
 
 use std::sync::atomic::Ordering::*;
 use std::time::Instant;
@@ -61,6 +63,11 @@ impl Switch {
             saved: None,
             restoring: None,
         }
+    }
+
+    /// The latest boundary seen to pass.
+    pub fn last_passed(&self) -> u64 {
+        self.last_passed
     }
 
     /// Highest per-destination sequence number that may be injected now.
@@ -116,11 +123,7 @@ impl Cursor<'_> {
 
 impl SavedContext {
     fn save(pending: &mut [VecDeque<OutMsg>], unexpected: &mut VecDeque<Msg>) -> SavedContext {
-        let total: usize = pending
-            .iter()
-            .flatten()
-            .map(|m| m.data.len() + 28)
-            .sum::<usize>()
+        let total: usize = pending.iter().flatten().map(|m| m.data.len() + 28).sum::<usize>()
             + unexpected.iter().map(|m| m.data.len() + 28).sum::<usize>();
         let mut bytes = Vec::with_capacity(total);
         let mut done = Vec::new();
@@ -145,21 +148,12 @@ impl SavedContext {
         let mut sends: Vec<VecDeque<OutMsg>> = (0..size).map(|_| VecDeque::new()).collect();
         for done in self.done.into_iter().take(self.sends) {
             let (d, tag, seq, data) = cur.record();
-            sends[d as usize].push_back(OutMsg {
-                tag,
-                data,
-                seq,
-                done,
-            });
+            sends[d as usize].push_back(OutMsg { tag, data, seq, done });
         }
         let mut msgs = Vec::new();
         while !cur.0.is_empty() {
             let (src, tag, _, data) = cur.record();
-            msgs.push(Msg {
-                src: src as usize,
-                tag,
-                data,
-            });
+            msgs.push(Msg { src: src as usize, tag, data });
         }
         (sends, msgs)
     }
@@ -179,6 +173,7 @@ impl Progress {
             if now >= b {
                 // Passed without a quiesce: flush off, or the page came too late.
                 self.sw.last_passed = b;
+                st.last_boundary_ns.store(b, Relaxed);
                 st.switches.fetch_add(1, Relaxed);
                 st.unflushed.fetch_add(1, Relaxed);
             } else if self.cfg.flush && now + self.cfg.lead_ns >= b {
@@ -186,9 +181,10 @@ impl Progress {
             }
             return;
         }
-        if now >= self.sw.boundary {
+        if now >= self.sw.boundary + self.cfg.grace_ns {
             let quiesced = self.sw.phase == Phase::Quiesced;
             self.sw.last_passed = self.sw.boundary;
+            st.last_boundary_ns.store(self.sw.boundary, Relaxed);
             st.switches.fetch_add(1, Relaxed);
             if !quiesced {
                 st.unflushed.fetch_add(1, Relaxed);
@@ -207,16 +203,8 @@ impl Progress {
         }
         // Everything posted so far is in `pending` after this.
         self.take_all_queued();
-        let inflight: u64 = self
-            .peers
-            .iter()
-            .map(|p| p.unacked_bytes + p.pending.iter().map(|m| m.data.len() as u64).sum::<u64>())
-            .sum();
-        self.sh
-            .state
-            .layout()
-            .inflight_bytes_at_quiesce
-            .store(inflight, Relaxed);
+        let inflight: u64 = self.peers.iter().map(|p| p.unacked_bytes + p.pending.iter().map(|m| m.data.len() as u64).sum::<u64>()).sum();
+        self.sh.state.layout().inflight_bytes_at_quiesce.store(inflight, Relaxed);
         self.sw.phase = Phase::Flushing;
         self.sw.boundary = b;
         self.sw.started = Instant::now();
@@ -249,11 +237,7 @@ impl Progress {
             }
         }
         if self.sw.phase == Phase::Closing && self.all_closed() {
-            let mut pending: Vec<VecDeque<OutMsg>> = self
-                .peers
-                .iter_mut()
-                .map(|p| std::mem::take(&mut p.pending))
-                .collect();
+            let mut pending: Vec<VecDeque<OutMsg>> = self.peers.iter_mut().map(|p| std::mem::take(&mut p.pending)).collect();
             let mut mb = self.sh.mailbox.lock().unwrap();
             self.sw.saved = Some(SavedContext::save(&mut pending, &mut mb.unexpected));
             drop(mb);
@@ -262,20 +246,24 @@ impl Progress {
         if let Some(t0) = self.sw.restoring
             && self.all_connected()
         {
-            self.sh
-                .state
-                .layout()
-                .restore_ns
-                .store((Instant::now() - t0).as_nanos() as u64, Relaxed);
+            self.sh.state.layout().restore_ns.store((Instant::now() - t0).as_nanos() as u64, Relaxed);
             self.sw.restoring = None;
         }
     }
 
-    /// Every message posted before the quiesce is injected and acknowledged.
+    /// Every message posted before the quiesce is injected and acknowledged,
+    /// except those to a peer whose connection already closed for this
+    /// boundary (it quiesced first and we answered its Fin): they were not
+    /// in flight, and stay queued (saved with the context).
     fn flushed(&self) -> bool {
+        let b = self.sw.boundary;
         self.peers.iter().enumerate().all(|(d, p)| {
+            let closed = match &p.conn {
+                Some(c) => c.fin_sent,
+                None => p.closed_for(b),
+            };
             p.gone
-                || (p.pending.front().is_none_or(|m| m.seq > self.sw.horizon[d])
+                || ((closed || p.pending.front().is_none_or(|m| m.seq > self.sw.horizon[d]))
                     && p.acked == p.injected
                     && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
         })
@@ -283,10 +271,7 @@ impl Progress {
 
     fn quiesced(&mut self) {
         let st = self.sh.state.layout();
-        let save_ns = self
-            .sw
-            .flush_done
-            .map_or(0, |t| (Instant::now() - t).as_nanos() as u64);
+        let save_ns = self.sw.flush_done.map_or(0, |t| (Instant::now() - t).as_nanos() as u64);
         st.flush_ns.store(self.sw.flush_ns, Relaxed);
         st.save_ns.store(save_ns, Relaxed);
         st.timings_for_ns.store(self.sw.boundary, Relaxed);
@@ -312,11 +297,7 @@ impl Progress {
         }
         self.sw.phase = Phase::Running;
         if self.all_connected() {
-            self.sh
-                .state
-                .layout()
-                .restore_ns
-                .store((Instant::now() - t0).as_nanos() as u64, Relaxed);
+            self.sh.state.layout().restore_ns.store((Instant::now() - t0).as_nanos() as u64, Relaxed);
         } else {
             self.sw.restoring = Some(t0);
         }
@@ -332,7 +313,7 @@ impl Progress {
                 }
                 b.saturating_sub(self.cfg.lead_ns)
             }
-            _ => self.sw.boundary,
+            _ => self.sw.boundary + self.cfg.grace_ns,
         };
         b.saturating_sub(self.sh.master_now_ns())
     }
@@ -351,69 +332,16 @@ mod tests {
     fn saved_context_round_trips_in_order() {
         let done = Arc::new(SendDone::default());
         let mut pending: Vec<VecDeque<OutMsg>> = vec![VecDeque::new(), VecDeque::new()];
-        pending[1].push_back(OutMsg {
-            tag: 3,
-            data: vec![1, 2],
-            seq: 1,
-            done: Some(done.clone()),
-        });
-        pending[1].push_back(OutMsg {
-            tag: 4,
-            data: vec![],
-            seq: 2,
-            done: None,
-        });
-        pending[0].push_back(OutMsg {
-            tag: 5,
-            data: vec![9; 1000],
-            seq: 7,
-            done: None,
-        });
-        let mut unexpected: VecDeque<Msg> = [
-            Msg {
-                src: 1,
-                tag: 0,
-                data: vec![7],
-            },
-            Msg {
-                src: 0,
-                tag: -3,
-                data: vec![8, 8],
-            },
-        ]
-        .into();
+        pending[1].push_back(OutMsg { tag: 3, data: vec![1, 2], seq: 1, done: Some(done.clone()) });
+        pending[1].push_back(OutMsg { tag: 4, data: vec![], seq: 2, done: None });
+        pending[0].push_back(OutMsg { tag: 5, data: vec![9; 1000], seq: 7, done: None });
+        let mut unexpected: VecDeque<Msg> = [Msg { src: 1, tag: 0, data: vec![7] }, Msg { src: 0, tag: -3, data: vec![8, 8] }].into();
         let saved = SavedContext::save(&mut pending, &mut unexpected);
         assert!(pending.iter().all(|q| q.is_empty()) && unexpected.is_empty());
         let (sends, msgs) = saved.restore(2);
-        assert_eq!(
-            sends[0]
-                .iter()
-                .map(|m| (m.tag, m.seq, m.data.len()))
-                .collect::<Vec<_>>(),
-            vec![(5, 7, 1000)]
-        );
-        assert_eq!(
-            sends[1]
-                .iter()
-                .map(|m| (m.tag, m.seq, m.data.clone()))
-                .collect::<Vec<_>>(),
-            vec![(3, 1, vec![1, 2]), (4, 2, vec![])]
-        );
+        assert_eq!(sends[0].iter().map(|m| (m.tag, m.seq, m.data.len())).collect::<Vec<_>>(), vec![(5, 7, 1000)]);
+        assert_eq!(sends[1].iter().map(|m| (m.tag, m.seq, m.data.clone())).collect::<Vec<_>>(), vec![(3, 1, vec![1, 2]), (4, 2, vec![])]);
         assert!(Arc::ptr_eq(sends[1][0].done.as_ref().unwrap(), &done));
-        assert_eq!(
-            msgs,
-            vec![
-                Msg {
-                    src: 1,
-                    tag: 0,
-                    data: vec![7]
-                },
-                Msg {
-                    src: 0,
-                    tag: -3,
-                    data: vec![8, 8]
-                }
-            ]
-        );
+        assert_eq!(msgs, vec![Msg { src: 1, tag: 0, data: vec![7] }, Msg { src: 0, tag: -3, data: vec![8, 8] }]);
     }
 }

@@ -34,6 +34,10 @@ pub mod env {
     pub const MSG_CONTEXT: &str = "GANG_MSG_CONTEXT";
     /// Quiesce lead before a boundary, microseconds (default 1000).
     pub const MSG_LEAD_US: &str = "GANG_MSG_LEAD_US";
+    /// Grace after a boundary before a quiesced rank resumes on its own clock,
+    /// microseconds (default 1000): covers the agent's SIGSTOP arriving a little
+    /// after the boundary. In stop mode the rank runs again only long after it.
+    pub const MSG_GRACE_US: &str = "GANG_MSG_GRACE_US";
     /// `on` (default) or `off`: whether the shim quiesces at boundaries at all.
     pub const MSG_FLUSH: &str = "GANG_MSG_FLUSH";
     /// `tcp` forces TCP between every pair; `unix` never opens a TCP listener.
@@ -58,6 +62,8 @@ pub mod files {
 
 /// Default quiesce lead.
 pub const DEFAULT_LEAD_US: u64 = 1000;
+/// Default resume grace.
+pub const DEFAULT_GRACE_US: u64 = 1000;
 
 /// The KVS key a rank puts its endpoint under.
 pub fn endpoint_key(rank: usize) -> String {

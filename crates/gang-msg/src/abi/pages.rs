@@ -62,6 +62,8 @@ pub(crate) struct StateLayout {
     pub unacked_bytes: AtomicU64,
     /// The boundary the flush/save timings above belong to.
     pub timings_for_ns: AtomicU64,
+    /// The latest boundary this rank has seen pass (it resumed after it).
+    pub last_boundary_ns: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<TableLayout>() <= PAGE_SIZE);
@@ -269,6 +271,7 @@ pub struct StateSnapshot {
     pub inflight_bytes_at_quiesce: u64,
     pub unacked_bytes: u64,
     pub timings_for_ns: u64,
+    pub last_boundary_ns: u64,
 }
 
 impl StatePage {
@@ -350,6 +353,7 @@ impl StatePage {
             inflight_bytes_at_quiesce: s.inflight_bytes_at_quiesce.load(Relaxed),
             unacked_bytes: s.unacked_bytes.load(Relaxed),
             timings_for_ns: s.timings_for_ns.load(Relaxed),
+            last_boundary_ns: s.last_boundary_ns.load(Relaxed),
         }
     }
 }

@@ -1,0 +1,140 @@
+//! Driven switches: the fake agent publishes a boundary, SIGSTOPs every rank
+//! at it, reads the state pages and SIGCONTs them, a hundred times per run,
+//! while ring, all-to-all and halo programs check every message (sequence
+//! number and checksum) and their results. In both context modes, over Unix
+//! sockets and over TCP.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Job, JobSpec, SwitchRecord, example};
+
+const SWITCHES: usize = 100;
+const LEAD_US: u64 = 3000;
+/// The fake agent on this loaded 2-core machine is sometimes a millisecond late.
+const GRACE_US: u64 = 3000;
+
+struct Outcome {
+    driven: usize,
+    records: Vec<SwitchRecord>,
+}
+
+fn switched(program: &str, w: u32, h: u32, context: &str, tcp: bool) -> Outcome {
+    let stop_file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+    let stop_path = stop_file.to_path_buf();
+    std::fs::remove_file(&stop_path).unwrap();
+    let mut spec = JobSpec::new(example(program), w, h)
+        .arg("--until-file")
+        .arg(stop_path.to_string_lossy())
+        .env("GANG_MSG_CONTEXT", context)
+        .env("GANG_MSG_LEAD_US", LEAD_US.to_string())
+        .env("GANG_MSG_GRACE_US", GRACE_US.to_string());
+    if tcp {
+        spec = spec.env("GANG_MSG_TRANSPORT", "tcp");
+    }
+    let mut job = Job::start(spec);
+    // Let init and the endpoint exchange finish first.
+    job.wait_states(Duration::from_secs(30), "every rank initialised", |s| s.iter().all(|s| s.ready && s.posted_sends > 0));
+    let ahead = Duration::from_micros(LEAD_US + 2500);
+    let driven = job.drive_switches(SWITCHES, ahead, Duration::from_millis(3), Duration::from_millis(3));
+    std::fs::write(&stop_path, b"stop").unwrap();
+    job.expect_success(Duration::from_secs(60));
+    let records = job.switches.clone();
+    let finals = job.snapshots();
+    assert_eq!(driven, SWITCHES, "{program} ended before {SWITCHES} switches");
+    let mut fully = 0;
+    let mut late = 0;
+    for rec in &records {
+        if rec.stop_too_late() {
+            late += 1;
+            continue;
+        }
+        if rec.all_quiesced() {
+            fully += 1;
+            // The point of the shim: nothing on the wire at the boundary.
+            assert_eq!(rec.bytes_in_flight(), 0, "bytes in flight (SIGSTOP {} us late, stopped {} us late) at a boundary every rank quiesced for: {rec:#?}", rec.stop_late_ns / 1000, rec.stopped_late_ns / 1000);
+            assert_eq!(rec.unacked_bytes(), 0, "unacknowledged bytes at a quiesced boundary: {rec:#?}");
+        }
+        for s in &rec.states {
+            assert!(s.quiesced_for_ns == rec.boundary || s.quiesced_for_ns < rec.boundary, "quiesced for a boundary not yet published");
+        }
+    }
+    for (r, s) in finals.iter().enumerate() {
+        // A rank may miss counting a boundary only if it did not run between
+        // the SIGCONT and the next boundary's publication.
+        assert!(s.switches as usize <= driven && s.switches as usize >= driven * 9 / 10, "rank {r} counted {} of {driven} switches", s.switches);
+        assert_eq!(s.posted_sends, s.delivered.max(s.posted_sends), "rank {r}");
+    }
+    let posted: u64 = finals.iter().map(|s| s.posted_sends).sum();
+    let delivered: u64 = finals.iter().map(|s| s.delivered).sum();
+    assert_eq!(posted, delivered, "every message posted was delivered");
+    eprintln!(
+        "{program} {context} tcp={tcp}: {driven} switches, {fully} with every rank quiesced, {late} stopped too late to judge, {} unflushed rank-switches",
+        finals.iter().map(|s| s.unflushed).sum::<u64>()
+    );
+    assert!(fully * 2 >= driven, "{program} {context}: only {fully} of {driven} boundaries fully quiesced");
+    Outcome { driven, records }
+}
+
+#[test]
+fn ring_resident_unix() {
+    switched("ring", 4, 1, "resident", false);
+}
+
+#[test]
+fn ring_save_restore_unix() {
+    let o = switched("ring", 4, 1, "save-restore", false);
+    // A save-restore switch closed the connections and timed the restore.
+    assert!(o.records.iter().any(|r| r.all_quiesced()), "{} switches", o.driven);
+}
+
+#[test]
+fn ring_resident_tcp() {
+    switched("ring", 4, 1, "resident", true);
+}
+
+#[test]
+fn ring_save_restore_tcp() {
+    switched("ring", 4, 1, "save-restore", true);
+}
+
+#[test]
+fn alltoall_resident_unix() {
+    switched("alltoall", 2, 2, "resident", false);
+}
+
+#[test]
+fn alltoall_save_restore_unix() {
+    switched("alltoall", 2, 2, "save-restore", false);
+}
+
+#[test]
+fn alltoall_resident_tcp() {
+    switched("alltoall", 2, 2, "resident", true);
+}
+
+#[test]
+fn alltoall_save_restore_tcp() {
+    switched("alltoall", 2, 2, "save-restore", true);
+}
+
+#[test]
+fn halo_resident_unix() {
+    switched("halo", 2, 2, "resident", false);
+}
+
+#[test]
+fn halo_save_restore_unix() {
+    switched("halo", 2, 2, "save-restore", false);
+}
+
+#[test]
+fn halo_resident_tcp() {
+    switched("halo", 2, 2, "resident", true);
+}
+
+#[test]
+fn halo_save_restore_tcp() {
+    switched("halo", 2, 2, "save-restore", true);
+}
