@@ -243,6 +243,9 @@ pub struct RankSpec<'a> {
     pub cwd: &'a Path,
     /// The request's environment after the policy (`filter_env`, `fill_account`).
     pub env: &'a [(String, String)],
+    /// GANG_* variables of the agent's own besides the rank's identity (the messaging
+    /// library's directory, rectangle, host).
+    pub gang_env: &'a [(String, String)],
     pub run_as: RunAs,
     pub stdin: bool,
     /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
@@ -270,6 +273,7 @@ pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
             format!("{},{}", spec.node.x, spec.node.y),
         ),
     ]);
+    env.extend(spec.gang_env.iter().cloned());
     env
 }
 

@@ -40,6 +40,10 @@ struct MsgRank {
     table: Arc<TablePage>,
     state: Arc<StatePage>,
     server: JoinHandle<()>,
+    /// The last blocked-since read (host monotonic) and what it was reported as (master
+    /// clock): the same wait must be reported the same at every check, and converting
+    /// it anew each time would move it by the clock's jitter.
+    since: Mutex<(u64, i64)>,
 }
 
 /// Everything the agent keeps for ranks that may use the library.
@@ -158,6 +162,7 @@ impl MsgHub {
                 table: Arc::new(table),
                 state: Arc::new(state),
                 server,
+                since: Mutex::new((0, 0)),
             },
         );
         Ok(env)
@@ -194,15 +199,23 @@ impl MsgHub {
             .iter()
             .filter_map(|(key, r)| {
                 let s = r.state.snapshot();
-                s.ready.then(|| RankActivity {
-                    job_id: key.job_id,
-                    rank: key.rank,
-                    blocked_since_ns: if s.blocked_since_ns == 0 {
+                if !s.ready {
+                    return None;
+                }
+                let mut since = r.since.lock().unwrap();
+                if since.0 != s.blocked_since_ns {
+                    // Monotonic on this host, to the master clock.
+                    let converted = if s.blocked_since_ns == 0 {
                         0
                     } else {
-                        // Monotonic on this host, to the master clock.
                         master_now - (mono_now - s.blocked_since_ns as i64)
-                    },
+                    };
+                    *since = (s.blocked_since_ns, converted);
+                }
+                Some(RankActivity {
+                    job_id: key.job_id,
+                    rank: key.rank,
+                    blocked_since_ns: since.1,
                     source: s.wait_src,
                     tag: s.wait_tag,
                     posted: s.posted_sends,

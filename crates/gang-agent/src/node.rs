@@ -200,8 +200,8 @@ impl Node {
                 _ => "resident",
             },
         };
-        match self.msg.prepare(&msg_launch) {
-            Ok(vars) => env.extend(vars),
+        let gang_env = match self.msg.prepare(&msg_launch) {
+            Ok(vars) => vars,
             Err(e) => {
                 self.ranks.unreserve(key);
                 return Err(spawn_error(std::io::Error::other(format!(
@@ -209,7 +209,7 @@ impl Node {
                     self.msg.base().display()
                 ))));
             }
-        }
+        };
         let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let mut prepared = self.switch.prepare(key, mode);
@@ -222,6 +222,7 @@ impl Node {
             argv: &req.argv,
             cwd,
             env: &env,
+            gang_env: &gang_env,
             run_as,
             stdin: req.stdin,
             cgroup_procs: prepared.cgroup.as_ref().and_then(|c| c.procs_fd()),
@@ -230,6 +231,7 @@ impl Node {
             Ok(child) => child,
             Err(e) => {
                 self.switch.abandon(prepared);
+                self.msg.remove(key);
                 self.ranks.unreserve(key);
                 return Err(spawn_failed(e));
             }
@@ -237,6 +239,7 @@ impl Node {
         let Some(pid) = child.id() else {
             // Only possible if the child was already reaped, which nobody else does.
             self.switch.abandon(prepared);
+            self.msg.remove(key);
             self.ranks.unreserve(key);
             return Err(spawn_error(std::io::Error::other(
                 "the process vanished at spawn",
