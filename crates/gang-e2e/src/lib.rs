@@ -39,6 +39,27 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// An example program (of `gang-msg` or of this crate), built if missing.
+pub fn example(name: &str) -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let path = bin_dir().join("examples").join(name);
+    BUILT.call_once(|| {
+        if path.is_file() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "gang-msg", "-p", "gang-e2e", "--examples"]);
+        if bin_dir().ends_with("release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("cargo runs");
+        assert!(st.success(), "building the examples failed");
+    });
+    assert!(path.is_file(), "no example {}", path.display());
+    path
+}
+
 /// A cluster of `w x h` agents with quick failure detection for tests.
 pub fn cluster(w: u32, h: u32, extra_master: &[&str]) -> LocalCluster {
     LocalCluster::start((w, h), options(extra_master)).expect("local cluster starts")

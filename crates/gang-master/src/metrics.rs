@@ -22,6 +22,10 @@ pub struct Metrics {
     pub jobs_submitted: Counter,
     /// Jobs found deadlocked (every rank blocked in a receive, nothing in flight).
     pub jobs_deadlocked: Counter,
+    /// Switch-outs of messaging-library ranks that had flushed for the boundary.
+    pub msg_switch_outs_flushed: Counter,
+    /// Those that had not (stopped anyway; their messages stay in socket buffers).
+    pub msg_switch_outs_unflushed: Counter,
     pub jobs_finished: Family<StateLabel, Counter>,
     pub jobs_queued: Gauge,
     pub jobs_running: Gauge,
@@ -44,6 +48,18 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("gang");
         let jobs_submitted = Counter::default();
         let jobs_deadlocked = Counter::default();
+        let msg_switch_outs_flushed = Counter::default();
+        let msg_switch_outs_unflushed = Counter::default();
+        registry.register(
+            "msg_switch_outs_flushed",
+            "Switch-outs of messaging-library ranks that had quiesced (flushed) for the boundary",
+            msg_switch_outs_flushed.clone(),
+        );
+        registry.register(
+            "msg_switch_outs_unflushed",
+            "Switch-outs of messaging-library ranks that had not quiesced in time (stopped anyway)",
+            msg_switch_outs_unflushed.clone(),
+        );
         let jobs_finished = Family::<StateLabel, Counter>::default();
         let jobs_queued = Gauge::default();
         let jobs_running = Gauge::default();
@@ -113,6 +129,8 @@ impl Default for Metrics {
             registry,
             jobs_submitted,
             jobs_deadlocked,
+            msg_switch_outs_flushed,
+            msg_switch_outs_unflushed,
             jobs_finished,
             jobs_queued,
             jobs_running,

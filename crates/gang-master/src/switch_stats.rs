@@ -37,6 +37,8 @@ pub struct SwitchStats {
     cost: VecDeque<i64>,
     reported: u64,
     dropped: u64,
+    msg_flushed: u64,
+    msg_unflushed: u64,
 }
 
 impl SwitchStats {
@@ -50,6 +52,8 @@ impl SwitchStats {
             cost: VecDeque::new(),
             reported: 0,
             dropped: 0,
+            msg_flushed: 0,
+            msg_unflushed: 0,
         }
     }
 
@@ -59,6 +63,8 @@ impl SwitchStats {
         // Saturating throughout: the times are the agents' word, and a bogus one must
         // not overflow the master.
         self.dropped = self.dropped.saturating_add(report.dropped);
+        self.msg_flushed = self.msg_flushed.saturating_add(report.msg_flushed);
+        self.msg_unflushed = self.msg_unflushed.saturating_add(report.msg_unflushed);
         for r in &report.records {
             self.reported += 1;
             let latency = r.last_signal_ns.saturating_sub(r.deadline_ns);
@@ -108,6 +114,8 @@ impl SwitchStats {
             switch_cost: Some(quantiles(&self.cost)),
             switches_reported: self.reported,
             switches_dropped: self.dropped,
+            msg_flushed: self.msg_flushed,
+            msg_unflushed: self.msg_unflushed,
             table_version: 0,
             quantum_ns: 0,
         }
@@ -158,6 +166,8 @@ mod tests {
             y: 0,
             records,
             dropped: 0,
+            msg_flushed: 0,
+            msg_unflushed: 0,
         }
     }
 

@@ -276,6 +276,14 @@ impl Switcher {
         self.rebuild(&mut inputs);
     }
 
+    /// Switch-outs of messaging-library ranks so far: (quiesced in time, not).
+    pub fn msg_switch_outs(&self) -> (u64, u64) {
+        (
+            self.shared.msg_flushed.load(Ordering::Relaxed),
+            self.shared.msg_unflushed.load(Ordering::Relaxed),
+        )
+    }
+
     /// The rank was reaped: stop managing it, and thaw its cgroup so that what is left
     /// in it can be killed. Returns the cgroup to remove once its group is killed.
     pub fn rank_ended(&self, key: RankKey) -> Option<Cleanup> {

@@ -31,6 +31,9 @@ pub struct Pending {
     records: VecDeque<SwitchRecord>,
     /// Lost since the last report the master accepted.
     pub dropped: u64,
+    /// Messaging-library switch-outs, quiesced and not, not yet reported.
+    pub msg_flushed: u64,
+    pub msg_unflushed: u64,
 }
 
 impl Pending {
@@ -56,7 +59,10 @@ impl Pending {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.dropped == 0
+        self.records.is_empty()
+            && self.dropped == 0
+            && self.msg_flushed == 0
+            && self.msg_unflushed == 0
     }
 
     /// The next message: up to `BATCH` records and the drop count.
@@ -66,6 +72,8 @@ impl Pending {
             y,
             records: self.records.iter().take(BATCH).cloned().collect(),
             dropped: self.dropped,
+            msg_flushed: self.msg_flushed,
+            msg_unflushed: self.msg_unflushed,
         }
     }
 
@@ -74,6 +82,8 @@ impl Pending {
         let n = batch.records.len().min(self.records.len());
         self.records.drain(..n);
         self.dropped -= batch.dropped.min(self.dropped);
+        self.msg_flushed -= batch.msg_flushed.min(self.msg_flushed);
+        self.msg_unflushed -= batch.msg_unflushed.min(self.msg_unflushed);
     }
 }
 
@@ -91,8 +101,13 @@ where
     let mut errors_seen = 0u64;
     let mut warned_at: Option<tokio::time::Instant> = None;
     let mut refused = false;
+    let mut msg_seen = (0u64, 0u64);
     loop {
         ticks.tick().await;
+        let msg = switcher.msg_switch_outs();
+        pending.msg_flushed += msg.0 - msg_seen.0;
+        pending.msg_unflushed += msg.1 - msg_seen.1;
+        msg_seen = msg;
         let (errors, errno) = switcher.errors();
         if errors > errors_seen && warned_at.is_none_or(|t| t.elapsed() >= ERROR_WARN_EVERY) {
             warn!(

@@ -205,5 +205,7 @@ pub fn stats() -> Stats {
         switches_dropped: 3,
         table_version: 9,
         quantum_ns: 50_000_000,
+        msg_flushed: 0,
+        msg_unflushed: 0,
     }
 }

@@ -273,6 +273,8 @@ pub struct StatsJson {
     pub switches_dropped: u64,
     pub table_version: u64,
     pub quantum_ns: i64,
+    pub msg_flushed: u64,
+    pub msg_unflushed: u64,
 }
 
 impl From<&Stats> for StatsJson {
@@ -286,6 +288,8 @@ impl From<&Stats> for StatsJson {
             switches_dropped: s.switches_dropped,
             table_version: s.table_version,
             quantum_ns: s.quantum_ns,
+            msg_flushed: s.msg_flushed,
+            msg_unflushed: s.msg_unflushed,
         }
     }
 }

@@ -304,6 +304,12 @@ impl View for StatsView<'_> {
             "switches: {} reported, {} dropped\n",
             s.switches_reported, s.switches_dropped
         ));
+        if s.msg_flushed + s.msg_unflushed > 0 {
+            out.push_str(&format!(
+                "messaging ranks switched out: {} flushed in time, {} not\n",
+                s.msg_flushed, s.msg_unflushed
+            ));
+        }
         out.push_str(&if s.table_version == 0 {
             format!(
                 "slice table: none in force; quantum {}\n",

@@ -449,14 +449,23 @@ fn switch_record() -> impl Strategy<Value = v1::SwitchRecord> {
 }
 
 fn switch_report() -> impl Strategy<Value = v1::SwitchReport> {
-    (coord(), coord(), vec(switch_record(), 0..6), edge_u64()).prop_map(
-        |(x, y, records, dropped)| v1::SwitchReport {
-            x,
-            y,
-            records,
-            dropped,
-        },
+    (
+        coord(),
+        coord(),
+        vec(switch_record(), 0..6),
+        edge_u64(),
+        (edge_u64(), edge_u64()),
     )
+        .prop_map(
+            |(x, y, records, dropped, (msg_flushed, msg_unflushed))| v1::SwitchReport {
+                x,
+                y,
+                records,
+                dropped,
+                msg_flushed,
+                msg_unflushed,
+            },
+        )
 }
 
 #[test]

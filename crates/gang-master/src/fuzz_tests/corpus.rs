@@ -461,6 +461,8 @@ fn agent_seeds() {
                     y: 2,
                     records: vec![record(1, 40_000, 5_000), record(2, 35_000, 4_000)],
                     dropped: 0,
+                    msg_flushed: 0,
+                    msg_unflushed: 0,
                 },
             ),
             (
@@ -470,6 +472,8 @@ fn agent_seeds() {
                     y: 0,
                     records: vec![],
                     dropped: 17,
+                    msg_flushed: 0,
+                    msg_unflushed: 0,
                 },
             ),
             (
@@ -479,6 +483,8 @@ fn agent_seeds() {
                     y: 3,
                     records: vec![record(5, -20_000, 1_000)],
                     dropped: 0,
+                    msg_flushed: 0,
+                    msg_unflushed: 0,
                 },
             ),
         ],

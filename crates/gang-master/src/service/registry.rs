@@ -100,6 +100,8 @@ impl AgentRegistry for Registry {
             .iter()
             .for_each(|&v| m.switch_skew_seconds.observe(s(v)));
         m.switches_dropped.inc_by(r.dropped);
+        m.msg_switch_outs_flushed.inc_by(r.msg_flushed);
+        m.msg_switch_outs_unflushed.inc_by(r.msg_unflushed);
         Ok(Response::new(v1::SwitchReportAck {}))
     }
 
