@@ -253,13 +253,23 @@ pub struct RankSpec<'a> {
     pub cgroup_procs: Option<std::os::fd::RawFd>,
 }
 
+/// The messaging library's tuning knobs a job may set itself (how long a receive spins,
+/// the quiesce lead, the transport, switching the flush off for a comparison); every
+/// other GANG_* variable is the agent's to set.
+pub const USER_MSG_ENV: [&str; 4] = [
+    "GANG_MSG_SPIN_US",
+    "GANG_MSG_LEAD_US",
+    "GANG_MSG_TRANSPORT",
+    "GANG_MSG_FLUSH",
+];
+
 /// The environment of a rank: `spec.env` plus the GANG_* variables (which win over
-/// same-named entries).
+/// same-named entries; of the job's own, only `USER_MSG_ENV` is kept).
 pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .env
         .iter()
-        .filter(|(k, _)| !k.starts_with("GANG_"))
+        .filter(|(k, _)| !k.starts_with("GANG_") || USER_MSG_ENV.contains(&k.as_str()))
         .cloned()
         .collect();
     env.extend([
@@ -499,6 +509,43 @@ pub async fn feed_stdin(mut pipe: ChildStdin, mut rx: mpsc::Receiver<StdinMsg>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_sets_the_messaging_knobs_but_never_the_agents_variables() {
+        let env: Vec<(String, String)> = [
+            ("GANG_RANK", "7"),
+            ("GANG_MSG_DIR", "/elsewhere"),
+            ("GANG_MSG_FLUSH", "off"),
+            ("GANG_MSG_SPIN_US", "50"),
+            ("HOME", "/home/u"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let gang_env = vec![(
+            "GANG_MSG_DIR".to_string(),
+            "/run/gang/msg/0-0/1.0".to_string(),
+        )];
+        let spec = RankSpec {
+            key: RankKey { job_id: 1, rank: 0 },
+            size: 2,
+            node: Coord { x: 0, y: 0 },
+            program: Path::new("/bin/true"),
+            argv: &[],
+            cwd: Path::new("/"),
+            env: &env,
+            gang_env: &gang_env,
+            run_as: RunAs::Agent,
+            stdin: false,
+            cgroup_procs: None,
+        };
+        let got: std::collections::BTreeMap<_, _> = rank_env(&spec).into_iter().collect();
+        assert_eq!(got["GANG_RANK"], "0");
+        assert_eq!(got["GANG_MSG_DIR"], "/run/gang/msg/0-0/1.0");
+        assert_eq!(got["GANG_MSG_FLUSH"], "off");
+        assert_eq!(got["GANG_MSG_SPIN_US"], "50");
+        assert_eq!(got["HOME"], "/home/u");
+    }
 
     #[test]
     fn run_as_rules() {

@@ -92,8 +92,20 @@ pub fn options(extra_master: &[&str]) -> LocalClusterOptions {
 
 /// Run `prun ARGS` against `c`, with `stdin` fed to it.
 pub fn prun(c: &LocalCluster, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    prun_env(c, args, stdin, &[])
+}
+
+/// [`prun`] with more environment (which prun hands to the job).
+pub fn prun_env(
+    c: &LocalCluster,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(bin_dir().join("prun"));
-    cmd.args(args).env("GANG_MASTER", c.master_addr());
+    cmd.args(args)
+        .env("GANG_MASTER", c.master_addr())
+        .envs(env.iter().copied());
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()

@@ -6,7 +6,9 @@
 use std::process::Output;
 use std::time::Duration;
 
-use gang_e2e::{cluster, example, gangctl, gangctl_json, http_get, prun, submit, wait_for};
+use gang_e2e::{
+    cluster, example, gangctl, gangctl_json, http_get, prun, prun_env, submit, wait_for,
+};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -101,6 +103,43 @@ fn ring_and_halo_sharing_the_mesh_lose_nothing_over_ten_thousand_switches() {
     );
     assert!(switches >= 10_000, "only {switches} switches");
     assert!(flushed > 0, "no rank ever quiesced before its boundary");
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn ranks_that_never_quiesce_are_stopped_on_time_and_delay_nobody() {
+    // One ring ignores the boundaries (its library's flush is off): the agents stop it
+    // anyway, count it unflushed, and switch the other on time.
+    let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", "5"]);
+    let (good, deaf) = std::thread::scope(|s| {
+        let good = s.spawn(|| {
+            prun(
+                &c,
+                &["-n", "2x2", "--", &ex("ring"), "--seconds", "4"],
+                None,
+            )
+        });
+        let deaf = s.spawn(|| {
+            prun_env(
+                &c,
+                &["-n", "2x2", "--", &ex("ring"), "--seconds", "4"],
+                None,
+                &[("GANG_MSG_FLUSH", "off")],
+            )
+        });
+        (good.join().unwrap(), deaf.join().unwrap())
+    });
+    ok(&good, "ring");
+    ok(&deaf, "ring without flush");
+    let stats = gangctl_json(&c, &["stats"]).unwrap();
+    let switches = stats["switches_reported"].as_u64().unwrap();
+    let unflushed = stats["msg_unflushed"].as_u64().unwrap();
+    let p99_ms = stats["switch_latency"]["p99_ns"].as_i64().unwrap() as f64 / 1e6;
+    eprintln!("switches {switches}, unflushed {unflushed}, switch latency p99 {p99_ms:.3} ms");
+    // Every switch-out of the deaf job is unflushed: about half of all switch-outs.
+    assert!(unflushed * 4 >= switches, "{stats}");
+    // The switch never waits for a rank: its latency stays far below a slot.
+    assert!(p99_ms < 2.5, "switch latency p99 {p99_ms} ms");
     c.shutdown().unwrap();
 }
 
