@@ -260,12 +260,14 @@ impl Job {
         if self.poll_exit() {
             return None;
         }
+        // Early ranks are stopped before the boundary is even published.
+        for &r in early {
+            self.signal(r, Signal::SIGSTOP);
+        }
+        self.wait_stopped(early, Duration::from_secs(5));
         let b = self.master_now_ns() + ahead.as_nanos() as u64;
         for t in &self.tables {
             t.write_switch_out(b);
-        }
-        for &r in early {
-            self.signal(r, Signal::SIGSTOP);
         }
         self.sleep_until(b);
         let late = self.master_now_ns().saturating_sub(b);
@@ -276,7 +278,8 @@ impl Job {
         // SIGSTOP is asynchronous: wait until each live rank is really stopped
         // (state T in /proc) before reading, as an agent reading at the
         // boundary would see a stopped process.
-        self.wait_stopped(Duration::from_secs(5));
+        let all: Vec<usize> = (0..self.size()).collect();
+        self.wait_stopped(&all, Duration::from_secs(5));
         let stopped_late = self.master_now_ns().saturating_sub(b);
         let rec = SwitchRecord { boundary: b, states: self.snapshots(), stop_late_ns: late, stopped_late_ns: stopped_late };
         std::thread::sleep(stopped);
@@ -302,9 +305,9 @@ impl Job {
         }
     }
 
-    fn wait_stopped(&self, limit: Duration) {
+    fn wait_stopped(&self, ranks: &[usize], limit: Duration) {
         let deadline = Instant::now() + limit;
-        for r in 0..self.size() {
+        for &r in ranks {
             if self.children[r].is_none() {
                 continue;
             }
