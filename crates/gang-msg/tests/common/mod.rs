@@ -377,7 +377,7 @@ fn serve_ctl(listener: UnixListener, n: usize, fence: Arc<Mutex<Fence>>) {
             let fence = fence.clone();
             std::thread::spawn(move || {
                 // The agent checks who connected (SO_PEERCRED): here, that it is a process at all.
-                let mut reply_to = conn.try_clone().unwrap();
+                let reply_to = conn.try_clone().unwrap();
                 while let Ok(Some(req)) = read_frame::<CtlRequest>(&mut conn) {
                     let mut f = fence.lock().unwrap();
                     match req {
