@@ -53,7 +53,9 @@ fn rank_main() {
                     }
                 }
                 let data = vec![r as u8; CHUNK];
-                let sends: Vec<_> = (0..chunks).map(|_| comm.isend(right, 1, &data).unwrap()).collect();
+                let sends: Vec<_> = (0..chunks)
+                    .map(|_| comm.isend(right, 1, &data).unwrap())
+                    .collect();
                 for _ in 0..chunks {
                     comm.recv(Some(left), Some(1)).unwrap();
                 }
@@ -65,7 +67,7 @@ fn rank_main() {
             for i in 0u64.. {
                 // Stop together: a rank that stopped alone would leave its
                 // left neighbour waiting for a message.
-                if i % 16 == 0 {
+                if i.is_multiple_of(16) {
                     let mut f = [stop.exists() as i64];
                     comm.allreduce_i64(&mut f, gang_msg::Op::Max).unwrap();
                     if f[0] == 1 {
@@ -97,7 +99,11 @@ fn rank_main() {
             }
             if r == 0 {
                 let (m, p) = percentiles(&rtt);
-                println!("{{\"median_us\":{:.2},\"p99_us\":{:.2}}}", m as f64 / 1000.0, p as f64 / 1000.0);
+                println!(
+                    "{{\"median_us\":{:.2},\"p99_us\":{:.2}}}",
+                    m as f64 / 1000.0,
+                    p as f64 / 1000.0
+                );
             }
         }
         m => panic!("unknown BENCH_MODE {m}"),
@@ -129,21 +135,36 @@ fn stats(v: &[u64]) -> serde_json::Value {
 
 fn switch_cost(context: &str, volume: usize, switches: usize) -> serde_json::Value {
     let (stop, stop_s) = stop_file();
-    let mut job = Job::start(spec("burst", &stop_s).env("GANG_MSG_CONTEXT", context).env("BENCH_VOLUME", volume.to_string()));
-    job.wait_states(Duration::from_secs(30), "ranks initialised", |s| s.iter().all(|s| s.ready));
+    let mut job = Job::start(
+        spec("burst", &stop_s)
+            .env("GANG_MSG_CONTEXT", context)
+            .env("BENCH_VOLUME", volume.to_string()),
+    );
+    job.wait_states(Duration::from_secs(30), "ranks initialised", |s| {
+        s.iter().all(|s| s.ready)
+    });
     let ahead = Duration::from_micros(LEAD_US + 3000);
-    job.drive_switches(switches, ahead, Duration::from_millis(3), Duration::from_millis(4));
+    job.drive_switches(
+        switches,
+        ahead,
+        Duration::from_millis(3),
+        Duration::from_millis(4),
+    );
     // One more round so the last boundary's restore is on the pages.
     std::thread::sleep(Duration::from_millis(20));
     let last = job.snapshots();
     std::fs::write(&stop, b"").unwrap();
     job.expect_success(Duration::from_secs(60));
     let recs = &job.switches;
-    let (mut flush, mut save, mut restore, mut total, mut inflight) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut flush, mut save, mut restore, mut total, mut inflight) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let mut unflushed = 0;
     for (k, rec) in recs.iter().enumerate().skip(2) {
         for (r, s) in rec.states.iter().enumerate() {
-            if s.quiesced_for_ns != rec.boundary || s.timings_for_ns != rec.boundary || rec.stop_too_late() {
+            if s.quiesced_for_ns != rec.boundary
+                || s.timings_for_ns != rec.boundary
+                || rec.stop_too_late()
+            {
                 unflushed += 1;
                 continue;
             }
@@ -166,11 +187,22 @@ fn switch_cost(context: &str, volume: usize, switches: usize) -> serde_json::Val
 fn inflight(flush: &str, switches: usize) -> serde_json::Value {
     let (stop, stop_s) = stop_file();
     let mut job = Job::start(spec("stream", &stop_s).env("GANG_MSG_FLUSH", flush));
-    job.wait_states(Duration::from_secs(30), "ranks streaming", |s| s.iter().all(|s| s.ready && s.posted_sends > 10));
-    job.drive_switches(switches, Duration::from_micros(LEAD_US + 3000), Duration::from_millis(3), Duration::from_millis(4));
+    job.wait_states(Duration::from_secs(30), "ranks streaming", |s| {
+        s.iter().all(|s| s.ready && s.posted_sends > 10)
+    });
+    job.drive_switches(
+        switches,
+        Duration::from_micros(LEAD_US + 3000),
+        Duration::from_millis(3),
+        Duration::from_millis(4),
+    );
     std::fs::write(&stop, b"").unwrap();
     job.expect_success(Duration::from_secs(60));
-    let wire: Vec<u64> = job.switches.iter().map(|r| r.bytes_in_flight().max(0) as u64).collect();
+    let wire: Vec<u64> = job
+        .switches
+        .iter()
+        .map(|r| r.bytes_in_flight().max(0) as u64)
+        .collect();
     let unacked: Vec<u64> = job.switches.iter().map(|r| r.unacked_bytes()).collect();
     let quiesced = job.switches.iter().filter(|r| r.all_quiesced()).count();
     let (wm, wp) = percentiles(&wire);
@@ -193,7 +225,8 @@ fn pingpong(spin: u64) -> serde_json::Value {
     let mut job = Job::start(s);
     job.expect_success(Duration::from_secs(120));
     let line = std::fs::read_to_string(log.path()).unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or(serde_json::Value::Null);
+    let mut v: serde_json::Value =
+        serde_json::from_str(line.trim()).unwrap_or(serde_json::Value::Null);
     v["spin_us"] = spin.into();
     v
 }
@@ -211,7 +244,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes harness=false benches with --list
     }
-    let switches: usize = std::env::var("SWITCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(120);
+    let switches: usize = std::env::var("SWITCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
     let mut cost = Vec::new();
     for context in ["resident", "save-restore"] {
         for volume in [0, 64 << 10, 1 << 20] {
