@@ -18,10 +18,13 @@ fn main() {
     let mut i = 0u64;
     while !stop.done(&comm, i) {
         for d in (0..n).filter(|&d| d != r) {
-            comm.send(d, 2, &make(r, d, i, size_for(i + d as u64, max))).unwrap_or_else(|e| die(&e.to_string()));
+            comm.send(d, 2, &make(r, d, i, size_for(i + d as u64, max)))
+                .unwrap_or_else(|e| die(&e.to_string()));
         }
         for _ in 1..n {
-            let (src, _, m) = comm.recv(None, Some(2)).unwrap_or_else(|e| die(&e.to_string()));
+            let (src, _, m) = comm
+                .recv(None, Some(2))
+                .unwrap_or_else(|e| die(&e.to_string()));
             // Any source: a fast sender may already be one iteration ahead,
             // so only the order per sender is fixed, and that is checked.
             verify(&m, src, r, next[src]).unwrap_or_else(|e| die(&e));
@@ -35,5 +38,6 @@ fn main() {
     if r == 0 {
         println!("{{\"example\":\"alltoall\",\"ranks\":{n},\"iterations\":{i}}}");
     }
-    comm.finalize().unwrap_or_else(|e| die(&format!("finalize: {e}")));
+    comm.finalize()
+        .unwrap_or_else(|e| die(&format!("finalize: {e}")));
 }

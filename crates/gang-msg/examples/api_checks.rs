@@ -27,13 +27,23 @@ fn any(c: &Comm) {
             c.send(0, tag, b).unwrap();
         }
         for i in 0..5u64 {
-            c.send(0, 3 + r as i32, &make(r, 0, i, 40 + i as usize)).unwrap();
+            c.send(0, 3 + r as i32, &make(r, 0, i, 40 + i as usize))
+                .unwrap();
         }
     } else {
         for s in 1..n {
-            check(c.recv(Some(s), Some(2)).unwrap() == (s, 2, b"b".to_vec()), "tag filter");
-            check(c.recv(Some(s), Some(1)).unwrap() == (s, 1, b"a".to_vec()), "order within a tag");
-            check(c.recv(Some(s), None).unwrap() == (s, 1, b"c".to_vec()), "any tag from a source");
+            check(
+                c.recv(Some(s), Some(2)).unwrap() == (s, 2, b"b".to_vec()),
+                "tag filter",
+            );
+            check(
+                c.recv(Some(s), Some(1)).unwrap() == (s, 1, b"a".to_vec()),
+                "order within a tag",
+            );
+            check(
+                c.recv(Some(s), None).unwrap() == (s, 1, b"c".to_vec()),
+                "any tag from a source",
+            );
         }
         let mut next = vec![0u64; n];
         for _ in 0..5 * (n - 1) {
@@ -52,14 +62,29 @@ fn any(c: &Comm) {
 fn nonblocking(c: &Comm) {
     let (r, n) = (c.rank(), c.size());
     // Two receives per peer with the same filter, posted before anything is sent.
-    let mut reqs: Vec<_> = (0..n).filter(|&s| s != r).flat_map(|s| [(s, 0u64, c.irecv(Some(s), Some(9)).unwrap()), (s, 1, c.irecv(Some(s), Some(9)).unwrap())]).collect();
+    let mut reqs: Vec<_> = (0..n)
+        .filter(|&s| s != r)
+        .flat_map(|s| {
+            [
+                (s, 0u64, c.irecv(Some(s), Some(9)).unwrap()),
+                (s, 1, c.irecv(Some(s), Some(9)).unwrap()),
+            ]
+        })
+        .collect();
     c.barrier().unwrap();
-    let sends: Vec<_> = (0..n).filter(|&d| d != r).flat_map(|d| (0..2u64).map(move |i| (d, i))).map(|(d, i)| c.isend(d, 9, &make(r, d, i, 5000)).unwrap()).collect();
+    let sends: Vec<_> = (0..n)
+        .filter(|&d| d != r)
+        .flat_map(|d| (0..2u64).map(move |i| (d, i)))
+        .map(|(d, i)| c.isend(d, 9, &make(r, d, i, 5000)).unwrap())
+        .collect();
     // Poll with test until every receive completed, then wait on the sends.
     let mut left = reqs.len();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while left > 0 {
-        check(std::time::Instant::now() < deadline, "irecv never completed");
+        check(
+            std::time::Instant::now() < deadline,
+            "irecv never completed",
+        );
         for (s, i, req) in reqs.iter_mut() {
             if let Some((src, tag, m)) = req.test() {
                 check(src == *s && tag == 9, "irecv source/tag");
@@ -86,14 +111,28 @@ fn collectives(c: &Comm) {
         c.barrier().unwrap();
     }
     for root in 0..n {
-        let mut buf = if r == root { format!("from {root}").into_bytes().repeat(root + 1) } else { Vec::new() };
+        let mut buf = if r == root {
+            format!("from {root}").into_bytes().repeat(root + 1)
+        } else {
+            Vec::new()
+        };
         c.broadcast(root, &mut buf).unwrap();
-        check(buf == format!("from {root}").into_bytes().repeat(root + 1), "broadcast");
+        check(
+            buf == format!("from {root}").into_bytes().repeat(root + 1),
+            "broadcast",
+        );
     }
     let nn = n as i64;
     let mut v = [r as i64 + 1, -(r as i64), 10 * r as i64];
     c.allreduce_i64(&mut v, Op::Sum).unwrap();
-    check(v == [nn * (nn + 1) / 2, -(nn * (nn - 1) / 2), 10 * nn * (nn - 1) / 2], "i64 sum");
+    check(
+        v == [
+            nn * (nn + 1) / 2,
+            -(nn * (nn - 1) / 2),
+            10 * nn * (nn - 1) / 2,
+        ],
+        "i64 sum",
+    );
     let mut v = [r as i64 + 5, 3 - r as i64];
     c.allreduce_i64(&mut v, Op::Min).unwrap();
     check(v == [5, 3 - (nn - 1)], "i64 min");
@@ -115,9 +154,15 @@ fn collectives(c: &Comm) {
     let req = c.irecv(None, None).unwrap();
     c.barrier().unwrap();
     let mut req = req;
-    check(req.test().is_none(), "collective traffic leaked into an any-tag receive");
+    check(
+        req.test().is_none(),
+        "collective traffic leaked into an any-tag receive",
+    );
     c.send(r, 0, b"self").unwrap();
-    check(req.wait().unwrap() == (r, 0, b"self".to_vec()), "send to self");
+    check(
+        req.wait().unwrap() == (r, 0, b"self".to_vec()),
+        "send to self",
+    );
 }
 
 fn sleep(c: &Comm, ms: u64) {
@@ -127,7 +172,10 @@ fn sleep(c: &Comm, ms: u64) {
             c.send(d, 4, b"woke").unwrap();
         }
     } else {
-        check(c.recv(Some(0), Some(4)).unwrap().2 == b"woke", "wake message");
+        check(
+            c.recv(Some(0), Some(4)).unwrap().2 == b"woke",
+            "wake message",
+        );
     }
 }
 
@@ -145,5 +193,6 @@ fn main() {
     if comm.rank() == 0 {
         println!("{{\"example\":\"api_checks\",\"mode\":\"{mode}\",\"ok\":true}}");
     }
-    comm.finalize().unwrap_or_else(|e| die(&format!("finalize: {e}")));
+    comm.finalize()
+        .unwrap_or_else(|e| die(&format!("finalize: {e}")));
 }

@@ -12,11 +12,15 @@ fn main() {
     let (r, n) = (comm.rank(), comm.size());
     let (right, left) = ((r + 1) % n, (r + n - 1) % n);
     for i in 0..10u8 {
-        comm.send(right, 1, &[i]).unwrap_or_else(|e| die(&e.to_string()));
-        comm.recv(Some(left), Some(1)).unwrap_or_else(|e| die(&e.to_string()));
+        comm.send(right, 1, &[i])
+            .unwrap_or_else(|e| die(&e.to_string()));
+        comm.recv(Some(left), Some(1))
+            .unwrap_or_else(|e| die(&e.to_string()));
     }
     eprintln!("rank {r}: receiving from {right} before sending: deadlock");
     let _ = comm.recv(Some(right), Some(2));
-    comm.send(left, 2, b"never").unwrap_or_else(|e| die(&e.to_string()));
-    comm.finalize().unwrap_or_else(|e| die(&format!("finalize: {e}")));
+    comm.send(left, 2, b"never")
+        .unwrap_or_else(|e| die(&e.to_string()));
+    comm.finalize()
+        .unwrap_or_else(|e| die(&format!("finalize: {e}")));
 }

@@ -29,7 +29,11 @@ struct Tile {
 
 impl Tile {
     fn new(w: usize, h: usize, gx0: i64, gy0: i64, gw: i64, gh: i64) -> Tile {
-        let mut t = Tile { w, h, u: vec![0.0; (w + 2) * (h + 2)] };
+        let mut t = Tile {
+            w,
+            h,
+            u: vec![0.0; (w + 2) * (h + 2)],
+        };
         for y in 0..h + 2 {
             for x in 0..w + 2 {
                 let (gx, gy) = (gx0 + x as i64 - 1, gy0 + y as i64 - 1);
@@ -53,7 +57,11 @@ impl Tile {
         let mut next = self.u.clone();
         for y in 1..=self.h {
             for x in 1..=self.w {
-                next[y * (self.w + 2) + x] = 0.25 * (self.at(x - 1, y) + self.at(x + 1, y) + self.at(x, y - 1) + self.at(x, y + 1));
+                next[y * (self.w + 2) + x] = 0.25
+                    * (self.at(x - 1, y)
+                        + self.at(x + 1, y)
+                        + self.at(x, y - 1)
+                        + self.at(x, y + 1));
             }
         }
         self.u = next;
@@ -77,9 +85,15 @@ fn encode(iter: u64, v: &[f64]) -> Vec<u8> {
 fn decode(b: &[u8], iter: u64, n: usize) -> Vec<f64> {
     let got = u64::from_le_bytes(b[..8].try_into().unwrap());
     if got != iter || b.len() != 8 + 8 * n {
-        die(&format!("halo of iteration {got} ({} bytes) in iteration {iter}", b.len()));
+        die(&format!(
+            "halo of iteration {got} ({} bytes) in iteration {iter}",
+            b.len()
+        ));
     }
-    b[8..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+    b[8..]
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn exchange(comm: &Comm, t: &mut Tile, iter: u64) {
@@ -99,7 +113,9 @@ fn exchange(comm: &Comm, t: &mut Tile, iter: u64) {
         e(comm.send(w, TAG_W, &encode(iter, &t.col(1))));
     }
     let get = |src: usize, tag: i32, n: usize| {
-        let (_, _, b) = comm.recv(Some(src), Some(tag)).unwrap_or_else(|e| die(&e.to_string()));
+        let (_, _, b) = comm
+            .recv(Some(src), Some(tag))
+            .unwrap_or_else(|e| die(&e.to_string()));
         decode(&b, iter, n)
     };
     if let Some(n) = nb.north {
@@ -128,7 +144,10 @@ fn main() {
     let part = comm.part();
     let (pw, ph) = (part.w as usize, part.h as usize);
     if comm.size() != pw * ph {
-        die(&format!("halo needs a full rectangle: {} ranks on {pw}x{ph}", comm.size()));
+        die(&format!(
+            "halo needs a full rectangle: {} ranks on {pw}x{ph}",
+            comm.size()
+        ));
     }
     let b: usize = a.get("block", 8);
     let stop = Stop::from_args(&a);
@@ -151,18 +170,31 @@ fn main() {
         for x in 1..=b {
             let (want, got) = (whole.at(px * b + x, py * b + y), tile.at(x, y));
             if want.to_bits() != got.to_bits() {
-                die(&format!("cell ({x},{y}) after {iters} iterations: {got} != serial {want}"));
+                die(&format!(
+                    "cell ({x},{y}) after {iters} iterations: {got} != serial {want}"
+                ));
             }
         }
     }
-    let mut sum = [(1..=b).flat_map(|y| (1..=b).map(move |x| (x, y))).map(|(x, y)| tile.at(x, y)).sum::<f64>()];
-    comm.allreduce_f64(&mut sum, Op::Sum).unwrap_or_else(|e| die(&e.to_string()));
-    let serial: f64 = (1..=gh as usize).flat_map(|y| (1..=gw as usize).map(move |x| (x, y))).map(|(x, y)| whole.at(x, y)).sum();
+    let mut sum = [(1..=b)
+        .flat_map(|y| (1..=b).map(move |x| (x, y)))
+        .map(|(x, y)| tile.at(x, y))
+        .sum::<f64>()];
+    comm.allreduce_f64(&mut sum, Op::Sum)
+        .unwrap_or_else(|e| die(&e.to_string()));
+    let serial: f64 = (1..=gh as usize)
+        .flat_map(|y| (1..=gw as usize).map(move |x| (x, y)))
+        .map(|(x, y)| whole.at(x, y))
+        .sum();
     if ((sum[0] - serial) / serial.abs().max(1.0)).abs() > 1e-9 {
         die(&format!("global sum {} != serial {serial}", sum[0]));
     }
     if comm.rank() == 0 {
-        println!("{{\"example\":\"halo\",\"grid\":\"{gw}x{gh}\",\"ranks\":\"{pw}x{ph}\",\"iterations\":{iters},\"sum\":{}}}", sum[0]);
+        println!(
+            "{{\"example\":\"halo\",\"grid\":\"{gw}x{gh}\",\"ranks\":\"{pw}x{ph}\",\"iterations\":{iters},\"sum\":{}}}",
+            sum[0]
+        );
     }
-    comm.finalize().unwrap_or_else(|e| die(&format!("finalize: {e}")));
+    comm.finalize()
+        .unwrap_or_else(|e| die(&format!("finalize: {e}")));
 }

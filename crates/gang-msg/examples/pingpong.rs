@@ -16,7 +16,11 @@ fn main() {
     }
     let spin: u64 = a.get("spin-us", comm.spin_us());
     comm.set_spin_us(spin);
-    let (iters, warmup, size): (usize, usize, usize) = (a.get("iters", 10000), a.get("warmup", 1000), a.get("size", 8));
+    let (iters, warmup, size): (usize, usize, usize) = (
+        a.get("iters", 10000),
+        a.get("warmup", 1000),
+        a.get("size", 8),
+    );
     let msg = vec![7u8; size];
     let e = |r: gang_msg::Result<()>| r.unwrap_or_else(|e| die(&e.to_string()));
     let mut rtt = Vec::with_capacity(iters);
@@ -25,7 +29,9 @@ fn main() {
             for i in 0..warmup + iters {
                 let t = Instant::now();
                 e(comm.send(1, 0, &msg));
-                let (_, _, m) = comm.recv(Some(1), Some(0)).unwrap_or_else(|e| die(&e.to_string()));
+                let (_, _, m) = comm
+                    .recv(Some(1), Some(0))
+                    .unwrap_or_else(|e| die(&e.to_string()));
                 if m.len() != size {
                     die("short pong");
                 }
@@ -36,7 +42,9 @@ fn main() {
         }
         1 => {
             for _ in 0..warmup + iters {
-                let (_, _, m) = comm.recv(Some(0), Some(0)).unwrap_or_else(|e| die(&e.to_string()));
+                let (_, _, m) = comm
+                    .recv(Some(0), Some(0))
+                    .unwrap_or_else(|e| die(&e.to_string()));
                 e(comm.send(0, 0, &m));
             }
         }
@@ -51,5 +59,6 @@ fn main() {
             half(0.99)
         );
     }
-    comm.finalize().unwrap_or_else(|e| die(&format!("finalize: {e}")));
+    comm.finalize()
+        .unwrap_or_else(|e| die(&format!("finalize: {e}")));
 }

@@ -18,8 +18,11 @@ fn main() {
     let mut bytes = 0usize;
     while !stop.done(&comm, i) {
         let len = size_for(i + r as u64, max);
-        comm.send(right, 1, &make(r, right, i, len)).unwrap_or_else(|e| die(&e.to_string()));
-        let (src, tag, m) = comm.recv(Some(left), Some(1)).unwrap_or_else(|e| die(&e.to_string()));
+        comm.send(right, 1, &make(r, right, i, len))
+            .unwrap_or_else(|e| die(&e.to_string()));
+        let (src, tag, m) = comm
+            .recv(Some(left), Some(1))
+            .unwrap_or_else(|e| die(&e.to_string()));
         if src != left || tag != 1 {
             die(&format!("got ({src}, {tag}) for ({left}, 1)"));
         }
@@ -28,7 +31,10 @@ fn main() {
         i += 1;
     }
     if r == 0 {
-        println!("{{\"example\":\"ring\",\"ranks\":{n},\"iterations\":{i},\"bytes_received_rank0\":{bytes}}}");
+        println!(
+            "{{\"example\":\"ring\",\"ranks\":{n},\"iterations\":{i},\"bytes_received_rank0\":{bytes}}}"
+        );
     }
-    comm.finalize().unwrap_or_else(|e| die(&format!("finalize: {e}")));
+    comm.finalize()
+        .unwrap_or_else(|e| die(&format!("finalize: {e}")));
 }

@@ -82,7 +82,10 @@ impl Comm {
     pub fn broadcast(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
         let n = self.size();
         if root >= n {
-            return Err(Error::BadRank { rank: root, size: n });
+            return Err(Error::BadRank {
+                rank: root,
+                size: n,
+            });
         }
         let vr = (self.rank() + n - root) % n;
         let mut mask = 1;
@@ -125,7 +128,12 @@ impl Comm {
             if r + mask < n {
                 let (_, _, data) = self.recv_raw(Some(r + mask), Some(TAG_REDUCE))?;
                 if data.len() != vals.len() * T::SIZE {
-                    return Err(Error::Collective(format!("rank {} reduced {} bytes, this rank {} elements", r + mask, data.len(), vals.len())));
+                    return Err(Error::Collective(format!(
+                        "rank {} reduced {} bytes, this rank {} elements",
+                        r + mask,
+                        data.len(),
+                        vals.len()
+                    )));
                 }
                 for (v, c) in vals.iter_mut().zip(data.chunks_exact(T::SIZE)) {
                     *v = v.combine(T::get(c), op);
@@ -136,7 +144,11 @@ impl Comm {
         let mut buf = if r == 0 { encode(vals) } else { Vec::new() };
         self.broadcast(0, &mut buf)?;
         if buf.len() != vals.len() * T::SIZE {
-            return Err(Error::Collective(format!("allreduce result of {} bytes for {} elements", buf.len(), vals.len())));
+            return Err(Error::Collective(format!(
+                "allreduce result of {} bytes for {} elements",
+                buf.len(),
+                vals.len()
+            )));
         }
         for (v, c) in vals.iter_mut().zip(buf.chunks_exact(T::SIZE)) {
             *v = T::get(c);

@@ -37,7 +37,12 @@ pub fn init() -> Result<Comm> {
 impl Comm {
     pub fn from_config(cfg: Config) -> Result<Comm> {
         let started = bootstrap::start(&cfg)?;
-        Ok(Comm { sh: started.shared, cfg, progress: Some(started.progress), ctl: Mutex::new(started.ctl) })
+        Ok(Comm {
+            sh: started.shared,
+            cfg,
+            progress: Some(started.progress),
+            ctl: Mutex::new(started.ctl),
+        })
     }
 
     pub fn rank(&self) -> usize {
@@ -88,7 +93,10 @@ impl Comm {
 
     fn check_dest(&self, dest: usize, len: usize) -> Result<()> {
         if dest >= self.cfg.size {
-            return Err(Error::BadRank { rank: dest, size: self.cfg.size });
+            return Err(Error::BadRank {
+                rank: dest,
+                size: self.cfg.size,
+            });
         }
         if len > MAX_PAYLOAD {
             return Err(Error::TooLarge(len));
@@ -97,7 +105,11 @@ impl Comm {
     }
 
     fn check_tag(tag: i32) -> Result<()> {
-        if tag < 0 { Err(Error::BadTag(tag)) } else { Ok(()) }
+        if tag < 0 {
+            Err(Error::BadTag(tag))
+        } else {
+            Ok(())
+        }
     }
 
     /// Send `data` to `dest` with `tag` (>= 0). Eager: the data is copied and
@@ -113,10 +125,19 @@ impl Comm {
         Self::check_tag(tag)?;
         let done = Arc::new(SendDone::default());
         self.send_raw(dest, tag, data.to_vec(), Some(done.clone()))?;
-        Ok(SendRequest { done, sh: self.sh.clone() })
+        Ok(SendRequest {
+            done,
+            sh: self.sh.clone(),
+        })
     }
 
-    pub(crate) fn send_raw(&self, dest: usize, tag: i32, data: Vec<u8>, done: Option<Arc<SendDone>>) -> Result<()> {
+    pub(crate) fn send_raw(
+        &self,
+        dest: usize,
+        tag: i32,
+        data: Vec<u8>,
+        done: Option<Arc<SendDone>>,
+    ) -> Result<()> {
         self.check_dest(dest, data.len())?;
         self.sh.post_send(dest, tag, data, done);
         Ok(())
@@ -146,11 +167,18 @@ impl Comm {
 
     fn irecv_raw(&self, src: Option<usize>, tag: Option<i32>) -> Result<RecvRequest> {
         if let Some(s) = src.filter(|&s| s >= self.cfg.size) {
-            return Err(Error::BadRank { rank: s, size: self.cfg.size });
+            return Err(Error::BadRank {
+                rank: s,
+                size: self.cfg.size,
+            });
         }
         let slot = RecvSlot::new(src, tag);
         self.sh.mailbox.lock().unwrap().post(&slot);
-        Ok(RecvRequest { slot, sh: self.sh.clone(), taken: false })
+        Ok(RecvRequest {
+            slot,
+            sh: self.sh.clone(),
+            taken: false,
+        })
     }
 
     /// Tell the agent the job failed, and exit with `code`.
@@ -231,25 +259,34 @@ impl RecvRequest {
     }
 
     fn take(&self) -> Option<Received> {
-        self.slot.msg.lock().unwrap().take().map(|Msg { src, tag, data }| (src, tag, data))
+        self.slot
+            .msg
+            .lock()
+            .unwrap()
+            .take()
+            .map(|Msg { src, tag, data }| (src, tag, data))
     }
 
     /// Block until the message arrives: spin for the configured time, then
     /// sleep. While waiting, the rank shows as blocked in its state page.
     pub fn wait(mut self) -> Result<Received> {
         if self.taken {
-            return Err(Error::Transport("receive request already completed by test".into()));
+            return Err(Error::Transport(
+                "receive request already completed by test".into(),
+            ));
         }
         self.taken = true;
         if !self.slot.done.load(Acquire) {
             self.block()?;
         }
-        self.take().ok_or_else(|| Error::Transport("receive slot completed without a message".into()))
+        self.take()
+            .ok_or_else(|| Error::Transport("receive slot completed without a message".into()))
     }
 
     fn block(&self) -> Result<()> {
         let st = self.sh.state.layout();
-        st.wait_src.store(self.slot.src.map_or(-1, |s| s as i32), SeqCst);
+        st.wait_src
+            .store(self.slot.src.map_or(-1, |s| s as i32), SeqCst);
         st.wait_tag.store(self.slot.tag.unwrap_or(-1), SeqCst);
         st.blocked_since_ns.store(blocked_stamp(), SeqCst);
         self.slot.waiting.store(true, SeqCst);

@@ -51,8 +51,14 @@ fn var(name: &'static str) -> Option<String> {
 
 fn parse<T: std::str::FromStr>(name: &'static str, default: Option<T>) -> Result<T, Error> {
     match var(name) {
-        Some(v) => v.trim().parse().map_err(|_| Error::Env { var: name, reason: format!("cannot parse {v:?}") }),
-        None => default.ok_or(Error::Env { var: name, reason: "not set".into() }),
+        Some(v) => v.trim().parse().map_err(|_| Error::Env {
+            var: name,
+            reason: format!("cannot parse {v:?}"),
+        }),
+        None => default.ok_or(Error::Env {
+            var: name,
+            reason: "not set".into(),
+        }),
     }
 }
 
@@ -64,35 +70,67 @@ impl Config {
         let size: usize = parse(env::SIZE, Some(1))?;
         let rank: usize = parse(env::RANK, standalone.then_some(0))?;
         if size == 0 || rank >= size {
-            return Err(Error::Env { var: env::RANK, reason: format!("rank {rank} is not below size {size}") });
+            return Err(Error::Env {
+                var: env::RANK,
+                reason: format!("rank {rank} is not below size {size}"),
+            });
         }
         let part = match var(env::PART) {
-            Some(p) => Part::parse(&p).ok_or(Error::Env { var: env::PART, reason: format!("{p:?} is not x0,y0,w,h") })?,
+            Some(p) => Part::parse(&p).ok_or(Error::Env {
+                var: env::PART,
+                reason: format!("{p:?} is not x0,y0,w,h"),
+            })?,
             // No rectangle given: a row of `size` cells.
-            None => Part { x0: 0, y0: 0, w: size as u32, h: 1 },
+            None => Part {
+                x0: 0,
+                y0: 0,
+                w: size as u32,
+                h: 1,
+            },
         };
         if (part.w as usize) * (part.h as usize) < size {
-            return Err(Error::Env { var: env::PART, reason: format!("{}x{} holds fewer than {size} ranks", part.w, part.h) });
+            return Err(Error::Env {
+                var: env::PART,
+                reason: format!("{}x{} holds fewer than {size} ranks", part.w, part.h),
+            });
         }
         let dir = var(env::MSG_DIR).map(PathBuf::from);
         if dir.is_none() && !standalone {
-            return Err(Error::Env { var: env::MSG_DIR, reason: "not set (the agent creates it for every rank)".into() });
+            return Err(Error::Env {
+                var: env::MSG_DIR,
+                reason: "not set (the agent creates it for every rank)".into(),
+            });
         }
         let context = match var(env::MSG_CONTEXT).as_deref() {
             None | Some("resident") => ContextMode::Resident,
             Some("save-restore") => ContextMode::SaveRestore,
-            Some(v) => return Err(Error::Env { var: env::MSG_CONTEXT, reason: format!("{v:?} is not resident or save-restore") }),
+            Some(v) => {
+                return Err(Error::Env {
+                    var: env::MSG_CONTEXT,
+                    reason: format!("{v:?} is not resident or save-restore"),
+                });
+            }
         };
         let flush = match var(env::MSG_FLUSH).as_deref() {
             None | Some("on") | Some("1") => true,
             Some("off") | Some("0") => false,
-            Some(v) => return Err(Error::Env { var: env::MSG_FLUSH, reason: format!("{v:?} is not on or off") }),
+            Some(v) => {
+                return Err(Error::Env {
+                    var: env::MSG_FLUSH,
+                    reason: format!("{v:?} is not on or off"),
+                });
+            }
         };
         let transport = match var(env::MSG_TRANSPORT).as_deref() {
             None | Some("auto") => Transport::Auto,
             Some("tcp") => Transport::Tcp,
             Some("unix") => Transport::Unix,
-            Some(v) => return Err(Error::Env { var: env::MSG_TRANSPORT, reason: format!("{v:?} is not auto, tcp or unix") }),
+            Some(v) => {
+                return Err(Error::Env {
+                    var: env::MSG_TRANSPORT,
+                    reason: format!("{v:?} is not auto, tcp or unix"),
+                });
+            }
         };
         Ok(Config {
             job_id: var(env::JOB_ID).unwrap_or_else(|| "0".into()),
@@ -108,7 +146,10 @@ impl Config {
             transport,
             spin_us: parse(env::MSG_SPIN_US, Some(0))?,
             tcp_addr: match var(env::MSG_TCP_ADDR) {
-                Some(v) => Some(v.parse().map_err(|_| Error::Env { var: env::MSG_TCP_ADDR, reason: format!("{v:?} is not an IP address") })?),
+                Some(v) => Some(v.parse().map_err(|_| Error::Env {
+                    var: env::MSG_TCP_ADDR,
+                    reason: format!("{v:?} is not an IP address"),
+                })?),
                 None => None,
             },
         })

@@ -60,7 +60,14 @@ fn any_tag(t: c_int) -> Option<i32> {
 ///
 /// # Safety
 /// `buf` is valid for `cap` bytes; the out pointers are null or valid.
-unsafe fn deliver(m: Received, buf: *mut c_void, cap: usize, src: *mut c_int, tag: *mut c_int, len: *mut usize) -> Result<(), Error> {
+unsafe fn deliver(
+    m: Received,
+    buf: *mut c_void,
+    cap: usize,
+    src: *mut c_int,
+    tag: *mut c_int,
+    len: *mut usize,
+) -> Result<(), Error> {
     let (s, t, data) = m;
     unsafe {
         if !src.is_null() {
@@ -73,7 +80,10 @@ unsafe fn deliver(m: Received, buf: *mut c_void, cap: usize, src: *mut c_int, ta
             *len = data.len();
         }
         if data.len() > cap {
-            return Err(Error::Truncated { len: data.len(), cap });
+            return Err(Error::Truncated {
+                len: data.len(),
+                cap,
+            });
         }
         if !data.is_empty() {
             std::ptr::copy_nonoverlapping(data.as_ptr(), buf as *mut u8, data.len());
@@ -85,7 +95,11 @@ unsafe fn deliver(m: Received, buf: *mut c_void, cap: usize, src: *mut c_int, ta
 /// # Safety
 /// `buf` is null with `len` 0, or valid for `len` bytes.
 unsafe fn bytes<'a>(buf: *const c_void, len: usize) -> &'a [u8] {
-    if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(buf as *const u8, len) } }
+    if len == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(buf as *const u8, len) }
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -164,20 +178,41 @@ pub unsafe extern "C" fn gm_send(dest: c_int, tag: c_int, buf: *const c_void, le
 /// # Safety
 /// `buf` is valid for `cap` bytes; out pointers are null or valid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gm_recv(src: c_int, tag: c_int, buf: *mut c_void, cap: usize, out_src: *mut c_int, out_tag: *mut c_int, out_len: *mut usize) -> c_int {
-    status(with(|c| c.recv(any_rank(src), any_tag(tag))).and_then(|m| unsafe { deliver(m, buf, cap, out_src, out_tag, out_len) }))
+pub unsafe extern "C" fn gm_recv(
+    src: c_int,
+    tag: c_int,
+    buf: *mut c_void,
+    cap: usize,
+    out_src: *mut c_int,
+    out_tag: *mut c_int,
+    out_len: *mut usize,
+) -> c_int {
+    status(
+        with(|c| c.recv(any_rank(src), any_tag(tag)))
+            .and_then(|m| unsafe { deliver(m, buf, cap, out_src, out_tag, out_len) }),
+    )
 }
 
 /// A request of `gm_isend` or `gm_irecv`, freed by `gm_wait` or a completing `gm_test`.
 pub enum GmRequest {
     Send(SendRequest),
-    Recv { req: RecvRequest, buf: *mut c_void, cap: usize },
+    Recv {
+        req: RecvRequest,
+        buf: *mut c_void,
+        cap: usize,
+    },
 }
 
 /// # Safety
 /// `buf` is valid for `len` bytes (it is copied before the call returns); `req` is valid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gm_isend(dest: c_int, tag: c_int, buf: *const c_void, len: usize, req: *mut *mut GmRequest) -> c_int {
+pub unsafe extern "C" fn gm_isend(
+    dest: c_int,
+    tag: c_int,
+    buf: *const c_void,
+    len: usize,
+    req: *mut *mut GmRequest,
+) -> c_int {
     let data = unsafe { bytes(buf, len) };
     match with(|c| c.isend(rank_arg(dest), tag, data)) {
         Ok(r) => {
@@ -191,7 +226,13 @@ pub unsafe extern "C" fn gm_isend(dest: c_int, tag: c_int, buf: *const c_void, l
 /// # Safety
 /// `buf` stays valid for `cap` bytes until the request completes; `req` is valid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gm_irecv(src: c_int, tag: c_int, buf: *mut c_void, cap: usize, req: *mut *mut GmRequest) -> c_int {
+pub unsafe extern "C" fn gm_irecv(
+    src: c_int,
+    tag: c_int,
+    buf: *mut c_void,
+    cap: usize,
+    req: *mut *mut GmRequest,
+) -> c_int {
     match with(|c| c.irecv(any_rank(src), any_tag(tag))) {
         Ok(r) => {
             unsafe { *req = Box::into_raw(Box::new(GmRequest::Recv { req: r, buf, cap })) };
@@ -207,11 +248,18 @@ pub unsafe extern "C" fn gm_irecv(src: c_int, tag: c_int, buf: *mut c_void, cap:
 /// # Safety
 /// `req` came from `gm_isend`/`gm_irecv` and was not freed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gm_wait(req: *mut GmRequest, out_src: *mut c_int, out_tag: *mut c_int, out_len: *mut usize) -> c_int {
+pub unsafe extern "C" fn gm_wait(
+    req: *mut GmRequest,
+    out_src: *mut c_int,
+    out_tag: *mut c_int,
+    out_len: *mut usize,
+) -> c_int {
     let req = unsafe { Box::from_raw(req) };
     status(match *req {
         GmRequest::Send(s) => s.wait(),
-        GmRequest::Recv { req, buf, cap } => req.wait().and_then(|m| unsafe { deliver(m, buf, cap, out_src, out_tag, out_len) }),
+        GmRequest::Recv { req, buf, cap } => req
+            .wait()
+            .and_then(|m| unsafe { deliver(m, buf, cap, out_src, out_tag, out_len) }),
     })
 }
 
@@ -220,11 +268,19 @@ pub unsafe extern "C" fn gm_wait(req: *mut GmRequest, out_src: *mut c_int, out_t
 /// # Safety
 /// `req` came from `gm_isend`/`gm_irecv` and was not freed; `flag` is valid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gm_test(req: *mut GmRequest, flag: *mut c_int, out_src: *mut c_int, out_tag: *mut c_int, out_len: *mut usize) -> c_int {
+pub unsafe extern "C" fn gm_test(
+    req: *mut GmRequest,
+    flag: *mut c_int,
+    out_src: *mut c_int,
+    out_tag: *mut c_int,
+    out_len: *mut usize,
+) -> c_int {
     let r = unsafe { &mut *req };
     let res = match r {
         GmRequest::Send(s) => s.test().then_some(Ok(())),
-        GmRequest::Recv { req: rr, buf, cap } => rr.test().map(|m| unsafe { deliver(m, *buf, *cap, out_src, out_tag, out_len) }),
+        GmRequest::Recv { req: rr, buf, cap } => rr
+            .test()
+            .map(|m| unsafe { deliver(m, *buf, *cap, out_src, out_tag, out_len) }),
     };
     unsafe { *flag = res.is_some() as c_int };
     match res {
@@ -251,7 +307,10 @@ pub unsafe extern "C" fn gm_broadcast(root: c_int, buf: *mut c_void, len: usize)
         let mut v = unsafe { bytes(buf, len) }.to_vec();
         c.broadcast(rank_arg(root), &mut v)?;
         if v.len() != len {
-            return Err(Error::Collective(format!("broadcast of {} bytes into a buffer of {len}", v.len())));
+            return Err(Error::Collective(format!(
+                "broadcast of {} bytes into a buffer of {len}",
+                v.len()
+            )));
         }
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf as *mut u8, len) };
         Ok(())
@@ -271,7 +330,11 @@ fn op(o: c_int) -> Result<Op, Error> {
 /// `vals` is valid for `n` elements.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gm_allreduce_i64(vals: *mut i64, n: usize, o: c_int) -> c_int {
-    let s = if n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(vals, n) } };
+    let s = if n == 0 {
+        &mut [][..]
+    } else {
+        unsafe { std::slice::from_raw_parts_mut(vals, n) }
+    };
     status(with(|c| c.allreduce(s, op(o)?)))
 }
 
@@ -279,7 +342,11 @@ pub unsafe extern "C" fn gm_allreduce_i64(vals: *mut i64, n: usize, o: c_int) ->
 /// `vals` is valid for `n` elements.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gm_allreduce_f64(vals: *mut f64, n: usize, o: c_int) -> c_int {
-    let s = if n == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(vals, n) } };
+    let s = if n == 0 {
+        &mut [][..]
+    } else {
+        unsafe { std::slice::from_raw_parts_mut(vals, n) }
+    };
     status(with(|c| c.allreduce(s, op(o)?)))
 }
 
@@ -308,7 +375,13 @@ pub extern "C" fn gm_last_error() -> *const c_char {
 /// `msg` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gm_abort(code: c_int, msg: *const c_char) {
-    let m = if msg.is_null() { String::new() } else { unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned() };
+    let m = if msg.is_null() {
+        String::new()
+    } else {
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
+    };
     let g = COMM.read().unwrap_or_else(|p| p.into_inner());
     match g.as_ref() {
         Some(c) => c.abort(code, &m),

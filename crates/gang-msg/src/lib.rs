@@ -30,6 +30,6 @@ mod wire;
 
 pub use abi::{Neighbours, Part};
 pub use collective::{Op, Reducible};
-pub use comm::{Comm, RecvRequest, Received, SendRequest, init};
+pub use comm::{Comm, Received, RecvRequest, SendRequest, init};
 pub use config::{Config, ContextMode, Transport};
 pub use error::{Error, Result};

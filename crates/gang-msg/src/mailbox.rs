@@ -31,7 +31,13 @@ pub struct RecvSlot {
 
 impl RecvSlot {
     pub fn new(src: Option<usize>, tag: Option<i32>) -> Arc<RecvSlot> {
-        Arc::new(RecvSlot { src, tag, done: AtomicBool::new(false), waiting: AtomicBool::new(false), msg: Mutex::new(None) })
+        Arc::new(RecvSlot {
+            src,
+            tag,
+            done: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
+            msg: Mutex::new(None),
+        })
     }
 
     /// Any-tag receives see user tags only: collectives use negative tags.
@@ -52,7 +58,11 @@ impl Mailbox {
     /// delivered: it is in this rank's buffers now.
     pub fn deliver(&mut self, msg: Msg, state: &StatePage) -> Option<Arc<RecvSlot>> {
         let s = state.layout();
-        match self.posted.iter().position(|slot| slot.matches(msg.src, msg.tag)) {
+        match self
+            .posted
+            .iter()
+            .position(|slot| slot.matches(msg.src, msg.tag))
+        {
             Some(i) => {
                 let slot = self.posted.remove(i).expect("position is in range");
                 *slot.msg.lock().unwrap() = Some(msg);
@@ -81,7 +91,11 @@ impl Mailbox {
         let mut woken = Vec::new();
         let mut keep = VecDeque::with_capacity(msgs.len() + self.unexpected.len());
         for msg in msgs {
-            match self.posted.iter().position(|slot| slot.matches(msg.src, msg.tag)) {
+            match self
+                .posted
+                .iter()
+                .position(|slot| slot.matches(msg.src, msg.tag))
+            {
                 Some(i) => {
                     let slot = self.posted.remove(i).expect("position is in range");
                     *slot.msg.lock().unwrap() = Some(msg);
@@ -98,7 +112,11 @@ impl Mailbox {
 
     /// API thread: post a receive, completing it at once from `unexpected` if it can.
     pub fn post(&mut self, slot: &Arc<RecvSlot>) {
-        match self.unexpected.iter().position(|m| slot.matches(m.src, m.tag)) {
+        match self
+            .unexpected
+            .iter()
+            .position(|m| slot.matches(m.src, m.tag))
+        {
             Some(i) => {
                 *slot.msg.lock().unwrap() = self.unexpected.remove(i);
                 slot.done.store(true, SeqCst);
@@ -113,14 +131,21 @@ mod tests {
     use super::*;
 
     fn msg(src: usize, tag: i32, b: u8) -> Msg {
-        Msg { src, tag, data: vec![b] }
+        Msg {
+            src,
+            tag,
+            data: vec![b],
+        }
     }
 
     #[test]
     fn matching_keeps_per_sender_tag_order_and_respects_filters() {
         let state = StatePage::anonymous().unwrap();
         let mut mb = Mailbox::default();
-        for (i, (src, tag)) in [(1, 5), (2, 5), (1, 6), (1, 5), (3, -2)].into_iter().enumerate() {
+        for (i, (src, tag)) in [(1, 5), (2, 5), (1, 6), (1, 5), (3, -2)]
+            .into_iter()
+            .enumerate()
+        {
             assert!(mb.deliver(msg(src, tag, i as u8), &state).is_none());
         }
         assert_eq!(state.snapshot().delivered, 5);

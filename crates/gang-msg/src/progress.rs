@@ -46,12 +46,27 @@ pub struct Conn {
 
 impl Conn {
     fn new(fd: OwnedFd) -> Conn {
-        Conn { fd, out: OutQueue::default(), rd: Reader::default(), fin_sent: false, fin_recv: false, fin_after: None }
+        Conn {
+            fd,
+            out: OutQueue::default(),
+            rd: Reader::default(),
+            fin_sent: false,
+            fin_recv: false,
+            fin_after: None,
+        }
     }
 
     pub fn send_fin(&mut self) {
         if !self.fin_sent {
-            self.out.push(Header { kind: Kind::Fin, tag: 0, aux: 0, len: 0 }, Vec::new());
+            self.out.push(
+                Header {
+                    kind: Kind::Fin,
+                    tag: 0,
+                    aux: 0,
+                    len: 0,
+                },
+                Vec::new(),
+            );
             self.fin_sent = true;
         }
     }
@@ -127,7 +142,16 @@ impl Progress {
             })
             .collect();
         let sw = Switch::new(cfg.size);
-        Progress { sh, cfg, lst, peers, accepting: Vec::new(), draining: Vec::new(), sw, frames: Vec::new() }
+        Progress {
+            sh,
+            cfg,
+            lst,
+            peers,
+            accepting: Vec::new(),
+            draining: Vec::new(),
+            sw,
+            frames: Vec::new(),
+        }
     }
 
     pub fn run(mut self) {
@@ -159,12 +183,21 @@ impl Progress {
 
     /// Nothing posted is left unsent or unacknowledged, and every ack is out.
     fn drained(&self) -> bool {
-        self.sh.sendq.lock().unwrap().queues.iter().all(|q| q.is_empty())
+        self.sh
+            .sendq
+            .lock()
+            .unwrap()
+            .queues
+            .iter()
+            .all(|q| q.is_empty())
             && self.sw.saved.is_none()
             && self.peers.iter().enumerate().all(|(i, p)| {
                 i == self.sh.rank
                     || p.gone
-                    || (p.pending.is_empty() && p.acked == p.injected && p.received == p.ack_sent && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
+                    || (p.pending.is_empty()
+                        && p.acked == p.injected
+                        && p.received == p.ack_sent
+                        && p.conn.as_ref().is_none_or(|c| c.out.is_empty()))
             })
     }
 
@@ -192,14 +225,26 @@ impl Progress {
         let now = Instant::now();
         for d in self.sh.rank + 1..self.sh.size {
             let p = &mut self.peers[d];
-            if p.conn.is_some() || p.gone || now < p.next_connect || self.sw.last_passed() < p.reconnect_after {
+            if p.conn.is_some()
+                || p.gone
+                || now < p.next_connect
+                || self.sw.last_passed() < p.reconnect_after
+            {
                 continue;
             }
             match transport::connect(&p.ep, p.tcp) {
                 Ok(fd) => {
                     let mut c = Conn::new(fd);
                     let hello = transport::hello_payload(&self.cfg.job_id, &p.ep.token);
-                    c.out.push(Header { kind: Kind::Hello, tag: 0, aux: self.sh.rank as u64, len: hello.len() as u32 }, hello);
+                    c.out.push(
+                        Header {
+                            kind: Kind::Hello,
+                            tag: 0,
+                            aux: self.sh.rank as u64,
+                            len: hello.len() as u32,
+                        },
+                        hello,
+                    );
                     p.conn = Some(c);
                     p.connect_fails = 0;
                 }
@@ -208,7 +253,8 @@ impl Progress {
                     p.next_connect = now + CONNECT_RETRY;
                     if p.connect_fails == CONNECT_GIVE_UP {
                         p.gone = true;
-                        self.sh.set_fatal(format!("cannot connect to rank {d} for 30 s: {e}"));
+                        self.sh
+                            .set_fatal(format!("cannot connect to rank {d} for 30 s: {e}"));
                     }
                 }
             }
@@ -228,7 +274,14 @@ impl Progress {
                 while p.pending.front().is_some_and(|m| m.seq <= limit) {
                     let m = p.pending.pop_front().unwrap();
                     let mb = mb.get_or_insert_with(|| self.sh.mailbox.lock().unwrap());
-                    mb.deliver(Msg { src: me, tag: m.tag, data: m.data }, &self.sh.state);
+                    mb.deliver(
+                        Msg {
+                            src: me,
+                            tag: m.tag,
+                            data: m.data,
+                        },
+                        &self.sh.state,
+                    );
                     if let Some(done) = m.done {
                         done.done.store(true, Release);
                     }
@@ -241,10 +294,21 @@ impl Progress {
             let p = &mut self.peers[d];
             let Some(c) = p.conn.as_mut() else { continue };
             let limit = limit.min(c.fin_after.unwrap_or(u64::MAX));
-            while !c.fin_sent && c.out.bytes() < OUT_HIGH && p.pending.front().is_some_and(|m| m.seq <= limit) {
+            while !c.fin_sent
+                && c.out.bytes() < OUT_HIGH
+                && p.pending.front().is_some_and(|m| m.seq <= limit)
+            {
                 let m = p.pending.pop_front().unwrap();
                 let len = m.data.len() as u64;
-                c.out.push(Header { kind: Kind::Data, tag: m.tag, aux: 0, len: len as u32 }, m.data);
+                c.out.push(
+                    Header {
+                        kind: Kind::Data,
+                        tag: m.tag,
+                        aux: 0,
+                        len: len as u32,
+                    },
+                    m.data,
+                );
                 p.injected += 1;
                 p.unacked.push_back((len, m.done));
                 p.unacked_bytes += len;
@@ -259,18 +323,36 @@ impl Progress {
     }
 
     fn poll(&mut self, timeout_ns: u64) {
-        let mut fds = vec![libc::pollfd { fd: self.sh.wake_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let mut fds = vec![libc::pollfd {
+            fd: self.sh.wake_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         if self.may_connect() {
             for fd in transport::listener_fds(&self.lst) {
-                fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
             }
         }
         let conns = self.peers.iter().filter_map(|p| p.conn.as_ref());
-        for c in conns.chain(self.accepting.iter()).chain(self.draining.iter().map(|(_, c)| c)) {
+        for c in conns
+            .chain(self.accepting.iter())
+            .chain(self.draining.iter().map(|(_, c)| c))
+        {
             let events = libc::POLLIN | if c.out.is_empty() { 0 } else { libc::POLLOUT };
-            fds.push(libc::pollfd { fd: c.fd.as_raw_fd(), events, revents: 0 });
+            fds.push(libc::pollfd {
+                fd: c.fd.as_raw_fd(),
+                events,
+                revents: 0,
+            });
         }
-        let ts = libc::timespec { tv_sec: (timeout_ns / 1_000_000_000) as _, tv_nsec: (timeout_ns % 1_000_000_000) as _ };
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as _,
+            tv_nsec: (timeout_ns % 1_000_000_000) as _,
+        };
         // Readiness is not used beyond waking: every turn tries every socket
         // (non-blocking), which costs a few syscalls per peer and keeps the
         // loop free of bookkeeping between poll slots and connections.
@@ -296,7 +378,11 @@ impl Progress {
             let mut frames = Vec::new();
             let c = &mut self.accepting[i];
             let r = c.rd.read_some(&c.fd, &mut frames, READ_BUDGET);
-            self.sh.state.layout().bytes_read.fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
+            self.sh
+                .state
+                .layout()
+                .bytes_read
+                .fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
             if frames.is_empty() {
                 match r {
                     Ok(o) if !o.eof => i += 1,
@@ -313,7 +399,10 @@ impl Progress {
                 && from < self.sh.rank
                 && transport::check_hello(&h.payload, &self.cfg.job_id, &self.lst.endpoint.token);
             if !ok {
-                eprintln!("gang-msg rank {}: refused a connection with a bad hello", self.sh.rank);
+                eprintln!(
+                    "gang-msg rank {}: refused a connection with a bad hello",
+                    self.sh.rank
+                );
                 continue;
             }
             let p = &mut self.peers[from];
@@ -329,11 +418,17 @@ impl Progress {
 
     fn read_all(&mut self) {
         for d in 0..self.peers.len() {
-            let Some(c) = self.peers[d].conn.as_mut() else { continue };
+            let Some(c) = self.peers[d].conn.as_mut() else {
+                continue;
+            };
             let mut frames = std::mem::take(&mut self.frames);
             let r = c.rd.read_some(&c.fd, &mut frames, READ_BUDGET);
             let bytes = r.as_ref().map_or(0, |r| r.bytes);
-            self.sh.state.layout().bytes_read.fetch_add(bytes as u64, Relaxed);
+            self.sh
+                .state
+                .layout()
+                .bytes_read
+                .fetch_add(bytes as u64, Relaxed);
             self.handle_frames(d, false, frames.drain(..));
             self.frames = frames;
             match r {
@@ -348,7 +443,11 @@ impl Progress {
             let d = *d;
             let mut frames = Vec::new();
             let r = c.rd.read_some(&c.fd, &mut frames, READ_BUDGET);
-            self.sh.state.layout().bytes_read.fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
+            self.sh
+                .state
+                .layout()
+                .bytes_read
+                .fetch_add(r.as_ref().map_or(0, |r| r.bytes) as u64, Relaxed);
             self.handle_frames(d, true, frames);
             match r {
                 Ok(o) if !o.eof => i += 1,
@@ -387,13 +486,25 @@ impl Progress {
             match f.hdr.kind {
                 Kind::Data if !draining => {
                     let mb = mb.get_or_insert_with(|| self.sh.mailbox.lock().unwrap());
-                    woken |= mb.deliver(Msg { src: d, tag: f.hdr.tag, data: f.payload }, &self.sh.state).is_some();
+                    woken |= mb
+                        .deliver(
+                            Msg {
+                                src: d,
+                                tag: f.hdr.tag,
+                                data: f.payload,
+                            },
+                            &self.sh.state,
+                        )
+                        .is_some();
                     self.peers[d].received += 1;
                 }
                 Kind::Ack => {
                     let p = &mut self.peers[d];
                     while p.acked < f.hdr.aux {
-                        let (len, done) = p.unacked.pop_front().expect("peer acknowledged more than was sent");
+                        let (len, done) = p
+                            .unacked
+                            .pop_front()
+                            .expect("peer acknowledged more than was sent");
                         p.unacked_bytes -= len;
                         p.acked += 1;
                         if let Some(done) = done {
@@ -421,7 +532,8 @@ impl Progress {
                 }
                 Kind::Fin => {}
                 kind => {
-                    self.sh.set_fatal(format!("rank {d} sent an unexpected {kind:?} frame"));
+                    self.sh
+                        .set_fatal(format!("rank {d} sent an unexpected {kind:?} frame"));
                 }
             }
         }
@@ -436,7 +548,15 @@ impl Progress {
             if p.received > p.ack_sent
                 && let Some(c) = p.conn.as_mut()
             {
-                c.out.push(Header { kind: Kind::Ack, tag: 0, aux: p.received, len: 0 }, Vec::new());
+                c.out.push(
+                    Header {
+                        kind: Kind::Ack,
+                        tag: 0,
+                        aux: p.received,
+                        len: 0,
+                    },
+                    Vec::new(),
+                );
                 p.ack_sent = p.received;
             }
         }
@@ -453,7 +573,11 @@ impl Progress {
                 }
             }
         }
-        self.sh.state.layout().bytes_written.fetch_add(written as u64, Relaxed);
+        self.sh
+            .state
+            .layout()
+            .bytes_written
+            .fetch_add(written as u64, Relaxed);
         for (d, e) in failed {
             self.lost_conn(d, Some(e));
         }
@@ -464,7 +588,9 @@ impl Progress {
     fn close_finished(&mut self) {
         let boundary = self.sh.table.read().switch_out_at_ns;
         for p in &mut self.peers {
-            let done = p.conn.as_ref().is_some_and(|c| c.fin_sent && c.fin_recv && c.out.is_empty() && p.acked == p.injected);
+            let done = p.conn.as_ref().is_some_and(|c| {
+                c.fin_sent && c.fin_recv && c.out.is_empty() && p.acked == p.injected
+            });
             if done {
                 p.conn = None;
                 p.reconnect_after = boundary;
@@ -479,7 +605,10 @@ impl Progress {
 
     /// Whether every live peer has a connection (the end of a restore).
     pub fn all_connected(&self) -> bool {
-        self.peers.iter().enumerate().all(|(d, p)| d == self.sh.rank || p.gone || p.conn.is_some())
+        self.peers
+            .iter()
+            .enumerate()
+            .all(|(d, p)| d == self.sh.rank || p.gone || p.conn.is_some())
     }
 
     /// Whether every connection is closed (the end of a save).

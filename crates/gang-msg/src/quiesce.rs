@@ -123,7 +123,11 @@ impl Cursor<'_> {
 
 impl SavedContext {
     fn save(pending: &mut [VecDeque<OutMsg>], unexpected: &mut VecDeque<Msg>) -> SavedContext {
-        let total: usize = pending.iter().flatten().map(|m| m.data.len() + 28).sum::<usize>()
+        let total: usize = pending
+            .iter()
+            .flatten()
+            .map(|m| m.data.len() + 28)
+            .sum::<usize>()
             + unexpected.iter().map(|m| m.data.len() + 28).sum::<usize>();
         let mut bytes = Vec::with_capacity(total);
         let mut done = Vec::new();
@@ -148,12 +152,21 @@ impl SavedContext {
         let mut sends: Vec<VecDeque<OutMsg>> = (0..size).map(|_| VecDeque::new()).collect();
         for done in self.done.into_iter().take(self.sends) {
             let (d, tag, seq, data) = cur.record();
-            sends[d as usize].push_back(OutMsg { tag, data, seq, done });
+            sends[d as usize].push_back(OutMsg {
+                tag,
+                data,
+                seq,
+                done,
+            });
         }
         let mut msgs = Vec::new();
         while !cur.0.is_empty() {
             let (src, tag, _, data) = cur.record();
-            msgs.push(Msg { src: src as usize, tag, data });
+            msgs.push(Msg {
+                src: src as usize,
+                tag,
+                data,
+            });
         }
         (sends, msgs)
     }
@@ -203,8 +216,16 @@ impl Progress {
         }
         // Everything posted so far is in `pending` after this.
         self.take_all_queued();
-        let inflight: u64 = self.peers.iter().map(|p| p.unacked_bytes + p.pending.iter().map(|m| m.data.len() as u64).sum::<u64>()).sum();
-        self.sh.state.layout().inflight_bytes_at_quiesce.store(inflight, Relaxed);
+        let inflight: u64 = self
+            .peers
+            .iter()
+            .map(|p| p.unacked_bytes + p.pending.iter().map(|m| m.data.len() as u64).sum::<u64>())
+            .sum();
+        self.sh
+            .state
+            .layout()
+            .inflight_bytes_at_quiesce
+            .store(inflight, Relaxed);
         self.sw.phase = Phase::Flushing;
         self.sw.boundary = b;
         self.sw.started = Instant::now();
@@ -237,7 +258,11 @@ impl Progress {
             }
         }
         if self.sw.phase == Phase::Closing && self.all_closed() {
-            let mut pending: Vec<VecDeque<OutMsg>> = self.peers.iter_mut().map(|p| std::mem::take(&mut p.pending)).collect();
+            let mut pending: Vec<VecDeque<OutMsg>> = self
+                .peers
+                .iter_mut()
+                .map(|p| std::mem::take(&mut p.pending))
+                .collect();
             let mut mb = self.sh.mailbox.lock().unwrap();
             self.sw.saved = Some(SavedContext::save(&mut pending, &mut mb.unexpected));
             drop(mb);
@@ -246,7 +271,11 @@ impl Progress {
         if let Some(t0) = self.sw.restoring
             && self.all_connected()
         {
-            self.sh.state.layout().restore_ns.store((Instant::now() - t0).as_nanos() as u64, Relaxed);
+            self.sh
+                .state
+                .layout()
+                .restore_ns
+                .store((Instant::now() - t0).as_nanos() as u64, Relaxed);
             self.sw.restoring = None;
         }
     }
@@ -271,7 +300,10 @@ impl Progress {
 
     fn quiesced(&mut self) {
         let st = self.sh.state.layout();
-        let save_ns = self.sw.flush_done.map_or(0, |t| (Instant::now() - t).as_nanos() as u64);
+        let save_ns = self
+            .sw
+            .flush_done
+            .map_or(0, |t| (Instant::now() - t).as_nanos() as u64);
         st.flush_ns.store(self.sw.flush_ns, Relaxed);
         st.save_ns.store(save_ns, Relaxed);
         st.timings_for_ns.store(self.sw.boundary, Relaxed);
@@ -297,7 +329,11 @@ impl Progress {
         }
         self.sw.phase = Phase::Running;
         if self.all_connected() {
-            self.sh.state.layout().restore_ns.store((Instant::now() - t0).as_nanos() as u64, Relaxed);
+            self.sh
+                .state
+                .layout()
+                .restore_ns
+                .store((Instant::now() - t0).as_nanos() as u64, Relaxed);
         } else {
             self.sw.restoring = Some(t0);
         }
@@ -332,16 +368,69 @@ mod tests {
     fn saved_context_round_trips_in_order() {
         let done = Arc::new(SendDone::default());
         let mut pending: Vec<VecDeque<OutMsg>> = vec![VecDeque::new(), VecDeque::new()];
-        pending[1].push_back(OutMsg { tag: 3, data: vec![1, 2], seq: 1, done: Some(done.clone()) });
-        pending[1].push_back(OutMsg { tag: 4, data: vec![], seq: 2, done: None });
-        pending[0].push_back(OutMsg { tag: 5, data: vec![9; 1000], seq: 7, done: None });
-        let mut unexpected: VecDeque<Msg> = [Msg { src: 1, tag: 0, data: vec![7] }, Msg { src: 0, tag: -3, data: vec![8, 8] }].into();
+        pending[1].push_back(OutMsg {
+            tag: 3,
+            data: vec![1, 2],
+            seq: 1,
+            done: Some(done.clone()),
+        });
+        pending[1].push_back(OutMsg {
+            tag: 4,
+            data: vec![],
+            seq: 2,
+            done: None,
+        });
+        pending[0].push_back(OutMsg {
+            tag: 5,
+            data: vec![9; 1000],
+            seq: 7,
+            done: None,
+        });
+        let mut unexpected: VecDeque<Msg> = [
+            Msg {
+                src: 1,
+                tag: 0,
+                data: vec![7],
+            },
+            Msg {
+                src: 0,
+                tag: -3,
+                data: vec![8, 8],
+            },
+        ]
+        .into();
         let saved = SavedContext::save(&mut pending, &mut unexpected);
         assert!(pending.iter().all(|q| q.is_empty()) && unexpected.is_empty());
         let (sends, msgs) = saved.restore(2);
-        assert_eq!(sends[0].iter().map(|m| (m.tag, m.seq, m.data.len())).collect::<Vec<_>>(), vec![(5, 7, 1000)]);
-        assert_eq!(sends[1].iter().map(|m| (m.tag, m.seq, m.data.clone())).collect::<Vec<_>>(), vec![(3, 1, vec![1, 2]), (4, 2, vec![])]);
+        assert_eq!(
+            sends[0]
+                .iter()
+                .map(|m| (m.tag, m.seq, m.data.len()))
+                .collect::<Vec<_>>(),
+            vec![(5, 7, 1000)]
+        );
+        assert_eq!(
+            sends[1]
+                .iter()
+                .map(|m| (m.tag, m.seq, m.data.clone()))
+                .collect::<Vec<_>>(),
+            vec![(3, 1, vec![1, 2]), (4, 2, vec![])]
+        );
         assert!(Arc::ptr_eq(sends[1][0].done.as_ref().unwrap(), &done));
-        assert_eq!(msgs, vec![Msg { src: 1, tag: 0, data: vec![7] }, Msg { src: 0, tag: -3, data: vec![8, 8] }]);
+        assert_eq!(
+            msgs,
+            vec![
+                Msg {
+                    src: 1,
+                    tag: 0,
+                    data: vec![7]
+                },
+                Msg {
+                    src: 0,
+                    tag: -3,
+                    data: vec![8, 8]
+                }
+            ]
+        );
     }
 }

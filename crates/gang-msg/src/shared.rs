@@ -60,7 +60,13 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(rank: usize, size: usize, state: StatePage, table: TablePage, spin_us: u64) -> io::Result<Shared> {
+    pub fn new(
+        rank: usize,
+        size: usize,
+        state: StatePage,
+        table: TablePage,
+        spin_us: u64,
+    ) -> io::Result<Shared> {
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -70,7 +76,10 @@ impl Shared {
             size,
             mailbox: Mutex::new(Mailbox::default()),
             cond: Condvar::new(),
-            sendq: Mutex::new(SendQueues { queues: (0..size).map(|_| VecDeque::new()).collect(), posted: vec![0; size] }),
+            sendq: Mutex::new(SendQueues {
+                queues: (0..size).map(|_| VecDeque::new()).collect(),
+                posted: vec![0; size],
+            }),
             wake_fd: unsafe { OwnedFd::from_raw_fd(fd) },
             state,
             table,
@@ -106,7 +115,12 @@ impl Shared {
             // Counted before the call returns and before the message can be
             // delivered anywhere, so delivered <= posted holds at every instant.
             self.state.layout().posted_sends.fetch_add(1, SeqCst);
-            q.queues[dest].push_back(OutMsg { tag, data, seq, done });
+            q.queues[dest].push_back(OutMsg {
+                tag,
+                data,
+                seq,
+                done,
+            });
         }
         self.wake();
     }
@@ -139,7 +153,10 @@ impl Shared {
 }
 
 fn clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -35,8 +35,10 @@ pub fn bind(cfg: &Config) -> Result<Listeners> {
         let path = dir.join(files::PEER_SOCK);
         // A socket left by an earlier exec of this rank in the same directory.
         let _ = std::fs::remove_file(&path);
-        let l = UnixListener::bind(&path).map_err(|e| Error::io(format!("bind {}", path.display()), e))?;
-        l.set_nonblocking(true).map_err(|e| Error::io("listener", e))?;
+        let l = UnixListener::bind(&path)
+            .map_err(|e| Error::io(format!("bind {}", path.display()), e))?;
+        l.set_nonblocking(true)
+            .map_err(|e| Error::io("listener", e))?;
         unix_path = path.to_string_lossy().into_owned();
         unix = Some(l);
     }
@@ -44,14 +46,32 @@ pub fn bind(cfg: &Config) -> Result<Listeners> {
     let mut tcp_addr = String::new();
     if cfg.size > 1 && cfg.transport != Transport::Unix {
         let ip = cfg.tcp_addr.unwrap_or_else(local_ipv4);
-        let bind_ip = if cfg.tcp_addr.is_some() { ip } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
-        let l = TcpListener::bind(SocketAddr::new(bind_ip, 0)).map_err(|e| Error::io("bind TCP listener", e))?;
-        l.set_nonblocking(true).map_err(|e| Error::io("listener", e))?;
-        let port = l.local_addr().map_err(|e| Error::io("listener address", e))?.port();
+        let bind_ip = if cfg.tcp_addr.is_some() {
+            ip
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
+        let l = TcpListener::bind(SocketAddr::new(bind_ip, 0))
+            .map_err(|e| Error::io("bind TCP listener", e))?;
+        l.set_nonblocking(true)
+            .map_err(|e| Error::io("listener", e))?;
+        let port = l
+            .local_addr()
+            .map_err(|e| Error::io("listener address", e))?
+            .port();
         tcp_addr = SocketAddr::new(ip, port).to_string();
         tcp = Some(l);
     }
-    Ok(Listeners { unix, tcp, endpoint: Endpoint { host: cfg.host_id.clone(), unix: unix_path, tcp: tcp_addr, token } })
+    Ok(Listeners {
+        unix,
+        tcp,
+        endpoint: Endpoint {
+            host: cfg.host_id.clone(),
+            unix: unix_path,
+            tcp: tcp_addr,
+            token,
+        },
+    })
 }
 
 /// Whether to reach `peer` over TCP.
@@ -64,15 +84,43 @@ pub fn use_tcp(cfg: &Config, peer: &Endpoint) -> bool {
 /// stopped) and return a non-blocking descriptor.
 pub fn connect(peer: &Endpoint, tcp: bool) -> io::Result<OwnedFd> {
     if tcp {
-        let addr: SocketAddr = peer.tcp.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("bad TCP endpoint {:?}", peer.tcp)))?;
+        let addr: SocketAddr = peer.tcp.parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad TCP endpoint {:?}", peer.tcp),
+            )
+        })?;
         let s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
-        Ok(s.into())
+        let fd = s.into();
+        size_buffers(&fd);
+        Ok(fd)
     } else {
         let s = UnixStream::connect(Path::new(&peer.unix))?;
         s.set_nonblocking(true)?;
-        Ok(s.into())
+        let fd = s.into();
+        size_buffers(&fd);
+        Ok(fd)
+    }
+}
+
+/// Socket buffers of 1 MiB each way: a flush of a large burst then takes
+/// fewer poll-and-wake rounds between the two progress threads.
+const SOCK_BUF: libc::c_int = 1 << 20;
+
+fn size_buffers(fd: &OwnedFd) {
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // Best effort: the kernel caps it at net.core.[wr]mem_max.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                &SOCK_BUF as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
     }
 }
 
@@ -82,7 +130,9 @@ pub fn accept(l: &Listeners) -> io::Result<Option<OwnedFd>> {
         match u.accept() {
             Ok((s, _)) => {
                 s.set_nonblocking(true)?;
-                return Ok(Some(s.into()));
+                let fd = s.into();
+                size_buffers(&fd);
+                return Ok(Some(fd));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
@@ -93,7 +143,9 @@ pub fn accept(l: &Listeners) -> io::Result<Option<OwnedFd>> {
             Ok((s, _)) => {
                 s.set_nodelay(true)?;
                 s.set_nonblocking(true)?;
-                return Ok(Some(s.into()));
+                let fd = s.into();
+                size_buffers(&fd);
+                return Ok(Some(fd));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
@@ -149,7 +201,9 @@ fn local_ipv4() -> IpAddr {
             }
             if unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET {
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))));
                 break;
             }
         }

@@ -52,7 +52,12 @@ impl Header {
             2 => Kind::Data,
             3 => Kind::Ack,
             4 => Kind::Fin,
-            k => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown frame kind {k}"))),
+            k => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unknown frame kind {k}"),
+                ));
+            }
         };
         Ok(Header {
             kind,
@@ -89,7 +94,11 @@ pub struct OutQueue {
 impl OutQueue {
     pub fn push(&mut self, hdr: Header, payload: Vec<u8>) {
         self.bytes += HDR + payload.len();
-        self.frames.push_back(OutFrame { hdr: hdr.encode(), payload, off: 0 });
+        self.frames.push_back(OutFrame {
+            hdr: hdr.encode(),
+            payload,
+            off: 0,
+        });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -108,10 +117,17 @@ impl OutQueue {
         while !self.frames.is_empty() {
             let mut iov: Vec<libc::iovec> = Vec::with_capacity(32);
             for f in self.frames.iter().take(16) {
-                let (h, p) = if f.off < HDR { (&f.hdr[f.off..], &f.payload[..]) } else { (&[][..], &f.payload[f.off - HDR..]) };
+                let (h, p) = if f.off < HDR {
+                    (&f.hdr[f.off..], &f.payload[..])
+                } else {
+                    (&[][..], &f.payload[f.off - HDR..])
+                };
                 for piece in [h, p] {
                     if !piece.is_empty() {
-                        iov.push(libc::iovec { iov_base: piece.as_ptr() as *mut _, iov_len: piece.len() });
+                        iov.push(libc::iovec {
+                            iov_base: piece.as_ptr() as *mut _,
+                            iov_len: piece.len(),
+                        });
                     }
                 }
             }
@@ -119,7 +135,13 @@ impl OutQueue {
             msg.msg_iov = iov.as_mut_ptr();
             msg.msg_iovlen = iov.len() as _;
             // MSG_NOSIGNAL: a peer that died gives EPIPE, not a SIGPIPE that kills the job.
-            let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            let n = unsafe {
+                libc::sendmsg(
+                    fd.as_raw_fd(),
+                    &msg,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 return match e.kind() {
@@ -132,7 +154,10 @@ impl OutQueue {
             total += n;
             self.bytes -= n;
             while n > 0 {
-                let f = self.frames.front_mut().expect("sendmsg wrote more than was queued");
+                let f = self
+                    .frames
+                    .front_mut()
+                    .expect("sendmsg wrote more than was queued");
                 let left = HDR + f.payload.len() - f.off;
                 if n >= left {
                     n -= left;
@@ -169,13 +194,23 @@ pub struct ReadOutcome {
 
 impl Default for Reader {
     fn default() -> Self {
-        Reader { buf: vec![0u8; RBUF], start: 0, end: 0, partial: None }
+        Reader {
+            buf: vec![0u8; RBUF],
+            start: 0,
+            end: 0,
+            partial: None,
+        }
     }
 }
 
 impl Reader {
     /// Read until the socket is empty (or `budget` bytes), appending whole frames to `out`.
-    pub fn read_some(&mut self, fd: &OwnedFd, out: &mut Vec<Frame>, budget: usize) -> io::Result<ReadOutcome> {
+    pub fn read_some(
+        &mut self,
+        fd: &OwnedFd,
+        out: &mut Vec<Frame>,
+        budget: usize,
+    ) -> io::Result<ReadOutcome> {
         let mut res = ReadOutcome::default();
         while res.bytes < budget {
             let target: &mut [u8] = match &mut self.partial {
@@ -189,7 +224,8 @@ impl Reader {
                     &mut self.buf[self.end..]
                 }
             };
-            let n = unsafe { libc::read(fd.as_raw_fd(), target.as_mut_ptr() as *mut _, target.len()) };
+            let n =
+                unsafe { libc::read(fd.as_raw_fd(), target.as_mut_ptr() as *mut _, target.len()) };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {
@@ -228,7 +264,10 @@ impl Reader {
             let avail = self.end - self.start - HDR;
             if avail >= len {
                 let p = self.start + HDR;
-                out.push(Frame { hdr, payload: self.buf[p..p + len].to_vec() });
+                out.push(Frame {
+                    hdr,
+                    payload: self.buf[p..p + len].to_vec(),
+                });
                 self.start = p + len;
             } else if HDR + len > RBUF / 2 {
                 // Too big to stage: move what we have into the message's vector
@@ -263,14 +302,34 @@ mod tests {
         let mut q = OutQueue::default();
         for (i, &s) in sizes.iter().enumerate() {
             let payload: Vec<u8> = (0..s).map(|j| (i * 31 + j) as u8).collect();
-            q.push(Header { kind: Kind::Data, tag: i as i32, aux: 0, len: s as u32 }, payload);
+            q.push(
+                Header {
+                    kind: Kind::Data,
+                    tag: i as i32,
+                    aux: 0,
+                    len: s as u32,
+                },
+                payload,
+            );
         }
-        q.push(Header { kind: Kind::Fin, tag: 0, aux: 9, len: 0 }, Vec::new());
+        q.push(
+            Header {
+                kind: Kind::Fin,
+                tag: 0,
+                aux: 9,
+                len: 0,
+            },
+            Vec::new(),
+        );
         let mut r = Reader::default();
         let mut got = Vec::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while got.len() < sizes.len() + 1 {
-            assert!(std::time::Instant::now() < deadline, "stalled at {} frames", got.len());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "stalled at {} frames",
+                got.len()
+            );
             q.write_some(&a).unwrap();
             r.read_some(&b, &mut got, 1 << 20).unwrap();
         }
@@ -278,7 +337,13 @@ mod tests {
         for (i, &s) in sizes.iter().enumerate() {
             assert_eq!(got[i].hdr.tag, i as i32);
             assert_eq!(got[i].payload.len(), s);
-            assert!(got[i].payload.iter().enumerate().all(|(j, &v)| v == (i * 31 + j) as u8));
+            assert!(
+                got[i]
+                    .payload
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &v)| v == (i * 31 + j) as u8)
+            );
         }
         assert_eq!(got[sizes.len()].hdr.kind, Kind::Fin);
         assert_eq!(got[sizes.len()].hdr.aux, 9);

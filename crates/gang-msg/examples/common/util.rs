@@ -15,23 +15,34 @@ impl Args {
         let v: Vec<String> = std::env::args().skip(1).collect();
         let mut m = HashMap::new();
         for pair in v.chunks(2) {
-            let k = pair[0].strip_prefix("--").unwrap_or_else(|| die(&format!("unexpected argument {:?}", pair[0])));
+            let k = pair[0]
+                .strip_prefix("--")
+                .unwrap_or_else(|| die(&format!("unexpected argument {:?}", pair[0])));
             m.insert(k.to_string(), pair.get(1).cloned().unwrap_or_default());
         }
         Args(m)
     }
 
     pub fn get<T: std::str::FromStr>(&self, k: &str, default: T) -> T {
-        self.0.get(k).map_or(default, |v| v.parse().unwrap_or_else(|_| die(&format!("--{k} {v}: not a number"))))
+        self.0.get(k).map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| die(&format!("--{k} {v}: not a number")))
+        })
     }
 
     pub fn str(&self, k: &str, default: &str) -> String {
-        self.0.get(k).cloned().unwrap_or_else(|| default.to_string())
+        self.0
+            .get(k)
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
     }
 }
 
 pub fn die(msg: &str) -> ! {
-    eprintln!("rank {}: {msg}", std::env::var("GANG_RANK").unwrap_or_default());
+    eprintln!(
+        "rank {}: {msg}",
+        std::env::var("GANG_RANK").unwrap_or_default()
+    );
     std::process::exit(1)
 }
 
@@ -39,7 +50,9 @@ pub fn die(msg: &str) -> ! {
 pub const HEAD: usize = 24;
 
 fn fill(src: u32, dst: u32, seq: u64, body: &mut [u8]) {
-    let mut x = (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15)) ^ ((src as u64) << 32 | dst as u64) ^ 0xD1B5_4A32_D192_ED03;
+    let mut x = (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        ^ ((src as u64) << 32 | dst as u64)
+        ^ 0xD1B5_4A32_D192_ED03;
     for b in body.iter_mut() {
         x ^= x << 13;
         x ^= x >> 7;
@@ -49,7 +62,9 @@ fn fill(src: u32, dst: u32, seq: u64, body: &mut [u8]) {
 }
 
 fn checksum(body: &[u8]) -> u64 {
-    body.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    body.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// A message of `len` (>= HEAD) bytes that names its sender, receiver and
@@ -74,7 +89,11 @@ pub fn verify(m: &[u8], src: usize, dst: usize, seq: u64) -> Result<(), String> 
     let u32_at = |i: usize| u32::from_le_bytes(m[i..i + 4].try_into().unwrap()) as usize;
     let got_seq = u64::from_le_bytes(m[8..16].try_into().unwrap());
     if u32_at(0) != src || u32_at(4) != dst || got_seq != seq {
-        return Err(format!("expected {src}->{dst} #{seq}, got {}->{} #{got_seq}", u32_at(0), u32_at(4)));
+        return Err(format!(
+            "expected {src}->{dst} #{seq}, got {}->{} #{got_seq}",
+            u32_at(0),
+            u32_at(4)
+        ));
     }
     let sum = u64::from_le_bytes(m[16..24].try_into().unwrap());
     if checksum(&m[HEAD..]) != sum {
@@ -106,7 +125,9 @@ pub struct Stop {
 impl Stop {
     pub fn from_args(a: &Args) -> Stop {
         let secs: f64 = a.get("seconds", 0.0);
-        let file = Some(a.str("until-file", "")).filter(|f| !f.is_empty()).map(Into::into);
+        let file = Some(a.str("until-file", ""))
+            .filter(|f| !f.is_empty())
+            .map(Into::into);
         let open_ended = secs > 0.0 || file.is_some();
         Stop {
             iters: a.get("iters", if open_ended { u64::MAX } else { 100 }),
@@ -119,12 +140,14 @@ impl Stop {
         if i >= self.iters {
             return true;
         }
-        if (self.until.is_none() && self.file.is_none()) || i % 16 != 0 {
+        if (self.until.is_none() && self.file.is_none()) || !i.is_multiple_of(16) {
             return false;
         }
-        let local = self.until.is_some_and(|t| Instant::now() >= t) || self.file.as_ref().is_some_and(|f| f.exists());
+        let local = self.until.is_some_and(|t| Instant::now() >= t)
+            || self.file.as_ref().is_some_and(|f| f.exists());
         let mut f = [local as i64];
-        comm.allreduce_i64(&mut f, Op::Max).unwrap_or_else(|e| die(&e.to_string()));
+        comm.allreduce_i64(&mut f, Op::Max)
+            .unwrap_or_else(|e| die(&e.to_string()));
         f[0] == 1
     }
 }

@@ -28,16 +28,23 @@ pub enum CtlRequest {
 /// Agent to rank.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CtlReply {
-    FenceDone { kvs: BTreeMap<String, String> },
+    FenceDone {
+        kvs: BTreeMap<String, String>,
+    },
     /// The agent refused a request (bad rank, fence failed across nodes...).
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// Write one length-prefixed JSON frame.
 pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     if body.len() > MAX_CTL_FRAME as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "control frame too large"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "control frame too large",
+        ));
     }
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -55,11 +62,16 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
     }
     let len = u32::from_le_bytes(len);
     if len > MAX_CTL_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("control frame of {len} bytes")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control frame of {len} bytes"),
+        ));
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map(Some).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
@@ -75,8 +87,14 @@ mod tests {
         assert_eq!(&buf[..4], (wire.len() as u32).to_le_bytes().as_slice());
         assert_eq!(&buf[4..4 + wire.len()], wire.as_slice());
         let mut r = &buf[..];
-        assert_eq!(read_frame::<CtlRequest>(&mut r).unwrap(), Some(CtlRequest::Hello { pid: 7, rank: 1 }));
-        assert_eq!(read_frame::<CtlRequest>(&mut r).unwrap(), Some(CtlRequest::Fence));
+        assert_eq!(
+            read_frame::<CtlRequest>(&mut r).unwrap(),
+            Some(CtlRequest::Hello { pid: 7, rank: 1 })
+        );
+        assert_eq!(
+            read_frame::<CtlRequest>(&mut r).unwrap(),
+            Some(CtlRequest::Fence)
+        );
         assert_eq!(read_frame::<CtlRequest>(&mut r).unwrap(), None);
         let bad = (MAX_CTL_FRAME + 1).to_le_bytes();
         assert!(read_frame::<CtlRequest>(&mut &bad[..]).is_err());

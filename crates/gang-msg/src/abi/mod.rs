@@ -8,8 +8,8 @@
 mod ctl;
 mod pages;
 
-pub use ctl::{CtlReply, CtlRequest, read_frame, write_frame, MAX_CTL_FRAME};
-pub use pages::{StatePage, StateSnapshot, TablePage, TableSnapshot, PAGE_SIZE};
+pub use ctl::{CtlReply, CtlRequest, MAX_CTL_FRAME, read_frame, write_frame};
+pub use pages::{PAGE_SIZE, StatePage, StateSnapshot, TablePage, TableSnapshot};
 pub use pages::{STATE_MAGIC, STATE_VERSION, TABLE_MAGIC, TABLE_VERSION};
 
 /// Environment set by the agent for every rank.
@@ -84,11 +84,19 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn encode(&self) -> String {
-        format!("host={};unix={};tcp={};tok={}", self.host, self.unix, self.tcp, self.token)
+        format!(
+            "host={};unix={};tcp={};tok={}",
+            self.host, self.unix, self.tcp, self.token
+        )
     }
 
     pub fn parse(s: &str) -> Option<Endpoint> {
-        let mut ep = Endpoint { host: String::new(), unix: String::new(), tcp: String::new(), token: String::new() };
+        let mut ep = Endpoint {
+            host: String::new(),
+            unix: String::new(),
+            tcp: String::new(),
+            token: String::new(),
+        };
         let mut seen_host = false;
         for part in s.split(';') {
             let (k, v) = part.split_once('=')?;
@@ -119,7 +127,10 @@ pub struct Part {
 
 impl Part {
     pub fn parse(s: &str) -> Option<Part> {
-        let v: Vec<u32> = s.split(',').map(|p| p.trim().parse().ok()).collect::<Option<_>>()?;
+        let v: Vec<u32> = s
+            .split(',')
+            .map(|p| p.trim().parse().ok())
+            .collect::<Option<_>>()?;
         match v[..] {
             [x0, y0, w, h] if w > 0 && h > 0 => Some(Part { x0, y0, w, h }),
             _ => None,
@@ -164,7 +175,12 @@ mod tests {
 
     #[test]
     fn endpoint_round_trip() {
-        let ep = Endpoint { host: "h1".into(), unix: "/d/peer.sock".into(), tcp: "127.0.0.1:9".into(), token: "ab".into() };
+        let ep = Endpoint {
+            host: "h1".into(),
+            unix: "/d/peer.sock".into(),
+            tcp: "127.0.0.1:9".into(),
+            token: "ab".into(),
+        };
         assert_eq!(Endpoint::parse(&ep.encode()), Some(ep));
         assert_eq!(Endpoint::parse("unix=/x"), None);
     }
@@ -175,9 +191,25 @@ mod tests {
         assert_eq!(p.coord(0), (2, 1));
         assert_eq!(p.coord(4), (3, 2));
         let n = p.neighbours(4, 6);
-        assert_eq!(n, Neighbours { north: Some(1), south: None, east: Some(5), west: Some(3) });
+        assert_eq!(
+            n,
+            Neighbours {
+                north: Some(1),
+                south: None,
+                east: Some(5),
+                west: Some(3)
+            }
+        );
         let n = p.neighbours(0, 6);
-        assert_eq!(n, Neighbours { north: None, south: Some(3), east: Some(1), west: None });
+        assert_eq!(
+            n,
+            Neighbours {
+                north: None,
+                south: Some(3),
+                east: Some(1),
+                west: None
+            }
+        );
         // A job with fewer ranks than cells has no neighbour past its last rank.
         assert_eq!(p.neighbours(2, 4).south, None);
         assert!(Part::parse("1,2,0,1").is_none());

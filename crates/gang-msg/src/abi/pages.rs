@@ -91,7 +91,9 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let res = (|| {
-            if create_mode.is_some() && unsafe { libc::ftruncate(fd, PAGE_SIZE as libc::off_t) } != 0 {
+            if create_mode.is_some()
+                && unsafe { libc::ftruncate(fd, PAGE_SIZE as libc::off_t) } != 0
+            {
                 return Err(io::Error::last_os_error());
             }
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -100,9 +102,16 @@ impl Mapping {
             }
             // Mapping past the end of a short file would SIGBUS on first touch.
             if (st.st_size as usize) < PAGE_SIZE {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is shorter than a page", path.display())));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} is shorter than a page", path.display()),
+                ));
             }
-            let prot = if writable || create_mode.is_some() { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+            let prot = if writable || create_mode.is_some() {
+                libc::PROT_READ | libc::PROT_WRITE
+            } else {
+                libc::PROT_READ
+            };
             Self::map(fd, prot, libc::MAP_SHARED)
         })();
         unsafe { libc::close(fd) };
@@ -110,7 +119,11 @@ impl Mapping {
     }
 
     fn anonymous() -> io::Result<Mapping> {
-        Self::map(-1, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS)
+        Self::map(
+            -1,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+        )
     }
 
     fn map(fd: i32, prot: i32, flags: i32) -> io::Result<Mapping> {
@@ -161,17 +174,27 @@ impl TablePage {
 
     /// Rank: map an existing page read-only and check its magic and version.
     pub fn open_read(path: &Path) -> io::Result<TablePage> {
-        let page = TablePage { map: Mapping::file(path, None, false)? };
+        let page = TablePage {
+            map: Mapping::file(path, None, false)?,
+        };
         let t = page.layout();
         if t.magic.load(Acquire) != TABLE_MAGIC || t.version.load(Relaxed) != TABLE_VERSION {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: not a table page of version {TABLE_VERSION}", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: not a table page of version {TABLE_VERSION}",
+                    path.display()
+                ),
+            ));
         }
         Ok(page)
     }
 
     /// A private page with no boundary, for a rank started without an agent.
     pub fn anonymous() -> io::Result<TablePage> {
-        let page = TablePage { map: Mapping::anonymous()? };
+        let page = TablePage {
+            map: Mapping::anonymous()?,
+        };
         page.layout().magic.store(TABLE_MAGIC, Release);
         Ok(page)
     }
@@ -255,24 +278,32 @@ impl StatePage {
     /// Agent: create (truncate) a zeroed page, mode 0600. The agent then
     /// chowns it to the job's user before exec.
     pub fn create(path: &Path) -> io::Result<StatePage> {
-        Ok(StatePage { map: Mapping::file(path, Some(0o600), true)? })
+        Ok(StatePage {
+            map: Mapping::file(path, Some(0o600), true)?,
+        })
     }
 
     /// Agent: map a rank's page read-only.
     pub fn open_read(path: &Path) -> io::Result<StatePage> {
-        Ok(StatePage { map: Mapping::file(path, None, false)? })
+        Ok(StatePage {
+            map: Mapping::file(path, None, false)?,
+        })
     }
 
     /// Rank: map the agent-created page for writing and stamp it.
     pub fn open_write(path: &Path) -> io::Result<StatePage> {
-        let page = StatePage { map: Mapping::file(path, None, true)? };
+        let page = StatePage {
+            map: Mapping::file(path, None, true)?,
+        };
         page.stamp();
         Ok(page)
     }
 
     /// A private page, for a rank started without an agent.
     pub fn anonymous() -> io::Result<StatePage> {
-        let page = StatePage { map: Mapping::anonymous()? };
+        let page = StatePage {
+            map: Mapping::anonymous()?,
+        };
         page.stamp();
         Ok(page)
     }
@@ -296,7 +327,8 @@ impl StatePage {
     /// `posted_sends` after it (a rank counts its sends before it blocks).
     pub fn snapshot(&self) -> StateSnapshot {
         let s = self.layout();
-        let ready = s.magic.load(Acquire) == STATE_MAGIC && s.version.load(Relaxed) == STATE_VERSION;
+        let ready =
+            s.magic.load(Acquire) == STATE_MAGIC && s.version.load(Relaxed) == STATE_VERSION;
         let delivered = s.delivered.load(SeqCst);
         let blocked_since_ns = s.blocked_since_ns.load(SeqCst);
         let wait_src = s.wait_src.load(SeqCst);
@@ -340,7 +372,10 @@ mod tests {
         agent.write_offset(-5);
         agent.write_switch_out(1234);
         let snap = rank.read();
-        assert_eq!((snap.realtime_offset_ns, snap.switch_out_at_ns, snap.seq), (-5, 1234, 4));
+        assert_eq!(
+            (snap.realtime_offset_ns, snap.switch_out_at_ns, snap.seq),
+            (-5, 1234, 4)
+        );
     }
 
     #[test]
@@ -353,7 +388,10 @@ mod tests {
         rank.layout().posted_sends.fetch_add(3, SeqCst);
         let snap = agent.snapshot();
         assert!(snap.ready);
-        assert_eq!((snap.pid, snap.posted_sends, snap.wait_src), (std::process::id(), 3, -1));
+        assert_eq!(
+            (snap.pid, snap.posted_sends, snap.wait_src),
+            (std::process::id(), 3, -1)
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use gang_msg::abi::{CtlReply, CtlRequest, StatePage, StateSnapshot, TablePage, env, files, read_frame, write_frame};
+use gang_msg::abi::{
+    CtlReply, CtlRequest, StatePage, StateSnapshot, TablePage, env, files, read_frame, write_frame,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -34,7 +36,15 @@ pub fn example(name: &str) -> PathBuf {
         BUILD.call_once(|| {
             let target = profile_dir.parent().unwrap();
             let mut cmd = Command::new(env!("CARGO"));
-            cmd.args(["build", "--quiet", "-p", "gang-msg", "--examples", "--target-dir"]).arg(target);
+            cmd.args([
+                "build",
+                "--quiet",
+                "-p",
+                "gang-msg",
+                "--examples",
+                "--target-dir",
+            ])
+            .arg(target);
             if profile_dir.file_name().unwrap() == "release" {
                 cmd.arg("--release");
             }
@@ -63,7 +73,16 @@ pub struct JobSpec {
 
 impl JobSpec {
     pub fn new(program: PathBuf, w: u32, h: u32) -> JobSpec {
-        JobSpec { program, args: Vec::new(), w, h, env: Vec::new(), rank_env: HashMap::new(), hosts: None, quiet: false }
+        JobSpec {
+            program,
+            args: Vec::new(),
+            w,
+            h,
+            env: Vec::new(),
+            rank_env: HashMap::new(),
+            hosts: None,
+            quiet: false,
+        }
     }
 
     pub fn arg(mut self, a: impl Into<String>) -> Self {
@@ -77,7 +96,10 @@ impl JobSpec {
     }
 
     pub fn rank_env(mut self, rank: usize, k: &str, v: impl Into<String>) -> Self {
-        self.rank_env.entry(rank).or_default().push((k.into(), v.into()));
+        self.rank_env
+            .entry(rank)
+            .or_default()
+            .push((k.into(), v.into()));
         self
     }
 
@@ -106,18 +128,25 @@ pub struct SwitchRecord {
 
 impl SwitchRecord {
     pub fn all_quiesced(&self) -> bool {
-        self.states.iter().all(|s| s.quiesced_for_ns == self.boundary)
+        self.states
+            .iter()
+            .all(|s| s.quiesced_for_ns == self.boundary)
     }
 
     /// Some rank resumed past the boundary before its SIGSTOP took effect
     /// (the stop came later than the rank's grace).
     pub fn stop_too_late(&self) -> bool {
-        self.states.iter().any(|s| s.last_boundary_ns >= self.boundary)
+        self.states
+            .iter()
+            .any(|s| s.last_boundary_ns >= self.boundary)
     }
 
     /// Bytes written by some rank's transport and not yet read by its peer.
     pub fn bytes_in_flight(&self) -> i64 {
-        self.states.iter().map(|s| s.bytes_written as i64 - s.bytes_read as i64).sum()
+        self.states
+            .iter()
+            .map(|s| s.bytes_written as i64 - s.bytes_read as i64)
+            .sum()
     }
 
     pub fn unacked_bytes(&self) -> u64 {
@@ -138,15 +167,22 @@ pub struct Job {
 }
 
 fn realtime_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 impl Job {
     pub fn start(spec: JobSpec) -> Job {
         let n = spec.size();
-        let dir = tempfile::Builder::new().prefix("gm-").tempdir_in("/tmp").unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("gm-")
+            .tempdir_in("/tmp")
+            .unwrap();
         let fence = Arc::new(Mutex::new(Fence::default()));
-        let (mut tables, mut states, mut children, mut pids) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut tables, mut states, mut children, mut pids) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for r in 0..n {
             let rdir = dir.path().join(format!("r{r}"));
             std::fs::create_dir(&rdir).unwrap();
@@ -156,7 +192,11 @@ impl Job {
             table.write_offset(3_000_000_000);
             tables.push(table);
             states.push(StatePage::create(&rdir.join(files::STATE_PAGE)).unwrap());
-            serve_ctl(UnixListener::bind(rdir.join(files::CTL_SOCK)).unwrap(), n, fence.clone());
+            serve_ctl(
+                UnixListener::bind(rdir.join(files::CTL_SOCK)).unwrap(),
+                n,
+                fence.clone(),
+            );
             let (x, y) = (r as u32 % spec.w, r as u32 / spec.w);
             let mut cmd = Command::new(&spec.program);
             cmd.args(&spec.args)
@@ -167,19 +207,40 @@ impl Job {
                 .env(env::MESH_Y, y.to_string())
                 .env(env::PART, format!("0,0,{},{}", spec.w, spec.h))
                 .env(env::MSG_DIR, &rdir)
-                .env(env::HOST_ID, spec.hosts.as_ref().map_or("host0".to_string(), |h| h[r].clone()))
+                .env(
+                    env::HOST_ID,
+                    spec.hosts
+                        .as_ref()
+                        .map_or("host0".to_string(), |h| h[r].clone()),
+                )
                 .stdin(Stdio::null());
             if spec.quiet {
                 cmd.stdout(Stdio::null());
             }
-            for (k, v) in spec.env.iter().chain(spec.rank_env.get(&r).into_iter().flatten()) {
+            for (k, v) in spec
+                .env
+                .iter()
+                .chain(spec.rank_env.get(&r).into_iter().flatten())
+            {
                 cmd.env(k, v);
             }
-            let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", spec.program.display()));
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn {}: {e}", spec.program.display()));
             pids.push(Pid::from_raw(child.id() as i32));
             children.push(Some(child));
         }
-        Job { dir, statuses: vec![None; n], spec, tables, states, children, pids, fence, switches: Vec::new() }
+        Job {
+            dir,
+            statuses: vec![None; n],
+            spec,
+            tables,
+            states,
+            children,
+            pids,
+            fence,
+            switches: Vec::new(),
+        }
     }
 
     pub fn size(&self) -> usize {
@@ -233,7 +294,11 @@ impl Job {
     pub fn expect_success(&mut self, limit: Duration) {
         let st = self.wait(limit);
         for (r, s) in st.iter().enumerate() {
-            assert!(s.success(), "rank {r} of {} exited with {s}", self.spec.program.display());
+            assert!(
+                s.success(),
+                "rank {r} of {} exited with {s}",
+                self.spec.program.display()
+            );
         }
     }
 
@@ -256,16 +321,23 @@ impl Job {
     /// SIGSTOP every rank at `b` (never waiting for them), read the pages,
     /// SIGCONT after `stopped`. `early` ranks are stopped before the quiesce
     /// begins (ranks that never answer). Returns None if the job ended.
-    pub fn drive_switch(&mut self, ahead: Duration, stopped: Duration, early: &[usize]) -> Option<SwitchRecord> {
+    pub fn drive_switch(
+        &mut self,
+        ahead: Duration,
+        stopped: Duration,
+        early: &[usize],
+    ) -> Option<SwitchRecord> {
         if self.poll_exit() {
             return None;
         }
+        // Early ranks are stopped before the boundary is even published.
+        for &r in early {
+            self.signal(r, Signal::SIGSTOP);
+        }
+        self.wait_stopped(early, Duration::from_secs(5));
         let b = self.master_now_ns() + ahead.as_nanos() as u64;
         for t in &self.tables {
             t.write_switch_out(b);
-        }
-        for &r in early {
-            self.signal(r, Signal::SIGSTOP);
         }
         self.sleep_until(b);
         let late = self.master_now_ns().saturating_sub(b);
@@ -276,9 +348,15 @@ impl Job {
         // SIGSTOP is asynchronous: wait until each live rank is really stopped
         // (state T in /proc) before reading, as an agent reading at the
         // boundary would see a stopped process.
-        self.wait_stopped(Duration::from_secs(5));
+        let all: Vec<usize> = (0..self.size()).collect();
+        self.wait_stopped(&all, Duration::from_secs(5));
         let stopped_late = self.master_now_ns().saturating_sub(b);
-        let rec = SwitchRecord { boundary: b, states: self.snapshots(), stop_late_ns: late, stopped_late_ns: stopped_late };
+        let rec = SwitchRecord {
+            boundary: b,
+            states: self.snapshots(),
+            stop_late_ns: late,
+            stopped_late_ns: stopped_late,
+        };
         std::thread::sleep(stopped);
         for r in 0..self.size() {
             self.signal(r, Signal::SIGCONT);
@@ -302,9 +380,9 @@ impl Job {
         }
     }
 
-    fn wait_stopped(&self, limit: Duration) {
+    fn wait_stopped(&self, ranks: &[usize], limit: Duration) {
         let deadline = Instant::now() + limit;
-        for r in 0..self.size() {
+        for &r in ranks {
             if self.children[r].is_none() {
                 continue;
             }
@@ -315,8 +393,12 @@ impl Job {
             for path in tasks {
                 loop {
                     let stat = std::fs::read_to_string(&path).unwrap_or_default();
-                    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next().unwrap_or('?'));
-                    if matches!(state, Some('T') | Some('t') | Some('Z') | Some('X') | None) || Instant::now() > deadline {
+                    let state = stat
+                        .rsplit_once(") ")
+                        .map(|(_, rest)| rest.chars().next().unwrap_or('?'));
+                    if matches!(state, Some('T') | Some('t') | Some('Z') | Some('X') | None)
+                        || Instant::now() > deadline
+                    {
                         break;
                     }
                     std::thread::yield_now();
@@ -327,7 +409,13 @@ impl Job {
 
     /// Drive switches back to back (run `running` between them) until `count`
     /// are done or the job ends.
-    pub fn drive_switches(&mut self, count: usize, ahead: Duration, stopped: Duration, running: Duration) -> usize {
+    pub fn drive_switches(
+        &mut self,
+        count: usize,
+        ahead: Duration,
+        stopped: Duration,
+        running: Duration,
+    ) -> usize {
         let mut done = 0;
         while done < count {
             if self.drive_switch(ahead, stopped, &[]).is_none() {
@@ -343,7 +431,12 @@ impl Job {
     }
 
     /// Wait until `cond` holds on the state pages, or panic past `limit`.
-    pub fn wait_states(&mut self, limit: Duration, what: &str, cond: impl Fn(&[StateSnapshot]) -> bool) -> Vec<StateSnapshot> {
+    pub fn wait_states(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        cond: impl Fn(&[StateSnapshot]) -> bool,
+    ) -> Vec<StateSnapshot> {
         let deadline = Instant::now() + limit;
         loop {
             let s = self.snapshots();
@@ -374,7 +467,7 @@ fn serve_ctl(listener: UnixListener, n: usize, fence: Arc<Mutex<Fence>>) {
             let fence = fence.clone();
             std::thread::spawn(move || {
                 // The agent checks who connected (SO_PEERCRED): here, that it is a process at all.
-                let mut reply_to = conn.try_clone().unwrap();
+                let reply_to = conn.try_clone().unwrap();
                 while let Ok(Some(req)) = read_frame::<CtlRequest>(&mut conn) {
                     let mut f = fence.lock().unwrap();
                     match req {
