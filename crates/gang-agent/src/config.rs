@@ -198,7 +198,12 @@ impl AgentConfig {
             rt_priority: RT_PRIORITY,
             switch_spin: Duration::ZERO,
             guard_exe: None,
-            msg_dir: crate::msg::default_base(nix::unistd::geteuid().as_raw()),
+            // One per test agent: tests run side by side, with the same jobs and nodes.
+            msg_dir: {
+                static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::env::temp_dir().join(format!("gang-msg-test-{}-{n}", std::process::id()))
+            },
         }
     }
 }

@@ -121,7 +121,16 @@ impl MsgHub {
     /// Must run inside the runtime (the control socket is served by a task).
     pub fn prepare(self: &Arc<Self>, l: &MsgLaunch) -> std::io::Result<Vec<(String, String)>> {
         let node_dir = self.node_dir();
-        std::fs::create_dir_all(&node_dir)?;
+        if !node_dir.is_dir() {
+            // Traversable by every user (a umask such as systemd's 0077 would not make
+            // it so), listable by none: each rank knows its own path.
+            for d in [&self.base, &node_dir] {
+                if !d.is_dir() {
+                    std::fs::create_dir_all(d)?;
+                    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+                }
+            }
+        }
         let dir = node_dir.join(format!("{}.{}", l.key.job_id, l.key.rank));
         // A leftover of an earlier agent (the same job and rank cannot run twice here).
         let _ = std::fs::remove_dir_all(&dir);
@@ -347,6 +356,14 @@ async fn write(conn: &mut UnixStream, reply: &CtlReply) -> std::io::Result<()> {
     let mut buf = (body.len() as u32).to_le_bytes().to_vec();
     buf.extend_from_slice(&body);
     conn.write_all(&buf).await
+}
+
+impl Drop for MsgHub {
+    fn drop(&mut self) {
+        // The node's directory, once its ranks' are gone (never anything else of `base`).
+        let _ = std::fs::remove_dir(self.node_dir());
+        let _ = std::fs::remove_dir(&self.base);
+    }
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of the state page's `blocked_since_ns`.

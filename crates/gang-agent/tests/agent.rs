@@ -86,6 +86,13 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
     assert_eq!(env["GANG_MESH_Y"], "2");
     assert_eq!(env["GANG_NODE"], "1,2");
     assert_eq!(env["FOO"], "bar baz");
+    // The messaging library's: the rank's private directory (gone with the rank) and the
+    // job's rectangle.
+    let dir = std::path::Path::new(env["GANG_MSG_DIR"]);
+    assert!(dir.ends_with("1-2/11.3"), "{dir:?}");
+    assert!(!dir.exists(), "{dir:?} outlived the rank");
+    assert_eq!(env["GANG_MSG_CONTEXT"], "resident");
+    assert!(!env["GANG_HOST_ID"].is_empty());
     // The account of the uid (root here), as the request had none.
     let root = nix::unistd::User::from_uid(0.into()).unwrap().unwrap();
     assert_eq!(
@@ -105,6 +112,10 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
         "GANG_MESH_X",
         "GANG_MESH_Y",
         "GANG_NODE",
+        "GANG_PART",
+        "GANG_MSG_DIR",
+        "GANG_HOST_ID",
+        "GANG_MSG_CONTEXT",
         "PWD",
         "OLDPWD",
         "SHLVL",

@@ -33,6 +33,7 @@ fn every_key_of_the_example_config_is_accepted() {
     assert_eq!(c.mpl, Some(4));
     assert_eq!(c.quantum_ms, Some(50));
     assert_eq!(c.gang_mode.as_deref(), Some("stop"));
+    assert_eq!(c.on_deadlock.as_deref(), Some("report"));
 
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
