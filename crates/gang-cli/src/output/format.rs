@@ -211,53 +211,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(fmt_ns(0, false), "0ns");
-        assert_eq!(fmt_ns(850, false), "850ns");
-        assert_eq!(fmt_ns(999, true), "+999ns");
-        assert_eq!(fmt_ns(1_000, false), "1µs");
-        assert_eq!(fmt_ns(12_500, true), "+12.5µs");
-        assert_eq!(fmt_ns(12_340, true), "+12.3µs");
-        assert_eq!(fmt_ns(40_000, false), "40µs");
-        assert_eq!(fmt_ns(123_456, false), "123µs");
-        assert_eq!(
-            fmt_ns(999_999, false),
-            "1ms",
-            "rounds up into the next unit"
-        );
-        assert_eq!(fmt_ns(1_250_000, false), "1.25ms");
-        assert_eq!(fmt_ns(-1_500_000, true), "-1.5ms");
-        assert_eq!(fmt_ns(100_000_000, false), "100ms");
-        assert_eq!(fmt_ns(999_996_000, false), "1s");
-        assert_eq!(fmt_ns(-2_000_000_000, true), "-2s");
-        assert_eq!(fmt_ns(12_345_000_000, false), "12.3s");
-        assert_eq!(fmt_ns(1_234_000_000_000, false), "1234s");
-        assert_eq!(fmt_ns(i64::MIN, true), "-9223372037s");
-        assert_eq!(fmt_duration_ns(0), "0s");
-        assert_eq!(fmt_duration_ns(-5), "0s");
-        assert_eq!(fmt_duration_ns(850_000_000), "850ms");
-        assert_eq!(fmt_duration_ns(59_990_000_000), "60s");
-        assert_eq!(fmt_duration_ns(60_000_000_000), "1m00s");
-        assert_eq!(fmt_duration_ns(245_000_000_000), "4m05s");
-        assert_eq!(fmt_duration_ns(3_723_900_000_000), "1h02m03s");
-        assert_eq!(fmt_time_ns(0), "-");
-        assert_eq!(fmt_time_ns(1), "1970-01-01 00:00:00 UTC");
-        assert_eq!(
-            fmt_time_ns(951_782_400 * 1_000_000_000),
-            "2000-02-29 00:00:00 UTC"
-        );
-        assert_eq!(
-            shell_join(&["a".into(), "".into(), "it's".into()]),
-            "a '' 'it'\\''s'"
-        );
-    }
-}
-
 /// What a rank waits for: "rank 3, tag 7", "any source, any tag".
 fn fmt_wait(source: i32, tag: i32) -> String {
     let from = if source < 0 {
@@ -308,4 +261,51 @@ pub fn deadlock_report(j: &JobInfo) -> String {
         d.messages,
         deadlock_lines(j, "prun:   ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_ns(0, false), "0ns");
+        assert_eq!(fmt_ns(850, false), "850ns");
+        assert_eq!(fmt_ns(999, true), "+999ns");
+        assert_eq!(fmt_ns(1_000, false), "1µs");
+        assert_eq!(fmt_ns(12_500, true), "+12.5µs");
+        assert_eq!(fmt_ns(12_340, true), "+12.3µs");
+        assert_eq!(fmt_ns(40_000, false), "40µs");
+        assert_eq!(fmt_ns(123_456, false), "123µs");
+        assert_eq!(
+            fmt_ns(999_999, false),
+            "1ms",
+            "rounds up into the next unit"
+        );
+        assert_eq!(fmt_ns(1_250_000, false), "1.25ms");
+        assert_eq!(fmt_ns(-1_500_000, true), "-1.5ms");
+        assert_eq!(fmt_ns(100_000_000, false), "100ms");
+        assert_eq!(fmt_ns(999_996_000, false), "1s");
+        assert_eq!(fmt_ns(-2_000_000_000, true), "-2s");
+        assert_eq!(fmt_ns(12_345_000_000, false), "12.3s");
+        assert_eq!(fmt_ns(1_234_000_000_000, false), "1234s");
+        assert_eq!(fmt_ns(i64::MIN, true), "-9223372037s");
+        assert_eq!(fmt_duration_ns(0), "0s");
+        assert_eq!(fmt_duration_ns(-5), "0s");
+        assert_eq!(fmt_duration_ns(850_000_000), "850ms");
+        assert_eq!(fmt_duration_ns(59_990_000_000), "60s");
+        assert_eq!(fmt_duration_ns(60_000_000_000), "1m00s");
+        assert_eq!(fmt_duration_ns(245_000_000_000), "4m05s");
+        assert_eq!(fmt_duration_ns(3_723_900_000_000), "1h02m03s");
+        assert_eq!(fmt_time_ns(0), "-");
+        assert_eq!(fmt_time_ns(1), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            fmt_time_ns(951_782_400 * 1_000_000_000),
+            "2000-02-29 00:00:00 UTC"
+        );
+        assert_eq!(
+            shell_join(&["a".into(), "".into(), "it's".into()]),
+            "a '' 'it'\\''s'"
+        );
+    }
 }
