@@ -9,24 +9,11 @@
 //! Prints JSON. Env: RUNS (default 5), ITERS (halo iterations, default 4000),
 //! QUANTUM_MS (default 40).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use gang_benches::{env_or, median_p99, release_bins};
-use gang_local::{LocalCluster, LocalClusterOptions};
-
-fn halo_bin(bins: &Path) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(&root)
-        .args(["build", "--release", "-p", "gang-msg", "--example", "halo"])
-        .status()
-        .expect("cargo runs");
-    assert!(st.success(), "building the halo example failed");
-    bins.join("examples/halo")
-}
+use gang_benches::{env_or, median_p99, msg_example, release_bins, two_slice_cluster};
 
 /// One prun of the halo example; its wall time in seconds.
 fn run(prun: &Path, master: &str, halo: &Path, iters: u64, flush: bool) -> f64 {
@@ -66,19 +53,8 @@ fn main() {
     let iters = env_or("ITERS", 4000) as u64;
     let quantum_ms = env_or("QUANTUM_MS", 40);
     let bins = release_bins();
-    let halo = halo_bin(&bins);
-    let opts = LocalClusterOptions {
-        bin_dir: Some(bins.clone()),
-        master_args: vec![
-            "--mpl".into(),
-            "2".into(),
-            "--quantum-ms".into(),
-            quantum_ms.to_string(),
-        ],
-        env: vec![("RUST_LOG".into(), "warn".into())],
-        ..LocalClusterOptions::default()
-    };
-    let c = LocalCluster::start((2, 2), opts).expect("cluster");
+    let halo = msg_example(&bins, "halo");
+    let c = two_slice_cluster(&bins, quantum_ms);
     let prun = bins.join("prun");
     let master = c.master_addr().to_string();
     let (mut solo, mut shim, mut plain) = (vec![], vec![], vec![]);

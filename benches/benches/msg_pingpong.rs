@@ -8,23 +8,10 @@
 //! Prints JSON. Env: RUNS (default 5), ITERS (round trips, default 20000), SPIN_US
 //! (default 50), QUANTUM_MS (default 40).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use gang_benches::{env_or, median_p99, release_bins};
-use gang_local::{LocalCluster, LocalClusterOptions};
-
-fn pingpong_bin(bins: &Path) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .current_dir(&root)
-        .args(["build", "--release", "-p", "gang-msg", "--example", "pingpong"])
-        .status()
-        .expect("cargo runs");
-    assert!(st.success(), "building the ping-pong example failed");
-    bins.join("examples/pingpong")
-}
+use gang_benches::{env_or, median_p99, msg_example, release_bins, two_slice_cluster};
 
 /// One prun of the example in priority mode; its one-way median latency (µs).
 fn run(prun: &Path, master: &str, bin: &Path, iters: u64, spin_us: u64) -> f64 {
@@ -59,19 +46,8 @@ fn main() {
     let spin = env_or("SPIN_US", 50) as u64;
     let quantum_ms = env_or("QUANTUM_MS", 40);
     let bins = release_bins();
-    let bin = pingpong_bin(&bins);
-    let opts = LocalClusterOptions {
-        bin_dir: Some(bins.clone()),
-        master_args: vec![
-            "--mpl".into(),
-            "2".into(),
-            "--quantum-ms".into(),
-            quantum_ms.to_string(),
-        ],
-        env: vec![("RUST_LOG".into(), "warn".into())],
-        ..LocalClusterOptions::default()
-    };
-    let c = LocalCluster::start((2, 2), opts).expect("cluster");
+    let bin = msg_example(&bins, "pingpong");
+    let c = two_slice_cluster(&bins, quantum_ms);
     let prun = bins.join("prun");
     let m = c.master_addr().to_string();
     let mut cases: Vec<(String, Vec<f64>)> = Vec::new();
@@ -91,7 +67,11 @@ fn main() {
                 let name = format!(
                     "{}_{}",
                     ["solo", "shared"][j],
-                    if k == 0 { "block".to_string() } else { format!("spin{spin_us}us") }
+                    if k == 0 {
+                        "block".to_string()
+                    } else {
+                        format!("spin{spin_us}us")
+                    }
                 );
                 match cases.iter_mut().find(|(n, _)| *n == name) {
                     Some((_, xs)) => xs.push(v),

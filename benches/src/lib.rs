@@ -1,6 +1,6 @@
 //! Shared fixtures for the benchmarks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use gang_core::quantile::nearest_rank;
 use gang_core::{Occupancy, Shape, Submesh};
@@ -42,6 +42,36 @@ pub fn release_bins() -> PathBuf {
         .expect("cargo runs");
     assert!(st.success(), "building the release binaries failed");
     root.join("target/release")
+}
+
+/// A release build of an example of `gang-msg` (a job program), next to the binaries.
+pub fn msg_example(bins: &Path, name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = std::process::Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "gang-msg", "--example", name])
+        .status()
+        .expect("cargo runs");
+    assert!(st.success(), "building the {name} example failed");
+    bins.join("examples").join(name)
+}
+
+/// A 2x2 loopback cluster of the release binaries in `bins`, two slices of
+/// `quantum_ms`: two 2x2 jobs share it in time.
+pub fn two_slice_cluster(bins: &Path, quantum_ms: usize) -> gang_local::LocalCluster {
+    let opts = gang_local::LocalClusterOptions {
+        bin_dir: Some(bins.to_path_buf()),
+        master_args: vec![
+            "--mpl".into(),
+            "2".into(),
+            "--quantum-ms".into(),
+            quantum_ms.to_string(),
+        ],
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        ..gang_local::LocalClusterOptions::default()
+    };
+    gang_local::LocalCluster::start((2, 2), opts).expect("cluster")
 }
 
 /// Median and p99 (nearest rank, [`gang_core::quantile`]) of a sample (sorted in place),
