@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Job, JobSpec, example};
+use common::{Job, JobSpec, example, expect_ring_deadlock};
 
 const LEAD_US: u64 = 3000;
 
@@ -128,47 +128,7 @@ fn a_rank_stopped_before_the_quiesce_does_not_hold_up_the_others() {
 #[test]
 fn the_deadlock_example_ends_blocked_with_nothing_in_flight() {
     let mut job = Job::start(JobSpec::new(example("deadlock"), 4, 1));
-    let n = job.size();
-    let settled = |s: &[gang_msg::abi::StateSnapshot]| {
-        s.iter().all(|s| s.ready && s.blocked_since_ns != 0)
-            && s.iter().map(|s| s.posted_sends).sum::<u64>()
-                == s.iter().map(|s| s.delivered).sum::<u64>()
-    };
-    let first = job.wait_states(
-        Duration::from_secs(30),
-        "every rank blocked, posted == delivered",
-        settled,
-    );
-    std::thread::sleep(Duration::from_millis(200));
-    let second = job.snapshots();
-    assert!(settled(&second));
-    for r in 0..n {
-        // Unchanged over two checks: the detector's condition.
-        assert_eq!(
-            (
-                first[r].posted_sends,
-                first[r].delivered,
-                first[r].blocked_since_ns
-            ),
-            (
-                second[r].posted_sends,
-                second[r].delivered,
-                second[r].blocked_since_ns
-            ),
-            "rank {r}"
-        );
-        assert_eq!(
-            (second[r].wait_src, second[r].wait_tag),
-            (((r + 1) % n) as i32, 2),
-            "rank {r} waits on its right neighbour"
-        );
-        // Ten ring passes plus the init barrier-free start: 10 sent, 10 received.
-        assert_eq!(
-            (second[r].posted_sends, second[r].delivered),
-            (10, 10),
-            "rank {r}"
-        );
-    }
+    expect_ring_deadlock(&mut job);
     assert!(job.running());
 }
 

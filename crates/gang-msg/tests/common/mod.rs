@@ -69,6 +69,9 @@ pub struct JobSpec {
     /// Host id per rank (default: all "host0").
     pub hosts: Option<Vec<String>>,
     pub quiet: bool,
+    /// Files every rank's stdout / stderr is appended to (default: inherited).
+    pub stdout: Option<PathBuf>,
+    pub stderr: Option<PathBuf>,
 }
 
 impl JobSpec {
@@ -82,7 +85,21 @@ impl JobSpec {
             rank_env: HashMap::new(),
             hosts: None,
             quiet: false,
+            stdout: None,
+            stderr: None,
         }
+    }
+
+    /// Append every rank's stdout to `path` (only rank 0 prints, in the examples).
+    pub fn stdout_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stdout = Some(path.into());
+        self
+    }
+
+    /// Append every rank's stderr to `path`.
+    pub fn stderr_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.stderr = Some(path.into());
+        self
     }
 
     pub fn arg(mut self, a: impl Into<String>) -> Self {
@@ -216,6 +233,19 @@ impl Job {
                 .stdin(Stdio::null());
             if spec.quiet {
                 cmd.stdout(Stdio::null());
+            }
+            let append = |p: &Path| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .unwrap_or_else(|e| panic!("open {}: {e}", p.display()))
+            };
+            if let Some(p) = &spec.stdout {
+                cmd.stdout(append(p));
+            }
+            if let Some(p) = &spec.stderr {
+                cmd.stderr(append(p));
             }
             for (k, v) in spec
                 .env
@@ -507,4 +537,54 @@ pub fn percentiles(v: &[u64]) -> (u64, u64) {
 
 pub fn dir_of(job: &Job, rank: usize) -> PathBuf {
     Path::new(job.dir.path()).join(format!("r{rank}"))
+}
+
+/// The end state of the deadlock examples (`deadlock`, `c/deadlock.c`) as the
+/// master's detector sees it: every rank ready and blocked, Σ posted ==
+/// Σ delivered, unchanged over two reads of the state pages 200 ms apart,
+/// each rank waiting on its right neighbour with tag 2 after ten ring passes.
+/// Returns the second reading.
+pub fn expect_ring_deadlock(job: &mut Job) -> Vec<StateSnapshot> {
+    let n = job.size();
+    let settled = |s: &[StateSnapshot]| {
+        s.iter().all(|s| s.ready && s.blocked_since_ns != 0)
+            && s.iter().map(|s| s.posted_sends).sum::<u64>()
+                == s.iter().map(|s| s.delivered).sum::<u64>()
+    };
+    let first = job.wait_states(
+        Duration::from_secs(30),
+        "every rank blocked, posted == delivered",
+        settled,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let second = job.snapshots();
+    assert!(settled(&second));
+    for r in 0..n {
+        // Unchanged over two checks: the detector's condition.
+        assert_eq!(
+            (
+                first[r].posted_sends,
+                first[r].delivered,
+                first[r].blocked_since_ns
+            ),
+            (
+                second[r].posted_sends,
+                second[r].delivered,
+                second[r].blocked_since_ns
+            ),
+            "rank {r}"
+        );
+        assert_eq!(
+            (second[r].wait_src, second[r].wait_tag),
+            (((r + 1) % n) as i32, 2),
+            "rank {r} waits on its right neighbour"
+        );
+        // Ten ring passes plus the init barrier-free start: 10 sent, 10 received.
+        assert_eq!(
+            (second[r].posted_sends, second[r].delivered),
+            (10, 10),
+            "rank {r}"
+        );
+    }
+    second
 }
