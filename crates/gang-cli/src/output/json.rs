@@ -390,7 +390,7 @@ mod tests {
                 "switch_latency": {"count": 19_200, "p50_ns": 48_000, "p99_ns": 210_000, "max_ns": 3_400_000, "mean_ns": 61_234},
                 "switch_cost": {"count": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0, "mean_ns": 0},
                 "switches_reported": 19_200, "switches_dropped": 3, "table_version": 9,
-                "quantum_ns": 50_000_000
+                "quantum_ns": 50_000_000, "msg_flushed": 0, "msg_unflushed": 0
             })
         );
     }
