@@ -251,6 +251,9 @@ pub struct RankSpec<'a> {
     /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
     /// "0" to it before exec, so it runs inside the cgroup from its first instruction.
     pub cgroup_procs: Option<std::os::fd::RawFd>,
+    /// The rank's end of its PMI socketpair (`PMI_FD`, already in `gang_env`): the child
+    /// keeps it open across exec.
+    pub pmi_fd: Option<std::os::fd::RawFd>,
 }
 
 /// The messaging library's tuning knobs a job may set itself (how long a receive spins,
@@ -324,6 +327,7 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         .kill_on_drop(false);
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
+    let pmi_fd = spec.pmi_fd;
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls (write, setgroups, setgid, setuid, chdir, prctl,
     // getppid) on data prepared before the fork; it allocates nothing.
@@ -332,6 +336,9 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
             // Still as root: the cgroup is the agent's, whatever the user may write.
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
+            }
+            if let Some(fd) = pmi_fd {
+                crate::pmi::inherit(fd)?;
             }
             if let Some(c) = &credentials {
                 c.assume()?;
@@ -445,6 +452,7 @@ impl Supervisor {
                 }
             }
         };
+        let abort = self.msg.pmi_finished(key).await;
         self.ranks.mark_exited(key);
         self.msg.remove(key);
         // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
@@ -485,6 +493,7 @@ impl Supervisor {
             x: self.node.x,
             y: self.node.y,
             how: Some(how),
+            abort,
         });
     }
 }
@@ -538,6 +547,7 @@ mod tests {
             run_as: RunAs::Agent,
             stdin: false,
             cgroup_procs: None,
+            pmi_fd: None,
         };
         let got: std::collections::BTreeMap<_, _> = rank_env(&spec).into_iter().collect();
         assert_eq!(got["GANG_RANK"], "0");
