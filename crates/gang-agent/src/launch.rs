@@ -453,6 +453,12 @@ impl Supervisor {
             }
         };
         let abort = self.msg.pmi_finished(key).await;
+        // Ended by the agent on its PMI abort: reported with the code the rank gave.
+        let how = match &abort {
+            Some(a) => How::Code(a.code),
+            None => how,
+        };
+        let abort = abort.map(|a| a.what);
         self.ranks.mark_exited(key);
         self.msg.remove(key);
         // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.

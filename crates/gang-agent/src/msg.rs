@@ -59,7 +59,7 @@ pub struct MsgHub {
     master: OnceLock<RegistryClient>,
     ranks: Mutex<HashMap<RankKey, MsgRank>>,
     /// The ranks' PMI servers (`pmi::serve`); each ends with the abort message, if any.
-    pmi: Mutex<HashMap<RankKey, JoinHandle<Option<String>>>>,
+    pmi: Mutex<HashMap<RankKey, JoinHandle<Option<crate::pmi::Abort>>>>,
 }
 
 impl std::fmt::Debug for MsgHub {
@@ -184,9 +184,14 @@ impl MsgHub {
     }
 
     /// Serve the rank's PMI socket (the agent's end of its socketpair).
-    pub fn start_pmi(self: &Arc<Self>, stream: UnixStream, job: crate::pmi::PmiJob) {
+    pub fn start_pmi(
+        self: &Arc<Self>,
+        stream: UnixStream,
+        job: crate::pmi::PmiJob,
+        pgid: nix::unistd::Pid,
+    ) {
         let key = job.key;
-        let task = tokio::spawn(crate::pmi::serve(Arc::clone(self), stream, job));
+        let task = tokio::spawn(crate::pmi::serve(Arc::clone(self), stream, job, pgid));
         if let Some(old) = self.pmi.lock().unwrap().insert(key, task) {
             old.abort();
         }
@@ -195,7 +200,7 @@ impl MsgHub {
     /// The rank exited: its PMI server's end (it sees the socket close, unless a process
     /// the rank left behind holds it, or it waits in a fence), and the abort message the
     /// rank sent, if it did.
-    pub async fn pmi_finished(&self, key: RankKey) -> Option<String> {
+    pub async fn pmi_finished(&self, key: RankKey) -> Option<crate::pmi::Abort> {
         let mut task = self.pmi.lock().unwrap().remove(&key)?;
         match tokio::time::timeout(PMI_LINGER, &mut task).await {
             Ok(Ok(abort)) => abort,

@@ -279,7 +279,7 @@ impl Node {
         let pgid = Pid::from_raw(pid as i32);
         if let Some(agent_end) = pmi {
             match crate::pmi::agent_stream(agent_end) {
-                Ok(stream) => self.msg.start_pmi(stream, pmi_job),
+                Ok(stream) => self.msg.start_pmi(stream, pmi_job, pgid),
                 Err(e) => warn!(
                     job_id = key.job_id,
                     rank = key.rank,

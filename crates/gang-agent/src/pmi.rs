@@ -104,6 +104,8 @@ pub fn agent_stream(fd: OwnedFd) -> std::io::Result<UnixStream> {
 pub struct Line {
     pub cmd: String,
     pub args: BTreeMap<String, String>,
+    /// `message=` and the rest of the line (abort's message has spaces).
+    pub message: Option<String>,
 }
 
 pub fn parse(line: &str) -> Option<Line> {
@@ -117,9 +119,14 @@ pub fn parse(line: &str) -> Option<Line> {
         .filter_map(|w| w.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    let message = line
+        .find(" message=")
+        .map(|at| line[at + " message=".len()..].trim().to_string())
+        .filter(|m| !m.is_empty());
     Some(Line {
         cmd: cmd.to_string(),
         args,
+        message,
     })
 }
 
@@ -131,8 +138,16 @@ pub struct Session {
     /// The job's space as of the last completed barrier.
     space: BTreeMap<String, String>,
     epoch: u32,
-    /// Set by `abort`: what the job's failure reason says.
-    pub aborted: Option<String>,
+    /// Set by `abort`: the exit code the rank asked for and what the job's failure
+    /// reason says.
+    pub aborted: Option<Abort>,
+}
+
+/// A rank's PMI abort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abort {
+    pub code: i32,
+    pub what: String,
 }
 
 /// What to do after a line.
@@ -143,7 +158,8 @@ pub enum Step {
     Barrier,
     /// `finalize`: answer, the rank closes.
     Finalize(String),
-    /// `abort`: no answer (the rank exits with its code).
+    /// `abort`: no answer; the agent ends the rank, reported as exiting with its code
+    /// (what hydra does too).
     Abort,
 }
 
@@ -215,15 +231,12 @@ impl Session {
             "barrier_in" => Step::Barrier,
             "finalize" => Step::Finalize("cmd=finalize_ack rc=0".into()),
             "abort" => {
-                let code = arg("exitcode");
-                let mut what = format!(
-                    "called PMI abort (MPI_Abort) with exit code {}",
-                    if code.is_empty() { "?" } else { code }
-                );
-                if let Some(m) = line.args.get("message").or(line.args.get("msg")) {
+                let code = arg("exitcode").parse().unwrap_or(1);
+                let mut what = format!("called PMI abort (MPI_Abort) with exit code {code}");
+                if let Some(m) = &line.message {
                     let _ = write!(what, ": {m}");
                 }
-                self.aborted = Some(what);
+                self.aborted = Some(Abort { code, what });
                 Step::Abort
             }
             "spawn" => Step::Reply(
@@ -262,7 +275,12 @@ fn word(s: &str) -> String {
 }
 
 /// Serve the rank's PMI socket until it closes; the abort message, if the rank aborted.
-pub async fn serve(hub: Arc<MsgHub>, stream: UnixStream, job: PmiJob) -> Option<String> {
+pub async fn serve(
+    hub: Arc<MsgHub>,
+    stream: UnixStream,
+    job: PmiJob,
+    pgid: nix::unistd::Pid,
+) -> Option<Abort> {
     let key = job.key;
     let fd = stream.as_raw_fd();
     let (rd, mut wr) = stream.into_split();
@@ -324,9 +342,12 @@ pub async fn serve(hub: Arc<MsgHub>, stream: UnixStream, job: PmiJob) -> Option<
                 warn!(
                     job_id = key.job_id,
                     rank = key.rank,
-                    why = session.aborted.as_deref().unwrap_or(""),
-                    "the rank aborted"
+                    why = session.aborted.as_ref().map(|a| a.what.as_str()).unwrap_or(""),
+                    "the rank aborted: ending it"
                 );
+                // MPICH waits for the process manager to end it; its exit is reported
+                // with the code it gave (the master then ends the job's other ranks).
+                crate::ranks::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
                 continue;
             }
             Step::Barrier => {
@@ -340,8 +361,8 @@ pub async fn serve(hub: Arc<MsgHub>, stream: UnixStream, job: PmiJob) -> Option<
             break;
         }
     }
-    if let Some(why) = &session.aborted {
-        info!(job_id = key.job_id, rank = key.rank, %why, "PMI session ended by abort");
+    if let Some(a) = &session.aborted {
+        info!(job_id = key.job_id, rank = key.rank, why = %a.what, "PMI session ended by abort");
     }
     session.aborted
 }
@@ -437,10 +458,14 @@ mod tests {
     #[test]
     fn abort_names_the_code() {
         let mut s = Session::new(job());
-        assert_eq!(s.handle(&parse("cmd=abort exitcode=3").unwrap()), Step::Abort);
+        let line = "cmd=abort exitcode=3 message=application called MPI_Abort(MPI_COMM_WORLD, 3) - process 0";
+        assert_eq!(s.handle(&parse(line).unwrap()), Step::Abort);
         assert_eq!(
-            s.aborted.as_deref(),
-            Some("called PMI abort (MPI_Abort) with exit code 3")
+            s.aborted,
+            Some(Abort {
+                code: 3,
+                what: "called PMI abort (MPI_Abort) with exit code 3: application called MPI_Abort(MPI_COMM_WORLD, 3) - process 0".into()
+            })
         );
     }
 }

@@ -391,10 +391,8 @@ impl MasterState {
         if code != 0 {
             let (x, y) = exit.node;
             let job = self.jobs.get_mut(id).expect("present");
-            let mut why = format!("rank {} on node ({x},{y}) {what}", exit.rank);
-            if let Some(abort) = &exit.abort {
-                why.push_str(&format!(" after it {abort}"));
-            }
+            let what = exit.abort.as_deref().unwrap_or(&what);
+            let why = format!("rank {} on node ({x},{y}) {what}", exit.rank);
             if job.start_teardown(Some(code), why) {
                 self.kill(fx, id, self.cfg.kill_grace_ms);
             }
