@@ -189,16 +189,16 @@ impl Session {
                 }
             }
             "fullinit" => Step::Reply(
-                "cmd=fullinit-response;rc=-1;errmsg=PMI-2_is_not_served_by_prun:_use_PMI-1;"
-                    .into(),
+                "cmd=fullinit-response;rc=-1;errmsg=PMI-2_is_not_served_by_prun:_use_PMI-1;".into(),
             ),
             "get_maxes" => Step::Reply(format!(
                 "cmd=maxes rc=0 kvsname_max={KVSNAME_MAX} keylen_max={KEYLEN_MAX} vallen_max={VALLEN_MAX}"
             )),
             "get_appnum" => Step::Reply("cmd=appnum rc=0 appnum=0".into()),
-            "get_my_kvsname" => {
-                Step::Reply(format!("cmd=my_kvsname rc=0 kvsname={}", self.job.kvsname()))
-            }
+            "get_my_kvsname" => Step::Reply(format!(
+                "cmd=my_kvsname rc=0 kvsname={}",
+                self.job.kvsname()
+            )),
             "get_universe_size" => {
                 Step::Reply(format!("cmd=universe_size rc=0 size={}", self.job.size))
             }
@@ -270,7 +270,13 @@ impl Session {
 /// A value safe in one word of the protocol.
 fn word(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_whitespace() || c == '=' { '_' } else { c })
+        .map(|c| {
+            if c.is_whitespace() || c == '=' {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -290,11 +296,7 @@ pub async fn serve(
     let mut spawn_lines = false;
     loop {
         buf.clear();
-        match (&mut rd)
-            .take(LINE_MAX as u64)
-            .read_line(&mut buf)
-            .await
-        {
+        match (&mut rd).take(LINE_MAX as u64).read_line(&mut buf).await {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
@@ -317,7 +319,11 @@ pub async fn serve(
         }
         let Some(line) = parse(text) else {
             if !buf.ends_with('\n') {
-                warn!(job_id = key.job_id, rank = key.rank, "PMI: a line too long; closing");
+                warn!(
+                    job_id = key.job_id,
+                    rank = key.rank,
+                    "PMI: a line too long; closing"
+                );
                 break;
             }
             if send(&mut wr, "cmd=error rc=-1 msg=not_a_PMI-1_command")
@@ -342,7 +348,11 @@ pub async fn serve(
                 warn!(
                     job_id = key.job_id,
                     rank = key.rank,
-                    why = session.aborted.as_ref().map(|a| a.what.as_str()).unwrap_or(""),
+                    why = session
+                        .aborted
+                        .as_ref()
+                        .map(|a| a.what.as_str())
+                        .unwrap_or(""),
                     "the rank aborted: ending it"
                 );
                 // MPICH waits for the process manager to end it; its exit is reported
@@ -436,10 +446,7 @@ mod tests {
             reply(&mut s, "cmd=get kvsname=gang-7 key=PMI_process_mapping"),
             "cmd=get_result rc=0 value=(vector,(0,4,1))"
         );
-        assert_eq!(
-            s.handle(&parse("cmd=barrier_in").unwrap()),
-            Step::Barrier
-        );
+        assert_eq!(s.handle(&parse("cmd=barrier_in").unwrap()), Step::Barrier);
         let (epoch, puts) = s.barrier_start();
         assert_eq!(epoch, 1);
         assert_eq!(puts.len(), 1);

@@ -202,16 +202,20 @@ fn mpich_programs_run_as_one_job_on_two_by_two() {
     let prog = program();
     let out = prun(
         &c,
-        &["-n", "2x2", "--mpi", "none", "--", prog.to_str().unwrap(), "pi"],
+        &[
+            "-n",
+            "2x2",
+            "--mpi",
+            "none",
+            "--",
+            prog.to_str().unwrap(),
+            "pi",
+        ],
         None,
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(
-        stdout.matches("hello rank 0 of 1\n").count(),
-        4,
-        "{stdout}"
-    );
+    assert_eq!(stdout.matches("hello rank 0 of 1\n").count(), 4, "{stdout}");
     c.shutdown().unwrap();
 }
 
