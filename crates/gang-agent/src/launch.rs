@@ -266,6 +266,17 @@ pub const USER_MSG_ENV: [&str; 4] = [
     "GANG_MSG_FLUSH",
 ];
 
+/// The PMI-1 connection variables: the agent's to set (`pmi::PmiJob::env`), never the
+/// job's. (PMI_DEBUG and the like are the job's own.)
+pub const PMI_ENV: [&str; 6] = [
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_JOBID",
+    "PMI_APPNUM",
+];
+
 /// The environment of a rank: `spec.env` plus the GANG_* variables (which win over
 /// same-named entries; of the job's own, only `USER_MSG_ENV` is kept).
 pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
@@ -273,6 +284,9 @@ pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
         .env
         .iter()
         .filter(|(k, _)| !k.starts_with("GANG_") || USER_MSG_ENV.contains(&k.as_str()))
+        // A PMI connection of the submitting shell's (prun run inside another launcher)
+        // is not the rank's: the agent sets its own, or none (`--mpi none`).
+        .filter(|(k, _)| !PMI_ENV.contains(&k.as_str()))
         .cloned()
         .collect();
     env.extend([
@@ -532,6 +546,8 @@ mod tests {
             ("GANG_MSG_DIR", "/elsewhere"),
             ("GANG_MSG_FLUSH", "off"),
             ("GANG_MSG_SPIN_US", "50"),
+            ("PMI_FD", "9"),
+            ("PMI_DEBUG", "1"),
             ("HOME", "/home/u"),
         ]
         .iter()
@@ -561,6 +577,8 @@ mod tests {
         assert_eq!(got["GANG_MSG_FLUSH"], "off");
         assert_eq!(got["GANG_MSG_SPIN_US"], "50");
         assert_eq!(got["HOME"], "/home/u");
+        assert!(!got.contains_key("PMI_FD"));
+        assert_eq!(got["PMI_DEBUG"], "1");
     }
 
     #[test]

@@ -273,7 +273,7 @@ impl MsgHub {
     }
 
     /// A rank's fence, through the master: retried while the master is away.
-    pub(crate) async fn fence(
+    async fn fence(
         &self,
         key: RankKey,
         epoch: u32,
@@ -302,6 +302,17 @@ impl MsgHub {
                 Err(s) => return Err(s.message().to_string()),
             }
         }
+    }
+}
+
+impl crate::pmi::Fencer for MsgHub {
+    async fn fence(
+        &self,
+        key: RankKey,
+        epoch: u32,
+        puts: BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, String> {
+        MsgHub::fence(self, key, epoch, &puts).await
     }
 }
 

@@ -21,8 +21,18 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tracing::{debug, info, warn};
 
-use crate::msg::MsgHub;
 use crate::ranks::RankKey;
+
+/// Who completes a barrier: the messaging hub's fence through the master (`msg.rs`
+/// implements it; this module stays below `msg` in the import graph).
+pub trait Fencer: Send + Sync + 'static {
+    fn fence(
+        &self,
+        key: RankKey,
+        epoch: u32,
+        puts: BTreeMap<String, String>,
+    ) -> impl std::future::Future<Output = Result<BTreeMap<String, String>, String>> + Send;
+}
 
 /// What the rank is told of the limits (what hydra says too).
 pub const KVSNAME_MAX: usize = 256;
@@ -281,8 +291,8 @@ fn word(s: &str) -> String {
 }
 
 /// Serve the rank's PMI socket until it closes; the abort message, if the rank aborted.
-pub async fn serve(
-    hub: Arc<MsgHub>,
+pub async fn serve<F: Fencer>(
+    hub: Arc<F>,
     stream: UnixStream,
     job: PmiJob,
     pgid: nix::unistd::Pid,
@@ -363,7 +373,7 @@ pub async fn serve(
             Step::Barrier => {
                 let (epoch, puts) = session.barrier_start();
                 let puts = puts.clone();
-                let result = hub.fence(key, epoch, &puts).await;
+                let result = hub.fence(key, epoch, puts).await;
                 session.barrier_done(result)
             }
         };
