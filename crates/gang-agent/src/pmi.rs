@@ -373,7 +373,19 @@ pub async fn serve<F: Fencer>(
             Step::Barrier => {
                 let (epoch, puts) = session.barrier_start();
                 let puts = puts.clone();
+                let started = std::time::Instant::now();
                 let result = hub.fence(key, epoch, puts).await;
+                if let Ok(space) = &result {
+                    debug!(
+                        job_id = key.job_id,
+                        rank = key.rank,
+                        epoch,
+                        keys = space.len(),
+                        bytes = space.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>(),
+                        us = started.elapsed().as_micros() as u64,
+                        "PMI barrier done"
+                    );
+                }
                 session.barrier_done(result)
             }
         };

@@ -198,6 +198,12 @@ fn mpich_programs_run_as_one_job_on_two_by_two() {
     for mode in MODES {
         run_mode(&c, "2x2", 4, mode);
     }
+    if std::env::var_os("PMI_SHOW").is_some() {
+        let log = std::fs::read_to_string(c.agent_log(0, 0)).unwrap();
+        for l in log.lines().filter(|l| l.contains("PMI")) {
+            eprintln!("{l}");
+        }
+    }
     // --mpi none: no PMI, so MPICH starts four singletons.
     let prog = program();
     let out = prun(
