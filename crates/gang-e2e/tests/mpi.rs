@@ -198,6 +198,7 @@ fn mpich_programs_run_as_one_job_on_two_by_two() {
     for mode in MODES {
         run_mode(&c, "2x2", 4, mode);
     }
+    // PMI_SHOW=1 RUST_LOG=info,gang_agent::pmi=debug: rank 0's PMI lines and barriers.
     if std::env::var_os("PMI_SHOW").is_some() {
         let log = std::fs::read_to_string(c.agent_log(0, 0)).unwrap();
         for l in log.lines().filter(|l| l.contains("PMI")) {
