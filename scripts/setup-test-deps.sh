@@ -10,6 +10,8 @@ PACKAGES="
 systemd
 passwd
 iproute2
+mpich
+libmpich-dev
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
@@ -18,6 +20,8 @@ iproute2
 #   (crates/gang-e2e/tests/trust).
 # iproute2: ip netns and veth pairs, an agent cut off from the master
 #   (crates/gang-e2e/tests/trust).
+# mpich, libmpich-dev: MPICH and mpicc.mpich, MPI programs built by the test and run
+#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi.rs).
 
 missing=""
 for p in $PACKAGES; do

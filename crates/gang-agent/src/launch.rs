@@ -251,6 +251,9 @@ pub struct RankSpec<'a> {
     /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
     /// "0" to it before exec, so it runs inside the cgroup from its first instruction.
     pub cgroup_procs: Option<std::os::fd::RawFd>,
+    /// The rank's end of its PMI socketpair (`PMI_FD`, already in `gang_env`): the child
+    /// keeps it open across exec.
+    pub pmi_fd: Option<std::os::fd::RawFd>,
 }
 
 /// The messaging library's tuning knobs a job may set itself (how long a receive spins,
@@ -263,6 +266,17 @@ pub const USER_MSG_ENV: [&str; 4] = [
     "GANG_MSG_FLUSH",
 ];
 
+/// The PMI-1 connection variables: the agent's to set (`pmi::PmiJob::env`), never the
+/// job's. (PMI_DEBUG and the like are the job's own.)
+pub const PMI_ENV: [&str; 6] = [
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_JOBID",
+    "PMI_APPNUM",
+];
+
 /// The environment of a rank: `spec.env` plus the GANG_* variables (which win over
 /// same-named entries; of the job's own, only `USER_MSG_ENV` is kept).
 pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
@@ -270,6 +284,9 @@ pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
         .env
         .iter()
         .filter(|(k, _)| !k.starts_with("GANG_") || USER_MSG_ENV.contains(&k.as_str()))
+        // A PMI connection of the submitting shell's (prun run inside another launcher)
+        // is not the rank's: the agent sets its own, or none (`--mpi none`).
+        .filter(|(k, _)| !PMI_ENV.contains(&k.as_str()))
         .cloned()
         .collect();
     env.extend([
@@ -324,6 +341,7 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         .kill_on_drop(false);
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
+    let pmi_fd = spec.pmi_fd;
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls (write, setgroups, setgid, setuid, chdir, prctl,
     // getppid) on data prepared before the fork; it allocates nothing.
@@ -332,6 +350,9 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
             // Still as root: the cgroup is the agent's, whatever the user may write.
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
+            }
+            if let Some(fd) = pmi_fd {
+                crate::pmi::inherit(fd)?;
             }
             if let Some(c) = &credentials {
                 c.assume()?;
@@ -445,6 +466,13 @@ impl Supervisor {
                 }
             }
         };
+        let abort = self.msg.pmi_finished(key).await;
+        // Ended by the agent on its PMI abort: reported with the code the rank gave.
+        let how = match &abort {
+            Some(a) => How::Code(a.code),
+            None => how,
+        };
+        let abort = abort.map(|a| a.what);
         self.ranks.mark_exited(key);
         self.msg.remove(key);
         // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
@@ -485,6 +513,7 @@ impl Supervisor {
             x: self.node.x,
             y: self.node.y,
             how: Some(how),
+            abort,
         });
     }
 }
@@ -517,6 +546,8 @@ mod tests {
             ("GANG_MSG_DIR", "/elsewhere"),
             ("GANG_MSG_FLUSH", "off"),
             ("GANG_MSG_SPIN_US", "50"),
+            ("PMI_FD", "9"),
+            ("PMI_DEBUG", "1"),
             ("HOME", "/home/u"),
         ]
         .iter()
@@ -538,6 +569,7 @@ mod tests {
             run_as: RunAs::Agent,
             stdin: false,
             cgroup_procs: None,
+            pmi_fd: None,
         };
         let got: std::collections::BTreeMap<_, _> = rank_env(&spec).into_iter().collect();
         assert_eq!(got["GANG_RANK"], "0");
@@ -545,6 +577,8 @@ mod tests {
         assert_eq!(got["GANG_MSG_FLUSH"], "off");
         assert_eq!(got["GANG_MSG_SPIN_US"], "50");
         assert_eq!(got["HOME"], "/home/u");
+        assert!(!got.contains_key("PMI_FD"));
+        assert_eq!(got["PMI_DEBUG"], "1");
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod msg;
 pub mod node;
 pub mod notify;
 pub mod output;
+pub mod pmi;
 pub mod ranks;
 pub mod registry_client;
 pub mod service;

@@ -25,6 +25,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+/// How long an exited rank's PMI server may take to read the rest of what it sent.
+const PMI_LINGER: Duration = Duration::from_millis(500);
+
 /// The master's registry (the type `registry_client` uses; named here so this module
 /// stays below `node` in the import graph).
 type RegistryClient = AgentRegistryClient<tonic::transport::Channel>;
@@ -55,6 +58,8 @@ pub struct MsgHub {
     /// The master, for fences (set once the agent has its channel).
     master: OnceLock<RegistryClient>,
     ranks: Mutex<HashMap<RankKey, MsgRank>>,
+    /// The ranks' PMI servers (`pmi::serve`); each ends with the abort message, if any.
+    pmi: Mutex<HashMap<RankKey, JoinHandle<Option<crate::pmi::Abort>>>>,
 }
 
 impl std::fmt::Debug for MsgHub {
@@ -101,6 +106,7 @@ impl MsgHub {
             clock,
             master: OnceLock::new(),
             ranks: Mutex::new(HashMap::new()),
+            pmi: Mutex::new(HashMap::new()),
         })
     }
 
@@ -177,8 +183,40 @@ impl MsgHub {
         Ok(env)
     }
 
+    /// Serve the rank's PMI socket (the agent's end of its socketpair).
+    pub fn start_pmi(
+        self: &Arc<Self>,
+        stream: UnixStream,
+        job: crate::pmi::PmiJob,
+        pgid: nix::unistd::Pid,
+    ) {
+        let key = job.key;
+        let task = tokio::spawn(crate::pmi::serve(Arc::clone(self), stream, job, pgid));
+        if let Some(old) = self.pmi.lock().unwrap().insert(key, task) {
+            old.abort();
+        }
+    }
+
+    /// The rank exited: its PMI server's end (it sees the socket close, unless a process
+    /// the rank left behind holds it, or it waits in a fence), and the abort message the
+    /// rank sent, if it did.
+    pub async fn pmi_finished(&self, key: RankKey) -> Option<crate::pmi::Abort> {
+        let mut task = self.pmi.lock().unwrap().remove(&key)?;
+        match tokio::time::timeout(PMI_LINGER, &mut task).await {
+            Ok(Ok(abort)) => abort,
+            Ok(Err(_)) => None,
+            Err(_) => {
+                task.abort();
+                None
+            }
+        }
+    }
+
     /// The rank is gone: its files and task too.
     pub fn remove(&self, key: RankKey) {
+        if let Some(t) = self.pmi.lock().unwrap().remove(&key) {
+            t.abort();
+        }
         if let Some(r) = self.ranks.lock().unwrap().remove(&key) {
             r.server.abort();
             let _ = std::fs::remove_dir_all(&r.dir);
@@ -264,6 +302,17 @@ impl MsgHub {
                 Err(s) => return Err(s.message().to_string()),
             }
         }
+    }
+}
+
+impl crate::pmi::Fencer for MsgHub {
+    async fn fence(
+        &self,
+        key: RankKey,
+        epoch: u32,
+        puts: BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, String> {
+        MsgHub::fence(self, key, epoch, &puts).await
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,6 +211,30 @@ impl Node {
                 ))));
             }
         };
+        // PMI-1 for MPICH, unless the job said none: the agent keeps one end, the rank
+        // inherits the other as PMI_FD.
+        let pmi_job = crate::pmi::PmiJob {
+            key,
+            size: req.size,
+        };
+        let mut gang_env = gang_env;
+        let pmi = if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::None) {
+            None
+        } else {
+            match crate::pmi::socketpair() {
+                Ok((agent_end, rank_end)) => {
+                    gang_env.extend(pmi_job.env(rank_end.as_raw_fd()));
+                    Some((agent_end, rank_end))
+                }
+                Err(e) => {
+                    self.msg.remove(key);
+                    self.ranks.unreserve(key);
+                    return Err(spawn_error(std::io::Error::other(format!(
+                        "cannot make the PMI socketpair: {e}"
+                    ))));
+                }
+            }
+        };
         let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let mut prepared = self.switch.prepare(key, mode);
@@ -226,8 +251,13 @@ impl Node {
             run_as,
             stdin: req.stdin,
             cgroup_procs: prepared.cgroup.as_ref().and_then(|c| c.procs_fd()),
+            pmi_fd: pmi.as_ref().map(|(_, rank_end)| rank_end.as_raw_fd()),
         };
-        let mut child = match launch::command(&spec).and_then(|mut cmd| cmd.spawn()) {
+        let spawned = launch::command(&spec).and_then(|mut cmd| cmd.spawn());
+        // The rank has its copy (or failed): the agent's would keep the socket open after
+        // the rank exits.
+        let pmi = pmi.map(|(agent_end, _rank_end)| agent_end);
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 self.switch.abandon(prepared);
@@ -247,6 +277,16 @@ impl Node {
         };
         // process_group(0): the rank leads its own group, whose id is its pid.
         let pgid = Pid::from_raw(pid as i32);
+        if let Some(agent_end) = pmi {
+            match crate::pmi::agent_stream(agent_end) {
+                Ok(stream) => self.msg.start_pmi(stream, pmi_job, pgid),
+                Err(e) => warn!(
+                    job_id = key.job_id,
+                    rank = key.rank,
+                    "cannot serve the rank's PMI socket: {e}"
+                ),
+            }
+        }
         // Managed from now on: if a table in force names its job, it is switched in step.
         self.switch.add(prepared, pgid.as_raw());
         let stdin = child.stdin.take().map(|pipe| {

@@ -373,6 +373,7 @@ mod tests {
             x: 0,
             y: 0,
             how: Some(How::Code(0)),
+            abort: None,
         }
     }
 

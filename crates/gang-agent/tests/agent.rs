@@ -93,6 +93,11 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
     assert!(!dir.exists(), "{dir:?} outlived the rank");
     assert_eq!(env["GANG_MSG_CONTEXT"], "resident");
     assert!(!env["GANG_HOST_ID"].is_empty());
+    // PMI-1 for MPICH (the request named no interface).
+    assert_eq!(env["PMI_RANK"], "3");
+    assert_eq!(env["PMI_SIZE"], "4");
+    assert_eq!(env["PMI_JOBID"], "gang-11");
+    assert!(env["PMI_FD"].parse::<i32>().unwrap() > 2);
     // The account of the uid (root here), as the request had none.
     let root = nix::unistd::User::from_uid(0.into()).unwrap().unwrap();
     assert_eq!(
@@ -116,6 +121,11 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
         "GANG_MSG_DIR",
         "GANG_HOST_ID",
         "GANG_MSG_CONTEXT",
+        "PMI_FD",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "PMI_JOBID",
+        "PMI_APPNUM",
         "PWD",
         "OLDPWD",
         "SHLVL",

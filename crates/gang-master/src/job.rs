@@ -7,6 +7,26 @@ use serde::{Deserialize, Serialize};
 
 use crate::shim::JobShim;
 
+/// What the agents serve a job's ranks for MPI libraries to find their peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mpi {
+    /// The PMI-1 simple wire protocol (MPICH); what a job that names none gets.
+    #[default]
+    Pmi1,
+    /// Nothing.
+    None,
+}
+
+impl From<Mpi> for gang_proto::v1::Mpi {
+    fn from(m: Mpi) -> Self {
+        match m {
+            Mpi::Pmi1 => gang_proto::v1::Mpi::Pmi1,
+            Mpi::None => gang_proto::v1::Mpi::None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
@@ -65,6 +85,9 @@ pub struct JobRecord {
     /// How its messaging library keeps its context across switches (resolved).
     #[serde(default)]
     pub msg_context: MsgContext,
+    /// What the agents serve for MPI (PMI-1 unless the job said none).
+    #[serde(default)]
+    pub mpi: Mpi,
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,

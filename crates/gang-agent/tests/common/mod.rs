@@ -497,6 +497,7 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         user: String::new(),
         part: None,
         msg_context: 0,
+        mpi: 0,
     }
 }
 

@@ -58,6 +58,12 @@ struct Args {
     #[arg(long, value_name = "MODE", value_parser = ["resident", "save-restore"])]
     context: Option<String>,
 
+    /// What the agents serve MPI libraries to find their peers: pmi1 (the PMI-1 simple
+    /// wire protocol: PMI_FD, PMI_RANK, PMI_SIZE; MPICH programs run as one job) or none
+    /// (they start as singletons) [default: pmi1].
+    #[arg(long, value_name = "IFACE", value_parser = ["pmi1", "none"])]
+    mpi: Option<String>,
+
     /// Name shown by `gangctl jobs` (default: the command).
     #[arg(long)]
     name: Option<String>,
@@ -155,6 +161,11 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             Some("save-restore") => MsgContext::SaveRestore,
             Some(_) => MsgContext::Resident,
             None => MsgContext::Unspecified,
+        } as i32,
+        mpi: match args.mpi.as_deref() {
+            Some("none") => gang_proto::v1::Mpi::None,
+            Some(_) => gang_proto::v1::Mpi::Pmi1,
+            None => gang_proto::v1::Mpi::Unspecified,
         } as i32,
     };
     // Who we are comes from the connection (the socket's peer credentials, a user

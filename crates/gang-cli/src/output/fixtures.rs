@@ -23,6 +23,7 @@ pub fn running_job() -> JobInfo {
             gang: GangMode::Unspecified as i32,
             on_deadlock: 0,
             msg_context: 0,
+            mpi: 0,
         }),
         state: JobState::Running as i32,
         w: 4,

@@ -96,6 +96,7 @@ fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
         gang: v1::GangMode::from(o.gang) as i32,
         part: Some(o.part.into()),
         msg_context: v1::MsgContext::from(o.msg_context) as i32,
+        mpi: v1::Mpi::from(o.mpi) as i32,
     }
 }
 

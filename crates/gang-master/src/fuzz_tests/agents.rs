@@ -196,6 +196,7 @@ fn rank_exit_request() -> impl Strategy<Value = v1::RankExit> {
             x,
             y,
             how,
+            abort: None,
         })
 }
 

@@ -99,6 +99,7 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 gang,
                 on_deadlock: 0,
                 msg_context: 0,
+                mpi: 0,
             },
         )
 }

@@ -50,6 +50,7 @@ fn submit_seeds() {
         gang: v1::GangMode::Priority as i32,
         on_deadlock: v1::DeadlockPolicy::Kill as i32,
         msg_context: v1::MsgContext::SaveRestore as i32,
+        mpi: v1::Mpi::None as i32,
     };
     seeds(
         "proto_submit",
@@ -370,6 +371,7 @@ fn agent_seeds() {
         x,
         y,
         how,
+        abort: None,
     };
     seeds(
         "proto_rank_exit",

@@ -153,6 +153,16 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
                 ))
             })?
             .resolved(),
+        mpi: match v1::Mpi::try_from(spec.mpi) {
+            Ok(v1::Mpi::Unspecified | v1::Mpi::Pmi1) => crate::job::Mpi::Pmi1,
+            Ok(v1::Mpi::None) => crate::job::Mpi::None,
+            Err(_) => {
+                return Err(invalid(format!(
+                    "unknown MPI interface {}: expected pmi1 or none",
+                    spec.mpi
+                )));
+            }
+        },
         name: spec.name,
         argv: spec.argv,
         cwd: spec.cwd,
@@ -222,6 +232,7 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             gang,
             on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
             msg_context: v1::MsgContext::from(v.msg_context) as i32,
+            mpi: v1::Mpi::from(v.mpi) as i32,
         }),
         state: job_state(v.state) as i32,
         w: v.w,
@@ -324,6 +335,7 @@ pub fn rank_exit(r: v1::RankExit) -> RankExit {
         job: JobId(r.job_id),
         rank: r.rank,
         node: (r.x, r.y),
+        abort: r.abort,
         how: match r.how {
             Some(How::Code(c)) => ExitHow::Code(c),
             Some(How::Signal(s)) => ExitHow::Signal(s),

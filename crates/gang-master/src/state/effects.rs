@@ -33,6 +33,7 @@ pub struct LaunchOrder {
     /// The job's rectangle (rank r at row-major position r).
     pub part: gang_core::Submesh,
     pub msg_context: MsgContext,
+    pub mpi: crate::job::Mpi,
 }
 
 /// One node's view of a slice table: the job it runs in each row (`None`: idle).

@@ -54,6 +54,7 @@ pub struct NewJob {
     pub on_deadlock: Option<DeadlockPolicy>,
     /// `None`: resident.
     pub msg_context: Option<MsgContext>,
+    pub mpi: crate::job::Mpi,
     /// A retry with the same token (and owner) returns the first job.
     pub client_token: Option<String>,
 }
@@ -136,6 +137,8 @@ pub struct RankExit {
     pub rank: u32,
     pub node: Coord,
     pub how: ExitHow,
+    /// What the rank said when it called PMI abort (MPI_Abort), if it did.
+    pub abort: Option<String>,
 }
 
 /// Why a launch did not start its rank.

@@ -147,6 +147,7 @@ impl MasterState {
             gang: new.gang.unwrap_or(self.cfg.gang_mode),
             on_deadlock: new.on_deadlock.unwrap_or(self.cfg.on_deadlock),
             msg_context: new.msg_context.unwrap_or_default(),
+            mpi: new.mpi,
             run_ns: 0,
             client_token: new.client_token,
             live: None,
@@ -243,6 +244,7 @@ impl MasterState {
                     .submesh
                     .expect("a job being launched has its submesh"),
                 msg_context: job.record.msg_context,
+                mpi: job.record.mpi,
             };
             fx.launch((x, y), addr, order);
         }
@@ -389,6 +391,7 @@ impl MasterState {
         if code != 0 {
             let (x, y) = exit.node;
             let job = self.jobs.get_mut(id).expect("present");
+            let what = exit.abort.as_deref().unwrap_or(&what);
             let why = format!("rank {} on node ({x},{y}) {what}", exit.rank);
             if job.start_teardown(Some(code), why) {
                 self.kill(fx, id, self.cfg.kill_grace_ms);

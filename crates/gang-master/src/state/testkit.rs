@@ -163,6 +163,7 @@ pub fn record(id: u64) -> JobRecord {
         gang: GangMode::Stop,
         on_deadlock: Default::default(),
         msg_context: Default::default(),
+        mpi: Default::default(),
         run_ns: 0,
         client_token: None,
         live: None,
@@ -200,6 +201,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         gang: None,
         on_deadlock: None,
         msg_context: None,
+        mpi: Default::default(),
         client_token: None,
     }
 }

@@ -277,6 +277,7 @@ fn exit(w: &mut World, job: u64, rank: u32, how: ExitHow) {
         rank,
         node,
         how,
+        abort: None,
     };
     w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
 }

@@ -41,6 +41,7 @@ pub struct JobView {
     pub ranks_done: u32,
     pub on_deadlock: DeadlockPolicy,
     pub msg_context: MsgContext,
+    pub mpi: crate::job::Mpi,
     /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
     pub deadlock: Option<DeadlockInfo>,
 }

@@ -113,6 +113,7 @@ fn with_policy_kill_a_deadlocked_job_fails_saying_why() {
             rank: node.0,
             node,
             how: crate::state::events::ExitHow::Signal(9),
+            abort: None,
         };
         w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
     }
