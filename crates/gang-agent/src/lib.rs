@@ -28,6 +28,7 @@
 pub mod agent;
 pub mod clock;
 pub mod config;
+pub mod env_policy;
 pub mod error;
 pub mod fence;
 pub mod guard;

@@ -46,25 +46,24 @@ mod bins;
 mod ceiling;
 mod logs;
 mod options;
+mod poll;
 mod procs;
 mod ready;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use gang_auth::PeerName;
 use gang_auth::pki::Pki;
 use gang_proto::client::{self, Target};
-use gang_proto::v1::admin_service_client::AdminServiceClient;
-use gang_proto::v1::{ListNodesRequest, NodeInfo, NodeState};
+use gang_proto::v1::{NodeInfo, NodeState};
 use nix::sys::signal::Signal;
 
 pub use bins::default_bin_dir;
@@ -73,7 +72,8 @@ pub use ceiling::{CeilingError, DEFAULT_MAX_AGENTS, MAX_AGENTS_BOUND, check_mesh
 pub use logs::log_tail;
 use logs::{describe, with_tail};
 pub use options::{Interrupted, LocalClusterOptions};
-use procs::{Proc, Spawner};
+use poll::{block_on, list_nodes, until_set};
+use procs::{Proc, Spawner, running_pid, stop_all};
 use ready::parse_ready;
 
 pub const MASTER_BIN: &str = "gang-master";
@@ -107,26 +107,6 @@ pub struct LocalCluster {
     /// Dropped after `Drop::drop` has torn everything down: the end of its thread would
     /// SIGTERM any process still running.
     spawner: Spawner,
-}
-
-/// Run a future to completion on a runtime of its own, on a thread of its own (so that
-/// blocking callers inside a runtime work too).
-fn block_on<F>(f: F) -> F::Output
-where
-    F: std::future::Future + Send,
-    F::Output: Send,
-{
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("build a tokio runtime")
-                .block_on(f)
-        })
-        .join()
-        .expect("the polling thread does not panic")
-    })
 }
 
 impl LocalCluster {
@@ -691,65 +671,5 @@ impl Drop for LocalCluster {
 
 /// SIGTERM every process group, wait for them all until `grace` has passed, SIGKILL the
 /// rest; reap all. Problems are added to `problems`.
-fn stop_all(mut procs: Vec<(String, Proc)>, grace: Duration, problems: &mut Vec<String>) {
-    for (_, child) in procs.iter_mut() {
-        if matches!(child.poll(), Ok(None)) {
-            child.signal(Signal::SIGTERM);
-        }
-    }
-    let deadline = Instant::now() + grace;
-    for (name, child) in procs.iter_mut() {
-        match child.wait_until(deadline) {
-            Ok(Some(status)) => {
-                let by_term = status.signal() == Some(Signal::SIGTERM as i32);
-                if !(status.success() || by_term) {
-                    problems.push(format!("{name} {}", describe(status)));
-                }
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                problems.push(format!(
-                    "{name} did not exit within {} s of SIGTERM and was killed",
-                    grace.as_secs_f64()
-                ));
-            }
-            Err(e) => {
-                let _ = child.kill();
-                problems.push(format!("waiting for {name}: {e}"));
-            }
-        }
-    }
-}
-
-fn running_pid(child: &mut Proc) -> Option<u32> {
-    matches!(child.poll(), Ok(None)).then(|| child.id())
-}
-
-/// Resolves once `flag` is set; never without one.
-async fn until_set(flag: Option<Arc<AtomicBool>>) {
-    let Some(flag) = flag else {
-        return std::future::pending().await;
-    };
-    while !flag.load(Ordering::SeqCst) {
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-async fn list_nodes(url: String) -> Result<Vec<NodeInfo>> {
-    let call = async {
-        let target = Target::parse(&url).map_err(|e| anyhow!(e))?;
-        let channel = client::connect(&target, &Default::default(), Duration::from_secs(2))
-            .await
-            .map_err(|e| anyhow!("{e:?}"))?;
-        let resp = AdminServiceClient::new(channel)
-            .list_nodes(ListNodesRequest {})
-            .await?;
-        Ok::<_, anyhow::Error>(resp.into_inner().nodes)
-    };
-    tokio::time::timeout(Duration::from_secs(3), call)
-        .await
-        .map_err(|_| anyhow!("ListNodes timed out"))?
-}
-
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@
 //!   started process is not known.
 
 use std::io;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -25,6 +25,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
+
+use crate::logs::describe;
 
 type Request = (Command, mpsc::Sender<io::Result<Child>>);
 
@@ -190,4 +192,45 @@ pub(crate) fn stop(
         return Ok((status, false));
     }
     Ok((proc.kill()?, true))
+}
+
+/// SIGTERM every process still running, wait until `grace` has passed for them all, then
+/// SIGKILL what is left; what went wrong goes into `problems`.
+pub(crate) fn stop_all(
+    mut procs: Vec<(String, Proc)>,
+    grace: Duration,
+    problems: &mut Vec<String>,
+) {
+    for (_, child) in procs.iter_mut() {
+        if matches!(child.poll(), Ok(None)) {
+            child.signal(Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + grace;
+    for (name, child) in procs.iter_mut() {
+        match child.wait_until(deadline) {
+            Ok(Some(status)) => {
+                let by_term = status.signal() == Some(Signal::SIGTERM as i32);
+                if !(status.success() || by_term) {
+                    problems.push(format!("{name} {}", describe(status)));
+                }
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                problems.push(format!(
+                    "{name} did not exit within {} s of SIGTERM and was killed",
+                    grace.as_secs_f64()
+                ));
+            }
+            Err(e) => {
+                let _ = child.kill();
+                problems.push(format!("waiting for {name}: {e}"));
+            }
+        }
+    }
+}
+
+/// The pid of a process that still runs.
+pub(crate) fn running_pid(child: &mut Proc) -> Option<u32> {
+    matches!(child.poll(), Ok(None)).then(|| child.id())
 }

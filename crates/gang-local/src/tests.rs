@@ -1,5 +1,7 @@
 use super::*;
 use crate::ready::Ready;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 #[test]
 fn ready_files() {

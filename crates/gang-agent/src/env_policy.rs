@@ -1,0 +1,133 @@
+//! What of a job's environment reaches its ranks: variables that would make every
+//! process load code or write files are dropped (unless the agent's `env_allow` keeps
+//! them), the account variables are filled in from this node's password entry, and the
+//! GANG_* and PMI_* names are the agent's, but for the messaging library's tuning knobs.
+//! `launch::rank_env` puts it together; the crate README has the table.
+
+use std::collections::{BTreeSet, HashMap};
+
+use tracing::warn;
+
+/// Variables dropped from a rank's environment unless the agent's `env_allow` lists
+/// them. Each makes the dynamic loader or libc load code from a path it names, or write
+/// files where it says, in *every* process the rank starts (glibc ignores the same ones,
+/// among others, for setuid programs: `sysdeps/generic/unsecvars.h`). The request's
+/// environment is typically the submitting shell's, copied whole, so a preload meant for
+/// one desktop session would otherwise be injected into every process of every rank on
+/// every node. The crate README has the table, with what is kept and why.
+pub const DROPPED_ENV: &[&str] = &[
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "LD_ORIGIN_PATH",
+    "LD_PROFILE",
+    "LD_PROFILE_OUTPUT",
+    "LD_DEBUG_OUTPUT",
+    "LD_USE_LOAD_BIAS",
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "MALLOC_TRACE",
+];
+
+/// A name `execve` can pass on unambiguously: `NAME=value` with no `=` in NAME (a name
+/// like `LD_PRELOAD=/x.so` would otherwise reach the loader as LD_PRELOAD, past the
+/// filter) and no NUL.
+pub fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
+/// The request's environment without the dropped variables (those not in `allow`), and
+/// the names dropped (sorted). Names must have passed `valid_env_name`.
+pub fn filter_env(
+    env: &HashMap<String, String>,
+    allow: &BTreeSet<String>,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut kept = Vec::with_capacity(env.len());
+    let mut dropped = Vec::new();
+    for (k, v) in env {
+        if DROPPED_ENV.contains(&k.as_str()) && !allow.contains(k) {
+            dropped.push(k.clone());
+        } else {
+            kept.push((k.clone(), v.clone()));
+        }
+    }
+    dropped.sort();
+    (kept, dropped)
+}
+
+/// What a rank's account defaults come from: the password entry of its uid on this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Account {
+    pub user: Option<String>,
+    pub home: Option<String>,
+}
+
+impl Account {
+    /// The password entry of `uid`, else just the name the master gave (`user`, may be
+    /// empty). A lookup is a blocking NSS call (files, or LDAP/SSSD where configured).
+    pub fn of(uid: u32, user: &str) -> Account {
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+            Ok(Some(u)) => {
+                if !user.is_empty() && user != u.name {
+                    // Same uid, another name: the master's user database and this node's
+                    // disagree. The uid is what the rank runs as; its name here is the one
+                    // `id -un` will print.
+                    warn!(
+                        uid,
+                        here = %u.name,
+                        master = user,
+                        "the uid has another name on this node than on the master"
+                    );
+                }
+                Account {
+                    user: Some(u.name),
+                    home: Some(u.dir.to_string_lossy().into_owned()),
+                }
+            }
+            _ => Account {
+                user: (!user.is_empty()).then(|| user.to_owned()),
+                home: None,
+            },
+        }
+    }
+}
+
+/// The variables `fill_account` sets.
+pub const ACCOUNT_ENV: [&str; 3] = ["USER", "LOGNAME", "HOME"];
+
+/// Set USER, LOGNAME and HOME from `account` where the request did not: what a login
+/// would set, and what many programs (ssh, MPI launchers, shells) expect.
+pub fn fill_account(env: &mut Vec<(String, String)>, account: &Account) {
+    let defaults = [
+        ("USER", &account.user),
+        ("LOGNAME", &account.user),
+        ("HOME", &account.home),
+    ];
+    for (name, value) in defaults {
+        if let Some(value) = value
+            && !env.iter().any(|(k, _)| k == name)
+        {
+            env.push((name.to_owned(), value.clone()));
+        }
+    }
+}
+
+/// The messaging library's tuning knobs a job may set itself (how long a receive spins,
+/// the quiesce lead, the transport, switching the flush off for a comparison); every
+/// other GANG_* variable is the agent's to set.
+pub const USER_MSG_ENV: [&str; 4] = [
+    "GANG_MSG_SPIN_US",
+    "GANG_MSG_LEAD_US",
+    "GANG_MSG_TRANSPORT",
+    "GANG_MSG_FLUSH",
+];
+
+/// The PMI-1 connection variables: the agent's to set (`pmi::PmiJob::env`), never the
+/// job's. (PMI_DEBUG and the like are the job's own.)
+pub const PMI_ENV: [&str; 6] = [
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_JOBID",
+    "PMI_APPNUM",
+];
