@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use gang_proto::client::Credentials;
 
-use crate::connect::{CliError, DEFAULT_MASTER};
+use crate::error::{CliError, DEFAULT_MASTER};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

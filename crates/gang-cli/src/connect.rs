@@ -1,7 +1,5 @@
-//! Reaching the master: address normalization, channels, clients, and the error type that
-//! `prun` and `gangctl` print as `PROG: MESSAGE`.
+//! Reaching the master: address normalization, channels and clients.
 
-use std::fmt;
 use std::time::Duration;
 
 use gang_proto::client::{self, ConnectError, Credentials, MasterChannel, Target};
@@ -11,73 +9,10 @@ use gang_proto::v1::job_service_client::JobServiceClient;
 
 use crate::client_config;
 
-/// The master's default address: its Unix socket on a cluster host.
-pub const DEFAULT_MASTER: &str = "unix:/run/gang/master.sock";
-
 /// How long a connection attempt may take before the master counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// An error of a user command. Its `Display` is the message after `PROG: `.
-#[derive(Debug)]
-pub enum CliError {
-    /// No connection to the master could be made.
-    Unreachable { addr: String, detail: String },
-    /// The master answered with an error; its message names the problem.
-    Rpc(tonic::Status),
-    /// Anything else (local I/O, bad input found late, ...).
-    Other(String),
-}
-
-impl CliError {
-    pub fn other(msg: impl Into<String>) -> Self {
-        CliError::Other(msg.into())
-    }
-
-    /// Whether retrying later could help (the master is down or restarting, or a stream
-    /// broke), as opposed to an answer from a working master.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            CliError::Unreachable { .. } => true,
-            CliError::Rpc(s) => status_is_transient(s),
-            CliError::Other(_) => false,
-        }
-    }
-}
-
-/// Status codes that mean "the connection or the master broke", not "the master said no".
-pub fn status_is_transient(s: &tonic::Status) -> bool {
-    use tonic::Code;
-    matches!(
-        s.code(),
-        Code::Unavailable
-            | Code::Unknown
-            | Code::Internal
-            | Code::Cancelled
-            | Code::Aborted
-            | Code::DeadlineExceeded
-    )
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Unreachable { addr, detail } => {
-                write!(f, "cannot reach the master at {addr}: {detail}")
-            }
-            CliError::Rpc(s) if s.message().is_empty() => write!(f, "{}", s.code().description()),
-            CliError::Rpc(s) => write!(f, "{}", s.message()),
-            CliError::Other(m) => write!(f, "{m}"),
-        }
-    }
-}
-
-impl std::error::Error for CliError {}
-
-impl From<tonic::Status> for CliError {
-    fn from(s: tonic::Status) -> Self {
-        CliError::Rpc(s)
-    }
-}
+pub use crate::error::{CliError, DEFAULT_MASTER, status_is_transient};
 
 /// An error and its sources, joined by ": " (tonic's transport errors say little alone).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {

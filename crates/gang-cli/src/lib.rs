@@ -19,6 +19,7 @@ pub mod attach;
 pub mod certs;
 pub mod client_config;
 pub mod connect;
+pub mod error;
 pub mod gang_mode;
 pub mod matrix_view;
 pub mod output;

@@ -25,6 +25,7 @@ mod mailbox;
 mod progress;
 mod quiesce;
 mod shared;
+mod switch_state;
 mod transport;
 mod wire;
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crate::abi::Endpoint;
 use crate::config::Config;
 use crate::mailbox::Msg;
-use crate::quiesce::{Phase, Switch};
 use crate::shared::{ABANDON, DRAIN, OutMsg, SendDone, Shared};
+use crate::switch_state::{Phase, Switch};
 use crate::transport::{self, Listeners};
 use crate::wire::{Frame, Header, Kind, OutQueue, Reader};
 
