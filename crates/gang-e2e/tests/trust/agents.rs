@@ -1,0 +1,195 @@
+//! Agents and their certificates: a node speaks only for itself.
+
+use super::*;
+
+/// The nodes as the master lists them: state and address by coordinate.
+fn nodes(c: &LocalCluster) -> BTreeMap<(u32, u32), (String, String)> {
+    let v = gangctl_json(c, &["nodes"]).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let coord = |k: &str| n[k].as_u64().unwrap() as u32;
+            (
+                (coord("x"), coord("y")),
+                (
+                    n["state"].as_str().unwrap().to_string(),
+                    n["address"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A transport failure (the TLS handshake), as opposed to any answer of a service.
+fn assert_handshake_failed(e: &tonic::Status) {
+    assert!(
+        matches!(
+            e.code(),
+            Code::Unknown | Code::Cancelled | Code::Unavailable
+        ) && !e.message().contains("node (")
+            && !e.message().contains("only agents"),
+        "not a transport failure: {e:?}"
+    );
+}
+
+/// Certificates between the master and its agents: an agent without one, or with
+/// another node's, does not start; only the master may give an agent orders; a node's
+/// certificate speaks for that node only on the master's agent port.
+#[test]
+fn agents_and_certificates() {
+    let c = cluster_with(2, 1, |_| {});
+    let pki = c.pki();
+    let ca = pki.ca();
+    let agents = c.agents_addr().expect("the agent port");
+    let work = tempfile::tempdir().unwrap();
+    let ready = work.path().join("agent.ready");
+    let agent_cmd = |extra: &[&str]| {
+        let mut cmd = Command::new(bin_dir().join("gang-agent"));
+        cmd.env_remove("GANG_MASTER")
+            .args(["--master", &format!("https://{agents}")])
+            .args(["--x", "1", "--y", "0", "--listen", "127.0.0.1:0"])
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(extra);
+        output_within(&mut cmd, LIMIT)
+    };
+    let before = nodes(&c);
+
+    // No certificate: exit 2, saying what to bring.
+    let out = agent_cmd(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("missing tls_ca, tls_cert, tls_key")
+            && e.contains("gangctl certs init DIR --mesh WxH")
+            && e.contains("DIR/nodes/node-1-0.pem"),
+        "{e}"
+    );
+    // Node (0,0)'s certificate, for node (1,0): exit 1, naming both.
+    let other = pki.files(&PeerName::Node { x: 0, y: 0 });
+    let path = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let out = agent_cmd(&[
+        "--tls-ca",
+        &path(&other.ca),
+        "--tls-cert",
+        &path(&other.cert),
+        "--tls-key",
+        &path(&other.key),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("node (1,0): refusing to start: ")
+            && e.contains(&format!(
+                "{} is the certificate of node (0,0), not of node (1,0)",
+                other.cert.display()
+            )),
+        "{e}"
+    );
+    assert!(!ready.exists(), "it never served");
+
+    let agent_10: SocketAddr = before[&(1, 0)].1.parse().expect("node (1,0)'s address");
+    let user = pki
+        .issue(&PeerName::User("mallory".into()), 1)
+        .expect("a user certificate");
+    let mark = work.path().join("launched");
+    let launch = LaunchRequest {
+        job_id: 999,
+        rank: 0,
+        size: 1,
+        argv: vec!["touch".into(), path(&mark)],
+        cwd: "/".into(),
+        env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+        ..Default::default()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        // Certificates of the cluster's CA, but not the master's: refused by the agent,
+        // even its own node's.
+        for (who, named) in [
+            (pki.files(&PeerName::Node { x: 0, y: 0 }), "node (0,0)"),
+            (pki.files(&PeerName::Node { x: 1, y: 0 }), "node (1,0)"),
+            (user.clone(), "user mallory"),
+        ] {
+            let mut client =
+                NodeAgentClient::new(tls::mtls(agent_10, &ca, Some(&who), "node-1-0.gang"));
+            let want = format!(
+                "node (1,0): only the master may call an agent; the caller's certificate names {named}"
+            );
+            let e = client.launch(launch.clone()).await.unwrap_err();
+            assert_denied(&e, &want);
+            let e = client
+                .signal(SignalRequest {
+                    job_id: 999,
+                    grace_ms: 0,
+                })
+                .await
+                .unwrap_err();
+            assert_denied(&e, &want);
+        }
+        // No certificate: the handshake fails, no service is reached.
+        let e = NodeAgentClient::new(tls::mtls(agent_10, &ca, None, "node-1-0.gang"))
+            .launch(launch.clone())
+            .await
+            .unwrap_err();
+        assert_handshake_failed(&e);
+
+        // The master's agent port: node (0,0)'s certificate cannot speak for (1,0).
+        let node_00 = pki.files(&PeerName::Node { x: 0, y: 0 });
+        let mut registry =
+            AgentRegistryClient::new(tls::mtls(agents, &ca, Some(&node_00), "master.gang"));
+        let want = "the certificate of node (0,0) cannot speak for node (1,0)";
+        let e = registry
+            .register(RegisterRequest {
+                x: 1,
+                y: 0,
+                address: "127.0.0.1:9".into(),
+                running: vec![],
+            })
+            .await
+            .unwrap_err();
+        assert_denied(&e, want);
+        let e = registry
+            .heartbeat(HeartbeatRequest {
+                x: 1,
+                y: 0,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_denied(&e, want);
+        let e = registry
+            .report_exit(RankExit {
+                job_id: 999,
+                x: 1,
+                y: 0,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_denied(&e, want);
+        // A user's certificate is no agent's; no certificate gets no further than the
+        // handshake.
+        let e = AgentRegistryClient::new(tls::mtls(agents, &ca, Some(&user), "master.gang"))
+            .heartbeat(HeartbeatRequest::default())
+            .await
+            .unwrap_err();
+        assert_denied(
+            &e,
+            "only agents may call the registry; the certificate names user mallory",
+        );
+        let e = AgentRegistryClient::new(tls::mtls(agents, &ca, None, "master.gang"))
+            .heartbeat(HeartbeatRequest::default())
+            .await
+            .unwrap_err();
+        assert_handshake_failed(&e);
+    });
+    assert!(!mark.exists(), "nothing was launched");
+    // Node (1,0) is still up at its own address, and runs jobs.
+    assert_eq!(nodes(&c), before);
+    let out = prun(&c, &["-n", "2x1", "--", "true"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.shutdown().unwrap();
+}
