@@ -202,7 +202,7 @@ impl AgentConfig {
             msg_dir: {
                 static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                std::env::temp_dir().join(format!("gang-msg-test-{}-{n}", std::process::id()))
+                crate::msg::memory_dir().join(format!("gang-msg-test-{}-{n}", std::process::id()))
             },
         }
     }

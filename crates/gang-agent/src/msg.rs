@@ -77,12 +77,25 @@ pub struct MsgLaunch {
     pub context: &'static str,
 }
 
-/// The default base directory: `/run/gang/msg` for root, else one per user in TMPDIR.
+/// The default base directory: `/run/gang/msg` for root, else one per user in shared
+/// memory. Both are tmpfs on a usual Linux: the pages are shared mappings, which a disk
+/// file system would write back, and creating a rank's files on ext4 costs inode
+/// allocation on the launch path (seen as ~25% of a 4x4 launch with /tmp on ext4).
 pub fn default_base(agent_uid: u32) -> PathBuf {
     if agent_uid == 0 {
         PathBuf::from("/run/gang/msg")
     } else {
-        std::env::temp_dir().join(format!("gang-msg-{agent_uid}"))
+        memory_dir().join(format!("gang-msg-{agent_uid}"))
+    }
+}
+
+/// `/dev/shm` where there is one, else TMPDIR.
+pub fn memory_dir() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
     }
 }
 

@@ -146,12 +146,20 @@ impl LocalCluster {
             }
         };
 
-        let msg_dir = tempfile::Builder::new()
+        // In shared memory (tmpfs) where there is some: the ranks' pages are shared
+        // mappings, and files made on a disk file system slow every launch down.
+        let shm = std::path::Path::new("/dev/shm");
+        let mut builder = tempfile::Builder::new();
+        builder
             .prefix("gang-msg-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o711))
-            .tempdir()
-            .context("cannot create a temporary directory")?
-            .keep();
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o711));
+        let msg_dir = if shm.is_dir() {
+            builder.tempdir_in(shm)
+        } else {
+            builder.tempdir()
+        }
+        .context("cannot create a temporary directory")?
+        .keep();
         let mut cluster = LocalCluster {
             mesh,
             opts,
