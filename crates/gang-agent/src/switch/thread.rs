@@ -189,14 +189,20 @@ fn set_realtime(priority: i32, shared: &Shared) {
     }
 }
 
-/// How many boundaries ahead a rank's next switch-out is looked for (a table has at most
-/// this many rows that matter to one rank before its pattern repeats).
+/// At most this many boundaries ahead is a rank's next switch-out looked for.
 const SWITCH_OUT_HORIZON: usize = 64;
 
-/// The next boundary after `at` at which `target` is switched out (0: none ahead).
+/// The next boundary after `at` at which `target` is switched out (0: none ahead). Within a
+/// phase the rows repeat, so its row count plus one boundaries (the next phase's start
+/// among them, if it comes first) tell all: a rank the phase leaves running costs a few
+/// steps on the switch path, not the whole horizon.
 fn next_switch_out(plan: &Plan, target: u32, at: i64) -> u64 {
+    let steps = plan
+        .phase_at(at)
+        .map_or(1, |p| p.rows.len() + 1)
+        .min(SWITCH_OUT_HORIZON);
     let mut t = at;
-    for _ in 0..SWITCH_OUT_HORIZON {
+    for _ in 0..steps {
         let Some(b) = plan.next_boundary_after(t) else {
             return 0;
         };
