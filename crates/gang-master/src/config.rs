@@ -30,6 +30,7 @@ pub struct FileConfig {
     pub quantum_ms: Option<u32>,
     pub gang_mode: Option<String>,
     pub on_deadlock: Option<String>,
+    pub mpi: Option<String>,
     pub table_lead_ms: Option<u32>,
     /// Local clients: a Unix socket; callers are identified by its peer credentials.
     pub socket: Option<PathBuf>,
@@ -159,6 +160,8 @@ pub struct MasterConfig {
     pub gang_mode: GangMode,
     /// What happens to a deadlocked job that does not choose.
     pub on_deadlock: DeadlockPolicy,
+    /// What the agents serve MPI libraries of jobs that do not choose (`prun --mpi`).
+    pub mpi: crate::job::Mpi,
     /// How far ahead of its first slot a new slice table is published, so that every
     /// agent has it in time.
     pub table_lead_ms: u32,
@@ -215,6 +218,7 @@ impl MasterConfig {
             quantum_ms: DEFAULT_QUANTUM_MS,
             gang_mode: GangMode::Stop,
             on_deadlock: DeadlockPolicy::Report,
+            mpi: crate::job::Mpi::Pmi1,
             table_lead_ms: DEFAULT_TABLE_LEAD_MS,
         }
     }

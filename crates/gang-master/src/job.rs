@@ -11,11 +11,15 @@ use crate::shim::JobShim;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mpi {
-    /// The PMI-1 simple wire protocol (MPICH); what a job that names none gets.
+    /// The simple wire protocol (PMI-1, and PMI-2 for a client that asks for it): MPICH.
     #[default]
     Pmi1,
     /// Nothing.
     None,
+    /// The simple wire protocol, named PMI-2.
+    Pmi2,
+    /// A PMIx server in the agent (Open MPI), besides the simple protocol.
+    Pmix,
 }
 
 impl From<Mpi> for gang_proto::v1::Mpi {
@@ -23,6 +27,23 @@ impl From<Mpi> for gang_proto::v1::Mpi {
         match m {
             Mpi::Pmi1 => gang_proto::v1::Mpi::Pmi1,
             Mpi::None => gang_proto::v1::Mpi::None,
+            Mpi::Pmi2 => gang_proto::v1::Mpi::Pmi2,
+            Mpi::Pmix => gang_proto::v1::Mpi::Pmix,
+        }
+    }
+}
+
+impl std::str::FromStr for Mpi {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pmi1" => Ok(Mpi::Pmi1),
+            "pmi2" => Ok(Mpi::Pmi2),
+            "pmix" => Ok(Mpi::Pmix),
+            "none" => Ok(Mpi::None),
+            _ => Err(format!(
+                "unknown MPI interface `{s}`: expected pmi1, pmi2, pmix or none"
+            )),
         }
     }
 }
@@ -85,9 +106,12 @@ pub struct JobRecord {
     /// How its messaging library keeps its context across switches (resolved).
     #[serde(default)]
     pub msg_context: MsgContext,
-    /// What the agents serve for MPI (PMI-1 unless the job said none).
+    /// What the agents serve for MPI (resolved: the job's choice or the cluster default).
     #[serde(default)]
     pub mpi: Mpi,
+    /// Whether the MPI checking library is preloaded into its ranks.
+    #[serde(default)]
+    pub mpi_check: bool,
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,

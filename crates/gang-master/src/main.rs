@@ -46,6 +46,9 @@ struct Args {
     /// report it, or report it and fail the job.
     #[arg(long, value_parser = ["report", "kill"])]
     on_deadlock: Option<String>,
+    /// What the agents serve the MPI libraries of jobs that do not choose (`prun --mpi`).
+    #[arg(long, value_parser = ["pmi1", "pmi2", "pmix", "none"])]
+    mpi: Option<String>,
     /// How far ahead a new slice table is published (ms).
     #[arg(long)]
     table_lead_ms: Option<u32>,
@@ -127,6 +130,12 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .map(|s| s.parse().map_err(anyhow::Error::msg))
         .transpose()?
         .unwrap_or_default();
+    let mpi: gang_master::job::Mpi = a
+        .mpi
+        .or(f.mpi)
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .transpose()?
+        .unwrap_or_default();
     let allocator: AllocatorKind = a
         .allocator
         .or(f.allocator)
@@ -201,6 +210,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         quantum_ms,
         gang_mode,
         on_deadlock,
+        mpi,
         table_lead_ms: a
             .table_lead_ms
             .or(f.table_lead_ms)

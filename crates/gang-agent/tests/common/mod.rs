@@ -498,6 +498,7 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         part: None,
         msg_context: 0,
         mpi: 0,
+        mpi_check: false,
     }
 }
 

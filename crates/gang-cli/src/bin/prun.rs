@@ -58,11 +58,18 @@ struct Args {
     #[arg(long, value_name = "MODE", value_parser = ["resident", "save-restore"])]
     context: Option<String>,
 
-    /// What the agents serve MPI libraries to find their peers: pmi1 (the PMI-1 simple
-    /// wire protocol: PMI_FD, PMI_RANK, PMI_SIZE; MPICH programs run as one job) or none
-    /// (they start as singletons) [default: pmi1].
-    #[arg(long, value_name = "IFACE", value_parser = ["pmi1", "none"])]
+    /// What the agents serve MPI libraries to find their peers: pmi1 or pmi2 (the simple
+    /// wire protocol, PMI_FD: MPICH), pmix (a PMIx server: Open MPI; the simple protocol
+    /// too) or none (ranks start as MPI singletons) [default: the cluster's, pmi1 unless
+    /// its admin chose another].
+    #[arg(long, value_name = "IFACE", value_parser = ["pmi1", "pmi2", "pmix", "none"])]
     mpi: Option<String>,
+
+    /// Check an MPI program for deadlock: preload a PMPI interposition library into every
+    /// rank that reports blocked receives and message counts, so a deadlock is flagged
+    /// (see --on-deadlock) as for programs using the messaging library.
+    #[arg(long)]
+    mpi_check: bool,
 
     /// Name shown by `gangctl jobs` (default: the command).
     #[arg(long)]
@@ -164,9 +171,12 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         } as i32,
         mpi: match args.mpi.as_deref() {
             Some("none") => gang_proto::v1::Mpi::None,
+            Some("pmi2") => gang_proto::v1::Mpi::Pmi2,
+            Some("pmix") => gang_proto::v1::Mpi::Pmix,
             Some(_) => gang_proto::v1::Mpi::Pmi1,
             None => gang_proto::v1::Mpi::Unspecified,
         } as i32,
+        mpi_check: args.mpi_check,
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.

@@ -24,6 +24,7 @@ pub fn running_job() -> JobInfo {
             on_deadlock: 0,
             msg_context: 0,
             mpi: 0,
+            mpi_check: false,
         }),
         state: JobState::Running as i32,
         w: 4,

@@ -97,6 +97,7 @@ fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
         part: Some(o.part.into()),
         msg_context: v1::MsgContext::from(o.msg_context) as i32,
         mpi: v1::Mpi::from(o.mpi) as i32,
+        mpi_check: o.mpi_check,
     }
 }
 

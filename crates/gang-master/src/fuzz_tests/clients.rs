@@ -100,6 +100,7 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 on_deadlock: 0,
                 msg_context: 0,
                 mpi: 0,
+                mpi_check: false,
             },
         )
 }

@@ -51,6 +51,7 @@ fn submit_seeds() {
         on_deadlock: v1::DeadlockPolicy::Kill as i32,
         msg_context: v1::MsgContext::SaveRestore as i32,
         mpi: v1::Mpi::None as i32,
+        mpi_check: true,
     };
     seeds(
         "proto_submit",

@@ -154,15 +154,19 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
             })?
             .resolved(),
         mpi: match v1::Mpi::try_from(spec.mpi) {
-            Ok(v1::Mpi::Unspecified | v1::Mpi::Pmi1) => crate::job::Mpi::Pmi1,
-            Ok(v1::Mpi::None) => crate::job::Mpi::None,
+            Ok(v1::Mpi::Unspecified) => None,
+            Ok(v1::Mpi::Pmi1) => Some(crate::job::Mpi::Pmi1),
+            Ok(v1::Mpi::Pmi2) => Some(crate::job::Mpi::Pmi2),
+            Ok(v1::Mpi::Pmix) => Some(crate::job::Mpi::Pmix),
+            Ok(v1::Mpi::None) => Some(crate::job::Mpi::None),
             Err(_) => {
                 return Err(invalid(format!(
-                    "unknown MPI interface {}: expected pmi1 or none",
+                    "unknown MPI interface {}: expected pmi1, pmi2, pmix or none",
                     spec.mpi
                 )));
             }
         },
+        mpi_check: spec.mpi_check,
         name: spec.name,
         argv: spec.argv,
         cwd: spec.cwd,
@@ -233,6 +237,7 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
             msg_context: v1::MsgContext::from(v.msg_context) as i32,
             mpi: v1::Mpi::from(v.mpi) as i32,
+            mpi_check: v.mpi_check,
         }),
         state: job_state(v.state) as i32,
         w: v.w,

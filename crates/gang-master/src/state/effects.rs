@@ -34,6 +34,7 @@ pub struct LaunchOrder {
     pub part: gang_core::Submesh,
     pub msg_context: MsgContext,
     pub mpi: crate::job::Mpi,
+    pub mpi_check: bool,
 }
 
 /// One node's view of a slice table: the job it runs in each row (`None`: idle).

@@ -54,7 +54,9 @@ pub struct NewJob {
     pub on_deadlock: Option<DeadlockPolicy>,
     /// `None`: resident.
     pub msg_context: Option<MsgContext>,
-    pub mpi: crate::job::Mpi,
+    /// None: the cluster default.
+    pub mpi: Option<crate::job::Mpi>,
+    pub mpi_check: bool,
     /// A retry with the same token (and owner) returns the first job.
     pub client_token: Option<String>,
 }

@@ -147,7 +147,8 @@ impl MasterState {
             gang: new.gang.unwrap_or(self.cfg.gang_mode),
             on_deadlock: new.on_deadlock.unwrap_or(self.cfg.on_deadlock),
             msg_context: new.msg_context.unwrap_or_default(),
-            mpi: new.mpi,
+            mpi: new.mpi.unwrap_or(self.cfg.mpi),
+            mpi_check: new.mpi_check,
             run_ns: 0,
             client_token: new.client_token,
             live: None,
@@ -245,6 +246,7 @@ impl MasterState {
                     .expect("a job being launched has its submesh"),
                 msg_context: job.record.msg_context,
                 mpi: job.record.mpi,
+                mpi_check: job.record.mpi_check,
             };
             fx.launch((x, y), addr, order);
         }

@@ -61,6 +61,7 @@ impl MasterState {
             on_deadlock: r.on_deadlock,
             msg_context: r.msg_context,
             mpi: r.mpi,
+            mpi_check: r.mpi_check,
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
         }

@@ -164,6 +164,7 @@ pub fn record(id: u64) -> JobRecord {
         on_deadlock: Default::default(),
         msg_context: Default::default(),
         mpi: Default::default(),
+        mpi_check: false,
         run_ns: 0,
         client_token: None,
         live: None,
@@ -202,6 +203,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         on_deadlock: None,
         msg_context: None,
         mpi: Default::default(),
+        mpi_check: false,
         client_token: None,
     }
 }

@@ -42,6 +42,7 @@ pub struct JobView {
     pub on_deadlock: DeadlockPolicy,
     pub msg_context: MsgContext,
     pub mpi: crate::job::Mpi,
+    pub mpi_check: bool,
     /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
     pub deadlock: Option<DeadlockInfo>,
 }
