@@ -1,0 +1,115 @@
+//! Unmodified MPICH programs under `prun` (issue #11, PMI-1): the agents serve the PMI-1
+//! simple wire protocol, so the ranks of `prun -n WxH ./a.out` find each other as one
+//! MPI job instead of starting as singletons. The programs are
+//! built with `mpicc.mpich`.
+
+use std::time::Instant;
+
+use gang_e2e::{cluster, gangctl_json, job, prun, wait_for};
+
+use crate::programs::{Impl, MODES, check, text};
+
+fn program() -> std::path::PathBuf {
+    crate::programs::program(Impl::Mpich)
+}
+
+/// `prun -n SHAPE prog MODE`: must succeed with every rank's line and rank 0's result.
+fn run_mode(c: &gang_local::LocalCluster, shape: &str, size: u32, mode: &str) {
+    let prog = program();
+    let t = Instant::now();
+    let out = prun(c, &["-n", shape, "--", prog.to_str().unwrap(), mode], None);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{mode} on {shape} failed ({:?}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    check(&stdout, size, mode);
+    eprintln!("{mode} on {shape}: {:?}", t.elapsed());
+}
+
+#[test]
+fn mpich_programs_run_as_one_job_on_two_by_two() {
+    let c = cluster(2, 2, &[]);
+    for mode in MODES {
+        run_mode(&c, "2x2", 4, mode);
+    }
+    // PMI_SHOW=1 RUST_LOG=info,gang_agent::pmi=debug: rank 0's PMI lines and barriers.
+    if std::env::var_os("PMI_SHOW").is_some() {
+        let log = std::fs::read_to_string(c.agent_log(0, 0)).unwrap();
+        for l in log.lines().filter(|l| l.contains("PMI")) {
+            eprintln!("{l}");
+        }
+    }
+    // --mpi none: no PMI, so MPICH starts four singletons.
+    let prog = program();
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "2x2",
+            "--mpi",
+            "none",
+            "--",
+            prog.to_str().unwrap(),
+            "pi",
+        ],
+        None,
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("hello rank 0 of 1\n").count(), 4, "{stdout}");
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn mpich_programs_run_as_one_job_on_four_by_four() {
+    let c = cluster(4, 4, &[]);
+    for mode in MODES {
+        run_mode(&c, "4x4", 16, mode);
+    }
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn mpi_abort_fails_the_job_with_its_code_and_says_so() {
+    let c = cluster(2, 2, &[]);
+    let prog = program();
+    let out = prun(
+        &c,
+        &["-n", "2x2", "--", prog.to_str().unwrap(), "abort"],
+        None,
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    let job = wait_for(std::time::Duration::from_secs(10), "the failed job", || {
+        let jobs = gangctl_json(&c, &["jobs", "--all"]).ok()?;
+        let id = jobs.as_array()?.first()?["id"].as_u64()?;
+        Some(job(&c, id)).filter(|j| j["state"] == "failed")
+    });
+    let reason = job["reason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason.contains("PMI abort") && reason.contains("exit code 3"),
+        "reason: {reason}; job: {job}"
+    );
+    assert_eq!(job["exit_code"], 3, "{job}");
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn two_mpi_jobs_sharing_the_mesh_both_finish_correct_under_gang_switching() {
+    let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", "10"]);
+    let prog = program();
+    let prog = prog.to_str().unwrap();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| prun(&c, &["-n", "2x2", "--", prog, "ring"], None));
+        let b = s.spawn(|| prun(&c, &["-n", "2x2", "--", prog, "alltoall"], None));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (out, mode) in [(a, "ring"), (b, "alltoall")] {
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{mode}: {stdout}\n{stderr}");
+        check(&stdout, 4, mode);
+    }
+    c.shutdown().unwrap();
+}
