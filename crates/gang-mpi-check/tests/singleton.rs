@@ -1,0 +1,155 @@
+//! Each implementation's build preloaded into an MPI program of that implementation run
+//! as a singleton (no prun, no agent): the state page it writes, read as the agent reads
+//! it, in a directory made the way the agent makes it. Open MPI cannot run under prun
+//! until the agents serve PMIx; this is where its build is proved.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gang_mpi_check::{Impl, install};
+use gang_msg::abi::{StatePage, StateSnapshot, files};
+
+/// One exchange with itself (a nonblocking receive completed by MPI_Waitall), a barrier,
+/// then a receive no one will ever send to: blocked for good on source 0, tag 9.
+const PROGRAM: &str = r#"
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int x = 7, y = 0;
+    MPI_Request r[2];
+    MPI_Irecv(&y, 1, MPI_INT, 0, 3, MPI_COMM_WORLD, &r[0]);
+    MPI_Isend(&x, 1, MPI_INT, 0, 3, MPI_COMM_WORLD, &r[1]);
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    MPI_Barrier(MPI_COMM_WORLD);
+    printf("got %d\n", y);
+    fflush(stdout);
+    MPI_Recv(&y, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
+fn build(imp: Impl, dir: &Path) -> PathBuf {
+    let src = dir.join("prog.c");
+    let exe = dir.join("prog");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let out = Command::new(imp.mpicc())
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{} does not run: {e}", imp.mpicc()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(exe: &Path, preload: &Path, msg_dir: &Path) -> Killed {
+    Killed(
+        Command::new(exe)
+            .env("LD_PRELOAD", preload)
+            .env("GANG_MSG_DIR", msg_dir)
+            // Open MPI refuses root without these (the tests may run as root).
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn blocked_forever_on_tag_nine(imp: Impl) {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = build(imp, tmp.path());
+    let lib = install(&tmp.path().join("lib"), imp).unwrap();
+    let msg_dir = tmp.path().join("msg");
+    std::fs::create_dir(&msg_dir).unwrap();
+    let page = StatePage::create(&msg_dir.join(files::STATE_PAGE)).unwrap();
+    let child = spawn(&exe, &lib, &msg_dir);
+    let pid = child.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = |s: &StateSnapshot| s.ready && s.blocked_since_ns != 0 && s.wait_tag == 9;
+    let snap = loop {
+        let s = page.snapshot();
+        if want(&s) {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: the page never showed the rank blocked on tag 9: {s:?}",
+            imp.name()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(snap.pid, pid, "{snap:?}");
+    assert_eq!((snap.wait_src, snap.wait_tag), (0, 9), "{snap:?}");
+    // The one message it sent itself, received; the barrier of one member is no message.
+    assert_eq!((snap.posted_sends, snap.delivered), (1, 1), "{snap:?}");
+    // Blocked stays blocked: the same picture later (what the master's check needs).
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(page.snapshot(), snap);
+}
+
+#[test]
+fn mpich_build_writes_the_state_page_of_a_singleton() {
+    blocked_forever_on_tag_nine(Impl::Mpich);
+}
+
+#[test]
+fn open_mpi_build_writes_the_state_page_of_a_singleton() {
+    blocked_forever_on_tag_nine(Impl::OpenMpi);
+}
+
+#[test]
+fn the_wrong_implementations_build_refuses_to_run_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = build(Impl::OpenMpi, tmp.path());
+    let lib = install(&tmp.path().join("lib"), Impl::Mpich).unwrap();
+    let out = Command::new(&exe).env("LD_PRELOAD", &lib).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("linked with Open MPI") && err.contains("prun --mpi pmix"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_a_messaging_directory_the_program_runs_unchecked() {
+    // Not under prun (no GANG_MSG_DIR): the wrappers only forward.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("ok.c");
+    std::fs::write(
+        &src,
+        "#include <mpi.h>\n#include <stdio.h>\nint main(int c, char **v) { MPI_Init(&c, &v); int x = 1, y = 0; MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); printf(\"sum %d\\n\", y); MPI_Finalize(); return 0; }\n",
+    )
+    .unwrap();
+    let exe = tmp.path().join("ok");
+    assert!(
+        Command::new(Impl::Mpich.mpicc())
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let lib = install(&tmp.path().join("lib"), Impl::Mpich).unwrap();
+    let out = Command::new(&exe).env("LD_PRELOAD", &lib).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sum 1\n");
+}
