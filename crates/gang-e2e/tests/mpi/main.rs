@@ -2,5 +2,6 @@
 //! interfaces MPI libraries use to find their peers, so `prun -n WxH ./a.out` starts one
 //! MPI job, which is then gang-switched like any other.
 
+mod check;
 mod mpich;
 mod programs;
