@@ -87,23 +87,44 @@ void req_cancelled(uint64_t key) {
     pthread_mutex_unlock(&lock);
 }
 
+static void remove_at(struct req_entry *p);
+
 void req_remove(uint64_t key) {
     pthread_mutex_lock(&lock);
     struct req_entry *p = find(key);
+    if (p) remove_at(p);
+    pthread_mutex_unlock(&lock);
+}
+
+struct req_entry req_complete(uint64_t key) {
+    struct req_entry e;
+    memset(&e, 0, sizeof e);
+    if (!key) return e;
+    pthread_mutex_lock(&lock);
+    struct req_entry *p = find(key);
     if (p) {
-        size_t i = (size_t)(p - slots);
-        slots[i].key = 0;
-        used--;
-        /* Backward shift: move later entries of the probe run into the hole. */
-        for (size_t j = (i + 1) & (cap - 1); slots[j].key; j = (j + 1) & (cap - 1)) {
-            size_t home = slot_of(slots[j].key);
-            int between = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
-            if (!between) {
-                slots[i] = slots[j];
-                slots[j].key = 0;
-                i = j;
-            }
-        }
+        e = *p;
+        if (p->kind == REQ_RECV)
+            remove_at(p);
+        else
+            p->active = 0;
     }
     pthread_mutex_unlock(&lock);
+    return e;
+}
+
+static void remove_at(struct req_entry *p) {
+    size_t i = (size_t)(p - slots);
+    slots[i].key = 0;
+    used--;
+    /* Backward shift: move later entries of the probe run into the hole. */
+    for (size_t j = (i + 1) & (cap - 1); slots[j].key; j = (j + 1) & (cap - 1)) {
+        size_t home = slot_of(slots[j].key);
+        int between = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+        if (!between) {
+            slots[i] = slots[j];
+            slots[j].key = 0;
+            i = j;
+        }
+    }
 }

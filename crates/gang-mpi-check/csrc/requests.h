@@ -23,5 +23,8 @@ struct req_entry req_get(uint64_t key);
 void req_set_active(uint64_t key, int active);
 void req_cancelled(uint64_t key);
 void req_remove(uint64_t key);
+/* The request completed: a receive is forgotten, a persistent one made inactive. Returns
+ * the entry as it was (key 0 when not followed), in one lookup. */
+struct req_entry req_complete(uint64_t key);
 
 #endif

@@ -38,23 +38,9 @@ static int block_on_any(const uint64_t *keys, int n) {
 
 /* The request `key` completed. Persistent ones stay (inactive) until freed. */
 static void completed(uint64_t key) {
-    struct req_entry e = req_get(key);
-    if (!e.key) return;
-    switch (e.kind) {
-    case REQ_RECV:
-        req_remove(key);
-        if (!e.cancelled) gang_delivered(1);
-        break;
-    case REQ_PRECV:
-        if (e.active) {
-            req_set_active(key, 0);
-            if (!e.cancelled) gang_delivered(1);
-        }
-        break;
-    case REQ_PSEND:
-        req_set_active(key, 0);
-        break;
-    }
+    struct req_entry e = req_complete(key);
+    if (!e.key || e.cancelled) return;
+    if (e.kind == REQ_RECV || (e.kind == REQ_PRECV && e.active)) gang_delivered(1);
 }
 
 int MPI_Wait(MPI_Request *req, MPI_Status *status) {

@@ -31,10 +31,67 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Thousands of nonblocking receives outstanding at once (the request table grows),
+/// completed in a shuffled order by MPI_Wait, MPI_Waitany and MPI_Testsome (entries
+/// leave from anywhere in it), and persistent requests started three times: every one
+/// counted once. Then blocked for good, on tag 9.
+const MANY_REQUESTS: &str = r#"
+#include <mpi.h>
+#include <stdlib.h>
+enum { N = 3000 };
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    static int in[N], out[N], order[N];
+    static MPI_Request rr[N], sr[N];
+    for (int i = 0; i < N; i++) {
+        MPI_Irecv(&in[i], 1, MPI_INT, 0, i, MPI_COMM_WORLD, &rr[i]);
+        order[i] = i;
+    }
+    for (int i = N - 1; i >= 0; i--) {
+        out[i] = i;
+        MPI_Isend(&out[i], 1, MPI_INT, 0, i, MPI_COMM_WORLD, &sr[i]);
+    }
+    MPI_Waitall(N, sr, MPI_STATUSES_IGNORE);
+    unsigned seed = 12345;
+    for (int i = N - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int j = (int)(seed % (unsigned)(i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (int i = 0; i < N / 3; i++) MPI_Wait(&rr[order[i]], MPI_STATUS_IGNORE);
+    int idx, done = N / 3, outcount, indices[N];
+    for (int i = 0; i < N / 3; i++, done++) MPI_Waitany(N, rr, &idx, MPI_STATUS_IGNORE);
+    while (done < N) {
+        MPI_Testsome(N, rr, &outcount, indices, MPI_STATUSES_IGNORE);
+        if (outcount != MPI_UNDEFINED) done += outcount;
+    }
+    for (int i = 0; i < N; i++)
+        if (in[i] != i) return 2;
+    int x = 1, y = 0;
+    MPI_Request p[2];
+    MPI_Recv_init(&y, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, &p[0]);
+    MPI_Send_init(&x, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, &p[1]);
+    for (int k = 0; k < 3; k++) {
+        MPI_Startall(2, p);
+        MPI_Waitall(2, p, MPI_STATUSES_IGNORE);
+    }
+    MPI_Request_free(&p[0]);
+    MPI_Request_free(&p[1]);
+    MPI_Recv(&y, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Finalize();
+    return 0;
+}
+"#;
+
 fn build(imp: Impl, dir: &Path) -> PathBuf {
+    build_source(imp, dir, PROGRAM)
+}
+
+fn build_source(imp: Impl, dir: &Path, source: &str) -> PathBuf {
     let src = dir.join("prog.c");
     let exe = dir.join("prog");
-    std::fs::write(&src, PROGRAM).unwrap();
+    std::fs::write(&src, source).unwrap();
     let out = Command::new(imp.mpicc())
         .arg("-o")
         .arg(&exe)
@@ -72,9 +129,11 @@ fn spawn(exe: &Path, preload: &Path, msg_dir: &Path) -> Killed {
     )
 }
 
-fn blocked_forever_on_tag_nine(imp: Impl) {
+/// Run `source` (built with `imp`) under `imp`'s library until its page shows it blocked
+/// on tag 9; that picture, checked to stay the same.
+fn blocked_forever_on_tag_nine(imp: Impl, source: &str) -> StateSnapshot {
     let tmp = tempfile::tempdir().unwrap();
-    let exe = build(imp, tmp.path());
+    let exe = build_source(imp, tmp.path(), source);
     let lib = install(&tmp.path().join("lib"), imp).unwrap();
     let msg_dir = tmp.path().join("msg");
     std::fs::create_dir(&msg_dir).unwrap();
@@ -97,21 +156,36 @@ fn blocked_forever_on_tag_nine(imp: Impl) {
     };
     assert_eq!(snap.pid, pid, "{snap:?}");
     assert_eq!((snap.wait_src, snap.wait_tag), (0, 9), "{snap:?}");
-    // The one message it sent itself, received; the barrier of one member is no message.
-    assert_eq!((snap.posted_sends, snap.delivered), (1, 1), "{snap:?}");
     // Blocked stays blocked: the same picture later (what the master's check needs).
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(page.snapshot(), snap);
+    snap
 }
 
 #[test]
 fn mpich_build_writes_the_state_page_of_a_singleton() {
-    blocked_forever_on_tag_nine(Impl::Mpich);
+    let snap = blocked_forever_on_tag_nine(Impl::Mpich, PROGRAM);
+    // The one message it sent itself, received; the barrier of one member is no message.
+    assert_eq!((snap.posted_sends, snap.delivered), (1, 1), "{snap:?}");
 }
 
 #[test]
 fn open_mpi_build_writes_the_state_page_of_a_singleton() {
-    blocked_forever_on_tag_nine(Impl::OpenMpi);
+    let snap = blocked_forever_on_tag_nine(Impl::OpenMpi, PROGRAM);
+    assert_eq!((snap.posted_sends, snap.delivered), (1, 1), "{snap:?}");
+}
+
+#[test]
+fn thousands_of_requests_completed_in_any_order_are_each_counted_once() {
+    for imp in [Impl::Mpich, Impl::OpenMpi] {
+        let snap = blocked_forever_on_tag_nine(imp, MANY_REQUESTS);
+        assert_eq!(
+            (snap.posted_sends, snap.delivered),
+            (3003, 3003),
+            "{}: {snap:?}",
+            imp.name()
+        );
+    }
 }
 
 #[test]
