@@ -135,8 +135,10 @@ int MPI_Imrecv(void *buf, int count, MPI_Datatype dt, MPI_Message *msg, MPI_Requ
 }
 
 #if MPI_VERSION >= 4
-/* MPI-4's large-count sends (MPICH 4): posted like the others. Their receives are not
- * counted, which can only hide a deadlock. */
+/* MPI-4's sends (MPICH 4: large-count, persistent large-count, partitioned,
+ * Isendrecv): posted like the others, since a message delivered whose send was never
+ * posted could balance one still in flight. Their receives are not counted, which can
+ * only hide a deadlock. */
 #define SEND_C(NAME, PNAME)                                                              \
     int NAME(const void *buf, MPI_Count count, MPI_Datatype dt, int dest, int tag,       \
              MPI_Comm comm) {                                                            \
@@ -164,6 +166,48 @@ int MPI_Sendrecv_c(const void *sbuf, MPI_Count scount, MPI_Datatype sdt, int des
     if (dest != MPI_PROC_NULL) gang_posted(1);
     return PMPI_Sendrecv_c(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, src, rtag, comm,
                            status);
+}
+
+#define SEND_INIT_C(NAME, PNAME)                                                         \
+    int NAME(const void *buf, MPI_Count count, MPI_Datatype dt, int dest, int tag,       \
+             MPI_Comm comm, MPI_Request *req) {                                          \
+        int rc = PNAME(buf, count, dt, dest, tag, comm, req);                            \
+        if (rc == MPI_SUCCESS)                                                           \
+            req_put(gang_key(*req), REQ_PSEND, dest == MPI_PROC_NULL ? -1 : 0, 0, 0);    \
+        return rc;                                                                       \
+    }
+SEND_INIT_C(MPI_Send_init_c, PMPI_Send_init_c)
+SEND_INIT_C(MPI_Ssend_init_c, PMPI_Ssend_init_c)
+SEND_INIT_C(MPI_Bsend_init_c, PMPI_Bsend_init_c)
+SEND_INIT_C(MPI_Rsend_init_c, PMPI_Rsend_init_c)
+
+/* A partitioned send is one message per MPI_Start. */
+int MPI_Psend_init(const void *buf, int partitions, MPI_Count count, MPI_Datatype dt, int dest,
+                   int tag, MPI_Comm comm, MPI_Info info, MPI_Request *req) {
+    int rc = PMPI_Psend_init(buf, partitions, count, dt, dest, tag, comm, info, req);
+    if (rc == MPI_SUCCESS)
+        req_put(gang_key(*req), REQ_PSEND, dest == MPI_PROC_NULL ? -1 : 0, 0, 0);
+    return rc;
+}
+
+int MPI_Sendrecv_replace_c(void *buf, MPI_Count count, MPI_Datatype dt, int dest, int stag,
+                           int src, int rtag, MPI_Comm comm, MPI_Status *status) {
+    if (dest != MPI_PROC_NULL) gang_posted(1);
+    return PMPI_Sendrecv_replace_c(buf, count, dt, dest, stag, src, rtag, comm, status);
+}
+
+int MPI_Isendrecv_c(const void *sbuf, MPI_Count scount, MPI_Datatype sdt, int dest, int stag,
+                    void *rbuf, MPI_Count rcount, MPI_Datatype rdt, int src, int rtag,
+                    MPI_Comm comm, MPI_Request *req) {
+    if (dest != MPI_PROC_NULL) gang_posted(1);
+    return PMPI_Isendrecv_c(sbuf, scount, sdt, dest, stag, rbuf, rcount, rdt, src, rtag, comm,
+                            req);
+}
+
+int MPI_Isendrecv_replace_c(void *buf, MPI_Count count, MPI_Datatype dt, int dest, int stag,
+                            int src, int rtag, MPI_Comm comm, MPI_Request *req) {
+    if (dest != MPI_PROC_NULL) gang_posted(1);
+    return PMPI_Isendrecv_replace_c(buf, count, dt, dest, stag, src, rtag, comm, req);
 }
 
 int MPI_Isendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag,
