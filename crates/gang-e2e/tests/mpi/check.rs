@@ -13,19 +13,31 @@ use gang_e2e::{cluster, gangctl, gangctl_json, http_get, prun, wait_for, wait_st
 use crate::programs::{Impl, MODES, build, check, text};
 
 /// Every rank receives from its right neighbour before sending to it: the classic
-/// deadlock, on tag 2.
+/// deadlock, on tag 2; with argv[1] = "wait", through MPI_Irecv and MPI_Wait, after a
+/// message to its left neighbour that does arrive (one of each rank's receives matched,
+/// the other never).
 const DEADLOCK: &str = r#"
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
 int main(int argc, char **argv) {
-    int rank, size, x = 0;
+    int rank, size, x = 0, y = 0;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     printf("hello rank %d of %d\n", rank, size);
     fflush(stdout);
-    int right = (rank + 1) % size;
-    MPI_Recv(&x, 1, MPI_INT, right, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    if (argc > 1 && !strcmp(argv[1], "wait")) {
+        MPI_Request r[2];
+        MPI_Irecv(&y, 1, MPI_INT, right, 1, MPI_COMM_WORLD, &r[0]);
+        MPI_Send(&x, 1, MPI_INT, left, 1, MPI_COMM_WORLD);
+        MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+        MPI_Irecv(&y, 1, MPI_INT, right, 2, MPI_COMM_WORLD, &r[1]);
+        MPI_Wait(&r[1], MPI_STATUS_IGNORE);
+    } else {
+        MPI_Recv(&x, 1, MPI_INT, right, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
     MPI_Send(&x, 1, MPI_INT, right, 2, MPI_COMM_WORLD);
     MPI_Finalize();
     return 0;
@@ -159,6 +171,37 @@ fn an_mpi_deadlock_is_flagged_under_mpi_check_and_killed_on_request() {
     );
     assert!(gangctl(&c, &["cancel", &id.to_string()]).status.success());
     wait_state(&c, id, "cancelled", Duration::from_secs(20));
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn a_deadlock_in_a_wait_on_a_nonblocking_receive_is_flagged_too() {
+    let c = cluster(2, 2, &[]);
+    let prog = deadlock();
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "2x2",
+            "--mpi-check",
+            "--on-deadlock",
+            "kill",
+            "--",
+            &prog,
+            "wait",
+        ],
+        None,
+    );
+    let (stdout, err) = text(&out);
+    assert!(!out.status.success(), "{stdout}\n{err}");
+    assert!(err.contains("DEADLOCKED"), "{err}");
+    for r in 0..4 {
+        let right = (r + 1) % 4;
+        assert!(
+            err.contains(&format!("waits for rank {right}, tag 2")),
+            "rank {r}'s wait: {err}"
+        );
+    }
     c.shutdown().unwrap();
 }
 
