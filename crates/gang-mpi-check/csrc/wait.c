@@ -52,11 +52,91 @@ int MPI_Wait(MPI_Request *req, MPI_Status *status) {
     return rc;
 }
 
+/* MPI_Waitall over two or more pending receives, one of which arrives and one never
+ * will: inside one PMPI_Waitall the arrived one would stay undelivered for good, and the
+ * job would never look stuck. So it waits by parts: PMPI_Waitsome until at most one
+ * receive is pending, delivering what each returns and blocking anew on the first
+ * receive still pending; then PMPI_Waitall for the rest. Statuses go where Waitall puts
+ * them. Returns 0 (and nothing done) when out of memory: the caller waits whole. */
+static int waitall_by_parts(int n, MPI_Request reqs[], MPI_Status statuses[],
+                            const uint64_t *keys, int *rc_out) {
+    int ignore = statuses == MPI_STATUSES_IGNORE;
+    int *idx = malloc((size_t)n * sizeof *idx);
+    char *recv = malloc((size_t)n), *early = calloc((size_t)n, 1);
+    MPI_Status *got = ignore ? NULL : malloc((size_t)n * sizeof *got);
+    MPI_Status *saved = ignore ? NULL : malloc((size_t)n * sizeof *saved);
+    struct req_entry *entry = malloc((size_t)n * sizeof *entry);
+    int ok = idx && recv && early && entry && (ignore || (got && saved));
+    int rc = MPI_SUCCESS;
+    if (ok) {
+        for (int i = 0; i < n; i++) {
+            entry[i] = req_get(keys[i]);
+            recv[i] = entry[i].kind == REQ_RECV || (entry[i].kind == REQ_PRECV && entry[i].active);
+        }
+        for (;;) {
+            int pending = 0, first = -1;
+            for (int i = 0; i < n; i++)
+                if (recv[i] && !early[i] && pending++ == 0) first = i;
+            if (pending < 2) break;
+            gang_block(entry[first].src, entry[first].tag);
+            int outcount = 0;
+            rc = PMPI_Waitsome(n, reqs, &outcount, idx, ignore ? MPI_STATUSES_IGNORE : got);
+            gang_unblock(0);
+            if (rc != MPI_SUCCESS || outcount == MPI_UNDEFINED) break;
+            for (int k = 0; k < outcount; k++) {
+                early[idx[k]] = 1;
+                if (!ignore) saved[idx[k]] = got[k];
+                completed(keys[idx[k]]);
+            }
+        }
+        if (rc == MPI_SUCCESS) {
+            int blocked = 0;
+            for (int i = 0; i < n && !blocked; i++)
+                if (recv[i] && !early[i]) {
+                    gang_block(entry[i].src, entry[i].tag);
+                    blocked = 1;
+                }
+            rc = PMPI_Waitall(n, reqs, statuses);
+            if (blocked) gang_unblock(0);
+            if (rc == MPI_SUCCESS)
+                for (int i = 0; i < n; i++)
+                    if (!early[i]) completed(keys[i]);
+            /* Waitall reports the ones Waitsome completed as empty: put theirs back. */
+            if (!ignore)
+                for (int i = 0; i < n; i++)
+                    if (early[i]) statuses[i] = saved[i];
+        }
+        *rc_out = rc;
+    }
+    free(idx);
+    free(recv);
+    free(early);
+    free(got);
+    free(saved);
+    free(entry);
+    return ok;
+}
+
+static int pending_receives(const uint64_t *keys, int n) {
+    int pending = 0;
+    for (int i = 0; i < n && pending < 2; i++) {
+        struct req_entry e = req_get(keys[i]);
+        pending += e.kind == REQ_RECV || (e.kind == REQ_PRECV && e.active);
+    }
+    return pending;
+}
+
 int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[]) {
     struct keys ks;
     keys_of(&ks, n, reqs);
+    int rc;
+    if (gang_page && ks.k && n > 1 && pending_receives(ks.k, n) >= 2 &&
+        waitall_by_parts(n, reqs, statuses, ks.k, &rc)) {
+        keys_done(&ks);
+        return rc;
+    }
     int blocked = block_on_any(ks.k, n);
-    int rc = PMPI_Waitall(n, reqs, statuses);
+    rc = PMPI_Waitall(n, reqs, statuses);
     if (blocked) gang_unblock(0);
     /* On MPI_ERR_IN_STATUS some completed and some did not: count none. */
     if (rc == MPI_SUCCESS && ks.k)

@@ -13,9 +13,9 @@ use gang_e2e::{cluster, gangctl, gangctl_json, http_get, prun, wait_for, wait_st
 use crate::programs::{Impl, MODES, build, check, text};
 
 /// Every rank receives from its right neighbour before sending to it: the classic
-/// deadlock, on tag 2; with argv[1] = "wait", through MPI_Irecv and MPI_Wait, after a
-/// message to its left neighbour that does arrive (one of each rank's receives matched,
-/// the other never).
+/// deadlock, on tag 2; with argv[1] = "wait", in MPI_Waitall over two nonblocking
+/// receives from it, one of which its neighbour's message (tag 1) matches and the other
+/// never.
 const DEADLOCK: &str = r#"
 #include <mpi.h>
 #include <stdio.h>
@@ -29,12 +29,12 @@ int main(int argc, char **argv) {
     fflush(stdout);
     int right = (rank + 1) % size, left = (rank + size - 1) % size;
     if (argc > 1 && !strcmp(argv[1], "wait")) {
+        int z = 0;
         MPI_Request r[2];
         MPI_Irecv(&y, 1, MPI_INT, right, 1, MPI_COMM_WORLD, &r[0]);
+        MPI_Irecv(&z, 1, MPI_INT, right, 2, MPI_COMM_WORLD, &r[1]);
         MPI_Send(&x, 1, MPI_INT, left, 1, MPI_COMM_WORLD);
-        MPI_Wait(&r[0], MPI_STATUS_IGNORE);
-        MPI_Irecv(&y, 1, MPI_INT, right, 2, MPI_COMM_WORLD, &r[1]);
-        MPI_Wait(&r[1], MPI_STATUS_IGNORE);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
     } else {
         MPI_Recv(&x, 1, MPI_INT, right, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
@@ -175,7 +175,7 @@ fn an_mpi_deadlock_is_flagged_under_mpi_check_and_killed_on_request() {
 }
 
 #[test]
-fn a_deadlock_in_a_wait_on_a_nonblocking_receive_is_flagged_too() {
+fn a_deadlock_in_a_waitall_on_nonblocking_receives_is_flagged_too() {
     let c = cluster(2, 2, &[]);
     let prog = deadlock();
     let out = prun(
