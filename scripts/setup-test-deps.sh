@@ -12,6 +12,7 @@ passwd
 iproute2
 mpich
 libmpich-dev
+libpmi2-0-dev
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
@@ -21,7 +22,9 @@ libmpich-dev
 # iproute2: ip netns and veth pairs, an agent cut off from the master
 #   (crates/gang-e2e/tests/trust).
 # mpich, libmpich-dev: MPICH and mpicc.mpich, MPI programs built by the test and run
-#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi.rs).
+#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/).
+# libpmi2-0-dev: Slurm's PMI-2 client library, a client of the agent's PMI-2 wire that
+#   nobody here wrote (Debian's MPICH speaks PMI-1 only) (crates/gang-e2e/tests/mpi/pmi2.rs).
 
 missing=""
 for p in $PACKAGES; do

@@ -4,4 +4,5 @@
 
 mod check;
 mod mpich;
+mod pmi2;
 mod programs;

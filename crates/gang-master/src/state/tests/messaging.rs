@@ -170,3 +170,32 @@ fn a_fence_completes_once_every_rank_arrived_from_its_own_node() {
     let r = w.step(|st, fx, _| reactor::on_fence(st, fx, unknown));
     assert!(matches!(r, Err(MasterError::UnknownJob(_))), "{r:?}");
 }
+
+#[test]
+fn a_job_that_names_no_mpi_interface_gets_the_cluster_default_and_keeps_it() {
+    let mut cfg = config(2, 2, 1);
+    cfg.mpi = crate::job::Mpi::Pmix;
+    let mut w = World::new(cfg);
+    w.register_all();
+    let mut a = new_job("2x1", 1000, 0);
+    a.mpi = None;
+    a.mpi_check = true;
+    let mut b = new_job("2x1", 1000, 0);
+    b.mpi = Some(crate::job::Mpi::Pmi2);
+    for job in [a, b] {
+        w.step(|st, fx, now| reactor::on_submit(st, fx, now, job))
+            .unwrap();
+    }
+    let launched: Vec<_> = w.fx.take_launches(JobId(1));
+    assert_eq!(launched.len(), 2);
+    for (_, order) in &launched {
+        assert_eq!((order.mpi, order.mpi_check), (crate::job::Mpi::Pmix, true));
+    }
+    let launched = w.fx.take_launches(JobId(2));
+    assert_eq!(launched.len(), 2);
+    for (_, order) in launched {
+        assert_eq!((order.mpi, order.mpi_check), (crate::job::Mpi::Pmi2, false));
+    }
+    assert_eq!(w.view(1).mpi, crate::job::Mpi::Pmix);
+    assert_eq!(w.view(2).mpi, crate::job::Mpi::Pmi2);
+}
