@@ -33,6 +33,7 @@ pub mod error;
 pub mod fence;
 pub mod guard;
 pub mod launch;
+pub mod mpi_check;
 pub mod msg;
 pub mod node;
 pub mod notify;

@@ -146,6 +146,8 @@ impl Node {
             .map(OsStr::new)
             .or(agent_path.as_deref());
         let program = launch::resolve_program(argv0, path, cwd).map_err(spawn_error)?;
+        let mpi_check = crate::mpi_check::preload(self.msg.base(), &req, &self.policy.env_allow)
+            .map_err(|e| spawn_error(std::io::Error::other(e)))?;
 
         self.ranks.reserve(key).map_err(|e| match e {
             ReserveError::Duplicate => AgentError::Duplicate {
@@ -218,6 +220,7 @@ impl Node {
             size: req.size,
         };
         let mut gang_env = gang_env;
+        gang_env.extend(mpi_check);
         let pmi = if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::None) {
             None
         } else {

@@ -2,6 +2,7 @@
 //! interfaces MPI libraries use to find their peers, so `prun -n WxH ./a.out` starts one
 //! MPI job, which is then gang-switched like any other.
 
+mod check;
 mod mpich;
 mod pmi2;
 mod programs;

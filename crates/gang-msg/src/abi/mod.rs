@@ -9,7 +9,7 @@ mod ctl;
 mod pages;
 
 pub use ctl::{CtlReply, CtlRequest, MAX_CTL_FRAME, read_frame, write_frame};
-pub use pages::{PAGE_SIZE, StatePage, StateSnapshot, TablePage, TableSnapshot};
+pub use pages::{PAGE_SIZE, StatePage, StateSnapshot, TablePage, TableSnapshot, state_layout};
 pub use pages::{STATE_MAGIC, STATE_VERSION, TABLE_MAGIC, TABLE_VERSION};
 
 /// Environment set by the agent for every rank.

@@ -66,6 +66,44 @@ pub(crate) struct StateLayout {
     pub last_boundary_ns: AtomicU64,
 }
 
+/// `state.page`'s fields and their byte offsets, for mirrors of the layout outside Rust
+/// (gang-mpi-check's C header is tested against this), and its size.
+pub fn state_layout() -> (Vec<(&'static str, usize)>, usize) {
+    use std::mem::offset_of;
+    let fields = vec![
+        ("magic", offset_of!(StateLayout, magic)),
+        ("version", offset_of!(StateLayout, version)),
+        ("pid", offset_of!(StateLayout, pid)),
+        (
+            "blocked_since_ns",
+            offset_of!(StateLayout, blocked_since_ns),
+        ),
+        ("wait_src", offset_of!(StateLayout, wait_src)),
+        ("wait_tag", offset_of!(StateLayout, wait_tag)),
+        ("posted_sends", offset_of!(StateLayout, posted_sends)),
+        ("delivered", offset_of!(StateLayout, delivered)),
+        ("bytes_written", offset_of!(StateLayout, bytes_written)),
+        ("bytes_read", offset_of!(StateLayout, bytes_read)),
+        ("quiesced_for_ns", offset_of!(StateLayout, quiesced_for_ns)),
+        ("switches", offset_of!(StateLayout, switches)),
+        ("unflushed", offset_of!(StateLayout, unflushed)),
+        ("flush_ns", offset_of!(StateLayout, flush_ns)),
+        ("save_ns", offset_of!(StateLayout, save_ns)),
+        ("restore_ns", offset_of!(StateLayout, restore_ns)),
+        (
+            "inflight_bytes_at_quiesce",
+            offset_of!(StateLayout, inflight_bytes_at_quiesce),
+        ),
+        ("unacked_bytes", offset_of!(StateLayout, unacked_bytes)),
+        ("timings_for_ns", offset_of!(StateLayout, timings_for_ns)),
+        (
+            "last_boundary_ns",
+            offset_of!(StateLayout, last_boundary_ns),
+        ),
+    ];
+    (fields, std::mem::size_of::<StateLayout>())
+}
+
 const _: () = assert!(std::mem::size_of::<TableLayout>() <= PAGE_SIZE);
 const _: () = assert!(std::mem::size_of::<StateLayout>() <= PAGE_SIZE);
 
