@@ -3,4 +3,5 @@
 //! MPI job, which is then gang-switched like any other.
 
 mod mpich;
+mod openmpi;
 mod programs;
