@@ -61,7 +61,7 @@ pub struct MsgHub {
     /// The ranks' PMI servers (`pmi::serve`); each ends with the abort message, if any.
     pmi: Mutex<HashMap<RankKey, JoinHandle<Option<crate::pmi::Abort>>>>,
     /// The node's PMIx server, started at the first `--mpi pmix` launch (or why not).
-    pmix: OnceLock<Result<Arc<crate::pmix::PmixNode>, String>>,
+    pmix: OnceLock<Result<Arc<crate::pmix::PmixNode<MsgHub>>, String>>,
 }
 
 impl std::fmt::Debug for MsgHub {

@@ -22,7 +22,6 @@ use nix::unistd::Pid;
 use tracing::{debug, info, warn};
 
 use crate::error::Coord;
-use crate::msg::MsgHub;
 use crate::pmi::{Abort, Fencer};
 use crate::ranks::RankKey;
 
@@ -93,22 +92,23 @@ struct Local {
     pgid: Option<Pid>,
 }
 
-/// The library's host: fences and aborts.
-struct Host {
-    hub: Weak<MsgHub>,
+/// The library's host: fences (through `F`, the messaging hub: this module stays below
+/// `msg` in the import graph) and aborts.
+struct Host<F> {
+    hub: Weak<F>,
     rt: tokio::runtime::Handle,
     ranks: Mutex<HashMap<String, Local>>,
     aborts: Mutex<HashMap<RankKey, Abort>>,
 }
 
 /// The agent's PMIx server.
-pub struct PmixNode {
+pub struct PmixNode<F> {
     server: gang_pmix::Server,
-    host: Arc<Host>,
+    host: Arc<Host<F>>,
     node: Coord,
 }
 
-impl std::fmt::Debug for PmixNode {
+impl<F> std::fmt::Debug for PmixNode<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PmixNode")
             .field("node", &self.node)
@@ -116,14 +116,14 @@ impl std::fmt::Debug for PmixNode {
     }
 }
 
-impl PmixNode {
+impl<F: Fencer> PmixNode<F> {
     /// Start the server with its files in `dir`. Must run inside the runtime (fences are
     /// gathered by tasks).
     pub fn start(
-        hub: &Arc<MsgHub>,
+        hub: &Arc<F>,
         dir: std::path::PathBuf,
         node: Coord,
-    ) -> Result<PmixNode, String> {
+    ) -> Result<Self, String> {
         if !gang_pmix::AVAILABLE {
             return Err(gang_pmix::Error::NotBuilt.to_string());
         }
@@ -181,7 +181,7 @@ impl PmixNode {
             .register(&job, l.uid, l.gid)
             .and_then(|()| self.server.setup_fork(&ns, l.key.rank));
         match env {
-            Ok(env) => Ok(env),
+            Ok(env) => Ok(client_env(env)),
             Err(e) => {
                 self.host.ranks.lock().unwrap().remove(&ns);
                 Err(e.to_string())
@@ -218,6 +218,21 @@ impl PmixNode {
     }
 }
 
+/// The rank's PMIx variables, its client held to the `hash` data store: the library's
+/// shared-memory stores (`ds21`, `ds12`) are made by the server, as the agent's user,
+/// with locks a rank of another user cannot take (its client then prints "PMIX ERROR:
+/// ... gds_ds12_lock_pthread.c" and falls back). With `hash`, a rank asks the server
+/// over its socket for job data it reads: a few messages at init.
+fn client_env(env: Vec<(String, String)>) -> Vec<(String, String)> {
+    env.into_iter()
+        .filter(|(k, _)| !k.starts_with("PMIX_DSTORE_"))
+        .map(|(k, v)| match k.as_str() {
+            "PMIX_GDS_MODULE" => (k, "hash".to_string()),
+            _ => (k, v),
+        })
+        .collect()
+}
+
 /// A blob's key in the job's space: fence epoch, then rank.
 fn blob_key(epoch: u32, rank: u32) -> String {
     format!("pmix.{epoch}.{rank}")
@@ -243,7 +258,7 @@ fn gather(space: &BTreeMap<String, String>, epoch: u32) -> Result<Vec<u8>, Strin
     Ok(blobs.into_iter().flat_map(|(_, b)| b).collect())
 }
 
-impl gang_pmix::Host for Host {
+impl<F: Fencer> gang_pmix::Host for Host<F> {
     fn fence(&self, ns: &str, blob: Vec<u8>, done: gang_pmix::FenceDone) {
         let (key, epoch) = {
             let mut ranks = self.ranks.lock().unwrap();
