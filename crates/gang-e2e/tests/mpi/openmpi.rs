@@ -2,6 +2,7 @@
 //! a PMIx server (OpenPMIx's server library), so the ranks of `prun -n WxH ./a.out`,
 //! built with `mpicc.openmpi`, find each other as one MPI job without `mpirun`.
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use gang_e2e::{cluster, gangctl_json, job, prun, prun_env, wait_for};
@@ -152,6 +153,48 @@ fn two_open_mpi_jobs_sharing_the_mesh_both_finish_correct_under_gang_switching()
         stats["switches_reported"].as_u64().filter(|&n| n > 0)
     });
     eprintln!("switches reported: {switches}");
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn an_open_mpi_job_of_an_ordinary_user_finds_its_peers_without_pmix_errors() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (useradd)");
+        return;
+    }
+    // Declared first, dropped last: after the cluster and the ranks running as the user.
+    let mut accounts = crate::accounts::Accounts::new();
+    let user = accounts.user("px", &[]);
+    // The master's socket and the program where the user can reach them.
+    let shared = tempfile::Builder::new()
+        .prefix("gang-pmix-user-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = shared.path().join("mpitest");
+    std::fs::copy(program(), &prog).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = shared.path().join("master.sock");
+    let mut opts = gang_e2e::options(&[]);
+    opts.socket = Some(socket);
+    let c = gang_local::LocalCluster::start((2, 2), opts).expect("cluster");
+    let mut cmd = crate::accounts::command_as(&gang_e2e::bin_dir().join("prun"), &user);
+    cmd.env("GANG_MASTER", c.master_addr()).args([
+        "-n",
+        "2x2",
+        "--mpi",
+        "pmix",
+        "--",
+        prog.to_str().unwrap(),
+        "ring",
+    ]);
+    let out = crate::accounts::output_within(&mut cmd, gang_e2e::PRUN_DEADLINE);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    check(&stdout, 4, "ring");
+    // The library's shared-memory stores belong to the agent's user: a client that tried
+    // them would print "PMIX ERROR: ... gds_ds12_lock_pthread.c" (and fall back).
+    assert!(!stderr.contains("PMIX ERROR"), "{stderr}");
     c.shutdown().unwrap();
 }
 
