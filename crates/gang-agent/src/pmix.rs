@@ -119,11 +119,7 @@ impl<F> std::fmt::Debug for PmixNode<F> {
 impl<F: Fencer> PmixNode<F> {
     /// Start the server with its files in `dir`. Must run inside the runtime (fences are
     /// gathered by tasks).
-    pub fn start(
-        hub: &Arc<F>,
-        dir: std::path::PathBuf,
-        node: Coord,
-    ) -> Result<Self, String> {
+    pub fn start(hub: &Arc<F>, dir: std::path::PathBuf, node: Coord) -> Result<Self, String> {
         if !gang_pmix::AVAILABLE {
             return Err(gang_pmix::Error::NotBuilt.to_string());
         }
