@@ -13,6 +13,10 @@ iproute2
 mpich
 libmpich-dev
 libpmi2-0-dev
+openmpi-bin
+libopenmpi-dev
+libpmix-dev
+hpcc
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
@@ -22,9 +26,15 @@ libpmi2-0-dev
 # iproute2: ip netns and veth pairs, an agent cut off from the master
 #   (crates/gang-e2e/tests/trust).
 # mpich, libmpich-dev: MPICH and mpicc.mpich, MPI programs built by the test and run
-#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/).
+#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/mpich.rs).
 # libpmi2-0-dev: Slurm's PMI-2 client library, a client of the agent's PMI-2 wire that
 #   nobody here wrote (Debian's MPICH speaks PMI-1 only) (crates/gang-e2e/tests/mpi/pmi2.rs).
+# openmpi-bin, libopenmpi-dev: Open MPI 4.1 and mpicc.openmpi, programs built by the test
+#   and run under prun --mpi pmix (crates/gang-e2e/tests/mpi/openmpi.rs).
+# libpmix-dev: the OpenPMIx server library the agent links for --mpi pmix
+#   (crates/gang-pmix; found with pkg-config at build time, the agent builds without it).
+# hpcc: HPC Challenge (linked with Open MPI) run under prun --mpi pmix
+#   (crates/gang-e2e/tests/mpi/openmpi.rs, benches/benches/hpcc.rs).
 
 missing=""
 for p in $PACKAGES; do

@@ -41,7 +41,11 @@ pub fn release_bins() -> PathBuf {
         .status()
         .expect("cargo runs");
     assert!(st.success(), "building the release binaries failed");
-    root.join("target/release")
+    // Where cargo put them: CARGO_TARGET_DIR if the build was told one.
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(|d| root.join(d))
+        .unwrap_or_else(|| root.join("target"))
+        .join("release")
 }
 
 /// A release build of an example of `gang-msg` (a job program), next to the binaries.

@@ -39,6 +39,7 @@ pub mod node;
 pub mod notify;
 pub mod output;
 pub mod pmi;
+pub mod pmix;
 pub mod ranks;
 pub mod registry_client;
 pub mod service;

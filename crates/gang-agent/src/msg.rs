@@ -60,6 +60,8 @@ pub struct MsgHub {
     ranks: Mutex<HashMap<RankKey, MsgRank>>,
     /// The ranks' PMI servers (`pmi::serve`); each ends with the abort message, if any.
     pmi: Mutex<HashMap<RankKey, JoinHandle<Option<crate::pmi::Abort>>>>,
+    /// The node's PMIx server, started at the first `--mpi pmix` launch (or why not).
+    pmix: OnceLock<Result<Arc<crate::pmix::PmixNode<MsgHub>>, String>>,
 }
 
 impl std::fmt::Debug for MsgHub {
@@ -120,6 +122,7 @@ impl MsgHub {
             master: OnceLock::new(),
             ranks: Mutex::new(HashMap::new()),
             pmi: Mutex::new(HashMap::new()),
+            pmix: OnceLock::new(),
         })
     }
 
@@ -210,10 +213,41 @@ impl MsgHub {
         }
     }
 
+    /// Register a PMIx rank with the node's PMIx server (started now if it is not yet);
+    /// the variables for its environment. Must run inside the runtime.
+    pub fn pmix_prepare(
+        self: &Arc<Self>,
+        l: &crate::pmix::PmixLaunch,
+    ) -> Result<Vec<(String, String)>, String> {
+        let server = self.pmix.get_or_init(|| {
+            crate::pmix::PmixNode::start(self, self.node_dir().join("pmix"), self.node)
+                .map(Arc::new)
+        });
+        server.as_ref().map_err(Clone::clone)?.prepare(l)
+    }
+
+    /// The PMIx rank runs as the group `pgid`.
+    pub fn pmix_started(&self, key: RankKey, pgid: nix::unistd::Pid) {
+        if let Some(Ok(p)) = self.pmix.get() {
+            p.started(key, pgid);
+        }
+    }
+
     /// The rank exited: its PMI server's end (it sees the socket close, unless a process
     /// the rank left behind holds it, or it waits in a fence), and the abort message the
     /// rank sent, if it did.
     pub async fn pmi_finished(&self, key: RankKey) -> Option<crate::pmi::Abort> {
+        // A PMIx abort is recorded before the rank is killed.
+        if let Some(abort) = self
+            .pmix
+            .get()
+            .and_then(|p| p.as_ref().ok()?.take_abort(key))
+        {
+            if let Some(t) = self.pmi.lock().unwrap().remove(&key) {
+                t.abort();
+            }
+            return Some(abort);
+        }
         let mut task = self.pmi.lock().unwrap().remove(&key)?;
         match tokio::time::timeout(PMI_LINGER, &mut task).await {
             Ok(Ok(abort)) => abort,
@@ -229,6 +263,9 @@ impl MsgHub {
     pub fn remove(&self, key: RankKey) {
         if let Some(t) = self.pmi.lock().unwrap().remove(&key) {
             t.abort();
+        }
+        if let Some(Ok(p)) = self.pmix.get() {
+            p.remove(key);
         }
         if let Some(r) = self.ranks.lock().unwrap().remove(&key) {
             r.server.abort();
@@ -422,7 +459,11 @@ async fn write(conn: &mut UnixStream, reply: &CtlReply) -> std::io::Result<()> {
 
 impl Drop for MsgHub {
     fn drop(&mut self) {
-        // The node's directory, once its ranks' are gone (never anything else of `base`).
+        // The node's directory, once its ranks' are gone (never anything else of `base`),
+        // and the PMIx server's files in it.
+        if self.pmix.get().is_some() {
+            let _ = std::fs::remove_dir_all(self.node_dir().join("pmix"));
+        }
         let _ = std::fs::remove_dir(self.node_dir());
         let _ = std::fs::remove_dir(&self.base);
     }

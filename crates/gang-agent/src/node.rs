@@ -238,6 +238,42 @@ impl Node {
                 }
             }
         };
+        // PMIx for Open MPI: the rank registered with the node's PMIx server before the
+        // fork. PMI-1's socket stays too, so an MPICH program runs under `--mpi pmix`.
+        if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::Pmix) {
+            let refused = |what: String| {
+                self.msg.remove(key);
+                self.ranks.unreserve(key);
+                what
+            };
+            if !gang_pmix::AVAILABLE {
+                return Err(invalid(refused(format!(
+                    "--mpi pmix: {}",
+                    gang_pmix::Error::NotBuilt
+                ))));
+            }
+            let (uid, gid) = msg_launch
+                .uid
+                .unwrap_or((self.agent_uid, nix::unistd::getegid().as_raw()));
+            let launch = crate::pmix::PmixLaunch {
+                key,
+                size: req.size,
+                part: req.part.map(|p| (p.x, p.y, p.w, p.h)),
+                uid,
+                gid,
+            };
+            match self.msg.pmix_prepare(&launch) {
+                Ok(vars) => {
+                    gang_env.extend(vars);
+                    gang_env.extend(crate::pmix::open_mpi_defaults(&req.env));
+                }
+                Err(e) => {
+                    return Err(spawn_error(std::io::Error::other(refused(format!(
+                        "--mpi pmix: {e}"
+                    )))));
+                }
+            }
+        }
         let mode = launch_mode(req.gang);
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let mut prepared = self.switch.prepare(key, mode);
@@ -280,6 +316,7 @@ impl Node {
         };
         // process_group(0): the rank leads its own group, whose id is its pid.
         let pgid = Pid::from_raw(pid as i32);
+        self.msg.pmix_started(key, pgid);
         if let Some(agent_end) = pmi {
             match crate::pmi::agent_stream(agent_end) {
                 Ok(stream) => self.msg.start_pmi(stream, pmi_job, pgid),

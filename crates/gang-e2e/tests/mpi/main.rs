@@ -2,7 +2,12 @@
 //! interfaces MPI libraries use to find their peers, so `prun -n WxH ./a.out` starts one
 //! MPI job, which is then gang-switched like any other.
 
+// Real throwaway users (the trust tests'): a rank of an ordinary user under PMIx.
+#[allow(dead_code)]
+#[path = "../trust/accounts.rs"]
+mod accounts;
 mod check;
 mod mpich;
+mod openmpi;
 mod pmi2;
 mod programs;

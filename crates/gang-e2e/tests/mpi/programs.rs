@@ -125,7 +125,6 @@ pub const MODES: [&str; 4] = ["pi", "ring", "allreduce", "alltoall"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Impl {
     Mpich,
-    #[allow(dead_code)] // until the Open MPI tests land
     OpenMpi,
 }
 

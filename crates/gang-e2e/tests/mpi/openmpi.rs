@@ -1,0 +1,251 @@
+//! Unmodified Open MPI programs under `prun --mpi pmix` (issue #11, PMIx): each agent runs
+//! a PMIx server (OpenPMIx's server library), so the ranks of `prun -n WxH ./a.out`,
+//! built with `mpicc.openmpi`, find each other as one MPI job without `mpirun`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use gang_e2e::{cluster, gangctl_json, job, prun, prun_env, wait_for};
+
+use crate::programs::{Impl, MODES, check, text};
+
+fn program() -> std::path::PathBuf {
+    crate::programs::program(Impl::OpenMpi)
+}
+
+/// Open MPI polls while it waits: with more ranks than cores (a local cluster's 16 nodes
+/// on this machine's 2), a rank that does not yield holds its core until the scheduler's
+/// tick, and every message between ranks off-CPU waits for one (see the README).
+const YIELD: (&str, &str) = ("OMPI_MCA_mpi_yield_when_idle", "1");
+
+/// `prun -n SHAPE --mpi pmix prog MODE` with `env`: every rank's line and rank 0's
+/// result.
+fn run_mode(
+    c: &gang_local::LocalCluster,
+    shape: &str,
+    size: u32,
+    mode: &str,
+    env: &[(&str, &str)],
+) {
+    let prog = program();
+    let t = Instant::now();
+    let out = prun_env(
+        c,
+        &[
+            "-n",
+            shape,
+            "--mpi",
+            "pmix",
+            "--",
+            prog.to_str().unwrap(),
+            mode,
+        ],
+        None,
+        env,
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "{mode} on {shape} failed ({:?}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    check(&stdout, size, mode);
+    eprintln!("{mode} on {shape}: {:?}", t.elapsed());
+}
+
+#[test]
+fn open_mpi_programs_run_as_one_job_on_two_by_two() {
+    let c = cluster(2, 2, &[]);
+    // Nothing set by the job: what the agent sets is enough.
+    for mode in MODES {
+        run_mode(&c, "2x2", 4, mode, &[]);
+    }
+    // --mpi pmix keeps PMI-1's socket: an MPICH program is one job under it too.
+    let mpich = crate::programs::program(Impl::Mpich);
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "2x2",
+            "--mpi",
+            "pmix",
+            "--",
+            mpich.to_str().unwrap(),
+            "pi",
+        ],
+        None,
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    check(&stdout, 4, "pi");
+    // PMIX_SHOW=1 RUST_LOG=info,gang_agent::pmix=debug: rank 0's fences.
+    if std::env::var_os("PMIX_SHOW").is_some() {
+        let log = std::fs::read_to_string(c.agent_log(0, 0)).unwrap();
+        for l in log.lines().filter(|l| l.contains("PMIx")) {
+            eprintln!("{l}");
+        }
+    }
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn open_mpi_programs_run_as_one_job_on_four_by_four() {
+    let c = cluster(4, 4, &[]);
+    for mode in MODES {
+        run_mode(&c, "4x4", 16, mode, &[YIELD]);
+    }
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn open_mpi_abort_fails_the_job_with_its_code_and_says_so() {
+    let c = cluster(2, 2, &[]);
+    let prog = program();
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "2x2",
+            "--mpi",
+            "pmix",
+            "--",
+            prog.to_str().unwrap(),
+            "abort",
+        ],
+        None,
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    let job = wait_for(Duration::from_secs(10), "the failed job", || {
+        let jobs = gangctl_json(&c, &["jobs", "--all"]).ok()?;
+        let id = jobs.as_array()?.first()?["id"].as_u64()?;
+        Some(job(&c, id)).filter(|j| j["state"] == "failed")
+    });
+    let reason = job["reason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason.contains("PMIx abort") && reason.contains("exit code 3"),
+        "reason: {reason}; job: {job}"
+    );
+    assert_eq!(job["exit_code"], 3, "{job}");
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn two_open_mpi_jobs_sharing_the_mesh_both_finish_correct_under_gang_switching() {
+    let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", "10"]);
+    let prog = program();
+    let prog = prog.to_str().unwrap();
+    let run = |mode| prun(&c, &["-n", "2x2", "--mpi", "pmix", "--", prog, mode], None);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| run("ring"));
+        let b = s.spawn(|| run("alltoall"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (out, mode) in [(a, "ring"), (b, "alltoall")] {
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{mode}: {stdout}\n{stderr}");
+        check(&stdout, 4, mode);
+    }
+    // The two jobs had one slice each of the one mesh: every switch the agents report
+    // was one of them leaving or entering the CPU while the other ran.
+    let switches = wait_for(Duration::from_secs(10), "switch reports", || {
+        let stats = gangctl_json(&c, &["stats"]).ok()?;
+        stats["switches_reported"].as_u64().filter(|&n| n > 0)
+    });
+    eprintln!("switches reported: {switches}");
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn an_open_mpi_job_of_an_ordinary_user_finds_its_peers_without_pmix_errors() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (useradd)");
+        return;
+    }
+    // Declared first, dropped last: after the cluster and the ranks running as the user.
+    let mut accounts = crate::accounts::Accounts::new();
+    let user = accounts.user("px", &[]);
+    // The master's socket and the program where the user can reach them.
+    let shared = tempfile::Builder::new()
+        .prefix("gang-pmix-user-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = shared.path().join("mpitest");
+    std::fs::copy(program(), &prog).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = shared.path().join("master.sock");
+    let mut opts = gang_e2e::options(&[]);
+    opts.socket = Some(socket);
+    let c = gang_local::LocalCluster::start((2, 2), opts).expect("cluster");
+    let mut cmd = crate::accounts::command_as(&gang_e2e::bin_dir().join("prun"), &user);
+    cmd.env("GANG_MASTER", c.master_addr()).args([
+        "-n",
+        "2x2",
+        "--mpi",
+        "pmix",
+        "--",
+        prog.to_str().unwrap(),
+        "ring",
+    ]);
+    let out = crate::accounts::output_within(&mut cmd, gang_e2e::PRUN_DEADLINE);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    check(&stdout, 4, "ring");
+    // The library's shared-memory stores belong to the agent's user: a client that tried
+    // them would print "PMIX ERROR: ... gds_ds12_lock_pthread.c" (and fall back).
+    assert!(!stderr.contains("PMIX ERROR"), "{stderr}");
+    c.shutdown().unwrap();
+}
+
+/// HPC Challenge's input for four processes (P=Q=2): Debian's example
+/// (`/usr/share/doc/hpcc/examples/_hpccinf.txt`) with HPL's N cut from 1000 to 500 and
+/// NB from 80 to 50. The sizes of the other tests follow from N (their memory is HPL's,
+/// 8 N^2 bytes): MPI RandomAccess, the longest, takes about 2 s here instead of 9, and
+/// the whole run about 6 s alone (benches/benches/hpcc.rs reads it too).
+pub const HPCC_INPUT: &str = include_str!("hpccinf.txt");
+
+#[test]
+fn hpcc_runs_to_completion_under_prun_pmix() {
+    let hpcc = std::path::Path::new("/usr/bin/hpcc");
+    assert!(
+        hpcc.exists(),
+        "/usr/bin/hpcc missing: sh scripts/setup-test-deps.sh installs it"
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("gang-hpcc-")
+        .tempdir()
+        .unwrap();
+    std::fs::write(dir.path().join("hpccinf.txt"), HPCC_INPUT).unwrap();
+    let c = cluster(2, 2, &[]);
+    let t = Instant::now();
+    let out = prun_env(
+        &c,
+        &[
+            "-n",
+            "2x2",
+            "--mpi",
+            "pmix",
+            "--",
+            "sh",
+            "-c",
+            "cd \"$0\" && exec /usr/bin/hpcc",
+            dir.path().to_str().unwrap(),
+        ],
+        None,
+        &[YIELD],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "hpcc failed:\n{stdout}\n{stderr}");
+    let report = std::fs::read_to_string(dir.path().join("hpccoutf.txt")).unwrap();
+    eprintln!("hpcc on 2x2: {:?}", t.elapsed());
+    assert!(
+        report.contains("End of HPC Challenge tests."),
+        "hpcc did not finish:\n{report}"
+    );
+    // The summary: HPL's residual check passed, and it ran as one job of 4.
+    assert!(report.contains("\nSuccess=1\n"), "{report}");
+    assert!(report.contains("\nCommWorldProcs=4\n"), "{report}");
+    assert!(report.contains("\nHPL_N=500\n"), "{report}");
+    c.shutdown().unwrap();
+}

@@ -1,0 +1,35 @@
+//! Link the OpenPMIx server library when pkg-config finds it (Debian: libpmix-dev), and
+//! compile the C shim against it; otherwise build the crate's stand-in, whose every call
+//! says PMIx is not built in. `GANG_NO_PMIX=1` forces the stand-in (to check that build).
+
+fn main() {
+    println!("cargo::rustc-check-cfg=cfg(gang_pmix)");
+    println!("cargo::rerun-if-env-changed=GANG_NO_PMIX");
+    println!("cargo::rerun-if-changed=src/shim.c");
+    if std::env::var_os("GANG_NO_PMIX").is_some_and(|v| v != "0") {
+        println!("cargo::warning=GANG_NO_PMIX is set: the agent is built without PMIx");
+        return;
+    }
+    let lib = match pkg_config::Config::new()
+        .atleast_version("4.0")
+        .probe("pmix")
+    {
+        Ok(lib) => lib,
+        Err(e) => {
+            // Not an error: the demo and everything but `--mpi pmix` build with the Rust
+            // toolchain alone.
+            println!(
+                "cargo::warning=PMIx server library not found ({}); the agent is built without PMIx (install libpmix-dev and rebuild for `prun --mpi pmix`)",
+                e.to_string().lines().next().unwrap_or("")
+            );
+            return;
+        }
+    };
+    let mut build = cc::Build::new();
+    build.file("src/shim.c").warnings(true).extra_warnings(true);
+    for dir in &lib.include_paths {
+        build.include(dir);
+    }
+    build.compile("gang_pmix_shim");
+    println!("cargo::rustc-cfg=gang_pmix");
+}
