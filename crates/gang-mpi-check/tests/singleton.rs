@@ -1,7 +1,7 @@
 //! Each implementation's build preloaded into an MPI program of that implementation run
 //! as a singleton (no prun, no agent): the state page it writes, read as the agent reads
-//! it, in a directory made the way the agent makes it. Open MPI cannot run under prun
-//! until the agents serve PMIx; this is where its build is proved.
+//! it, in a directory made the way the agent makes it: each build proved without a
+//! cluster (the e2e tests run both under prun).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
