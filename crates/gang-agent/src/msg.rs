@@ -62,6 +62,9 @@ pub struct MsgHub {
     pmi: Mutex<HashMap<RankKey, JoinHandle<Option<crate::pmi::Abort>>>>,
     /// The node's PMIx server, started at the first `--mpi pmix` launch (or why not).
     pmix: OnceLock<Result<Arc<crate::pmix::PmixNode<MsgHub>>, String>>,
+    /// Each rank's copy of its job's space, as of the fence it names: the master then
+    /// answers a fence with only what changed since.
+    spaces: Mutex<HashMap<RankKey, (u32, BTreeMap<String, String>)>>,
 }
 
 impl std::fmt::Debug for MsgHub {
@@ -123,6 +126,7 @@ impl MsgHub {
             ranks: Mutex::new(HashMap::new()),
             pmi: Mutex::new(HashMap::new()),
             pmix: OnceLock::new(),
+            spaces: Mutex::new(HashMap::new()),
         })
     }
 
@@ -267,6 +271,7 @@ impl MsgHub {
         if let Some(Ok(p)) = self.pmix.get() {
             p.remove(key);
         }
+        self.spaces.lock().unwrap().remove(&key);
         if let Some(r) = self.ranks.lock().unwrap().remove(&key) {
             r.server.abort();
             let _ = std::fs::remove_dir_all(&r.dir);
@@ -330,11 +335,23 @@ impl MsgHub {
         puts: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, String>, String> {
         let mut delay = Duration::from_millis(20);
+        // Set when a delta could not be merged: ask for the whole space.
+        let mut whole = false;
         loop {
             let Some(client) = self.master.get() else {
                 tokio::time::sleep(delay).await;
                 continue;
             };
+            // The space as of the rank's last fence, if this agent holds it (an earlier
+            // epoch: a fence ahead of it would be a retry of this one).
+            let known = self
+                .spaces
+                .lock()
+                .unwrap()
+                .get(&key)
+                .map(|(e, _)| *e)
+                .filter(|&e| e < epoch && !whole)
+                .unwrap_or(0);
             let req = FenceRequest {
                 x: self.node.x,
                 y: self.node.y,
@@ -342,9 +359,26 @@ impl MsgHub {
                 rank: key.rank,
                 epoch,
                 puts: puts.clone().into_iter().collect(),
+                known_epoch: known,
             };
             match client.clone().fence(req).await {
-                Ok(r) => return Ok(r.into_inner().kvs.into_iter().collect()),
+                Ok(r) => {
+                    let r = r.into_inner();
+                    let mut spaces = self.spaces.lock().unwrap();
+                    let held = spaces.entry(key).or_default();
+                    if r.delta && held.0 != known {
+                        // Not the space the delta is against (never expected: a rank's
+                        // fences come one at a time).
+                        whole = true;
+                        continue;
+                    }
+                    if !r.delta {
+                        held.1.clear();
+                    }
+                    held.1.extend(r.kvs);
+                    held.0 = epoch;
+                    return Ok(held.1.clone());
+                }
                 Err(s) if s.code() == tonic::Code::Unavailable => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));

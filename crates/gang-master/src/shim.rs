@@ -5,8 +5,14 @@
 //! None of it is saved: a restarted master rebuilds the activity from the next
 //! heartbeats, and the key-value space from the agents' retried fences (each carries
 //! everything its rank ever put).
+//!
+//! The space remembers the fence at which each key last changed, so a rank that holds
+//! the space as of its previous fence is answered with what changed since (MPICH fences
+//! three times and puts only before the first: the later answers are empty instead of
+//! the whole space again, which at 1,024 ranks is ~480 MB through the master each).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use gang_core::deadlock::{Activity, DeadlockCheck, Verdict};
 
@@ -21,6 +27,47 @@ pub struct DeadlockInfo {
     pub messages: u64,
 }
 
+/// A job's key-value space: every key any rank put, its value, and the fence epoch at
+/// which the value last changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Space(BTreeMap<String, (String, u32)>);
+
+impl Space {
+    /// Take a rank's puts, arriving at fence `epoch`: a new or different value is marked
+    /// as changed there; the same value again (puts are cumulative) is not.
+    fn put(&mut self, puts: BTreeMap<String, String>, epoch: u32) {
+        for (k, v) in puts {
+            match self.0.get(&k) {
+                Some((old, _)) if *old == v => {}
+                _ => {
+                    self.0.insert(k, (v, epoch));
+                }
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The answer for a rank whose agent holds the space as of fence `known` (0: none):
+    /// the keys changed after it, and whether that is a delta (to merge into what the
+    /// agent holds) rather than the whole space.
+    pub fn answer(&self, known: u32) -> (BTreeMap<String, String>, bool) {
+        let kvs = self
+            .0
+            .iter()
+            .filter(|(_, (_, changed))| *changed > known)
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect();
+        (kvs, known > 0)
+    }
+}
+
 /// A fence in progress.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Fence {
@@ -29,16 +76,17 @@ pub struct Fence {
     /// Ranks that have arrived at `epoch`.
     pub arrived: Vec<bool>,
     /// Every key any rank put.
-    pub kvs: BTreeMap<String, String>,
+    pub kvs: Space,
 }
 
-/// A fence arrival, answered at once or once every rank arrived.
+/// A fence arrival, answered at once or once every rank arrived. The space is shared by
+/// every answer of the fence (each is cut to what its rank lacks when it is sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FenceStep {
     /// This arrival completed the fence: every rank waiting in it gets the space too.
-    Complete(BTreeMap<String, String>),
+    Complete(Arc<Space>),
     /// A retry of a fence that completed (its answer was lost): the space again.
-    Done(BTreeMap<String, String>),
+    Done(Arc<Space>),
     /// Waits for others; answered by `Effects::fence_done`.
     Wait { epoch: u32 },
     /// Ahead of ranks still in an older fence (retries after a master restart): the agent
@@ -67,7 +115,7 @@ impl JobShim {
             fence: Fence {
                 epoch: 0,
                 arrived: vec![false; size as usize],
-                kvs: BTreeMap::new(),
+                kvs: Space::default(),
             },
         }
     }
@@ -95,7 +143,7 @@ impl JobShim {
     pub fn fence(&mut self, rank: u32, epoch: u32, puts: BTreeMap<String, String>) -> FenceStep {
         let f = &mut self.fence;
         let size = f.arrived.len();
-        f.kvs.extend(puts);
+        f.kvs.put(puts, epoch);
         if f.epoch == 0 || (epoch > f.epoch && !f.arrived.iter().any(|&a| a)) {
             // First arrival (after a restart, possibly at a later epoch), or every rank
             // moved on from an epoch nobody is waiting in.
@@ -103,7 +151,7 @@ impl JobShim {
         }
         if epoch < f.epoch {
             // A retry of a fence that completed (its answer was lost): answer again.
-            return FenceStep::Done(f.kvs.clone());
+            return FenceStep::Done(Arc::new(f.kvs.clone()));
         }
         if epoch > f.epoch {
             return FenceStep::Ahead {
@@ -115,7 +163,7 @@ impl JobShim {
         if f.arrived.iter().filter(|&&a| a).count() == size {
             f.arrived.iter_mut().for_each(|a| *a = false);
             f.epoch += 1;
-            FenceStep::Complete(f.kvs.clone())
+            FenceStep::Complete(Arc::new(f.kvs.clone()))
         } else {
             FenceStep::Wait { epoch }
         }
@@ -151,6 +199,45 @@ mod tests {
                 current: 2
             }
         );
+    }
+
+    #[test]
+    fn a_rank_that_holds_the_last_fence_gets_only_what_changed_since() {
+        let mut s = JobShim::new(2);
+        s.fence(0, 1, kv("a", "0"));
+        let first = match s.fence(1, 1, kv("b", "1")) {
+            FenceStep::Complete(kvs) => kvs,
+            w => panic!("{w:?}"),
+        };
+        assert_eq!(
+            first.answer(0),
+            (
+                BTreeMap::from([("a".into(), "0".into()), ("b".into(), "1".into())]),
+                false
+            )
+        );
+        // Fence 2: both send their cumulative puts again, rank 1 with a new value.
+        s.fence(0, 2, kv("a", "0"));
+        let mut b = kv("b", "2");
+        b.insert("c".into(), "3".into());
+        let second = match s.fence(1, 2, b) {
+            FenceStep::Complete(kvs) => kvs,
+            w => panic!("{w:?}"),
+        };
+        let (delta, is_delta) = second.answer(1);
+        assert!(is_delta);
+        assert_eq!(
+            delta,
+            BTreeMap::from([("b".into(), "2".into()), ("c".into(), "3".into())])
+        );
+        // Nothing new at fence 3: an empty delta; a rank that holds nothing gets it all.
+        s.fence(0, 3, kv("a", "0"));
+        let third = match s.fence(1, 3, kv("b", "2")) {
+            FenceStep::Complete(kvs) => kvs,
+            w => panic!("{w:?}"),
+        };
+        assert_eq!(third.answer(2), (BTreeMap::new(), true));
+        assert_eq!(third.answer(0).0.len(), 3);
     }
 
     #[test]

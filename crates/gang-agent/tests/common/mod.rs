@@ -273,6 +273,7 @@ impl AgentRegistry for Recorder {
         check_node(&request, request.get_ref().x, request.get_ref().y)?;
         Ok(Response::new(FenceResponse {
             kvs: request.into_inner().puts,
+            delta: false,
         }))
     }
 }

@@ -2,8 +2,6 @@
 //! (the first failure stops further writes and fails the batch); everything else waits in
 //! an outbox that the actor carries out only once the transaction has committed.
 
-use std::collections::BTreeMap;
-
 use gang_core::{JobId, SlotGrid};
 use tracing::warn;
 
@@ -20,7 +18,7 @@ pub enum Out {
     JobChanged(JobView),
     Rank0(JobId, Coord, String),
     Metric(Metric),
-    FenceDone(JobId, u32, BTreeMap<String, String>),
+    FenceDone(JobId, u32, std::sync::Arc<crate::shim::Space>),
 }
 
 pub struct DaemonEffects<'a> {
@@ -104,7 +102,7 @@ impl Effects for DaemonEffects<'_> {
         self.outbox.push(Out::Metric(m));
     }
 
-    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: BTreeMap<String, String>) {
+    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: std::sync::Arc<crate::shim::Space>) {
         self.outbox.push(Out::FenceDone(job, epoch, kvs));
     }
 }

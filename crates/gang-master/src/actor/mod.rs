@@ -8,7 +8,7 @@
 //! batch is `UNAVAILABLE: state not saved: ...` and nothing of it stays, in memory or on
 //! disk. Outcomes of network calls in such a batch are handled again with the next one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -66,8 +66,8 @@ pub enum Cmd {
     Tick,
 }
 
-/// A job's key-value space, as a fence answers it.
-pub type Kvs = BTreeMap<String, String>;
+/// A job's key-value space, as a fence answers it (shared by the fence's answers).
+pub type Kvs = std::sync::Arc<crate::shim::Space>;
 
 /// How the gRPC side talks to the state task.
 #[derive(Clone)]

@@ -127,10 +127,13 @@ impl AgentRegistry for Registry {
     ) -> Result<Response<v1::FenceResponse>, Status> {
         let r = req.get_ref();
         agent_node(&req, (r.x, r.y))?;
+        let known = r.known_epoch;
         let arrival = convert::fence_arrival(req.into_inner());
-        let kvs = self.handle.call(|tx| Cmd::Fence(arrival, tx)).await?;
+        let space = self.handle.call(|tx| Cmd::Fence(arrival, tx)).await?;
+        let (kvs, delta) = space.answer(known);
         Ok(Response::new(v1::FenceResponse {
             kvs: kvs.into_iter().collect(),
+            delta,
         }))
     }
 }

@@ -79,5 +79,5 @@ pub trait Effects {
     fn rank0_running(&mut self, job: JobId, node: Coord, address: &str);
     fn metric(&mut self, m: Metric);
     /// A fence of a job's ranks completed: answer every rank still waiting in it.
-    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: BTreeMap<String, String>);
+    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: std::sync::Arc<crate::shim::Space>);
 }

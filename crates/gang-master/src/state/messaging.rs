@@ -100,7 +100,7 @@ impl MasterState {
         &mut self,
         fx: &mut impl Effects,
         arrival: FenceArrival,
-    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+    ) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
         let FenceArrival {
             node,
             job: id,

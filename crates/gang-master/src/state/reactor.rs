@@ -14,8 +14,6 @@
 //!
 //! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
 
-use std::collections::BTreeMap;
-
 use gang_core::JobId;
 
 use crate::error::Result;
@@ -112,7 +110,7 @@ pub fn on_fence(
     st: &mut MasterState,
     fx: &mut impl Effects,
     arrival: FenceArrival,
-) -> Result<Option<BTreeMap<String, String>>> {
+) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
     st.fence(fx, arrival)
 }
 

@@ -29,7 +29,7 @@ pub struct Recorder {
     pub rank0: Vec<(JobId, String)>,
     pub metrics: Vec<Metric>,
     /// Fences completed: (job, epoch, key-value space).
-    pub fences: Vec<(JobId, u32, BTreeMap<String, String>)>,
+    pub fences: Vec<(JobId, u32, std::sync::Arc<crate::shim::Space>)>,
     /// Nodes whose tables are lost on the way.
     pub lossy: BTreeSet<Coord>,
     /// Tables that reached their agent, to acknowledge.
@@ -111,7 +111,7 @@ impl Effects for Recorder {
     fn metric(&mut self, m: Metric) {
         self.metrics.push(m);
     }
-    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: BTreeMap<String, String>) {
+    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: std::sync::Arc<crate::shim::Space>) {
         self.fences.push((job, epoch, kvs));
     }
 }
