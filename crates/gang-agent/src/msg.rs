@@ -64,8 +64,11 @@ pub struct MsgHub {
     pmix: OnceLock<Result<Arc<crate::pmix::PmixNode<MsgHub>>, String>>,
     /// Each rank's copy of its job's space, as of the fence it names: the master then
     /// answers a fence with only what changed since.
-    spaces: Mutex<HashMap<RankKey, (u32, BTreeMap<String, String>)>>,
+    spaces: Mutex<HashMap<RankKey, HeldSpace>>,
 }
+
+/// A rank's copy of its job's key-value space, and the fence it is as of.
+type HeldSpace = (u32, BTreeMap<String, String>);
 
 impl std::fmt::Debug for MsgHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
