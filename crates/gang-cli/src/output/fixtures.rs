@@ -46,6 +46,7 @@ pub fn running_job() -> JobInfo {
         ranks_done: 0,
         deadlock: None,
         on_deadlock: DeadlockPolicy::Report as i32,
+        ..Default::default()
     }
 }
 
@@ -81,6 +82,7 @@ pub fn queued_job() -> JobInfo {
             ..Default::default()
         }),
         state: JobState::Queued as i32,
+        pending_reason: "waiting for node (1,0): drained".into(),
         ..Default::default()
     }
 }

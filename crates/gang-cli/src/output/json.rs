@@ -42,6 +42,14 @@ pub struct JobJson {
     pub gang: String,
     pub ranks_done: u32,
     pub on_deadlock: String,
+    /// The shape or node count as the user asked it (`5`, `2x3`); `shape` is what was
+    /// granted.
+    pub asked: String,
+    /// Seconds of run time allowed; 0: none.
+    pub time_limit_s: u64,
+    /// Why a queued job waits (`waiting for node (1,0): drained`, `priority`,
+    /// `resources`); empty otherwise.
+    pub pending_reason: String,
     /// Set once the job was found deadlocked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock: Option<DeadlockJson>,
@@ -84,8 +92,8 @@ impl From<&JobInfo> for JobJson {
             exit_code: j.exit_code,
             reason: j.reason.clone(),
             name: job_name(j),
-            argv: spec.argv,
-            cwd: spec.cwd,
+            argv: spec.argv.clone(),
+            cwd: spec.cwd.clone(),
             submit_ns: j.submit_ns,
             start_ns: j.start_ns,
             end_ns: j.end_ns,
@@ -97,6 +105,9 @@ impl From<&JobInfo> for JobJson {
                 _ => "report",
             }
             .to_string(),
+            asked: spec.shape.clone(),
+            time_limit_s: spec.time_limit_s,
+            pending_reason: j.pending_reason.clone(),
             deadlock: j.deadlock.as_ref().map(|d| DeadlockJson {
                 detected_ns: d.detected_ns,
                 messages: d.messages,
@@ -312,7 +323,7 @@ mod tests {
                 "cwd": "/home/alice", "submit_ns": 1_700_000_000_000_000_000i64,
                 "start_ns": 1_700_000_001_500_000_000i64, "end_ns": 0,
                 "run_ns": 12_345_000_000i64, "gang": "stop", "ranks_done": 0,
-                "on_deadlock": "report"
+                "on_deadlock": "report", "asked": "8", "time_limit_s": 600, "pending_reason": ""
             })
         );
         let v = serde_json::to_value(JobJson::from(&queued_job())).unwrap();

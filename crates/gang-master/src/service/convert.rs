@@ -186,6 +186,7 @@ pub fn job_state(s: State) -> v1::JobState {
         State::Completed => v1::JobState::Completed,
         State::Failed => v1::JobState::Failed,
         State::Cancelled => v1::JobState::Cancelled,
+        State::Timeout => v1::JobState::Timeout,
     }
 }
 
@@ -198,6 +199,7 @@ fn state_of(s: v1::JobState) -> Option<State> {
         v1::JobState::Completed => State::Completed,
         v1::JobState::Failed => State::Failed,
         v1::JobState::Cancelled => State::Cancelled,
+        v1::JobState::Timeout => State::Timeout,
     })
 }
 
@@ -269,6 +271,7 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
                 .collect(),
         }),
         on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
+        pending_reason: v.pending_reason.clone(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Read-only views of the state, in domain terms (converted to protobuf at the gRPC edge).
 
-use gang_core::{JobId, Role};
+use gang_core::{JobId, Pending, Role};
 
 use crate::error::{MasterError, Result};
 use crate::job::{Job, Rank};
@@ -64,6 +64,25 @@ impl MasterState {
             mpi_check: r.mpi_check,
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
+            pending_reason: self.pending_reason(j.id()),
+        }
+    }
+
+    /// Why a queued job waits, in Slurm's terms: `waiting for node (X,Y): drained` (or
+    /// `down`) when out-of-service nodes keep it out of even an empty slice, `priority`
+    /// when another job is ahead of it, `resources` when it is next and nothing free fits
+    /// it now. Empty for a job that is not queued. The scheduler decides; this only names
+    /// the node's state.
+    pub fn pending_reason(&self, id: JobId) -> String {
+        match self.sched.pending(id) {
+            None => String::new(),
+            Some(Pending::Priority(_)) => "priority".into(),
+            Some(Pending::Resources) => "resources".into(),
+            Some(Pending::Node { x, y }) => {
+                let down = self.node_index((x, y)).is_some_and(|i| !self.nodes[i].up);
+                let why = if down { "down" } else { "drained" };
+                format!("waiting for node ({x},{y}): {why}")
+            }
         }
     }
 

@@ -45,6 +45,10 @@ pub struct JobView {
     pub mpi_check: bool,
     /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
     pub deadlock: Option<DeadlockInfo>,
+    /// Why it waits, while queued (empty otherwise): see [`MasterState::pending_reason`].
+    ///
+    /// [`MasterState::pending_reason`]: crate::state::MasterState::pending_reason
+    pub pending_reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
