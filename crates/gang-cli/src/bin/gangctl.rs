@@ -59,6 +59,12 @@ enum Cmd {
     /// when it exits (exiting with its status), or, without CMD, waits for Ctrl-C. State
     /// and logs go to a temporary directory, removed at the end unless --keep or --dir.
     ///
+    /// The address also goes to a per-user file ($XDG_RUNTIME_DIR/gang/master, else
+    /// ~/.local/state/gang/master; removed when the cluster stops), where prun and gangctl
+    /// look when neither --master, GANG_MASTER nor a client config names a master. Without
+    /// CMD the export line is printed on stdout (the only line there; messages go to
+    /// stderr); with CMD, whose stdout is its own, on stderr.
+    ///
     /// Every node is a process on this machine: a mesh of more than --max-agents nodes
     /// (64) is refused. SIGINT, SIGTERM or SIGHUP at any moment stop everything that was
     /// started (a Ctrl-C at the terminal while CMD runs is CMD's to handle).

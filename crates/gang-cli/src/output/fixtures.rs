@@ -135,6 +135,7 @@ pub fn nodes() -> ListNodesResponse {
                 last_heartbeat_ns: 99,
                 clock_from_host: false,
                 table_version: 7,
+                ..Default::default()
             },
             NodeInfo {
                 x: 1,
@@ -211,5 +212,6 @@ pub fn stats() -> Stats {
         quantum_ns: 50_000_000,
         msg_flushed: 0,
         msg_unflushed: 0,
+        ..Default::default()
     }
 }

@@ -188,7 +188,10 @@ pub struct PlacementJson {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SliceJson {
+    /// The master's id (`row_slices` names slices by it).
     pub id: u32,
+    /// Its place in the matrix, 0 to MPL-1: how `gangctl slices` numbers it.
+    pub row: u32,
     pub placements: Vec<PlacementJson>,
 }
 
@@ -202,6 +205,8 @@ pub struct MatrixJson {
     pub slices: Vec<SliceJson>,
     pub queue: Vec<u64>,
     pub table_version: u64,
+    /// The table as a short count of the master's tables this run (`v3` in text).
+    pub table_seq: u64,
     pub epoch_ns: i64,
     pub quantum_ns: i64,
     pub effective_ns: i64,
@@ -220,8 +225,10 @@ impl From<&Matrix> for MatrixJson {
             slices: m
                 .slices
                 .iter()
-                .map(|s| SliceJson {
+                .enumerate()
+                .map(|(row, s)| SliceJson {
                     id: s.id,
+                    row: row as u32,
                     placements: s
                         .placements
                         .iter()
@@ -241,6 +248,7 @@ impl From<&Matrix> for MatrixJson {
                 .collect(),
             queue: m.queue.clone(),
             table_version: m.table_version,
+            table_seq: m.table_seq,
             epoch_ns: m.epoch_ns,
             quantum_ns: m.quantum_ns,
             effective_ns: m.effective_ns,
@@ -371,8 +379,8 @@ mod tests {
         let v = serde_json::to_value(MatrixJson::from(&m)).unwrap();
         assert_eq!(
             v,
-            json!({"mesh_w":4,"mesh_h":4,"mpl":1,"slices":[{"id":0,"placements":[{"job":1,"x":0,"y":0,"w":2,"h":2,"home":true}]}],"queue":[5,6],
-                   "table_version":0,"epoch_ns":0,"quantum_ns":0,"effective_ns":0,"row_slices":[],"now_ns":0,
+            json!({"mesh_w":4,"mesh_h":4,"mpl":1,"slices":[{"id":0,"row":0,"placements":[{"job":1,"x":0,"y":0,"w":2,"h":2,"home":true}]}],"queue":[5,6],
+                   "table_version":0,"table_seq":0,"epoch_ns":0,"quantum_ns":0,"effective_ns":0,"row_slices":[],"now_ns":0,
                    "running_row":null,"running_slice":null})
         );
         m.table_version = 4;

@@ -205,7 +205,7 @@ impl View for NodesView<'_> {
                     if n.table_version == 0 {
                         "-".into()
                     } else {
-                        n.table_version.to_string()
+                        matrix_view::table_label(n.table_seq, n.table_version)
                     },
                 ]
             })
@@ -350,8 +350,8 @@ impl View for StatsView<'_> {
             )
         } else {
             format!(
-                "slice table: version {}, quantum {}\n",
-                s.table_version,
+                "slice table: {}, quantum {}\n",
+                matrix_view::table_label(s.table_seq, s.table_version),
                 fmt_ns(s.quantum_ns, false)
             )
         });
@@ -448,10 +448,10 @@ ended:      -
         let text = OutputMode::Cli.render(&NodesView(&nodes()));
         let expected = "\
 NODE  STATE    ADDRESS         JOBS  CLOCK-OFFSET    TABLE
-0,0   up       127.0.0.1:4000  3,4   -1.25ms ±40µs   7
+0,0   up       127.0.0.1:4000  3,4   -1.25ms ±40µs   v7
 1,0   down     -               -     -               -
-0,1   up       127.0.0.1:4001  -     +12.3µs ±9.5µs  6
-1,1   drained  127.0.0.1:4002  -     host            7
+0,1   up       127.0.0.1:4001  -     +12.3µs ±9.5µs  v6
+1,1   drained  127.0.0.1:4002  -     host            v7
 ";
         assert_eq!(text, expected);
     }
@@ -505,7 +505,7 @@ NODE  STATE    ADDRESS         JOBS  CLOCK-OFFSET    TABLE
             "switch latency  19200  48µs    210µs  3.4ms   61.2µs\n",
             "switch cost     0      -       -      -       -\n",
             "switches: 19200 reported, 3 dropped\n",
-            "slice table: version 9, quantum 50ms\n",
+            "slice table: v9, quantum 50ms\n",
         );
         assert_eq!(OutputMode::Cli.render(&StatsView(&stats())), expected);
         let idle = Stats {

@@ -370,6 +370,7 @@ pub fn node_info(n: &NodeView) -> v1::NodeInfo {
         last_heartbeat_ns: n.last_heartbeat_ns,
         clock_from_host: n.clock_from_host,
         table_version: n.table_version,
+        table_seq: n.table_seq,
     }
 }
 
@@ -405,6 +406,7 @@ pub fn matrix(m: &MatrixView) -> v1::Matrix {
             .collect(),
         queue: m.queue.iter().map(|j| j.0).collect(),
         table_version: t.map_or(0, |t| t.version),
+        table_seq: t.map_or(0, |t| t.seq),
         epoch_ns: t.map_or(0, |t| t.grid.epoch_ns),
         quantum_ns: t.map_or(0, |t| t.grid.quantum_ns),
         effective_ns: t.map_or(0, |t| t.effective_ns),

@@ -179,6 +179,7 @@ impl MasterState {
             clock_from_host: n.clock.from_host,
             last_heartbeat_ns: n.heartbeat_wall_ns,
             table_version: n.table_version,
+            table_seq: self.slicer.seq_of(n.table_version).unwrap_or(0),
         }
     }
 
@@ -194,6 +195,7 @@ impl MasterState {
         let (effective_ns, t) = self.slicer.in_force(now.wall_ns)?;
         Some(TableInForce {
             version: t.version,
+            seq: self.slicer.seq_of(t.version).unwrap_or(0),
             grid: t.grid,
             effective_ns,
             row_slices: t.rows.iter().map(|r| r.slice).collect(),

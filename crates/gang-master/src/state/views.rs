@@ -71,6 +71,8 @@ pub struct NodeView {
     pub last_heartbeat_ns: i64,
     /// The newest table version the agent acknowledged.
     pub table_version: u64,
+    /// That version as a count of this run's tables (0: none, or not known).
+    pub table_seq: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +99,8 @@ pub struct SliceView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableInForce {
     pub version: u64,
+    /// The version as a count of this run's tables (1, 2, ...; 0: not known).
+    pub seq: u64,
     pub grid: SlotGrid,
     pub effective_ns: i64,
     /// Row r runs slice `row_slices[r]`.
