@@ -77,6 +77,15 @@ pub fn parse_job_sel(args: &[String]) -> Result<Option<JobSel>, String> {
 pub const STATE_FORMS: &str = "queued (PD), starting (CF), running (R), completed (CD), \
 failed (F), cancelled (CA), timeout (TO), or active (queued, starting and running)";
 
+/// `--state S,...` parsed: one value to clap (a bare `Vec` would be taken as many).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct States(pub Vec<JobState>);
+
+/// [`parse_states`] as clap's value parser.
+pub fn parse_state_set(s: &str) -> Result<States, String> {
+    parse_states(s).map(States)
+}
+
 /// `--state S,...`: labels as gangctl prints them, or Slurm's short codes.
 pub fn parse_states(s: &str) -> Result<Vec<JobState>, String> {
     let mut out = vec![];
@@ -147,8 +156,9 @@ fn parse_utc(t: &str) -> Option<i64> {
         return None;
     }
     let mut secs = days_from_civil(y, m, d) * 86400;
+    // Beyond 2262 nanoseconds overflow: the far future stays the far future.
     if rest.is_empty() {
-        return secs.checked_mul(1_000_000_000);
+        return Some(secs.saturating_mul(1_000_000_000));
     }
     let rest = rest.strip_prefix(['T', 't', ' '])?;
     // The offset: Z, or +HH:MM / -HH:MM after the clock.
@@ -172,7 +182,7 @@ fn parse_utc(t: &str) -> Option<i64> {
         return None;
     }
     secs += h * 3600 + mi * 60 + s - offset;
-    secs.checked_mul(1_000_000_000)
+    Some(secs.saturating_mul(1_000_000_000))
 }
 
 /// (year, month, day) -> days since 1970-01-01 (H. Hinnant's algorithm).

@@ -58,7 +58,7 @@ fn prun_rejects_bad_durations() {
     let o = run(PRUN, &["-n", "2", "--time-limit", "10x", "--", "true"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("expected a duration like 90, 30s, 10m or 2h"),
+        stderr(&o).contains("expected a duration: MM, MM:SS, HH:MM:SS, D-HH"),
         "{}",
         stderr(&o)
     );

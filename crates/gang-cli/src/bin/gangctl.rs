@@ -95,8 +95,8 @@ enum Cmd {
         user: Option<String>,
         /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
         /// (R), completed (CD), failed (F), cancelled (CA), timeout (TO), or active.
-        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_states)]
-        state: Option<Vec<JobState>>,
+        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        state: Option<job_filter::States>,
         /// Only jobs submitted since T: a duration ago (1h, 30m, 2-00) or a UTC time
         /// (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS]) or RFC 3339 (2024-05-01T12:00:00+02:00).
         #[arg(long, value_name = "T", value_parser = since_now)]
@@ -398,7 +398,7 @@ async fn list_jobs(
     master: &str,
     mode: OutputMode,
     filter: job_filter::JobFilter,
-    state: Option<Vec<JobState>>,
+    state: Option<job_filter::States>,
     all: bool,
     limit: u32,
 ) -> Result<i32, CliError> {
@@ -406,7 +406,7 @@ async fn list_jobs(
     // Naming jobs or a time is asking about history, as sacct does: finished ones too.
     let history = all || filter.sel.is_some() || filter.since_ns.is_some();
     let states: Vec<i32> = match state {
-        Some(s) => s.iter().map(|s| *s as i32).collect(),
+        Some(s) => s.0.iter().map(|s| *s as i32).collect(),
         None if history => Vec::new(),
         None => [JobState::Queued, JobState::Starting, JobState::Running]
             .iter()
