@@ -140,6 +140,8 @@ pub struct NodeJson {
     pub last_heartbeat_ns: i64,
     pub clock_from_host: bool,
     pub table_version: u64,
+    /// The same table as the master's short count (`v3` in text); 0 if not known.
+    pub table_seq: u64,
 }
 
 impl From<&NodeInfo> for NodeJson {
@@ -155,6 +157,7 @@ impl From<&NodeInfo> for NodeJson {
             last_heartbeat_ns: n.last_heartbeat_ns,
             clock_from_host: n.clock_from_host,
             table_version: n.table_version,
+            table_seq: n.table_seq,
         }
     }
 }
@@ -291,6 +294,8 @@ pub struct StatsJson {
     pub switches_reported: u64,
     pub switches_dropped: u64,
     pub table_version: u64,
+    /// The table in force as the master's short count; 0 if none.
+    pub table_seq: u64,
     pub quantum_ns: i64,
     pub msg_flushed: u64,
     pub msg_unflushed: u64,
@@ -306,6 +311,7 @@ impl From<&Stats> for StatsJson {
             switches_reported: s.switches_reported,
             switches_dropped: s.switches_dropped,
             table_version: s.table_version,
+            table_seq: s.table_seq,
             quantum_ns: s.quantum_ns,
             msg_flushed: s.msg_flushed,
             msg_unflushed: s.msg_unflushed,
@@ -358,16 +364,16 @@ mod tests {
                 "nodes": [
                     {"x": 0, "y": 0, "state": "up", "address": "127.0.0.1:4000", "jobs": [3, 4],
                      "clock_offset_ns": -1_250_000, "clock_error_ns": 40_000, "last_heartbeat_ns": 99,
-                     "clock_from_host": false, "table_version": 7},
+                     "clock_from_host": false, "table_version": 7, "table_seq": 0},
                     {"x": 1, "y": 0, "state": "down", "address": "", "jobs": [],
                      "clock_offset_ns": 0, "clock_error_ns": 0, "last_heartbeat_ns": 0,
-                     "clock_from_host": false, "table_version": 0},
+                     "clock_from_host": false, "table_version": 0, "table_seq": 0},
                     {"x": 0, "y": 1, "state": "up", "address": "127.0.0.1:4001", "jobs": [],
                      "clock_offset_ns": 12_340, "clock_error_ns": 9_500, "last_heartbeat_ns": 0,
-                     "clock_from_host": false, "table_version": 6},
+                     "clock_from_host": false, "table_version": 6, "table_seq": 0},
                     {"x": 1, "y": 1, "state": "drained", "address": "127.0.0.1:4002", "jobs": [],
                      "clock_offset_ns": 0, "clock_error_ns": 0, "last_heartbeat_ns": 0,
-                     "clock_from_host": true, "table_version": 7}
+                     "clock_from_host": true, "table_version": 7, "table_seq": 0}
                 ]
             })
         );
@@ -408,7 +414,7 @@ mod tests {
                 "skew": {"count": 1200, "p50_ns": 12_340, "p99_ns": 85_000, "max_ns": 1_250_000, "mean_ns": 15_100},
                 "switch_latency": {"count": 19_200, "p50_ns": 48_000, "p99_ns": 210_000, "max_ns": 3_400_000, "mean_ns": 61_234},
                 "switch_cost": {"count": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0, "mean_ns": 0},
-                "switches_reported": 19_200, "switches_dropped": 3, "table_version": 9,
+                "switches_reported": 19_200, "switches_dropped": 3, "table_version": 9, "table_seq": 0,
                 "quantum_ns": 50_000_000, "msg_flushed": 0, "msg_unflushed": 0
             })
         );
