@@ -277,7 +277,7 @@ fn a_count_rounded_up_is_said_or_refused() {
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(
         err.starts_with("prun: 3 nodes asked; jobs are rectangles, so job ")
-            && err.contains(" runs on 4 (2x2)"),
+            && err.ends_with(" runs on 4 (2x2); --exact refuses this\n"),
         "{err}"
     );
     let last = json(&c, &["jobs", "last"]);
@@ -417,6 +417,29 @@ fn slices_are_numbered_from_zero_and_tables_counted() {
     );
     let o = run(GANGCTL, &c, &["nodes"]);
     assert!(text(&o.stdout).contains(" v"), "{}", text(&o.stdout));
+    // Jobs name their slices the same way (the ids stay in the JSON).
+    let jd = job(&c, d);
+    let place = m["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["placements"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["job"] == d)
+        })
+        .map(|s| (s["id"].clone(), s["row"].clone()))
+        .unwrap();
+    assert_eq!(
+        (&jd["slices"][0], &jd["slice_rows"][0]),
+        (&place.0, &place.1),
+        "{jd}"
+    );
+    let o = run(GANGCTL, &c, &["job", &d.to_string()]);
+    let t = text(&o.stdout);
+    assert!(t.contains(&format!("slices:     {}\n", place.1)), "{t}");
     json(&c, &["cancel", &b.to_string(), &d.to_string()]);
     c.shutdown().expect("clean shutdown");
 }

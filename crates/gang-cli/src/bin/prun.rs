@@ -220,8 +220,8 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         && u64::from(job.w) * u64::from(job.h) > n
     {
         eprintln!(
-            "prun: {n} nodes asked; jobs are rectangles, so job {} runs on {} ({}x{}) \
-             (--exact refuses this)",
+            "prun: {n} nodes asked; jobs are rectangles, so job {} runs on {} ({}x{}); \
+             --exact refuses this",
             job.id,
             u64::from(job.w) * u64::from(job.h),
             job.w,

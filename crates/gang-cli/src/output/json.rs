@@ -50,6 +50,8 @@ pub struct JobJson {
     /// Why a queued job waits (`waiting for node (1,0): drained`, `priority`,
     /// `resources`); empty otherwise.
     pub pending_reason: String,
+    /// `slices` by their place in the matrix, 0 to MPL-1 (how `gangctl` shows them).
+    pub slice_rows: Vec<u32>,
     /// Set once the job was found deadlocked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock: Option<DeadlockJson>,
@@ -108,6 +110,7 @@ impl From<&JobInfo> for JobJson {
             asked: spec.shape.clone(),
             time_limit_s: spec.time_limit_s,
             pending_reason: j.pending_reason.clone(),
+            slice_rows: j.slice_rows.clone(),
             deadlock: j.deadlock.as_ref().map(|d| DeadlockJson {
                 detected_ns: d.detected_ns,
                 messages: d.messages,
@@ -337,7 +340,8 @@ mod tests {
                 "cwd": "/home/alice", "submit_ns": 1_700_000_000_000_000_000i64,
                 "start_ns": 1_700_000_001_500_000_000i64, "end_ns": 0,
                 "run_ns": 12_345_000_000i64, "gang": "stop", "ranks_done": 0,
-                "on_deadlock": "report", "asked": "8", "time_limit_s": 600, "pending_reason": ""
+                "on_deadlock": "report", "asked": "8", "time_limit_s": 600, "pending_reason": "",
+                "slice_rows": []
             })
         );
         let v = serde_json::to_value(JobJson::from(&queued_job())).unwrap();

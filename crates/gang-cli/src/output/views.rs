@@ -40,7 +40,7 @@ impl View for JobsView<'_> {
                         (None, "") => "-".into(),
                         (None, why) => format!("({why})"),
                     },
-                    fmt_list(&j.slices),
+                    fmt_list(slice_places(j)),
                     j.exit_code
                         .map(|c| c.to_string())
                         .unwrap_or_else(|| "-".into()),
@@ -68,6 +68,16 @@ impl View for JobsView<'_> {
             ],
             rows,
         )
+    }
+}
+
+/// The job's slices as people see them: by place (0 to MPL-1) from a master that says,
+/// else its slice ids.
+fn slice_places(j: &JobInfo) -> &[u32] {
+    if j.slice_rows.is_empty() {
+        &j.slices
+    } else {
+        &j.slice_rows
     }
 }
 
@@ -112,7 +122,7 @@ impl View for JobView<'_> {
                     .map(|s| fmt_submesh(&s))
                     .unwrap_or_else(|| "-".into()),
             ),
-            ("slices", fmt_list(&j.slices)),
+            ("slices", fmt_list(slice_places(j))),
             (
                 "exit code",
                 j.exit_code

@@ -272,6 +272,7 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
         }),
         on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
         pending_reason: v.pending_reason.clone(),
+        slice_rows: v.slice_rows.clone(),
     }
 }
 

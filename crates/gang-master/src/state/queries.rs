@@ -29,6 +29,16 @@ impl MasterState {
             .unwrap_or_default()
     }
 
+    /// The job's slices (as [`Self::slices_of`]) by their place in the matrix.
+    fn slice_rows_of(&self, job: JobId) -> Vec<u32> {
+        let slices = self.sched.matrix().slices();
+        self.slices_of(job)
+            .iter()
+            .filter_map(|&id| slices.iter().position(|s| s.id.0 == id))
+            .map(|p| p as u32)
+            .collect()
+    }
+
     pub(super) fn home_slice(&self, job: JobId) -> Option<u32> {
         self.sched.matrix().placement(job).map(|p| p.home.0)
     }
@@ -51,6 +61,7 @@ impl MasterState {
             state: r.state,
             submesh: r.submesh,
             slices: self.slices_of(j.id()),
+            slice_rows: self.slice_rows_of(j.id()),
             exit_code: r.exit_code,
             reason: r.reason.clone(),
             submit_ns: r.submit_ns,

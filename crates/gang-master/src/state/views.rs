@@ -30,6 +30,8 @@ pub struct JobView {
     pub submesh: Option<Submesh>,
     /// Slice ids it holds, home first, while it runs.
     pub slices: Vec<u32>,
+    /// The same slices by their place in the matrix (0 to MPL-1), for people.
+    pub slice_rows: Vec<u32>,
     pub exit_code: Option<i32>,
     pub reason: String,
     pub submit_ns: i64,

@@ -587,3 +587,29 @@ fn a_job_past_its_limit_ends_as_timeout_even_across_a_restart() {
         ],
     );
 }
+
+#[test]
+fn slices_have_ids_that_climb_and_places_that_do_not() {
+    let w = run(
+        world(2),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Submit("4x4"),
+            Start(1),
+            Start(2),
+            ExitAll(1, 0),
+            Submit("4x4"),
+            Start(3),
+            Slices(2, &[1]),
+            Slices(3, &[2]),
+            // The newest table takes effect a lead ahead.
+            Wait(200),
+        ],
+    );
+    assert_eq!(w.view(2).slice_rows, [0]);
+    assert_eq!(w.view(3).slice_rows, [1]);
+    let m = w.st.matrix_view(w.now);
+    let t = m.table.expect("a table in force");
+    assert!(t.seq >= 1 && t.seq < 10, "a short count: {t:?}");
+}
