@@ -450,7 +450,7 @@ async fn list_jobs(
                 }
             }
         }
-        jobs.sort_by(|a, b| b.id.cmp(&a.id));
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
     }
     mode.print(&JobsView(&jobs));
     Ok(if failed { 1 } else { 0 })
