@@ -358,6 +358,8 @@ fn help_of_every_command() {
         "--label",
         "--detach",
         "--time-limit",
+        "D-HH:MM:SS",
+        "--exact",
         "--name",
         "--master",
         "GANG_MASTER",
@@ -394,7 +396,19 @@ fn help_of_every_command() {
                 "CMD",
             ],
         ),
-        ("jobs", &["--all", "--limit"]),
+        (
+            "jobs",
+            &[
+                "--all",
+                "--limit",
+                "IDS|RANGES|last",
+                "--user",
+                "--state",
+                "timeout (TO)",
+                "--since",
+                "(priority)",
+            ],
+        ),
         ("job", &["<ID>"]),
         ("cancel", &["<ID>..."]),
         ("nodes", &["--master"]),
@@ -411,7 +425,7 @@ fn help_of_every_command() {
             "stats",
             &["skew", "switch latency", "switch cost", "p99_ns"],
         ),
-        ("drain", &["<X,Y>"]),
+        ("drain", &["<X,Y>", "0-3,1"]),
         ("resume", &["<X,Y>"]),
     ];
     for (sub, words) in subs {
