@@ -316,6 +316,20 @@ impl Scheduler {
     /// Why a queued job waits, or `None` if `job` is not queued.
     pub fn pending(&self, job: JobId) -> Option<Pending> {
         let pos = self.queue.iter().position(|q| q.id == job)?;
+        self.pending_at(pos, self.head_index())
+    }
+
+    /// Why each queued job waits, head first: the effective head is found once, not once
+    /// per job (with nodes out of service that search runs the allocator over the queue).
+    pub fn pending_all(&self) -> Vec<(JobId, Pending)> {
+        let head = self.head_index();
+        (0..self.queue.len())
+            .filter_map(|pos| Some((self.queue[pos].id, self.pending_at(pos, head)?)))
+            .collect()
+    }
+
+    /// [`Self::pending`] of the job at `pos` in the queue, given the effective head.
+    fn pending_at(&self, pos: usize, head: Option<usize>) -> Option<Pending> {
         let alloc = self.allocator();
         let shape = self.queue[pos].shape;
         if self.matrix.find_in_new_slice(alloc, shape).is_none() {
@@ -336,7 +350,7 @@ impl Scheduler {
                 .or(offline.first().copied());
             return Some(key.map_or(Pending::Resources, |(x, y)| Pending::Node { x, y }));
         }
-        match self.head_index() {
+        match head {
             Some(h) if h < pos => Some(Pending::Priority(self.queue[h].id)),
             _ => Some(Pending::Resources),
         }

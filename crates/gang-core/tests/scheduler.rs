@@ -650,6 +650,15 @@ fn a_queued_job_says_why_it_waits() {
     h.submit(4, s(1, 1), None);
     assert_eq!(h.sched.pending(JobId(3)), Some(Pending::Resources));
     assert_eq!(h.sched.pending(JobId(4)), Some(Pending::Priority(JobId(3))));
+    let all = h.sched.pending_all();
+    assert_eq!(
+        all,
+        [
+            (JobId(1), Pending::Node { x: 1, y: 0 }),
+            (JobId(3), Pending::Resources),
+            (JobId(4), Pending::Priority(JobId(3)))
+        ]
+    );
     // Running jobs and unknown ones are not pending.
     assert_eq!(h.sched.pending(JobId(2)), None);
     assert_eq!(h.sched.pending(JobId(9)), None);

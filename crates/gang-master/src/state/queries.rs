@@ -44,6 +44,12 @@ impl MasterState {
     }
 
     pub(super) fn job_view(&self, j: &Job, now: Now) -> JobView {
+        self.job_view_waiting(j, now, self.pending_reason(j.id()))
+    }
+
+    /// [`Self::job_view`] with the pending reason found already (a listing finds every
+    /// queued job's at once).
+    fn job_view_waiting(&self, j: &Job, now: Now, pending_reason: String) -> JobView {
         let r = &j.record;
         JobView {
             id: j.id(),
@@ -75,7 +81,7 @@ impl MasterState {
             mpi_check: r.mpi_check,
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
-            pending_reason: self.pending_reason(j.id()),
+            pending_reason,
         }
     }
 
@@ -85,11 +91,17 @@ impl MasterState {
     /// it now. Empty for a job that is not queued. The scheduler decides; this only names
     /// the node's state.
     pub fn pending_reason(&self, id: JobId) -> String {
-        match self.sched.pending(id) {
-            None => String::new(),
-            Some(Pending::Priority(_)) => "priority".into(),
-            Some(Pending::Resources) => "resources".into(),
-            Some(Pending::Node { x, y }) => {
+        self.sched
+            .pending(id)
+            .map(|p| self.pending_text(p))
+            .unwrap_or_default()
+    }
+
+    fn pending_text(&self, p: Pending) -> String {
+        match p {
+            Pending::Priority(_) => "priority".into(),
+            Pending::Resources => "resources".into(),
+            Pending::Node { x, y } => {
                 let down = self.node_index((x, y)).is_some_and(|i| !self.nodes[i].up);
                 let why = if down { "down" } else { "drained" };
                 format!("waiting for node ({x},{y}): {why}")
@@ -124,6 +136,8 @@ impl MasterState {
 
     /// The jobs a caller may see (their own; an admin's: all), newest first.
     pub fn list_for(&self, caller: &Caller, filter: &ListFilter, now: Now) -> Vec<JobView> {
+        let pending: std::collections::HashMap<JobId, Pending> =
+            self.sched.pending_all().into_iter().collect();
         let limit = if filter.limit == 0 {
             DEFAULT_LIST_LIMIT
         } else {
@@ -135,7 +149,13 @@ impl MasterState {
             .filter(|j| caller.may_act_on(j.record.uid))
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
             .take(limit)
-            .map(|j| self.job_view(j, now))
+            .map(|j| {
+                let why = pending
+                    .get(&j.id())
+                    .map(|p| self.pending_text(*p))
+                    .unwrap_or_default();
+                self.job_view_waiting(j, now, why)
+            })
             .collect()
     }
 
