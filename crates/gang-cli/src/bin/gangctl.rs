@@ -158,7 +158,7 @@ enum Cmd {
 
     /// Drain nodes: they take no new jobs; running ones finish. One request per node,
     /// each reported (`node X,Y: drained`); a node refused is an error, the others go on.
-    #[command(after_help = "Examples:\n  gangctl drain 1,0\n  gangctl drain 0-3,1 (3,3)")]
+    #[command(after_help = "Examples:\n  gangctl drain 1,0\n  gangctl drain 0-3,1 '(3,3)'")]
     Drain {
         /// Nodes, as X,Y (e.g. 2,3) or (X,Y), or ranges on either axis: 0-3,1 (x from 0
         /// to 3 at y=1), 0-1,0-1.
