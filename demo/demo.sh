@@ -4,6 +4,20 @@
 # slice runs now, and how closely the agents switched.
 set -e
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Wait (up to 30 s) until `gangctl job ID` matches a pattern: the demo shows states the
+# scheduler reaches, not states a sleep hoped for.
+wait_for() {
+    n=0
+    until gangctl job "$1" | grep -q "$2"; do
+        n=$((n + 1))
+        if [ "$n" -gt 300 ]; then
+            echo "demo: job $1 never matched '$2'" >&2
+            gangctl job "$1" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+}
 
 say "prun -n 4x4 --label: 16 ranks, each on its own node"
 prun -n 4x4 --label -- sh -c 'echo "rank $GANG_RANK of $GANG_SIZE on node $GANG_NODE"' | sort -n
@@ -36,8 +50,39 @@ sleep 1
 gangctl jobs
 say "the slice matrix: which job holds which node in which slice"
 gangctl slices
-gangctl cancel "$a" "$b" "$c" "$d" >/dev/null
+
+say "the mesh is full in every slice (MPL 4): the next job waits, and says why"
+e=$(prun -n 4x4 --detach --name fill-2 -- sleep 30)
+f=$(prun -n 4x4 --detach --name fill-3 -- sleep 30)
+g=$(prun -n 4x4 --detach --name queued -- sleep 30)
+h=$(prun -n 1 --detach --name behind-it -- sleep 30)
+wait_for "$h" 'pending: *priority'
+gangctl jobs
+say "gangctl cancel $d: the queued job $g starts in its place"
+gangctl cancel "$d"
+wait_for "$g" 'state: *running'
+gangctl jobs "$d,$g"
+gangctl slices
+gangctl cancel "$a" "$b" "$c" "$e" "$f" "$g" "$h" >/dev/null
+
+say "a drained node: a job that needs it waits for it, and the others go around it"
+gangctl drain 0-3,3
+i=$(prun -n 4x4 --detach --name needs-all -- sleep 30)
+wait_for "$i" 'pending: *waiting for node'
+gangctl jobs "$i"
+gangctl resume 0-3,3
+wait_for "$i" 'state: *running'
+gangctl cancel "$i" >/dev/null
+
+say "time limits as Slurm takes them (-t 0:01 is one second); the job ends as timeout"
+prun -n 2x2 -t 0:01 -- sleep 30 || echo "prun exited with $?"
+gangctl jobs last
+
+say "a node count is rounded up to a rectangle, and prun says so (--exact refuses)"
+prun -n 5 -- true
+prun -n 5 --exact -- true || true
 
 say "bad input gets a clear error"
 prun -n 5x5 -- true || true
 prun -n 2x2 -- /no/such/program || true
+prun -n 2 -t 1:2:3:4 -- true || true

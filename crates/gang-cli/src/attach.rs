@@ -174,6 +174,9 @@ fn write_out(dest: Dest, bytes: &[u8]) {
     }
 }
 
+/// prun's exit status for a job ended by its time limit (`timeout(1)`'s).
+pub const TIMEOUT_EXIT: i32 = 124;
+
 /// The exit code for a finished job, printing why it failed or was cancelled.
 pub fn finished_code(job: &JobInfo, verbose: bool) -> i32 {
     let id = job.id;
@@ -182,6 +185,12 @@ pub fn finished_code(job: &JobInfo, verbose: bool) -> i32 {
         JobState::Cancelled => {
             eprintln!("prun: job {id} cancelled: {}", or_unknown(&job.reason));
             code.unwrap_or(143)
+        }
+        // One code whatever the ranks' signal, so scripts can tell a job that ran out of
+        // time from one that failed; 124 is what `timeout(1)` exits with.
+        JobState::Timeout => {
+            eprintln!("prun: job {id} timed out: {}", or_unknown(&job.reason));
+            TIMEOUT_EXIT
         }
         JobState::Completed => code.unwrap_or(0),
         JobState::Failed => match code {
@@ -490,6 +499,10 @@ mod tests {
         assert_eq!(
             finished_code(&job(JobState::Cancelled, Some(130)), false),
             130
+        );
+        assert_eq!(
+            finished_code(&job(JobState::Timeout, Some(143)), false),
+            124
         );
         assert_eq!(finished_code(&job(JobState::Failed, Some(300)), false), 1);
         assert_eq!(finished_code(&job(JobState::Failed, Some(-1)), false), 1);

@@ -1,5 +1,6 @@
 //! The client config file: where the master is and, for a remote master, what to prove
 //! ourselves with. Precedence: `--master`, then `GANG_MASTER`, then the file, then the
+//! address a running `gangctl start` left in its per-user file (`local_master`), then the
 //! default (the master's Unix socket, `unix:/run/gang/master.sock`). The file is the first
 //! that exists of `$GANG_CONFIG`, `$XDG_CONFIG_HOME/gang/client.toml` (or
 //! `~/.config/gang/client.toml`) and `/etc/gang/client.toml`:
@@ -68,6 +69,7 @@ pub fn active() -> Result<ClientConfig, CliError> {
 }
 
 /// The master address: the flag or env value if given, else the config file's, else the
+/// local cluster a running `gangctl start` recorded ([`crate::local_master`]), else the
 /// default.
 pub fn master(flag_or_env: Option<String>) -> Result<String, CliError> {
     if let Some(m) = flag_or_env {
@@ -75,6 +77,7 @@ pub fn master(flag_or_env: Option<String>) -> Result<String, CliError> {
     }
     Ok(active()?
         .master
+        .or_else(crate::local_master::read)
         .unwrap_or_else(|| DEFAULT_MASTER.to_string()))
 }
 

@@ -25,18 +25,21 @@ fn render(secs: u64) -> String {
 fn check_duration(text: String) -> Result<u64, TestCaseError> {
     match parse_duration(&text) {
         Ok(secs) => {
+            let t = text.trim();
             prop_assert!(
-                text.trim()
-                    .chars()
-                    .all(|c| c.is_ascii_digit() || "smhd".contains(c)),
+                t.eq_ignore_ascii_case("unlimited")
+                    || t.eq_ignore_ascii_case("infinite")
+                    || t.chars()
+                        .all(|c| c.is_ascii_digit() || "smhdinec:-".contains(c)),
                 "{text:?} parsed to {secs}"
             );
-            prop_assert_eq!(parse_duration(&secs.to_string()), Ok(secs));
+            // A bare number is minutes (Slurm's MM).
+            prop_assert_eq!(parse_duration(&(secs / 60).to_string()), Ok(secs / 60 * 60));
             if secs > 0 {
                 prop_assert_eq!(parse_duration(&render(secs)), Ok(secs));
             }
         }
-        Err(e) => prop_assert!(e.starts_with("expected a duration"), "{e}"),
+        Err(e) => prop_assert!(e.starts_with("expected a duration: MM"), "{e}"),
     }
     Ok(1)
 }

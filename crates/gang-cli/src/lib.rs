@@ -2,8 +2,10 @@
 //!
 //! - [`connect`]: master addresses, gRPC channels, and the error type both commands print.
 //! - [`client_config`]: the master address from the client config file.
+//! - [`local_master`]: the per-user file where `gangctl start` leaves its address.
 //! - [`parse`]: the small syntaxes on the command line (durations, nodes, meshes).
 //! - [`gang_mode`]: gang modes (`prun --gang`) as flags and labels.
+//! - [`job_filter`]: `gangctl jobs` filters (ids and ranges, user, state, since).
 //! - [`output`]: the `cli` / `json` output modes and the views they render.
 //! - [`matrix_view`]: the slice matrix drawn as text.
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
@@ -21,6 +23,8 @@ pub mod client_config;
 pub mod connect;
 pub mod error;
 pub mod gang_mode;
+pub mod job_filter;
+pub mod local_master;
 pub mod matrix_view;
 pub mod output;
 pub mod parse;

@@ -10,6 +10,11 @@
 //! slices in row order, and the one running now, whose header is marked `▶ running`. A
 //! slice the table does not hold yet (the next table takes it) says so.
 //!
+//! Slices are numbered for people by their place in the matrix, 0 to MPL-1: the master's
+//! ids grow as slices open and close (3,4, then 5,6, then 12), which says nothing to a
+//! user; the ids stay in the JSON. The table version is shown as the master's short count
+//! of the tables it published (v1, v2, ...), not the raw version (a clock reading).
+//!
 //! ```text
 //! mesh 4x3, mpl 2; row y=2 at the top
 //! table v3, quantum 50ms, rows: slice 0, 1; running: slice 0
@@ -77,6 +82,25 @@ pub fn at(m: &Matrix, t_ns: i64) -> Matrix {
     }
 }
 
+/// Slice `id` as people see it: its place in the matrix (0 to MPL-1); `gone` for a slice
+/// the table in force still holds but the matrix closed (the next table drops it).
+pub fn slice_label(m: &Matrix, id: u32) -> String {
+    m.slices
+        .iter()
+        .position(|s| s.id == id)
+        .map_or_else(|| "gone".to_string(), |p| p.to_string())
+}
+
+/// The table version as people see it: the master's short count (`v3`), or the raw
+/// version from a master that does not count.
+pub fn table_label(seq: u64, version: u64) -> String {
+    if seq > 0 {
+        format!("v{seq}")
+    } else {
+        format!("v{version}")
+    }
+}
+
 /// The line about the slice table: version, quantum, rows, the slice running now.
 fn table_line(m: &Matrix) -> String {
     if !has_table(m) {
@@ -85,16 +109,16 @@ fn table_line(m: &Matrix) -> String {
     let rows = if m.row_slices.is_empty() {
         "no rows".to_string()
     } else {
-        let ids: Vec<String> = m.row_slices.iter().map(|s| s.to_string()).collect();
+        let ids: Vec<String> = m.row_slices.iter().map(|&s| slice_label(m, s)).collect();
         format!("rows: slice {}", ids.join(", "))
     };
     let running = match running_slice(m) {
-        Some(s) => format!("running: slice {s}"),
+        Some(s) => format!("running: slice {}", slice_label(m, s)),
         None => "running: none".into(),
     };
     format!(
-        "table v{}, quantum {}, {rows}; {running}",
-        m.table_version,
+        "table {}, quantum {}, {rows}; {running}",
+        table_label(m.table_seq, m.table_version),
         fmt_ns(m.quantum_ns, false)
     )
 }
@@ -161,7 +185,7 @@ pub fn draw(m: &Matrix) -> String {
     if m.slices.is_empty() {
         out.push_str("no slices in use\n");
     }
-    for (slice, grid) in m.slices.iter().zip(&grids) {
+    for (place, (slice, grid)) in m.slices.iter().zip(&grids).enumerate() {
         let jobs: BTreeSet<u64> = slice.placements.iter().map(|p| p.job_id).collect();
         let noun = if jobs.len() == 1 { "job" } else { "jobs" };
         let mark = if running == Some(slice.id) {
@@ -171,11 +195,7 @@ pub fn draw(m: &Matrix) -> String {
         } else {
             ""
         };
-        out.push_str(&format!(
-            "slice {} ({} {noun}){mark}\n",
-            slice.id,
-            jobs.len()
-        ));
+        out.push_str(&format!("slice {place} ({} {noun}){mark}\n", jobs.len()));
         for y in (0..h).rev() {
             let line = format!("{y:>y_w$} | {}", row_text(&grid[y]));
             out.push_str(line.trim_end());
@@ -318,6 +338,7 @@ queue: 7 8
             row_slices: vec![1, 0],
             now_ns: 1130 * MS,
             running_row: Some(0),
+            ..Default::default()
         }
     }
 
@@ -401,5 +422,30 @@ queue: empty
             ..timed()
         };
         assert_eq!(running_row_at(&empty, 1130 * MS), None);
+    }
+
+    #[test]
+    fn slices_are_numbered_by_place_and_tables_by_count() {
+        let mut m = timed();
+        // The master's ids after slices opened and closed; its 9th table this run.
+        for (s, id) in m.slices.iter_mut().zip([5, 6, 12]) {
+            s.id = id;
+        }
+        m.row_slices = vec![6, 5];
+        m.table_version = 1_795_417_619_662_627;
+        m.table_seq = 9;
+        let text = draw(&m);
+        assert!(
+            text.contains("table v9, quantum 50ms, rows: slice 1, 0; running: slice 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("slice 1 (2 jobs)  ▶ running\n"), "{text}");
+        assert!(
+            text.contains("slice 2 (1 job)  (not in the table yet)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("12") && !text.contains("1795"), "{text}");
+        m.row_slices = vec![6, 7];
+        assert!(draw(&m).contains("rows: slice 1, gone;"), "{}", draw(&m));
     }
 }

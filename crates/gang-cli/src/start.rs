@@ -154,7 +154,25 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
         cluster.metrics_url(),
         cluster.dir().display()
     );
-    eprintln!("export GANG_MASTER={master}");
+    // Other terminals find this cluster with nothing set (see local_master).
+    let recorded = match crate::local_master::write(&master) {
+        Ok(path) => {
+            eprintln!("gangctl: address written to {}", path.display());
+            true
+        }
+        Err(e) => {
+            eprintln!("gangctl: cannot record the address for other shells: {e}");
+            false
+        }
+    };
+    if args.command.is_empty() {
+        // On stdout, for `eval`; CMD's stdout is its own, so with CMD it goes to stderr.
+        println!("export GANG_MASTER={master}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    } else {
+        eprintln!("export GANG_MASTER={master}");
+    }
 
     let mut code = 0;
     // Orphans that exited are reaped as they come, so they do not pile up as zombies.
@@ -260,6 +278,9 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
         }
     }
 
+    if recorded {
+        crate::local_master::remove_if(&master);
+    }
     let keep = args.keep || args.dir.is_some();
     stop_cluster(cluster, keep).await;
     sweep_strays();

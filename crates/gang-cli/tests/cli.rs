@@ -58,7 +58,7 @@ fn prun_rejects_bad_durations() {
     let o = run(PRUN, &["-n", "2", "--time-limit", "10x", "--", "true"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("expected a duration like 90, 30s, 10m or 2h"),
+        stderr(&o).contains("expected a duration: MM, MM:SS, HH:MM:SS, D-HH"),
         "{}",
         stderr(&o)
     );
@@ -358,6 +358,8 @@ fn help_of_every_command() {
         "--label",
         "--detach",
         "--time-limit",
+        "D-HH:MM:SS",
+        "--exact",
         "--name",
         "--master",
         "GANG_MASTER",
@@ -394,7 +396,19 @@ fn help_of_every_command() {
                 "CMD",
             ],
         ),
-        ("jobs", &["--all", "--limit"]),
+        (
+            "jobs",
+            &[
+                "--all",
+                "--limit",
+                "IDS|RANGES|last",
+                "--user",
+                "--state",
+                "timeout (TO)",
+                "--since",
+                "(priority)",
+            ],
+        ),
         ("job", &["<ID>"]),
         ("cancel", &["<ID>..."]),
         ("nodes", &["--master"]),
@@ -411,7 +425,7 @@ fn help_of_every_command() {
             "stats",
             &["skew", "switch latency", "switch cost", "p99_ns"],
         ),
-        ("drain", &["<X,Y>"]),
+        ("drain", &["<X,Y>", "0-3,1"]),
         ("resume", &["<X,Y>"]),
     ];
     for (sub, words) in subs {

@@ -194,15 +194,19 @@ struct Gangctl {
     /// Set at the end of stderr: when gangctl and everything that shared it are gone.
     eof: Arc<AtomicBool>,
     tmp: tempfile::TempDir,
+    /// Its XDG_RUNTIME_DIR: the address file of each case stays out of the user's.
+    _runtime: tempfile::TempDir,
 }
 
 impl Gangctl {
     fn spawn(args: &[&str]) -> Gangctl {
         let tmp = tempfile::tempdir().unwrap();
+        let runtime = tempfile::tempdir().unwrap();
         let mut child = Command::new(GANGCTL)
             .arg("start")
             .args(args)
             .env("TMPDIR", tmp.path())
+            .env("XDG_RUNTIME_DIR", runtime.path())
             .env_remove("GANG_MASTER")
             .env_remove("GANG_OUTPUT")
             .env("GANG_CONFIG", "/dev/null")
@@ -232,6 +236,7 @@ impl Gangctl {
             stderr,
             eof,
             tmp,
+            _runtime: runtime,
         }
     }
 

@@ -44,6 +44,6 @@ pub use mesh::{Mesh, Request, Shape, ShapeError, Submesh, shape_for_count};
 pub use occupancy::Occupancy;
 pub use plan::{Decision, JobId, Plan, SliceId};
 pub use replay::{Interval, IntervalTracker, Outcome, WorkloadJob, replay};
-pub use scheduler::{Backfill, Config, JobSpec, SchedError, Scheduler};
+pub use scheduler::{Backfill, Config, JobSpec, Pending, SchedError, Scheduler};
 pub use slicer::Slicer;
 pub use table::SliceTable;

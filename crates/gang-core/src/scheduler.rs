@@ -125,6 +125,18 @@ struct Progress {
     estimate: Option<f64>,
 }
 
+/// Why a queued job waits (Slurm's pending reasons, in the terms of this scheduler).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// Out-of-service nodes keep it out of even an empty slice; this one is among them
+    /// (its return alone would let the job in, when one such node exists).
+    Node { x: u32, y: u32 },
+    /// Another job is ahead of it (FCFS: nothing overtakes the head).
+    Priority(JobId),
+    /// It is the head, and no slice has room for it now (nor may a new one open).
+    Resources,
+}
+
 /// A reservation for the head of the queue (EASY).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reservation {
@@ -299,6 +311,49 @@ impl Scheduler {
             self.blocked_head = None;
         }
         Ok(self.schedule())
+    }
+
+    /// Why a queued job waits, or `None` if `job` is not queued.
+    pub fn pending(&self, job: JobId) -> Option<Pending> {
+        let pos = self.queue.iter().position(|q| q.id == job)?;
+        self.pending_at(pos, self.head_index())
+    }
+
+    /// Why each queued job waits, head first: the effective head is found once, not once
+    /// per job (with nodes out of service that search runs the allocator over the queue).
+    pub fn pending_all(&self) -> Vec<(JobId, Pending)> {
+        let head = self.head_index();
+        (0..self.queue.len())
+            .filter_map(|pos| Some((self.queue[pos].id, self.pending_at(pos, head)?)))
+            .collect()
+    }
+
+    /// [`Self::pending`] of the job at `pos` in the queue, given the effective head.
+    fn pending_at(&self, pos: usize, head: Option<usize>) -> Option<Pending> {
+        let alloc = self.allocator();
+        let shape = self.queue[pos].shape;
+        if self.matrix.find_in_new_slice(alloc, shape).is_none() {
+            // Held: offline nodes keep it out of even an empty slice. Name a node whose
+            // return alone would let it in, so the user knows which one to ask about.
+            let off = self.matrix.offline();
+            let mesh = self.mesh();
+            let nodes = (0..mesh.h).flat_map(|y| (0..mesh.w).map(move |x| (x, y)));
+            let offline: Vec<(u32, u32)> = nodes.filter(|&(x, y)| off.is_busy(x, y)).collect();
+            let key = offline
+                .iter()
+                .copied()
+                .find(|&(x, y)| {
+                    let mut o = off.clone();
+                    o.release(Submesh::new(x, y, 1, 1));
+                    alloc.find(&o, shape).is_some()
+                })
+                .or(offline.first().copied());
+            return Some(key.map_or(Pending::Resources, |(x, y)| Pending::Node { x, y }));
+        }
+        match head {
+            Some(h) if h < pos => Some(Pending::Priority(self.queue[h].id)),
+            _ => Some(Pending::Resources),
+        }
     }
 
     /// Move the clock to `now` without any other change (progress accrues).

@@ -23,7 +23,16 @@ pub struct Slicer {
     version: u64,
     /// `(effective_ns, table)`, oldest first; the first is in force once its time came.
     tables: VecDeque<(i64, SliceTable)>,
+    /// Tables published by this planner (this master run): versions are microsecond
+    /// clock readings, which mean nothing to people, so they are shown as this count.
+    published: u64,
+    /// `(version, count)` of the last [`SEQS_KEPT`] tables published, oldest first.
+    seqs: VecDeque<(u64, u64)>,
 }
+
+/// How many versions [`Slicer::seq_of`] remembers: agents acknowledge a table within a
+/// heartbeat or two, so an older one is "old" to whoever looks.
+const SEQS_KEPT: usize = 256;
 
 impl Slicer {
     /// `version` is the last version published and `epoch_ns` the grid of the last master
@@ -36,7 +45,19 @@ impl Slicer {
             grid: epoch_ns.map(|e| SlotGrid::new(e, quantum_ns)),
             version,
             tables: VecDeque::new(),
+            published: 0,
+            seqs: VecDeque::new(),
         }
+    }
+
+    /// A table version as a short count, 1 for the first table of this run: `None` for a
+    /// version this run did not publish (an earlier run's) or has forgotten.
+    pub fn seq_of(&self, version: u64) -> Option<u64> {
+        self.seqs
+            .iter()
+            .rev()
+            .find(|(v, _)| *v == version)
+            .map(|(_, s)| *s)
     }
 
     pub fn quantum_ns(&self) -> i64 {
@@ -85,6 +106,11 @@ impl Slicer {
             return None;
         }
         self.version = version;
+        self.published += 1;
+        if self.seqs.len() == SEQS_KEPT {
+            self.seqs.pop_front();
+        }
+        self.seqs.push_back((version, self.published));
         let at = now_ns + self.lead_ns;
         let effective = grid.effective_from(now_ns, self.lead_ns);
         match self.tables.back() {
@@ -191,6 +217,16 @@ mod tests {
         sl.prune(7 * Q);
         assert_eq!(sl.tables.len(), 1);
         assert_eq!(sl.in_force(7 * Q).unwrap().1.version, 20_001);
+    }
+
+    #[test]
+    fn versions_are_counted_for_people() {
+        let m = crate::matrix::SliceMatrix::new(crate::mesh::Shape::new(2, 2));
+        let mut sl = Slicer::new(Q, 0, 0, None);
+        let v1 = sl.update(&m, 1_700_000_000_000_000_000).unwrap().1.version;
+        assert!(v1 > 1_000_000, "a clock reading: {v1}");
+        assert_eq!(sl.seq_of(v1), Some(1));
+        assert_eq!(sl.seq_of(v1 + 1), None);
     }
 
     #[test]

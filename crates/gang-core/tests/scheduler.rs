@@ -626,3 +626,40 @@ proptest! {
         prop_assert_eq!(sched.matrix().running(), 0);
     }
 }
+
+#[test]
+fn a_queued_job_says_why_it_waits() {
+    let mut h = Harness::new(
+        s(4, 4),
+        Config {
+            mpl: 1,
+            ..Config::default()
+        },
+    );
+    h.sched.set_node_offline(0.0, 1, 0, true).unwrap();
+    h.submit(1, s(4, 4), None);
+    // Only the drained node keeps it out, and it is named.
+    assert_eq!(
+        h.sched.pending(JobId(1)),
+        Some(Pending::Node { x: 1, y: 0 })
+    );
+    h.submit(2, s(4, 2), None);
+    assert!(h.sched.matrix().placement(JobId(2)).is_some());
+    // Head of the placeable jobs, nothing free: resources; behind it: priority.
+    h.submit(3, s(4, 2), None);
+    h.submit(4, s(1, 1), None);
+    assert_eq!(h.sched.pending(JobId(3)), Some(Pending::Resources));
+    assert_eq!(h.sched.pending(JobId(4)), Some(Pending::Priority(JobId(3))));
+    let all = h.sched.pending_all();
+    assert_eq!(
+        all,
+        [
+            (JobId(1), Pending::Node { x: 1, y: 0 }),
+            (JobId(3), Pending::Resources),
+            (JobId(4), Pending::Priority(JobId(3)))
+        ]
+    );
+    // Running jobs and unknown ones are not pending.
+    assert_eq!(h.sched.pending(JobId(2)), None);
+    assert_eq!(h.sched.pending(JobId(9)), None);
+}

@@ -105,14 +105,14 @@ fn prun_on_a_4x4_mesh() {
     assert_eq!(out.stdout.len(), 4_000_000);
     assert_eq!(stderr(&out), "err\nerr\nerr\nerr\n");
 
-    // A time limit cancels the job with the reason, and prun returns its ranks' status.
+    // A time limit ends the job as a timeout with the reason; prun exits 124.
     let t0 = std::time::Instant::now();
     let out = prun(
         &c,
-        &["-n", "2x1", "--time-limit", "1", "-v", "--", "sleep", "30"],
+        &["-n", "2x1", "--time-limit", "1s", "-v", "--", "sleep", "30"],
         None,
     );
-    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("time limit of 1 s reached"),
         "{}",

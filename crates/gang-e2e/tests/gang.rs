@@ -298,7 +298,7 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
             "4x4",
             "--detach",
             "--time-limit",
-            "1",
+            "1s",
             "--",
             "sh",
             "-c",
@@ -308,7 +308,7 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
     );
     assert!(out.status.success());
     let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    let j = wait_state(&c, id, "cancelled", T);
+    let j = wait_state(&c, id, "timeout", T);
     let wall = (j["end_ns"].as_i64().unwrap() - j["start_ns"].as_i64().unwrap()) as f64 / 1e9;
     let run = j["run_ns"].as_i64().unwrap() as f64 / 1e9;
     eprintln!("time-limited job: wall {wall:.2} s, run {run:.2} s");

@@ -57,11 +57,16 @@ pub enum State {
     Completed,
     Failed,
     Cancelled,
+    /// Cancelled by its time limit (Slurm's TIMEOUT), told apart from a user's cancel.
+    Timeout,
 }
 
 impl State {
     pub fn is_final(self) -> bool {
-        matches!(self, State::Completed | State::Failed | State::Cancelled)
+        matches!(
+            self,
+            State::Completed | State::Failed | State::Cancelled | State::Timeout
+        )
     }
 
     /// Placed on the mesh (its ranks are being launched, or run).
@@ -130,6 +135,9 @@ pub struct Live {
     pub exits: Vec<Option<i32>>,
     pub failure: Option<(Option<i32>, String)>,
     pub cancelled: Option<String>,
+    /// The cancel came from its time limit: it ends as `Timeout`.
+    #[serde(default)]
+    pub timed_out: bool,
     /// The home slice, so that adoption after a restart rebuilds a matrix that fits.
     pub home_slice: Option<u32>,
 }
@@ -160,6 +168,8 @@ pub struct Job {
     pub failure: Option<(Option<i32>, String)>,
     /// Set when a user or the time limit cancelled it.
     pub cancelled: Option<String>,
+    /// The cancel came from its time limit (the job ends as `Timeout`).
+    pub timed_out: bool,
     /// Master-clock instant up to which `record.run_ns` is accounted.
     pub run_accounted_to: i64,
     /// Its messaging library's activity, verdict and fences, once it runs (not saved).
@@ -173,6 +183,7 @@ impl Job {
             ranks: vec![],
             failure: None,
             cancelled: None,
+            timed_out: false,
             run_accounted_to: 0,
             shim: None,
         }
@@ -200,6 +211,7 @@ impl Job {
                 .collect(),
             failure: self.failure.clone(),
             cancelled: self.cancelled.clone(),
+            timed_out: self.timed_out,
             home_slice,
         });
         r
@@ -219,6 +231,7 @@ impl Job {
                 .collect();
             job.failure = live.failure;
             job.cancelled = live.cancelled;
+            job.timed_out = live.timed_out;
         }
         job
     }

@@ -117,6 +117,7 @@ impl SwitchStats {
             msg_flushed: self.msg_flushed,
             msg_unflushed: self.msg_unflushed,
             table_version: 0,
+            table_seq: 0,
             quantum_ns: 0,
         }
     }

@@ -35,7 +35,10 @@ impl v1::JobState {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            v1::JobState::Completed | v1::JobState::Failed | v1::JobState::Cancelled
+            v1::JobState::Completed
+                | v1::JobState::Failed
+                | v1::JobState::Cancelled
+                | v1::JobState::Timeout
         )
     }
 
@@ -49,6 +52,7 @@ impl v1::JobState {
             v1::JobState::Completed => "completed",
             v1::JobState::Failed => "failed",
             v1::JobState::Cancelled => "cancelled",
+            v1::JobState::Timeout => "timeout",
         }
     }
 }

@@ -9,11 +9,12 @@ use gang_auth::PeerName;
 use gang_cli::certs;
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
+use gang_cli::job_filter;
 use gang_cli::output::OutputMode;
 use gang_cli::output::views::{
-    CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, StatsView,
+    CancelledView, JobView, JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
 };
-use gang_cli::parse::{parse_duration, parse_mesh, parse_node};
+use gang_cli::parse::{parse_duration, parse_mesh, parse_node, parse_node_set};
 use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_local::check_mesh;
 use gang_proto::v1::{
@@ -58,6 +59,12 @@ enum Cmd {
     /// when it exits (exiting with its status), or, without CMD, waits for Ctrl-C. State
     /// and logs go to a temporary directory, removed at the end unless --keep or --dir.
     ///
+    /// The address also goes to a per-user file ($XDG_RUNTIME_DIR/gang/master, else
+    /// ~/.local/state/gang/master; removed when the cluster stops), where prun and gangctl
+    /// look when neither --master, GANG_MASTER nor a client config names a master. Without
+    /// CMD the export line is printed on stdout (the only line there; messages go to
+    /// stderr); with CMD, whose stdout is its own, on stderr.
+    ///
     /// Every node is a process on this machine: a mesh of more than --max-agents nodes
     /// (64) is refused. SIGINT, SIGTERM or SIGHUP at any moment stop everything that was
     /// started (a Ctrl-C at the terminal while CMD runs is CMD's to handle).
@@ -66,11 +73,34 @@ enum Cmd {
     )]
     Start(gang_cli::start::StartArgs),
 
-    /// List jobs: by default the queued, starting and running ones, newest first.
+    /// List jobs: by default the queued, starting and running ones, newest first; with
+    /// job ids, --state or --since, finished ones too (as sacct).
+    ///
+    /// A queued job's SUBMESH(REASON) says why it waits, as squeue's NODELIST(REASON):
+    /// (waiting for node (1,0): drained), (priority): another job is ahead of it,
+    /// (resources): it is next and nothing free fits it now.
+    #[command(
+        after_help = "Examples:\n  gangctl jobs 12\n  gangctl jobs 3,5-9\n  gangctl jobs last\n  gangctl jobs --user alice --state running,PD\n  gangctl jobs --since 1h\n  gangctl jobs --since 2024-05-01T12:00"
+    )]
     Jobs {
-        /// Also finished jobs (completed, failed, cancelled).
+        /// Only these jobs: ids and ranges, comma-separated (3,5-9), or `last` (your
+        /// newest job). An id that does not exist is an error; a range skips missing ids.
+        #[arg(value_name = "IDS|RANGES|last")]
+        ids: Vec<String>,
+        /// Also finished jobs (completed, failed, cancelled, timeout).
         #[arg(short, long)]
         all: bool,
+        /// Only jobs of this user (a name or a uid).
+        #[arg(short, long, value_name = "USER")]
+        user: Option<String>,
+        /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
+        /// (R), completed (CD), failed (F), cancelled (CA), timeout (TO), or active.
+        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        state: Option<job_filter::States>,
+        /// Only jobs submitted since T: a duration ago (1h, 30m, 2-00) or a UTC time
+        /// (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS]) or RFC 3339 (2024-05-01T12:00:00+02:00).
+        #[arg(long, value_name = "T", value_parser = since_now)]
+        since: Option<i64>,
         /// At most this many jobs (0: the master's limit, 1000).
         #[arg(long, default_value_t = 0, value_name = "N")]
         limit: u32,
@@ -126,18 +156,22 @@ enum Cmd {
     /// (integers, nanoseconds).
     Stats,
 
-    /// Drain a node: it takes no new jobs; running ones finish.
+    /// Drain nodes: they take no new jobs; running ones finish. One request per node,
+    /// each reported (`node X,Y: drained`); a node refused is an error, the others go on.
+    #[command(after_help = "Examples:\n  gangctl drain 1,0\n  gangctl drain 0-3,1 '(3,3)'")]
     Drain {
-        /// The node, as X,Y (e.g. 2,3).
-        #[arg(value_name = "X,Y", value_parser = parse_node)]
-        node: (u32, u32),
+        /// Nodes, as X,Y (e.g. 2,3) or (X,Y), or ranges on either axis: 0-3,1 (x from 0
+        /// to 3 at y=1), 0-1,0-1.
+        #[arg(value_name = "X,Y", required = true, value_parser = parse_node_set)]
+        nodes: Vec<Vec<(u32, u32)>>,
     },
 
-    /// Resume a drained node: it takes new jobs again.
+    /// Resume drained nodes: they take new jobs again (nodes as for drain).
     Resume {
-        /// The node, as X,Y (e.g. 2,3).
-        #[arg(value_name = "X,Y", value_parser = parse_node)]
-        node: (u32, u32),
+        /// Nodes, as X,Y (e.g. 2,3) or (X,Y), or ranges on either axis: 0-3,1 (x from 0
+        /// to 3 at y=1), 0-1,0-1.
+        #[arg(value_name = "X,Y", required = true, value_parser = parse_node_set)]
+        nodes: Vec<Vec<(u32, u32)>>,
     },
 
     /// The cluster's certificates: mutual TLS between the master and its agents (each
@@ -246,23 +280,26 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             Some(signals) => gang_cli::start::start(args, signals).await,
             None => Err(CliError::other("gangctl start without its signal thread")),
         },
-        Cmd::Jobs { all, limit } => {
-            let states = if all {
-                Vec::new()
-            } else {
-                [JobState::Queued, JobState::Starting, JobState::Running]
-                    .iter()
-                    .map(|s| *s as i32)
-                    .collect()
+        Cmd::Jobs {
+            ids,
+            all,
+            user,
+            state,
+            since,
+            limit,
+        } => {
+            let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(clap::error::ErrorKind::InvalidValue, e)
+                    .exit()
+            });
+            let filter = job_filter::JobFilter {
+                sel,
+                user,
+                since_ns: since,
             };
-            let mut client = connect::job_client(&master).await?;
-            let jobs = client
-                .list_jobs(ListJobsRequest { states, limit })
-                .await?
-                .into_inner()
-                .jobs;
-            mode.print(&JobsView(&jobs));
-            Ok(0)
+            list_jobs(&master, mode, filter, state, all, limit).await
         }
         Cmd::Job { id } => {
             let mut client = connect::job_client(&master).await?;
@@ -317,17 +354,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             mode.print(&StatsView(&stats));
             Ok(0)
         }
-        Cmd::Drain { node: (x, y) } => {
-            let mut client = connect::admin_client(&master).await?;
-            let node = client
-                .drain(NodeRequest { x, y })
-                .await?
-                .into_inner()
-                .node
-                .unwrap_or_default();
-            mode.print(&NodeView(&node));
-            Ok(0)
-        }
+        Cmd::Drain { nodes } => set_drained(&master, mode, nodes, true).await,
         Cmd::Certs(c) => {
             let lines = match c {
                 CertsCmd::Init { dir, mesh, days } => certs::init(&dir, mesh, days)?,
@@ -349,16 +376,118 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             println!("{}", certs::token(&master, ttl.unwrap_or(0), save).await?);
             Ok(0)
         }
-        Cmd::Resume { node: (x, y) } => {
-            let mut client = connect::admin_client(&master).await?;
-            let node = client
-                .resume(NodeRequest { x, y })
-                .await?
-                .into_inner()
-                .node
-                .unwrap_or_default();
-            mode.print(&NodeView(&node));
-            Ok(0)
+        Cmd::Resume { nodes } => set_drained(&master, mode, nodes, false).await,
+    }
+}
+
+/// `--since`, against the clock when the command line is read.
+fn since_now(s: &str) -> Result<i64, String> {
+    job_filter::parse_since(s, now_ns())
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// `gangctl jobs` with its filters. States go to the master; ids, user and time are
+/// applied to its listing, and named ids it did not list (older than its limit) are
+/// fetched one by one.
+async fn list_jobs(
+    master: &str,
+    mode: OutputMode,
+    filter: job_filter::JobFilter,
+    state: Option<job_filter::States>,
+    all: bool,
+    limit: u32,
+) -> Result<i32, CliError> {
+    use job_filter::JobSel;
+    // Naming jobs or a time is asking about history, as sacct does: finished ones too.
+    let history = all || filter.sel.is_some() || filter.since_ns.is_some();
+    let states: Vec<i32> = match state {
+        Some(s) => s.0.iter().map(|s| *s as i32).collect(),
+        None if history => Vec::new(),
+        None => [JobState::Queued, JobState::Starting, JobState::Running]
+            .iter()
+            .map(|s| *s as i32)
+            .collect(),
+    };
+    let mut client = connect::job_client(master).await?;
+    let listed = client
+        .list_jobs(ListJobsRequest {
+            states: states.clone(),
+            limit: if filter.sel == Some(JobSel::Last) {
+                1
+            } else {
+                limit
+            },
+        })
+        .await?
+        .into_inner()
+        .jobs;
+    let mut jobs: Vec<_> = listed
+        .into_iter()
+        .filter(|j| filter.matches(j) || filter.sel == Some(JobSel::Last))
+        .collect();
+    let mut failed = false;
+    if let Some(JobSel::Ids { single, .. }) = &filter.sel {
+        for &id in single {
+            if jobs.iter().any(|j| j.id == id) {
+                continue;
+            }
+            match client.get_job(GetJobRequest { job_id: id }).await {
+                Ok(r) => {
+                    let j = r.into_inner();
+                    let state_ok = states.is_empty() || states.contains(&j.state);
+                    if state_ok && filter.matches(&j) {
+                        jobs.push(j);
+                    }
+                }
+                Err(status) => {
+                    eprintln!("gangctl: {}", CliError::Rpc(status));
+                    failed = true;
+                }
+            }
+        }
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
+    }
+    mode.print(&JobsView(&jobs));
+    Ok(if failed { 1 } else { 0 })
+}
+
+/// `drain` / `resume`: one request per node, each reported; a refusal does not stop the
+/// others, and makes the exit status 1.
+async fn set_drained(
+    master: &str,
+    mode: OutputMode,
+    nodes: Vec<Vec<(u32, u32)>>,
+    drain: bool,
+) -> Result<i32, CliError> {
+    let nodes: Vec<(u32, u32)> = nodes.into_iter().flatten().collect();
+    let mut client = connect::admin_client(master).await?;
+    let (mut done, mut failed) = (vec![], false);
+    for &(x, y) in &nodes {
+        let r = if drain {
+            client.drain(NodeRequest { x, y }).await
+        } else {
+            client.resume(NodeRequest { x, y }).await
+        };
+        match r {
+            Ok(r) => done.push(r.into_inner().node.unwrap_or_default()),
+            Err(status) => {
+                eprintln!("gangctl: node {x},{y}: {}", CliError::Rpc(status));
+                failed = true;
+            }
         }
     }
+    // One node named: one object, as before; several: an array (as `cancel`).
+    if nodes.len() == 1 {
+        if let Some(n) = done.first() {
+            mode.print(&NodeView(n));
+        }
+    } else {
+        mode.print(&NodeViews(&done));
+    }
+    Ok(if failed { 1 } else { 0 })
 }

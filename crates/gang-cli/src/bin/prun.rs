@@ -8,8 +8,8 @@ use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::gang_mode;
 use gang_cli::parse::parse_duration;
-use gang_core::GangMode;
-use gang_proto::v1::{DeadlockPolicy, JobSpec, MsgContext, SubmitRequest};
+use gang_core::{GangMode, Request, Shape};
+use gang_proto::v1::{DeadlockPolicy, JobSpec, ListNodesRequest, MsgContext, SubmitRequest};
 
 /// Run a parallel job on the gang cluster.
 ///
@@ -37,9 +37,16 @@ struct Args {
     #[arg(short = 'd', long)]
     detach: bool,
 
-    /// Cancel the job after this long: seconds (90) or with a unit (30s, 10m, 2h).
+    /// Cancel the job after it has run this long (it ends as `timeout`, prun exits 124):
+    /// Slurm's MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (a bare number is minutes),
+    /// or with units: 90s, 5m, 5min, 2h, 1d, 1h30m.
     #[arg(short = 't', long, value_name = "DURATION", value_parser = parse_duration)]
     time_limit: Option<u64>,
+
+    /// Refuse a node count that is not a rectangle of the mesh (-n 5 would run on 6, as
+    /// 3x2) instead of rounding it up; without it prun says when it rounds.
+    #[arg(long)]
+    exact: bool,
 
     /// How the job is switched out of its time slices when the cluster time-shares the
     /// mesh; default: the cluster's (gang-master --gang-mode).
@@ -149,6 +156,15 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
+    let asked_count = match args.nodes.trim().parse::<Request>() {
+        Ok(Request::Nodes(n)) => Some(n),
+        _ => None,
+    };
+    if args.exact
+        && let Some(n) = asked_count
+    {
+        refuse_rounding(&master, n).await?;
+    }
     let stdin = !args.detach && attach::stdin_is_useful();
     let spec = JobSpec {
         shape: args.nodes.clone(),
@@ -200,6 +216,18 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         .await?
         .ok_or_else(|| CliError::other("the master accepted the job but did not say its id"))?;
 
+    if let Some(n) = asked_count
+        && u64::from(job.w) * u64::from(job.h) > n
+    {
+        eprintln!(
+            "prun: {n} nodes asked; jobs are rectangles, so job {} runs on {} ({}x{}); \
+             --exact refuses this",
+            job.id,
+            u64::from(job.w) * u64::from(job.h),
+            job.w,
+            job.h
+        );
+    }
     if args.detach {
         println!("{}", job.id);
         return Ok(0);
@@ -224,4 +252,24 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         signals.expect("installed when attaching"),
     )
     .await)
+}
+
+/// `--exact`: refuse a count the master would round up. The mesh comes from the master and
+/// the shape from the same function it resolves counts with, so the answer is its own.
+async fn refuse_rounding(master: &str, n: u64) -> Result<(), CliError> {
+    let mut admin = connect::admin_client(master).await?;
+    let nodes = admin.list_nodes(ListNodesRequest {}).await?.into_inner();
+    let mesh = Shape::new(nodes.mesh_w, nodes.mesh_h);
+    // A count that never fits is the master's to refuse, with its own message.
+    let Ok(shape) = Request::Nodes(n).resolve(mesh) else {
+        return Ok(());
+    };
+    if shape.area() == n {
+        return Ok(());
+    }
+    Err(CliError::other(format!(
+        "{n} nodes asked; jobs are rectangles, so {n} would run on {} ({shape}); drop --exact \
+         to accept",
+        shape.area()
+    )))
 }

@@ -46,6 +46,7 @@ pub fn running_job() -> JobInfo {
         ranks_done: 0,
         deadlock: None,
         on_deadlock: DeadlockPolicy::Report as i32,
+        ..Default::default()
     }
 }
 
@@ -81,6 +82,7 @@ pub fn queued_job() -> JobInfo {
             ..Default::default()
         }),
         state: JobState::Queued as i32,
+        pending_reason: "waiting for node (1,0): drained".into(),
         ..Default::default()
     }
 }
@@ -133,6 +135,7 @@ pub fn nodes() -> ListNodesResponse {
                 last_heartbeat_ns: 99,
                 clock_from_host: false,
                 table_version: 7,
+                ..Default::default()
             },
             NodeInfo {
                 x: 1,
@@ -209,5 +212,6 @@ pub fn stats() -> Stats {
         quantum_ns: 50_000_000,
         msg_flushed: 0,
         msg_unflushed: 0,
+        ..Default::default()
     }
 }

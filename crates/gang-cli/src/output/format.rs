@@ -181,6 +181,24 @@ pub(super) fn fmt_job_run(j: &JobInfo) -> String {
     }
 }
 
+/// A time limit as Slurm prints one (`D-HH:MM:SS`, `HH:MM:SS`, `MM:SS`); `-` for none.
+pub fn fmt_limit(secs: u64) -> String {
+    if secs == 0 {
+        return "-".into();
+    }
+    let (d, h, m, s) = (
+        secs / 86400,
+        secs % 86400 / 3600,
+        secs % 3600 / 60,
+        secs % 60,
+    );
+    match (d, h) {
+        (0, 0) => format!("{m}:{s:02}"),
+        (0, _) => format!("{h}:{m:02}:{s:02}"),
+        _ => format!("{d}-{h:02}:{m:02}:{s:02}"),
+    }
+}
+
 /// A Unix time in nanoseconds as `YYYY-MM-DD HH:MM:SS UTC`; `-` for 0.
 pub fn fmt_time_ns(ns: i64) -> String {
     if ns <= 0 {

@@ -42,6 +42,16 @@ pub struct JobJson {
     pub gang: String,
     pub ranks_done: u32,
     pub on_deadlock: String,
+    /// The shape or node count as the user asked it (`5`, `2x3`); `shape` is what was
+    /// granted.
+    pub asked: String,
+    /// Seconds of run time allowed; 0: none.
+    pub time_limit_s: u64,
+    /// Why a queued job waits (`waiting for node (1,0): drained`, `priority`,
+    /// `resources`); empty otherwise.
+    pub pending_reason: String,
+    /// `slices` by their place in the matrix, 0 to MPL-1 (how `gangctl` shows them).
+    pub slice_rows: Vec<u32>,
     /// Set once the job was found deadlocked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock: Option<DeadlockJson>,
@@ -84,8 +94,8 @@ impl From<&JobInfo> for JobJson {
             exit_code: j.exit_code,
             reason: j.reason.clone(),
             name: job_name(j),
-            argv: spec.argv,
-            cwd: spec.cwd,
+            argv: spec.argv.clone(),
+            cwd: spec.cwd.clone(),
             submit_ns: j.submit_ns,
             start_ns: j.start_ns,
             end_ns: j.end_ns,
@@ -97,6 +107,10 @@ impl From<&JobInfo> for JobJson {
                 _ => "report",
             }
             .to_string(),
+            asked: spec.shape.clone(),
+            time_limit_s: spec.time_limit_s,
+            pending_reason: j.pending_reason.clone(),
+            slice_rows: j.slice_rows.clone(),
             deadlock: j.deadlock.as_ref().map(|d| DeadlockJson {
                 detected_ns: d.detected_ns,
                 messages: d.messages,
@@ -129,6 +143,8 @@ pub struct NodeJson {
     pub last_heartbeat_ns: i64,
     pub clock_from_host: bool,
     pub table_version: u64,
+    /// The same table as the master's short count (`v3` in text); 0 if not known.
+    pub table_seq: u64,
 }
 
 impl From<&NodeInfo> for NodeJson {
@@ -144,6 +160,7 @@ impl From<&NodeInfo> for NodeJson {
             last_heartbeat_ns: n.last_heartbeat_ns,
             clock_from_host: n.clock_from_host,
             table_version: n.table_version,
+            table_seq: n.table_seq,
         }
     }
 }
@@ -177,7 +194,10 @@ pub struct PlacementJson {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SliceJson {
+    /// The master's id (`row_slices` names slices by it).
     pub id: u32,
+    /// Its place in the matrix, 0 to MPL-1: how `gangctl slices` numbers it.
+    pub row: u32,
     pub placements: Vec<PlacementJson>,
 }
 
@@ -191,6 +211,8 @@ pub struct MatrixJson {
     pub slices: Vec<SliceJson>,
     pub queue: Vec<u64>,
     pub table_version: u64,
+    /// The table as a short count of the master's tables this run (`v3` in text).
+    pub table_seq: u64,
     pub epoch_ns: i64,
     pub quantum_ns: i64,
     pub effective_ns: i64,
@@ -209,8 +231,10 @@ impl From<&Matrix> for MatrixJson {
             slices: m
                 .slices
                 .iter()
-                .map(|s| SliceJson {
+                .enumerate()
+                .map(|(row, s)| SliceJson {
                     id: s.id,
+                    row: row as u32,
                     placements: s
                         .placements
                         .iter()
@@ -230,6 +254,7 @@ impl From<&Matrix> for MatrixJson {
                 .collect(),
             queue: m.queue.clone(),
             table_version: m.table_version,
+            table_seq: m.table_seq,
             epoch_ns: m.epoch_ns,
             quantum_ns: m.quantum_ns,
             effective_ns: m.effective_ns,
@@ -272,6 +297,8 @@ pub struct StatsJson {
     pub switches_reported: u64,
     pub switches_dropped: u64,
     pub table_version: u64,
+    /// The table in force as the master's short count; 0 if none.
+    pub table_seq: u64,
     pub quantum_ns: i64,
     pub msg_flushed: u64,
     pub msg_unflushed: u64,
@@ -287,6 +314,7 @@ impl From<&Stats> for StatsJson {
             switches_reported: s.switches_reported,
             switches_dropped: s.switches_dropped,
             table_version: s.table_version,
+            table_seq: s.table_seq,
             quantum_ns: s.quantum_ns,
             msg_flushed: s.msg_flushed,
             msg_unflushed: s.msg_unflushed,
@@ -312,7 +340,8 @@ mod tests {
                 "cwd": "/home/alice", "submit_ns": 1_700_000_000_000_000_000i64,
                 "start_ns": 1_700_000_001_500_000_000i64, "end_ns": 0,
                 "run_ns": 12_345_000_000i64, "gang": "stop", "ranks_done": 0,
-                "on_deadlock": "report"
+                "on_deadlock": "report", "asked": "8", "time_limit_s": 600, "pending_reason": "",
+                "slice_rows": []
             })
         );
         let v = serde_json::to_value(JobJson::from(&queued_job())).unwrap();
@@ -339,16 +368,16 @@ mod tests {
                 "nodes": [
                     {"x": 0, "y": 0, "state": "up", "address": "127.0.0.1:4000", "jobs": [3, 4],
                      "clock_offset_ns": -1_250_000, "clock_error_ns": 40_000, "last_heartbeat_ns": 99,
-                     "clock_from_host": false, "table_version": 7},
+                     "clock_from_host": false, "table_version": 7, "table_seq": 0},
                     {"x": 1, "y": 0, "state": "down", "address": "", "jobs": [],
                      "clock_offset_ns": 0, "clock_error_ns": 0, "last_heartbeat_ns": 0,
-                     "clock_from_host": false, "table_version": 0},
+                     "clock_from_host": false, "table_version": 0, "table_seq": 0},
                     {"x": 0, "y": 1, "state": "up", "address": "127.0.0.1:4001", "jobs": [],
                      "clock_offset_ns": 12_340, "clock_error_ns": 9_500, "last_heartbeat_ns": 0,
-                     "clock_from_host": false, "table_version": 6},
+                     "clock_from_host": false, "table_version": 6, "table_seq": 0},
                     {"x": 1, "y": 1, "state": "drained", "address": "127.0.0.1:4002", "jobs": [],
                      "clock_offset_ns": 0, "clock_error_ns": 0, "last_heartbeat_ns": 0,
-                     "clock_from_host": true, "table_version": 7}
+                     "clock_from_host": true, "table_version": 7, "table_seq": 0}
                 ]
             })
         );
@@ -360,8 +389,8 @@ mod tests {
         let v = serde_json::to_value(MatrixJson::from(&m)).unwrap();
         assert_eq!(
             v,
-            json!({"mesh_w":4,"mesh_h":4,"mpl":1,"slices":[{"id":0,"placements":[{"job":1,"x":0,"y":0,"w":2,"h":2,"home":true}]}],"queue":[5,6],
-                   "table_version":0,"epoch_ns":0,"quantum_ns":0,"effective_ns":0,"row_slices":[],"now_ns":0,
+            json!({"mesh_w":4,"mesh_h":4,"mpl":1,"slices":[{"id":0,"row":0,"placements":[{"job":1,"x":0,"y":0,"w":2,"h":2,"home":true}]}],"queue":[5,6],
+                   "table_version":0,"table_seq":0,"epoch_ns":0,"quantum_ns":0,"effective_ns":0,"row_slices":[],"now_ns":0,
                    "running_row":null,"running_slice":null})
         );
         m.table_version = 4;
@@ -389,7 +418,7 @@ mod tests {
                 "skew": {"count": 1200, "p50_ns": 12_340, "p99_ns": 85_000, "max_ns": 1_250_000, "mean_ns": 15_100},
                 "switch_latency": {"count": 19_200, "p50_ns": 48_000, "p99_ns": 210_000, "max_ns": 3_400_000, "mean_ns": 61_234},
                 "switch_cost": {"count": 0, "p50_ns": 0, "p99_ns": 0, "max_ns": 0, "mean_ns": 0},
-                "switches_reported": 19_200, "switches_dropped": 3, "table_version": 9,
+                "switches_reported": 19_200, "switches_dropped": 3, "table_version": 9, "table_seq": 0,
                 "quantum_ns": 50_000_000, "msg_flushed": 0, "msg_unflushed": 0
             })
         );

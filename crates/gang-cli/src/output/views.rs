@@ -7,8 +7,8 @@ use crate::gang_mode;
 use crate::matrix_view;
 use crate::output::View;
 use crate::output::format::{
-    dash, deadlock_lines, fmt_job_run, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns, job_name,
-    job_shape, key_values, shell_join, table,
+    dash, deadlock_lines, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns,
+    job_name, job_shape, key_values, shell_join, table,
 };
 use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
 
@@ -27,19 +27,25 @@ impl View for JobsView<'_> {
             .0
             .iter()
             .map(|j| {
+                let spec = j.spec.clone().unwrap_or_default();
                 vec![
                     j.id.to_string(),
                     dash(&j.user),
                     j.state().label().to_string(),
+                    dash(&spec.shape),
                     dash(&job_shape(j)),
-                    j.submesh
-                        .map(|s| fmt_submesh(&s))
-                        .unwrap_or_else(|| "-".into()),
-                    fmt_list(&j.slices),
+                    // squeue's NODELIST(REASON): where it runs, else why it waits.
+                    match (j.submesh, j.pending_reason.as_str()) {
+                        (Some(s), _) => fmt_submesh(&s),
+                        (None, "") => "-".into(),
+                        (None, why) => format!("({why})"),
+                    },
+                    fmt_list(slice_places(j)),
                     j.exit_code
                         .map(|c| c.to_string())
                         .unwrap_or_else(|| "-".into()),
                     fmt_job_run(j),
+                    fmt_limit(spec.time_limit_s),
                     gang_mode::label(j.gang()).to_string(),
                     dash(&job_name(j)),
                 ]
@@ -47,10 +53,31 @@ impl View for JobsView<'_> {
             .collect();
         table(
             &[
-                "ID", "USER", "STATE", "SHAPE", "SUBMESH", "SLICES", "EXIT", "RUN", "GANG", "NAME",
+                "ID",
+                "USER",
+                "STATE",
+                "ASKED",
+                "SHAPE",
+                "SUBMESH(REASON)",
+                "SLICES",
+                "EXIT",
+                "RUN",
+                "LIMIT",
+                "GANG",
+                "NAME",
             ],
             rows,
         )
+    }
+}
+
+/// The job's slices as people see them: by place (0 to MPL-1) from a master that says,
+/// else its slice ids.
+fn slice_places(j: &JobInfo) -> &[u32] {
+    if j.slice_rows.is_empty() {
+        &j.slices
+    } else {
+        &j.slice_rows
     }
 }
 
@@ -95,7 +122,7 @@ impl View for JobView<'_> {
                     .map(|s| fmt_submesh(&s))
                     .unwrap_or_else(|| "-".into()),
             ),
-            ("slices", fmt_list(&j.slices)),
+            ("slices", fmt_list(slice_places(j))),
             (
                 "exit code",
                 j.exit_code
@@ -103,6 +130,7 @@ impl View for JobView<'_> {
                     .unwrap_or_else(|| "-".into()),
             ),
             ("reason", dash(&j.reason)),
+            ("pending", dash(&j.pending_reason)),
             ("command", dash(&shell_join(&spec.argv))),
             ("cwd", dash(&spec.cwd)),
             (
@@ -110,7 +138,7 @@ impl View for JobView<'_> {
                 if spec.time_limit_s == 0 {
                     "none".into()
                 } else {
-                    format!("{} s", spec.time_limit_s)
+                    format!("{} ({} s)", fmt_limit(spec.time_limit_s), spec.time_limit_s)
                 },
             ),
             ("run time", fmt_job_run(j)),
@@ -187,7 +215,7 @@ impl View for NodesView<'_> {
                     if n.table_version == 0 {
                         "-".into()
                     } else {
-                        n.table_version.to_string()
+                        matrix_view::table_label(n.table_seq, n.table_version)
                     },
                 ]
             })
@@ -249,6 +277,21 @@ impl View for NodeView<'_> {
             self.0.y,
             self.0.state().label()
         )
+    }
+}
+
+/// `gangctl drain`/`resume` of several nodes: a line each, or a JSON array of nodes.
+pub struct NodeViews<'a>(pub &'a [NodeInfo]);
+
+impl View for NodeViews<'_> {
+    type Json = Vec<NodeJson>;
+
+    fn json(&self) -> Vec<NodeJson> {
+        self.0.iter().map(NodeJson::from).collect()
+    }
+
+    fn cli(&self) -> String {
+        self.0.iter().map(|n| NodeView(n).cli()).collect()
     }
 }
 
@@ -317,8 +360,8 @@ impl View for StatsView<'_> {
             )
         } else {
             format!(
-                "slice table: version {}, quantum {}\n",
-                s.table_version,
+                "slice table: {}, quantum {}\n",
+                matrix_view::table_label(s.table_seq, s.table_version),
                 fmt_ns(s.quantum_ns, false)
             )
         });
@@ -342,6 +385,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v.as_array().unwrap().len(), 2);
         assert_eq!(v[1]["id"], 13);
+        assert_eq!(v[0]["asked"], "8");
+        assert_eq!(v[0]["shape"], "4x2");
+        assert_eq!(v[0]["time_limit_s"], 600);
+        assert_eq!(v[1]["pending_reason"], "waiting for node (1,0): drained");
         let empty = OutputMode::Json.render(&JobsView(&[]));
         assert_eq!(empty.trim(), "[]");
     }
@@ -351,10 +398,10 @@ mod tests {
         let jobs = vec![running_job(), queued_job(), failed_job()];
         let text = OutputMode::Cli.render(&JobsView(&jobs));
         let expected = "\
-ID  USER   STATE    SHAPE  SUBMESH    SLICES  EXIT  RUN       GANG      NAME
-12  alice  running  4x2    4x2@(0,0)  0,2     -     12.3s     stop      ./a.out
-13  bob    queued   3x3    -          -       -     -         default   big one
-9   carol  failed   2x1    2x1@(2,3)  -       1     1h02m03s  priority  false
+ID  USER   STATE    ASKED  SHAPE  SUBMESH(REASON)                    SLICES  EXIT  RUN       LIMIT  GANG      NAME
+12  alice  running  8      4x2    4x2@(0,0)                          0,2     -     12.3s     10:00  stop      ./a.out
+13  bob    queued   3x3    3x3    (waiting for node (1,0): drained)  -       -     -         -      default   big one
+9   carol  failed   2x1    2x1    2x1@(2,3)                          -       1     1h02m03s  -      priority  false
 ";
         assert_eq!(text, expected);
     }
@@ -372,9 +419,10 @@ submesh:    4x2@(0,0)
 slices:     0,2
 exit code:  -
 reason:     -
+pending:    -
 command:    ./a.out -x 'two words'
 cwd:        /home/alice
-time limit: 600 s
+time limit: 10:00 (600 s)
 run time:   12.3s
 gang mode:  stop (cluster default)
 stdin:      attached
@@ -410,10 +458,10 @@ ended:      -
         let text = OutputMode::Cli.render(&NodesView(&nodes()));
         let expected = "\
 NODE  STATE    ADDRESS         JOBS  CLOCK-OFFSET    TABLE
-0,0   up       127.0.0.1:4000  3,4   -1.25ms ±40µs   7
+0,0   up       127.0.0.1:4000  3,4   -1.25ms ±40µs   v7
 1,0   down     -               -     -               -
-0,1   up       127.0.0.1:4001  -     +12.3µs ±9.5µs  6
-1,1   drained  127.0.0.1:4002  -     host            7
+0,1   up       127.0.0.1:4001  -     +12.3µs ±9.5µs  v6
+1,1   drained  127.0.0.1:4002  -     host            v7
 ";
         assert_eq!(text, expected);
     }
@@ -467,7 +515,7 @@ NODE  STATE    ADDRESS         JOBS  CLOCK-OFFSET    TABLE
             "switch latency  19200  48µs    210µs  3.4ms   61.2µs\n",
             "switch cost     0      -       -      -       -\n",
             "switches: 19200 reported, 3 dropped\n",
-            "slice table: version 9, quantum 50ms\n",
+            "slice table: v9, quantum 50ms\n",
         );
         assert_eq!(OutputMode::Cli.render(&StatsView(&stats())), expected);
         let idle = Stats {

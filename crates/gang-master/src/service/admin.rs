@@ -84,6 +84,7 @@ impl AdminService for Admin {
             s.snapshot()
         };
         st.table_version = table.as_ref().map_or(0, |t| t.version);
+        st.table_seq = table.as_ref().map_or(0, |t| t.seq);
         st.quantum_ns = self.quantum_ns;
         Ok(Response::new(st))
     }

@@ -186,6 +186,7 @@ pub fn job_state(s: State) -> v1::JobState {
         State::Completed => v1::JobState::Completed,
         State::Failed => v1::JobState::Failed,
         State::Cancelled => v1::JobState::Cancelled,
+        State::Timeout => v1::JobState::Timeout,
     }
 }
 
@@ -198,6 +199,7 @@ fn state_of(s: v1::JobState) -> Option<State> {
         v1::JobState::Completed => State::Completed,
         v1::JobState::Failed => State::Failed,
         v1::JobState::Cancelled => State::Cancelled,
+        v1::JobState::Timeout => State::Timeout,
     })
 }
 
@@ -269,6 +271,8 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
                 .collect(),
         }),
         on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
+        pending_reason: v.pending_reason.clone(),
+        slice_rows: v.slice_rows.clone(),
     }
 }
 
@@ -367,6 +371,7 @@ pub fn node_info(n: &NodeView) -> v1::NodeInfo {
         last_heartbeat_ns: n.last_heartbeat_ns,
         clock_from_host: n.clock_from_host,
         table_version: n.table_version,
+        table_seq: n.table_seq,
     }
 }
 
@@ -402,6 +407,7 @@ pub fn matrix(m: &MatrixView) -> v1::Matrix {
             .collect(),
         queue: m.queue.iter().map(|j| j.0).collect(),
         table_version: t.map_or(0, |t| t.version),
+        table_seq: t.map_or(0, |t| t.seq),
         epoch_ns: t.map_or(0, |t| t.grid.epoch_ns),
         quantum_ns: t.map_or(0, |t| t.grid.quantum_ns),
         effective_ns: t.map_or(0, |t| t.effective_ns),

@@ -418,7 +418,14 @@ impl MasterState {
         job.record.run_ns = run;
         job.run_accounted_to = now.wall_ns;
         let (state, code, reason) = match (&job.cancelled, &job.failure) {
-            (Some(why), f) => (State::Cancelled, f.as_ref().and_then(|f| f.0), why.clone()),
+            (Some(why), f) => {
+                let state = if job.timed_out {
+                    State::Timeout
+                } else {
+                    State::Cancelled
+                };
+                (state, f.as_ref().and_then(|f| f.0), why.clone())
+            }
             (None, Some((code, why))) => (State::Failed, *code, why.clone()),
             (None, None) => (State::Completed, Some(0), String::new()),
         };

@@ -23,6 +23,7 @@ fn state_word(s: State) -> &'static str {
         State::Completed => "completed",
         State::Failed => "failed",
         State::Cancelled => "cancelled",
+        State::Timeout => "timeout",
     }
 }
 

@@ -1,6 +1,6 @@
 //! Read-only views of the state, in domain terms (converted to protobuf at the gRPC edge).
 
-use gang_core::{JobId, Role};
+use gang_core::{JobId, Pending, Role};
 
 use crate::error::{MasterError, Result};
 use crate::job::{Job, Rank};
@@ -29,11 +29,27 @@ impl MasterState {
             .unwrap_or_default()
     }
 
+    /// The job's slices (as [`Self::slices_of`]) by their place in the matrix.
+    fn slice_rows_of(&self, job: JobId) -> Vec<u32> {
+        let slices = self.sched.matrix().slices();
+        self.slices_of(job)
+            .iter()
+            .filter_map(|&id| slices.iter().position(|s| s.id.0 == id))
+            .map(|p| p as u32)
+            .collect()
+    }
+
     pub(super) fn home_slice(&self, job: JobId) -> Option<u32> {
         self.sched.matrix().placement(job).map(|p| p.home.0)
     }
 
     pub(super) fn job_view(&self, j: &Job, now: Now) -> JobView {
+        self.job_view_waiting(j, now, self.pending_reason(j.id()))
+    }
+
+    /// [`Self::job_view`] with the pending reason found already (a listing finds every
+    /// queued job's at once).
+    fn job_view_waiting(&self, j: &Job, now: Now, pending_reason: String) -> JobView {
         let r = &j.record;
         JobView {
             id: j.id(),
@@ -51,6 +67,7 @@ impl MasterState {
             state: r.state,
             submesh: r.submesh,
             slices: self.slices_of(j.id()),
+            slice_rows: self.slice_rows_of(j.id()),
             exit_code: r.exit_code,
             reason: r.reason.clone(),
             submit_ns: r.submit_ns,
@@ -64,6 +81,31 @@ impl MasterState {
             mpi_check: r.mpi_check,
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
+            pending_reason,
+        }
+    }
+
+    /// Why a queued job waits, in Slurm's terms: `waiting for node (X,Y): drained` (or
+    /// `down`) when out-of-service nodes keep it out of even an empty slice, `priority`
+    /// when another job is ahead of it, `resources` when it is next and nothing free fits
+    /// it now. Empty for a job that is not queued. The scheduler decides; this only names
+    /// the node's state.
+    pub fn pending_reason(&self, id: JobId) -> String {
+        self.sched
+            .pending(id)
+            .map(|p| self.pending_text(p))
+            .unwrap_or_default()
+    }
+
+    fn pending_text(&self, p: Pending) -> String {
+        match p {
+            Pending::Priority(_) => "priority".into(),
+            Pending::Resources => "resources".into(),
+            Pending::Node { x, y } => {
+                let down = self.node_index((x, y)).is_some_and(|i| !self.nodes[i].up);
+                let why = if down { "down" } else { "drained" };
+                format!("waiting for node ({x},{y}): {why}")
+            }
         }
     }
 
@@ -94,6 +136,8 @@ impl MasterState {
 
     /// The jobs a caller may see (their own; an admin's: all), newest first.
     pub fn list_for(&self, caller: &Caller, filter: &ListFilter, now: Now) -> Vec<JobView> {
+        let pending: std::collections::HashMap<JobId, Pending> =
+            self.sched.pending_all().into_iter().collect();
         let limit = if filter.limit == 0 {
             DEFAULT_LIST_LIMIT
         } else {
@@ -105,7 +149,13 @@ impl MasterState {
             .filter(|j| caller.may_act_on(j.record.uid))
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
             .take(limit)
-            .map(|j| self.job_view(j, now))
+            .map(|j| {
+                let why = pending
+                    .get(&j.id())
+                    .map(|p| self.pending_text(*p))
+                    .unwrap_or_default();
+                self.job_view_waiting(j, now, why)
+            })
             .collect()
     }
 
@@ -160,6 +210,7 @@ impl MasterState {
             clock_from_host: n.clock.from_host,
             last_heartbeat_ns: n.heartbeat_wall_ns,
             table_version: n.table_version,
+            table_seq: self.slicer.seq_of(n.table_version).unwrap_or(0),
         }
     }
 
@@ -175,6 +226,7 @@ impl MasterState {
         let (effective_ns, t) = self.slicer.in_force(now.wall_ns)?;
         Some(TableInForce {
             version: t.version,
+            seq: self.slicer.seq_of(t.version).unwrap_or(0),
             grid: t.grid,
             effective_ns,
             row_slices: t.rows.iter().map(|r| r.slice).collect(),

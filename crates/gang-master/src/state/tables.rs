@@ -71,6 +71,10 @@ impl MasterState {
         }
         for (id, limit) in limited {
             let why = format!("time limit of {limit} s reached");
+            // Before the cancel saves the job, so a restart still ends it as a timeout.
+            if let Some(j) = self.jobs.get_mut(id) {
+                j.timed_out = true;
+            }
             let _ = self.cancel(fx, now, id, None, why);
         }
     }

@@ -77,6 +77,8 @@ pub enum S {
     RegisterKills(Coord, &'static [u64]),
     /// Rank 0 of the job was announced running (for stdin).
     Rank0(u64),
+    /// The job's pending reason is exactly this (empty: not queued).
+    Pending(u64, &'static str),
 }
 
 pub fn run(mut w: World, steps: &[S]) -> World {
@@ -178,6 +180,9 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Reason(job, text) => {
                 let r = w.view(job).reason;
                 assert!(r.contains(text), "{}: reason {r:?}", at());
+            }
+            S::Pending(job, text) => {
+                assert_eq!(w.view(job).pending_reason, text, "{}", at());
             }
             S::Code(job, code) => assert_eq!(w.view(job).exit_code, code, "{}", at()),
             S::Signalled(job, nodes, grace) => {

@@ -30,6 +30,8 @@ pub struct JobView {
     pub submesh: Option<Submesh>,
     /// Slice ids it holds, home first, while it runs.
     pub slices: Vec<u32>,
+    /// The same slices by their place in the matrix (0 to MPL-1), for people.
+    pub slice_rows: Vec<u32>,
     pub exit_code: Option<i32>,
     pub reason: String,
     pub submit_ns: i64,
@@ -45,6 +47,10 @@ pub struct JobView {
     pub mpi_check: bool,
     /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
     pub deadlock: Option<DeadlockInfo>,
+    /// Why it waits, while queued (empty otherwise): see [`MasterState::pending_reason`].
+    ///
+    /// [`MasterState::pending_reason`]: crate::state::MasterState::pending_reason
+    pub pending_reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +73,8 @@ pub struct NodeView {
     pub last_heartbeat_ns: i64,
     /// The newest table version the agent acknowledged.
     pub table_version: u64,
+    /// That version as a count of this run's tables (0: none, or not known).
+    pub table_seq: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +101,8 @@ pub struct SliceView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableInForce {
     pub version: u64,
+    /// The version as a count of this run's tables (1, 2, ...; 0: not known).
+    pub seq: u64,
     pub grid: SlotGrid,
     pub effective_ns: i64,
     /// Row r runs slice `row_slices[r]`.

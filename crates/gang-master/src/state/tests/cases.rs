@@ -304,7 +304,7 @@ fn a_time_limit_counts_run_time_not_time_switched_out() {
             Wait(1000),
             Signalled(1, 16, GRACE_MS),
             KilledAll(1, 15),
-            State(1, Cancelled),
+            State(1, Timeout),
             Reason(1, "time limit of 1 s reached"),
             State(2, Running),
         ],
@@ -531,4 +531,85 @@ fn a_retried_submission_returns_the_first_job_even_after_a_restart() {
     job.client_token = Some("tok-2".into());
     assert_eq!(submit(&mut w, &job), 3);
     run(w, &[Queue(&[2, 3])]);
+}
+
+#[test]
+fn a_queued_job_says_why_it_waits() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Drain((1, 0), true),
+            // Only the drained node keeps a 4x4 out: it waits for that node.
+            Submit("4x4"),
+            State(1, Queued),
+            Pending(1, "waiting for node (1,0): drained"),
+            // It does not hold up a job that fits around the node.
+            Submit("4x2"),
+            Start(2),
+            Pending(2, ""),
+            // Next in line, nothing free fits: resources; behind it: priority.
+            Submit("4x2"),
+            Submit("1x1"),
+            Pending(3, "resources"),
+            Pending(4, "priority"),
+            // The node back: job 1 is the head again, and waits for job 2's nodes.
+            Drain((1, 0), false),
+            Pending(1, "resources"),
+            Pending(3, "priority"),
+            Cancel(2, 1000, true),
+            Signalled(2, 8, GRACE_MS),
+            KilledAll(2, 15),
+            State(2, Cancelled),
+            State(1, Starting),
+            Pending(1, ""),
+            Start(1),
+        ],
+    );
+}
+
+#[test]
+fn a_job_past_its_limit_ends_as_timeout_even_across_a_restart() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            SubmitLimited("2x2", 1),
+            Start(1),
+            Wait(1100),
+            Signalled(1, 4, GRACE_MS),
+            // The master restarts before the ranks are gone: it still knows why.
+            Restart,
+            RegisterAll,
+            KilledAll(1, 15),
+            State(1, Timeout),
+            Reason(1, "time limit of 1 s reached"),
+        ],
+    );
+}
+
+#[test]
+fn slices_have_ids_that_climb_and_places_that_do_not() {
+    let w = run(
+        world(2),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Submit("4x4"),
+            Start(1),
+            Start(2),
+            ExitAll(1, 0),
+            Submit("4x4"),
+            Start(3),
+            Slices(2, &[1]),
+            Slices(3, &[2]),
+            // The newest table takes effect a lead ahead.
+            Wait(200),
+        ],
+    );
+    assert_eq!(w.view(2).slice_rows, [0]);
+    assert_eq!(w.view(3).slice_rows, [1]);
+    let m = w.st.matrix_view(w.now);
+    let t = m.table.expect("a table in force");
+    assert!(t.seq >= 1 && t.seq < 10, "a short count: {t:?}");
 }

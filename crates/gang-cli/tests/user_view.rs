@@ -1,0 +1,445 @@
+//! What jobs and the machine look like to users (issue #12, part C), through the real
+//! `prun` and `gangctl` on real local clusters: pending reasons, the asked shape and the
+//! time limit, the TIMEOUT state and Slurm's time formats, counts rounded up (and
+//! `--exact`), `gangctl jobs` filters, drain/resume of several nodes, the address file of
+//! `gangctl start`, and slices numbered 0..MPL-1 with short table versions.
+//!
+//! Like `local_cluster.rs`, these need `gang-master` and `gang-agent` built next to the
+//! commands (`cargo build -p gang-master -p gang-agent`), and say so and pass otherwise.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gang_local::{LocalCluster, LocalClusterOptions};
+use serde_json::Value;
+
+const PRUN: &str = env!("CARGO_BIN_EXE_prun");
+const GANGCTL: &str = env!("CARGO_BIN_EXE_gangctl");
+/// Generous: the test machine is shared and loaded.
+const T: Duration = Duration::from_secs(60);
+
+fn bin_dir() -> PathBuf {
+    Path::new(GANGCTL).parent().unwrap().to_path_buf()
+}
+
+fn built() -> bool {
+    let dir = bin_dir();
+    let ok = dir.join("gang-master").is_file() && dir.join("gang-agent").is_file();
+    if !ok {
+        eprintln!(
+            "skipped: gang-master / gang-agent are not built in {} (cargo build -p gang-master -p gang-agent)",
+            dir.display()
+        );
+    }
+    ok
+}
+
+fn cluster(mesh: (u32, u32), mpl: u32) -> Option<LocalCluster> {
+    if !built() {
+        return None;
+    }
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bin_dir()),
+        mpl: Some(mpl),
+        nodes_up_timeout: T,
+        ..Default::default()
+    };
+    Some(LocalCluster::start(mesh, opts).expect("start a local cluster"))
+}
+
+fn cmd(bin: &str, c: &LocalCluster) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env("GANG_MASTER", c.master_addr())
+        .env_remove("GANG_OUTPUT")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn run(bin: &str, c: &LocalCluster, args: &[&str]) -> Output {
+    cmd(bin, c).args(args).output().unwrap()
+}
+
+fn json(c: &LocalCluster, args: &[&str]) -> Value {
+    let o = cmd(GANGCTL, c)
+        .args(["--output", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gangctl {args:?}: {}", text(&o.stderr));
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("gangctl {args:?}: {e}: {}", text(&o.stdout)))
+}
+
+/// `prun --detach ARGS`: the job id.
+fn detach(c: &LocalCluster, args: &[&str]) -> u64 {
+    let o = cmd(PRUN, c).arg("--detach").args(args).output().unwrap();
+    assert!(o.status.success(), "prun {args:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+        .trim()
+        .parse()
+        .expect("prun --detach prints the id")
+}
+
+fn job(c: &LocalCluster, id: u64) -> Value {
+    json(c, &["job", &id.to_string()])
+}
+
+/// Wait until `cond` holds for the job, within [`T`].
+fn wait_job(c: &LocalCluster, id: u64, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + T;
+    loop {
+        let j = job(c, id);
+        if cond(&j) {
+            return j;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id}: not {what} within {T:?}: {j}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn queued_jobs_say_why_they_wait_and_jobs_can_be_picked_out() {
+    let Some(c) = cluster((2, 2), 1) else { return };
+
+    // Several nodes at once, in every form: ranges, (X,Y), X,Y; each reported.
+    let o = run(GANGCTL, &c, &["drain", "0-1,1", "(1,0)"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "node 0,1: drained\nnode 1,1: drained\nnode 1,0: drained\n"
+    );
+    let back = json(&c, &["resume", "0-1,1"]);
+    assert_eq!(back.as_array().map(Vec::len), Some(2), "{back}");
+    assert!(
+        back.as_array().unwrap().iter().all(|n| n["state"] == "up"),
+        "{back}"
+    );
+    let o = run(GANGCTL, &c, &["drain", "5,5", "0,1"]);
+    assert_eq!(o.status.code(), Some(1), "a node off the mesh is an error");
+    assert!(text(&o.stderr).contains("node 5,5"), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "node 0,1: drained\n", "the others go on");
+    json(&c, &["resume", "0,1"]);
+
+    // Only the drained node keeps a 4-node job out: it says which, with what was asked.
+    let a = detach(&c, &["-n", "4", "-t", "5min", "--", "sleep", "60"]);
+    let j = wait_job(&c, a, "waiting", |j| j["pending_reason"] != "");
+    assert_eq!(j["state"], "queued", "{j}");
+    assert_eq!(
+        j["pending_reason"], "waiting for node (1,0): drained",
+        "{j}"
+    );
+    assert_eq!(
+        (&j["asked"], &j["time_limit_s"]),
+        (&"4".into(), &300.into()),
+        "{j}"
+    );
+    let o = run(GANGCTL, &c, &["job", &a.to_string()]);
+    let t = text(&o.stdout);
+    assert!(
+        t.contains("pending:    waiting for node (1,0): drained\n"),
+        "{t}"
+    );
+    assert!(t.contains("time limit: 5:00 (300 s)\n"), "{t}");
+
+    // Back in service: it runs; the next job is next in line with nothing free
+    // (resources), the one after it waits behind it (priority).
+    json(&c, &["resume", "1,0"]);
+    wait_job(&c, a, "running", |j| j["state"] == "running");
+    let b = detach(&c, &["-n", "1x1", "--", "sleep", "60"]);
+    let d = detach(&c, &["-n", "1", "--", "sleep", "60"]);
+    wait_job(&c, b, "resources", |j| j["pending_reason"] == "resources");
+    wait_job(&c, d, "priority", |j| j["pending_reason"] == "priority");
+    let o = run(GANGCTL, &c, &["jobs"]);
+    let t = text(&o.stdout);
+    assert!(t.lines().next().unwrap().contains("ASKED"), "{t}");
+    assert!(t.contains("(resources)") && t.contains("(priority)"), "{t}");
+    assert!(t.contains("5:00"), "the time limit: {t}");
+
+    // Cancelling the running job starts the queued ones.
+    json(&c, &["cancel", &a.to_string()]);
+    wait_job(&c, d, "running", |j| j["state"] == "running");
+    wait_job(&c, b, "running", |j| j["state"] == "running");
+    assert_eq!(job(&c, b)["pending_reason"], "");
+
+    // Filters.
+    let user = job(&c, a)["user"].as_str().unwrap().to_string();
+    let all = |args: &[&str]| ids(&json(&c, &[&["jobs"][..], args].concat()));
+    assert_eq!(all(&[]), [d, b], "live jobs only by default");
+    assert_eq!(all(&[&a.to_string()]), [a], "an id shows a finished job");
+    assert_eq!(all(&[&format!("{a}-{d}")]), [d, b, a]);
+    assert_eq!(all(&[&format!("{a},{d}")]), [d, a]);
+    assert_eq!(all(&["last"]), [d]);
+    assert_eq!(all(&["--state", "cancelled"]), [a]);
+    assert_eq!(all(&["--state", "R,CA"]), [d, b, a]);
+    assert_eq!(all(&["--user", &user, "--all"]), [d, b, a]);
+    assert_eq!(all(&["--user", "no-such-user", "--all"]), Vec::<u64>::new());
+    assert_eq!(all(&["--since", "1h"]), [d, b, a]);
+    assert_eq!(all(&["--since", "2000-01-01"]), [d, b, a]);
+    assert_eq!(all(&["--since", "2999-01-01T00:00Z"]), Vec::<u64>::new());
+    let o = run(GANGCTL, &c, &["jobs", "999"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("999"), "{}", text(&o.stderr));
+    let o = run(GANGCTL, &c, &["jobs", "--state", "runing"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("unknown job state \"runing\": expected queued (PD)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(GANGCTL, &c, &["jobs", "9-3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("write 3-9"), "{}", text(&o.stderr));
+
+    json(&c, &["cancel", &b.to_string(), &d.to_string()]);
+    c.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn a_time_limit_ends_a_job_as_timeout_in_slurm_formats() {
+    let Some(c) = cluster((2, 1), 1) else { return };
+    // MM:SS: two seconds.
+    let t0 = Instant::now();
+    let o = run(PRUN, &c, &["-n", "1", "-t", "0:02", "--", "sleep", "60"]);
+    assert_eq!(o.status.code(), Some(124), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("timed out: time limit of 2 s reached"),
+        "{err}"
+    );
+    assert!(t0.elapsed() < T);
+    let last = json(&c, &["jobs", "last"]);
+    assert_eq!(last[0]["state"], "timeout", "{last}");
+    assert_eq!(last[0]["time_limit_s"], 2, "{last}");
+    assert_eq!(ids(&json(&c, &["jobs", "--state", "TO"])).len(), 1);
+    let o = run(GANGCTL, &c, &["jobs", "--all"]);
+    assert!(text(&o.stdout).contains(" timeout "), "{}", text(&o.stdout));
+
+    // Every form is taken (detached and cancelled), and refused forms name the accepted.
+    for (form, secs) in [
+        ("90", 5400),
+        ("1:30:00", 5400),
+        ("1-12", 129_600),
+        ("1-00:00:30", 86_430),
+        ("90s", 90),
+        ("5min", 300),
+        ("2h", 7200),
+    ] {
+        let id = detach(&c, &["-n", "1", "-t", form, "--", "sleep", "60"]);
+        assert_eq!(job(&c, id)["time_limit_s"], secs, "{form}");
+        json(&c, &["cancel", &id.to_string()]);
+    }
+    let o = run(PRUN, &c, &["-n", "1", "-t", "1:2:3:4", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("expected a duration: MM, MM:SS, HH:MM:SS, D-HH"),
+        "{}",
+        text(&o.stderr)
+    );
+    c.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn a_count_rounded_up_is_said_or_refused() {
+    let Some(c) = cluster((2, 2), 1) else { return };
+    let o = run(PRUN, &c, &["-n", "3", "--exact", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        text(&o.stderr),
+        "prun: 3 nodes asked; jobs are rectangles, so 3 would run on 4 (2x2); drop --exact to accept\n"
+    );
+    assert_eq!(
+        ids(&json(&c, &["jobs", "--all"])).len(),
+        0,
+        "nothing submitted"
+    );
+
+    let o = run(PRUN, &c, &["-n", "3", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("prun: 3 nodes asked; jobs are rectangles, so job ")
+            && err.ends_with(" runs on 4 (2x2); --exact refuses this\n"),
+        "{err}"
+    );
+    let last = json(&c, &["jobs", "last"]);
+    assert_eq!(
+        (&last[0]["asked"], &last[0]["shape"]),
+        (&"3".into(), &"2x2".into())
+    );
+
+    // A count that is a rectangle, or a shape: nothing said.
+    for n in ["2", "1x2"] {
+        let o = run(PRUN, &c, &["-n", n, "--exact", "--", "true"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(text(&o.stderr), "", "-n {n}");
+    }
+    c.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn gangctl_start_leaves_its_address_for_other_shells() {
+    if !built() {
+        return;
+    }
+    let runtime = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tempfile::NamedTempFile::new().unwrap();
+    let file = runtime.path().join("gang/master");
+    let client = |args: &[&str]| {
+        Command::new(GANGCTL)
+            .args(args)
+            .env_remove("GANG_MASTER")
+            .env_remove("GANG_OUTPUT")
+            .env("GANG_CONFIG", config.path())
+            .env("XDG_RUNTIME_DIR", runtime.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    let mut start = Command::new(GANGCTL)
+        .args(["start", "--mesh", "1x1"])
+        .env_remove("GANG_MASTER")
+        .env("TMPDIR", tmp.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The export line is the only thing on stdout.
+    let mut line = String::new();
+    BufReader::new(start.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("export GANG_MASTER=")
+        .unwrap_or_else(|| panic!("stdout: {line:?}"))
+        .to_string();
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(kept.lines().next(), Some(addr.as_str()), "{kept}");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Nothing set, no master in the config: the file names it.
+    let o = client(&["--output", "json", "nodes"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let nodes: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(nodes["mesh_w"], 1, "{nodes}");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(start.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + T;
+    while start.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "gangctl start did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!file.exists(), "removed when the cluster stops");
+
+    // A file left by a gangctl that is gone (SIGKILLed) is not trusted.
+    std::fs::write(&file, format!("{addr}\npid=999999999\n")).unwrap();
+    let o = client(&["nodes"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("unix:/run/gang/master.sock"),
+        "the default, not the stale address: {}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn slices_are_numbered_from_zero_and_tables_counted() {
+    let Some(c) = cluster((2, 2), 2) else { return };
+    let a = detach(&c, &["-n", "2x2", "--", "sleep", "60"]);
+    let b = detach(&c, &["-n", "2x2", "--", "sleep", "60"]);
+    wait_job(&c, b, "running", |j| j["state"] == "running");
+    // Slices open and close: the master's ids climb, the rows people see do not.
+    json(&c, &["cancel", &a.to_string()]);
+    wait_job(&c, a, "cancelled", |j| j["state"] == "cancelled");
+    let d = detach(&c, &["-n", "2x2", "--", "sleep", "60"]);
+    wait_job(&c, d, "running", |j| j["state"] == "running");
+    let deadline = Instant::now() + T;
+    let m = loop {
+        let m = json(&c, &["slices"]);
+        if m["table_seq"].as_u64() > Some(0) && m["row_slices"].as_array().unwrap().len() == 2 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no table of two rows: {m}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let slice_ids: Vec<u64> = m["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_u64().unwrap())
+        .collect();
+    assert!(slice_ids.iter().any(|&s| s >= 2), "ids climbed: {m}");
+    assert!(m["table_seq"].as_u64().unwrap() < 100, "{m}");
+    let o = run(GANGCTL, &c, &["slices"]);
+    let t = text(&o.stdout);
+    assert!(
+        t.contains("slice 0 (1 job)") && t.contains("slice 1 (1 job)"),
+        "{t}"
+    );
+    assert!(!t.contains("slice 2"), "{t}");
+    let table = t.lines().nth(1).unwrap();
+    let v = table
+        .strip_prefix("table v")
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("{t}"));
+    assert_eq!(v, m["table_seq"].to_string(), "{t}");
+    assert!(
+        table.contains("rows: slice 0, 1") || table.contains("rows: slice 1, 0"),
+        "{t}"
+    );
+    let o = run(GANGCTL, &c, &["nodes"]);
+    assert!(text(&o.stdout).contains(" v"), "{}", text(&o.stdout));
+    // Jobs name their slices the same way (the ids stay in the JSON).
+    let jd = job(&c, d);
+    let place = m["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["placements"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["job"] == d)
+        })
+        .map(|s| (s["id"].clone(), s["row"].clone()))
+        .unwrap();
+    assert_eq!(
+        (&jd["slices"][0], &jd["slice_rows"][0]),
+        (&place.0, &place.1),
+        "{jd}"
+    );
+    let o = run(GANGCTL, &c, &["job", &d.to_string()]);
+    let t = text(&o.stdout);
+    assert!(t.contains(&format!("slices:     {}\n", place.1)), "{t}");
+    json(&c, &["cancel", &b.to_string(), &d.to_string()]);
+    c.shutdown().expect("clean shutdown");
+}
