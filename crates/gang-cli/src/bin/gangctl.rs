@@ -10,6 +10,7 @@ use gang_cli::certs;
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::output::OutputMode;
+use gang_cli::output::views::ErrorView;
 use gang_cli::output::views::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodesView, StatsView,
 };
@@ -195,13 +196,51 @@ enum CertsCmd {
     },
 }
 
+/// Whether the command line or GANG_OUTPUT asks for JSON, read by hand when clap refused
+/// the command line (and so gave no `Cli`).
+fn json_requested() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.windows(2)
+        .any(|w| w[0] == "--output" && w[1] == "json")
+        || args.iter().any(|a| a == "--output=json")
+        || std::env::var("GANG_OUTPUT").is_ok_and(|v| v == "json")
+}
+
+/// clap's own exit, but a usage error under `--output json` is a JSON object too (exit 2).
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let help = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if help || !json_requested() {
+        e.exit()
+    }
+    // clap's first line names the problem; the rest is usage text for people.
+    let text = e.render().to_string();
+    let message = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned();
+    OutputMode::Json.eprint(&ErrorView {
+        prog: "gangctl",
+        code: "USAGE",
+        message,
+    });
+    std::process::exit(2)
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
+    let mode = cli.output;
     let mut signals = None;
     if let Cmd::Start(args) = &cli.command {
         // Before anything is started, or even looked for.
         if let Err(e) = check_mesh(args.mesh, args.max_agents) {
-            eprintln!("gangctl: {}", e.message("--max-agents"));
+            mode.eprint(&ErrorView {
+                prog: "gangctl",
+                code: "USAGE",
+                message: e.message("--max-agents"),
+            });
             std::process::exit(2);
         }
         // Before the runtime or any other thread exists (see gang_cli::signals).
@@ -226,7 +265,7 @@ fn main() {
     let code = match rt.block_on(run(cli, signals)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gangctl: {e}");
+            mode.eprint(&ErrorView::of("gangctl", &e));
             1
         }
     };
@@ -287,8 +326,9 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
                             ..Default::default()
                         }
                     })),
+                    // Like scancel, go on with the other ids; exit 1 at the end.
                     Err(status) => {
-                        eprintln!("gangctl: {}", CliError::Rpc(status));
+                        mode.eprint(&ErrorView::of("gangctl", &CliError::Rpc(status)));
                         failed = true;
                     }
                 }
