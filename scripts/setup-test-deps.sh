@@ -13,6 +13,8 @@ iproute2
 mpich
 libmpich-dev
 libpmi2-0-dev
+python3
+python3-venv
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
@@ -25,6 +27,8 @@ libpmi2-0-dev
 #   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/).
 # libpmi2-0-dev: Slurm's PMI-2 client library, a client of the agent's PMI-2 wire that
 #   nobody here wrote (Debian's MPICH speaks PMI-1 only) (crates/gang-e2e/tests/mpi/pmi2.rs).
+# python3, python3-venv: a venv with grpcio from PyPI (scripts/setup-python-api-test.sh) for
+#   the README's Python API examples (crates/gang-e2e/tests/python_api.rs).
 
 missing=""
 for p in $PACKAGES; do
