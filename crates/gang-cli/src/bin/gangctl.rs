@@ -41,7 +41,8 @@ struct Cli {
     #[arg(long, global = true, env = "GANG_MASTER", value_name = "ADDR")]
     master: Option<String>,
 
-    /// How to print results: cli (text for people) or json (for programs).
+    /// How to print results: cli (text for people) or json (for programs; errors are then
+    /// one {"code","message"} object a line on stderr).
     #[arg(long, global = true, env = "GANG_OUTPUT", value_enum, default_value_t = OutputMode::Cli, value_name = "MODE")]
     output: OutputMode,
 
@@ -85,6 +86,11 @@ enum Cmd {
     },
 
     /// Cancel jobs (their ranks get SIGTERM, then SIGKILL after a grace).
+    ///
+    /// Prints `cancelled N` for a job that ended at once (it was queued), `cancelling N:
+    /// its ranks are being stopped` for a placed one. A job that has already ended is
+    /// refused (`job N already completed`); the other ids are still cancelled, and the
+    /// exit status is then 1.
     Cancel {
         /// Job ids.
         #[arg(value_name = "ID", required = true)]
