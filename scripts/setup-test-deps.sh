@@ -17,6 +17,8 @@ openmpi-bin
 libopenmpi-dev
 libpmix-dev
 hpcc
+python3
+python3-venv
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
@@ -35,6 +37,8 @@ hpcc
 #   (crates/gang-pmix; found with pkg-config at build time, the agent builds without it).
 # hpcc: HPC Challenge (linked with Open MPI) run under prun --mpi pmix
 #   (crates/gang-e2e/tests/mpi/openmpi.rs, benches/benches/hpcc.rs).
+# python3, python3-venv: a venv with grpcio from PyPI (scripts/setup-python-api-test.sh) for
+#   the README's Python API examples (crates/gang-e2e/tests/python_api.rs).
 
 missing=""
 for p in $PACKAGES; do

@@ -59,6 +59,8 @@ pub fn filter_env(
 pub struct Account {
     pub user: Option<String>,
     pub home: Option<String>,
+    /// The login shell (only used for a request with no environment at all).
+    pub shell: Option<String>,
 }
 
 impl Account {
@@ -81,11 +83,13 @@ impl Account {
                 Account {
                     user: Some(u.name),
                     home: Some(u.dir.to_string_lossy().into_owned()),
+                    shell: Some(u.shell.to_string_lossy().into_owned()).filter(|s| !s.is_empty()),
                 }
             }
             _ => Account {
                 user: (!user.is_empty()).then(|| user.to_owned()),
                 home: None,
+                shell: None,
             },
         }
     }
@@ -109,6 +113,30 @@ pub fn fill_account(env: &mut Vec<(String, String)>, account: &Account) {
             env.push((name.to_owned(), value.clone()));
         }
     }
+}
+
+/// PATH of a job submitted with no environment: systemd's default for services, so a
+/// program an administrator installed anywhere usual is found, as from a login shell.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// LANG of a job submitted with no environment: UTF-8 without assuming a locale that may
+/// not be generated on the node (C.UTF-8 is built into glibc since 2.35).
+pub const DEFAULT_LANG: &str = "C.UTF-8";
+
+/// The environment of a job whose request gave none (an API client that did not copy a
+/// shell's, as `prun` does): what a login would set, so `argv[0]` and whatever it runs are
+/// found. A request with any variable is used as given instead (as Slurm's
+/// `--export=VARS` and Flux's jobspec are), but for `fill_account`.
+pub fn default_env(account: &Account) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
+        ("LANG".to_owned(), DEFAULT_LANG.to_owned()),
+    ];
+    if let Some(shell) = &account.shell {
+        env.push(("SHELL".to_owned(), shell.clone()));
+    }
+    fill_account(&mut env, account);
+    env
 }
 
 /// The messaging library's tuning knobs a job may set itself (how long a receive spins,

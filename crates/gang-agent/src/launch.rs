@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::env_policy::{
-    ACCOUNT_ENV, Account, DROPPED_ENV, PMI_ENV, USER_MSG_ENV, fill_account, filter_env,
-    valid_env_name,
+    ACCOUNT_ENV, Account, DEFAULT_PATH, DROPPED_ENV, PMI_ENV, USER_MSG_ENV, default_env,
+    fill_account, filter_env, valid_env_name,
 };
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{RankExit, Stream};
@@ -39,9 +39,6 @@ use crate::switch::{Switcher, freezer};
 /// How long an exited rank's pipes may stay open (held by a process that escaped its
 /// group) before the agent stops reading them and reports the exit anyway.
 pub const PIPE_DRAIN: Duration = Duration::from_secs(2);
-
-/// Used when neither the request nor the agent has a PATH.
-const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Whose credentials the rank runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -508,6 +505,7 @@ mod tests {
             &Account {
                 user: Some("alice".into()),
                 home: Some("/home/alice".into()),
+                shell: None,
             },
         );
         kept.sort();
@@ -531,6 +529,28 @@ mod tests {
     }
 
     #[test]
+    fn a_request_without_environment_gets_a_login_like_one() {
+        let mut env = default_env(&Account {
+            user: Some("alice".into()),
+            home: Some("/home/alice".into()),
+            shell: Some("/bin/bash".into()),
+        });
+        env.sort();
+        let want: Vec<(String, String)> = [
+            ("HOME", "/home/alice"),
+            ("LANG", "C.UTF-8"),
+            ("LOGNAME", "alice"),
+            ("PATH", DEFAULT_PATH),
+            ("SHELL", "/bin/bash"),
+            ("USER", "alice"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(env, want);
+    }
+
+    #[test]
     fn accounts_come_from_the_password_entry() {
         assert_eq!(
             Account::of(0, ""),
@@ -539,6 +559,9 @@ mod tests {
                 home: nix::unistd::User::from_uid(0.into())
                     .unwrap()
                     .map(|u| u.dir.to_string_lossy().into_owned()),
+                shell: nix::unistd::User::from_uid(0.into())
+                    .unwrap()
+                    .map(|u| u.shell.to_string_lossy().into_owned()),
             }
         );
         // Not a user here: the master's name, and no home to claim.
@@ -546,7 +569,8 @@ mod tests {
             Account::of(4_000_000_000, "ghost"),
             Account {
                 user: Some("ghost".into()),
-                home: None
+                home: None,
+                shell: None,
             }
         );
         assert_eq!(Account::of(4_000_000_000, ""), Account::default());

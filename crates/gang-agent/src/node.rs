@@ -139,7 +139,12 @@ impl Node {
             program: argv0.clone(),
             source,
         };
-        let agent_path = std::env::var_os("PATH");
+        // A request with no environment runs with the default PATH: look argv[0] up there
+        // too, not in the agent's own.
+        let agent_path = match req.env.is_empty() {
+            true => Some(launch::DEFAULT_PATH.into()),
+            false => std::env::var_os("PATH"),
+        };
         let path = req
             .env
             .get("PATH")
@@ -166,7 +171,9 @@ impl Node {
                 "variables dropped from the rank's environment: they make every process it starts load code or write files (the agent's env_allow keeps them)"
             );
         }
-        if launch::ACCOUNT_ENV
+        if req.env.is_empty() {
+            env = launch::default_env(&launch::Account::of(req.uid, &req.user));
+        } else if launch::ACCOUNT_ENV
             .iter()
             .any(|name| !req.env.contains_key(*name))
         {

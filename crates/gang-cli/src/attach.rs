@@ -145,6 +145,8 @@ async fn cancel_job(master: String, job_id: u64, uid: u32) {
         .await;
         match result {
             Ok(()) => return,
+            // It ended before the cancel arrived: its end is reported as any other.
+            Err(CliError::Rpc(s)) if s.code() == tonic::Code::FailedPrecondition => return,
             Err(e) if e.is_transient() && Instant::now() + backoff < deadline => {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -22,6 +22,17 @@ impl CliError {
         CliError::Other(msg.into())
     }
 
+    /// The error's code under `--output json`: the gRPC status name for the master's
+    /// answers (`NOT_FOUND`, `FAILED_PRECONDITION`, ...), `UNAVAILABLE` when no connection
+    /// could be made (as gRPC says for the same), `LOCAL` for anything found here.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CliError::Unreachable { .. } => "UNAVAILABLE",
+            CliError::Rpc(s) => code_name(s.code()),
+            CliError::Other(_) => "LOCAL",
+        }
+    }
+
     /// Whether retrying later could help (the master is down or restarting, or a stream
     /// broke), as opposed to an answer from a working master.
     pub fn is_transient(&self) -> bool {
@@ -45,6 +56,30 @@ pub fn status_is_transient(s: &tonic::Status) -> bool {
             | Code::Aborted
             | Code::DeadlineExceeded
     )
+}
+
+/// gRPC's canonical name of a status code, as grpcurl, grpcio and the gRPC docs print it.
+pub fn code_name(c: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match c {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
 }
 
 impl fmt::Display for CliError {

@@ -167,19 +167,59 @@ fn gangctl_reports_an_unreachable_master() {
             "{cmd:?}: {err}"
         );
     }
-    // Global flags go after the subcommand too, and the environment works.
+    // Global flags go after the subcommand too, and the environment works; under
+    // --output json the error is a JSON object on stderr.
     let o = Command::new(GANGCTL)
         .args(["nodes", "--output", "json"])
         .env("GANG_MASTER", "unix:/nonexistent/gang-1.sock")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "");
+    let e: serde_json::Value = serde_json::from_str(&stderr(&o)).expect("one JSON object");
+    assert_eq!(e["code"], "UNAVAILABLE", "{e}");
     assert!(
-        stderr(&o)
-            .starts_with("gangctl: cannot reach the master at unix:/nonexistent/gang-1.sock: "),
-        "{}",
-        stderr(&o)
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot reach the master at unix:/nonexistent/gang-1.sock: "),
+        "{e}"
     );
+}
+
+/// Every error under `--output json` is `{"code","message"}` on stderr, usage errors too.
+#[test]
+fn gangctl_json_errors_are_objects() {
+    for (args, code, exit, says) in [
+        (
+            &["--output", "json", "drain", "1x2"][..],
+            "USAGE",
+            2,
+            "expected a node as X,Y",
+        ),
+        (&["--output=json", "frobnicate"], "USAGE", 2, "frobnicate"),
+        (&["--output", "json"], "USAGE", 2, "requires a subcommand"),
+        (
+            &["job", "x", "--output", "json"],
+            "USAGE",
+            2,
+            "invalid value 'x'",
+        ),
+    ] {
+        let o = run(GANGCTL, args);
+        assert_eq!(o.status.code(), Some(exit), "{args:?}: {}", stderr(&o));
+        let e: serde_json::Value = serde_json::from_str(&stderr(&o))
+            .unwrap_or_else(|_| panic!("{args:?}: not JSON: {}", stderr(&o)));
+        assert_eq!(e["code"], code, "{args:?}: {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains(says),
+            "{args:?}: {e}"
+        );
+    }
+    // Help is still help.
+    let o = run(GANGCTL, &["--output", "json", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("Usage"), "{}", stdout(&o));
 }
 
 #[test]

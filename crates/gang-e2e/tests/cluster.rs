@@ -412,6 +412,16 @@ fn master_crash_loses_no_job() {
     c.shutdown().unwrap();
 }
 
+/// What health and reflection name to clients.
+const CLIENT_SERVICES: [&str; 6] = [
+    "gang.v1.JobService",
+    "gang.v1.AdminService",
+    "gang.v1.AuthService",
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
 /// gRPC health and reflection (what grpcurl uses), and Prometheus metrics.
 #[test]
 fn health_reflection_and_metrics_are_served() {
@@ -421,23 +431,27 @@ fn health_reflection_and_metrics_are_served() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let ch = c.channel().await.unwrap();
+        // Every client service by name, and the server as a whole ("").
         let mut health = tonic_health::pb::health_client::HealthClient::new(ch.clone());
-        let r = health
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: "gang.v1.JobService".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(
-            r.status,
-            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-        );
+        for service in CLIENT_SERVICES.iter().chain(&[""]) {
+            let r = health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: service.to_string(),
+                })
+                .await
+                .unwrap_or_else(|e| panic!("health of {service:?}: {e:?}"))
+                .into_inner();
+            assert_eq!(
+                r.status,
+                tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+                "{service:?}"
+            );
+        }
         use tonic_reflection::pb::v1::{
             ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
             server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
         };
-        let mut refl = ServerReflectionClient::new(ch);
+        let mut refl = ServerReflectionClient::new(ch.clone());
         let req = ServerReflectionRequest {
             host: String::new(),
             message_request: Some(MessageRequest::ListServices(String::new())),
@@ -451,15 +465,64 @@ fn health_reflection_and_metrics_are_served() {
         let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
             panic!("unexpected reflection answer {msg:?}");
         };
-        let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-        for want in [
-            "gang.v1.JobService",
-            "gang.v1.AdminService",
-            "gang.v1.AgentRegistry",
-        ] {
-            assert!(names.iter().any(|n| n == want), "{names:?}");
-        }
+        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        names.sort();
+        let mut want: Vec<&str> = CLIENT_SERVICES.to_vec();
+        want.sort();
+        // Only what a client may call: the agents' services are on the agent port.
+        assert_eq!(names, want);
+
+        // The same through v1alpha (older grpcurl, Python's grpcio-reflection).
+        use tonic_reflection::pb::v1alpha as alpha;
+        let mut refl = alpha::server_reflection_client::ServerReflectionClient::new(ch);
+        let req = alpha::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(
+                alpha::server_reflection_request::MessageRequest::ListServices(String::new()),
+            ),
+        };
+        let msg = refl
+            .server_reflection_info(tokio_stream::once(req))
+            .await
+            .unwrap()
+            .into_inner()
+            .message()
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(alpha::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+            msg.message_response
+        else {
+            panic!("unexpected v1alpha reflection answer {msg:?}");
+        };
+        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        names.sort();
+        assert_eq!(names, want);
+
+        // A gRPC client sent to the metrics port by mistake is told where it is.
+        let metrics = format!("http://{}", c.metrics_addr().trim_start_matches("http://"));
+        let ch = tonic::transport::Channel::from_shared(metrics)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let e = v1::job_service_client::JobServiceClient::new(ch)
+            .get_job(v1::GetJobRequest { job_id: 1 })
+            .await
+            .expect_err("not a gRPC port");
+        assert_eq!(e.code(), tonic::Code::Unimplemented, "{e:?}");
+        assert!(
+            e.message().contains("Prometheus metrics port")
+                && e.message().contains(c.master_addr()),
+            "{e:?}"
+        );
     });
+    let text = http_get(c.metrics_addr(), "/");
+    assert!(
+        text.starts_with("HTTP/1.0 404") || text.starts_with("HTTP/1.1 404"),
+        "{text}"
+    );
+    assert!(text.contains("metrics port (GET /metrics only)"), "{text}");
     let text = http_get(c.metrics_addr(), "/metrics");
     assert!(text.starts_with("HTTP/1."), "{text}");
     assert!(text.contains("gang_jobs_submitted_total 1"), "{text}");

@@ -65,6 +65,10 @@ pub enum MasterError {
     Output { job: u64, source: std::io::Error },
     #[error("the master is shutting down")]
     ShuttingDown,
+    /// A user's cancel of a job that has ended: Slurm's scancel says "already completing
+    /// or completed"; a script must learn the cancel did nothing.
+    #[error("job {job} already {state}")]
+    AlreadyEnded { job: JobId, state: &'static str },
     #[error("job {job} is not running (it is {state})")]
     NotRunning { job: JobId, state: &'static str },
     /// A rank's fence is ahead of its job's (retries after a master restart): ask again.

@@ -162,9 +162,16 @@ impl Metrics {
     }
 }
 
-/// Serve `/metrics` on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
-    let app = axum::Router::new().route(
+/// Serve `/metrics` on `listener` until the process ends. Anything else gets an answer
+/// naming this port and where gRPC is served (`grpc_where`): a gRPC client pointed here by
+/// mistake gets UNIMPLEMENTED with that text, not a bare HTTP 404 it would report as
+/// "unexpected HTTP status".
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, grpc_where: String) {
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let grpc_where = grpc_where.clone();
+        async move { not_metrics(&req, &grpc_where) }
+    });
+    let app = app.route(
         "/metrics",
         axum::routing::get(move || {
             let m = metrics.clone();
@@ -182,6 +189,37 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>) {
     if let Err(e) = axum::serve(listener, app).await {
         tracing::warn!(error = %e, "metrics server stopped");
     }
+}
+
+fn not_metrics(
+    req: &axum::extract::Request,
+    grpc_where: &str,
+) -> axum::response::Response<axum::body::Body> {
+    use axum::http::{StatusCode, header};
+    let what = format!(
+        "this is the gang master's Prometheus metrics port (GET /metrics only); \
+         gRPC is served on {grpc_where}"
+    );
+    let grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    let mut resp = axum::response::Response::builder();
+    if grpc {
+        // A trailers-only gRPC answer: status 12 (UNIMPLEMENTED); the message is plain
+        // ASCII without '%', so it needs no percent-encoding.
+        resp = resp
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/grpc")
+            .header("grpc-status", "12")
+            .header("grpc-message", what.as_str());
+        return resp.body(axum::body::Body::empty()).expect("valid headers");
+    }
+    resp.status(StatusCode::NOT_FOUND)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(axum::body::Body::from(format!("{what}\n")))
+        .expect("valid headers")
 }
 
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {

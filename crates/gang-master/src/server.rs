@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::info;
 
@@ -35,6 +36,16 @@ use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 use crate::switch_stats::SwitchStats;
+
+/// The services a client may call, as health and reflection name them.
+const CLIENT_SERVICES: [&str; 6] = [
+    <JobServiceServer<Jobs> as NamedService>::NAME,
+    <AdminServiceServer<Admin> as NamedService>::NAME,
+    <AuthServiceServer<Tokens> as NamedService>::NAME,
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
 
 pub struct RunningMaster {
     /// Remote clients (TLS).
@@ -156,13 +167,26 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // Recovery happens here: nothing is served before the state is back.
     let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
 
+    // Health answers SERVING for "" (tonic-health's default) and for every client service
+    // by name: load balancers and `grpc_health_probe -service` ask for the one they use.
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<JobServiceServer<Jobs>>()
-        .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(gang_proto::v1::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    for name in CLIENT_SERVICES {
+        health_reporter
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    // Both reflection versions: grpcurl before 1.8.8 and Python's grpcio-reflection client
+    // speak only v1alpha. Only client services are listed (agents have their own port).
+    let reflection = || {
+        CLIENT_SERVICES.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(gang_proto::v1::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |b, name| b.with_service_name(*name),
+        )
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let jobs = JobServiceServer::new(Jobs {
         handle: handle.clone(),
         output: output.clone(),
@@ -195,7 +219,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let clients = || {
         Server::builder()
             .add_service(health.clone())
-            .add_service(reflection.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone())
             .add_service(jobs.clone())
             .add_service(admin.clone())
             .add_service(tokens.clone())
@@ -210,7 +235,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
                 .client_auth_optional(true),
         )?
         .add_service(health.clone())
-        .add_service(reflection.clone())
+        .add_service(reflection_v1.clone())
+        .add_service(reflection_v1alpha.clone())
         .add_service(jobs.clone())
         .add_service(admin.clone())
         .add_service(tokens.clone())
@@ -223,7 +249,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         tokio::try_join!(local, remote, for_agents)?;
         Ok(())
     });
-    tokio::spawn(metrics::serve(metrics_listener, metrics));
+    let grpc_where = format!("unix:{} and https://{grpc_addr}", socket_path.display());
+    tokio::spawn(metrics::serve(metrics_listener, metrics, grpc_where));
     info!(%grpc_addr, %agent_addr, socket = %socket_path.display(), %metrics_addr, %mesh, "master serving");
     if let Some(path) = ready_file {
         write_ready(

@@ -11,6 +11,7 @@ use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::job_filter;
 use gang_cli::output::OutputMode;
+use gang_cli::output::views::ErrorView;
 use gang_cli::output::views::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
 };
@@ -41,7 +42,8 @@ struct Cli {
     #[arg(long, global = true, env = "GANG_MASTER", value_name = "ADDR")]
     master: Option<String>,
 
-    /// How to print results: cli (text for people) or json (for programs).
+    /// How to print results: cli (text for people) or json (for programs; errors are then
+    /// one {"code","message"} object a line on stderr).
     #[arg(long, global = true, env = "GANG_OUTPUT", value_enum, default_value_t = OutputMode::Cli, value_name = "MODE")]
     output: OutputMode,
 
@@ -114,6 +116,11 @@ enum Cmd {
     },
 
     /// Cancel jobs (their ranks get SIGTERM, then SIGKILL after a grace).
+    ///
+    /// Prints `cancelled N` for a job that ended at once (it was queued), `cancelling N:
+    /// its ranks are being stopped` for a placed one. A job that has already ended is
+    /// refused (`job N already completed`); the other ids are still cancelled, and the
+    /// exit status is then 1.
     Cancel {
         /// Job ids.
         #[arg(value_name = "ID", required = true)]
@@ -229,13 +236,51 @@ enum CertsCmd {
     },
 }
 
+/// Whether the command line or GANG_OUTPUT asks for JSON, read by hand when clap refused
+/// the command line (and so gave no `Cli`).
+fn json_requested() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.windows(2)
+        .any(|w| w[0] == "--output" && w[1] == "json")
+        || args.iter().any(|a| a == "--output=json")
+        || std::env::var("GANG_OUTPUT").is_ok_and(|v| v == "json")
+}
+
+/// clap's own exit, but a usage error under `--output json` is a JSON object too (exit 2).
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let help = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if help || !json_requested() {
+        e.exit()
+    }
+    // clap's first line names the problem; the rest is usage text for people.
+    let text = e.render().to_string();
+    let message = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned();
+    OutputMode::Json.eprint(&ErrorView {
+        prog: "gangctl",
+        code: "USAGE",
+        message,
+    });
+    std::process::exit(2)
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
+    let mode = cli.output;
     let mut signals = None;
     if let Cmd::Start(args) = &cli.command {
         // Before anything is started, or even looked for.
         if let Err(e) = check_mesh(args.mesh, args.max_agents) {
-            eprintln!("gangctl: {}", e.message("--max-agents"));
+            mode.eprint(&ErrorView {
+                prog: "gangctl",
+                code: "USAGE",
+                message: e.message("--max-agents"),
+            });
             std::process::exit(2);
         }
         // Before the runtime or any other thread exists (see gang_cli::signals).
@@ -260,7 +305,7 @@ fn main() {
     let code = match rt.block_on(run(cli, signals)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gangctl: {e}");
+            mode.eprint(&ErrorView::of("gangctl", &e));
             1
         }
     };
@@ -324,8 +369,9 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
                             ..Default::default()
                         }
                     })),
+                    // Like scancel, go on with the other ids; exit 1 at the end.
                     Err(status) => {
-                        eprintln!("gangctl: {}", CliError::Rpc(status));
+                        mode.eprint(&ErrorView::of("gangctl", &CliError::Rpc(status)));
                         failed = true;
                     }
                 }

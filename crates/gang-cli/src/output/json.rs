@@ -322,6 +322,15 @@ impl From<&Stats> for StatsJson {
     }
 }
 
+/// An error under `--output json` (on stderr, one line): `code` is gRPC's status name for
+/// the master's answers (`NOT_FOUND`), else the CLI's own (`USAGE`, `UNAVAILABLE`,
+/// `LOCAL`); `message` is what the text mode prints after `gangctl: `.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorJson {
+    pub code: String,
+    pub message: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,6 +77,16 @@ impl OutputMode {
     }
 }
 
+impl OutputMode {
+    /// Like [`print`](Self::print), but one line on stderr: errors, which a program reads
+    /// apart from the result (stdout then holds what did succeed, or nothing).
+    pub fn eprint<V: View>(self, view: &V) {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(self.render_compact(view).as_bytes());
+        let _ = err.flush();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

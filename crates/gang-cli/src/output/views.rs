@@ -170,7 +170,41 @@ impl View for JobView<'_> {
     }
 }
 
-/// `gangctl cancel`: `cancelled N` lines, or a JSON array of the cancelled jobs.
+/// An error of `PROG` (`gangctl`, `prun`): `PROG: MESSAGE`, or `{"code","message"}`.
+pub struct ErrorView<'a> {
+    pub prog: &'a str,
+    pub code: &'a str,
+    pub message: String,
+}
+
+impl ErrorView<'_> {
+    pub fn of<'a>(prog: &'a str, e: &crate::error::CliError) -> ErrorView<'a> {
+        ErrorView {
+            prog,
+            code: e.code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl View for ErrorView<'_> {
+    type Json = crate::output::json::ErrorJson;
+
+    fn json(&self) -> Self::Json {
+        crate::output::json::ErrorJson {
+            code: self.code.to_owned(),
+            message: self.message.clone(),
+        }
+    }
+
+    fn cli(&self) -> String {
+        format!("{}: {}\n", self.prog, self.message)
+    }
+}
+
+/// `gangctl cancel`: per job, `cancelled N` if it ended at once (it was queued), else
+/// `cancelling N: its ranks are being stopped` (the master holds it running until they
+/// are gone); or a JSON array of the jobs as the master holds them after the cancel.
 pub struct CancelledView<'a>(pub &'a [JobInfo]);
 
 impl View for CancelledView<'_> {
@@ -183,7 +217,10 @@ impl View for CancelledView<'_> {
     fn cli(&self) -> String {
         self.0
             .iter()
-            .map(|j| format!("cancelled {}\n", j.id))
+            .map(|j| match j.state() {
+                gang_proto::v1::JobState::Cancelled => format!("cancelled {}\n", j.id),
+                _ => format!("cancelling {}: its ranks are being stopped\n", j.id),
+            })
             .collect()
     }
 }
@@ -482,11 +519,31 @@ NODE  STATE    ADDRESS         JOBS  CLOCK-OFFSET    TABLE
     }
 
     #[test]
+    fn error_view() {
+        let e = crate::error::CliError::Rpc(tonic::Status::failed_precondition(
+            "job 1 already completed",
+        ));
+        let v = ErrorView::of("gangctl", &e);
+        assert_eq!(
+            OutputMode::Cli.render_compact(&v),
+            "gangctl: job 1 already completed\n"
+        );
+        assert_eq!(
+            OutputMode::Json.render_compact(&v),
+            "{\"code\":\"FAILED_PRECONDITION\",\"message\":\"job 1 already completed\"}\n"
+        );
+    }
+
+    #[test]
     fn cancelled_view() {
-        let jobs = vec![failed_job(), queued_job()];
+        let mut queued = queued_job();
+        queued.state = gang_proto::v1::JobState::Cancelled as i32;
+        let mut running = failed_job();
+        running.state = gang_proto::v1::JobState::Running as i32;
+        let jobs = vec![running, queued];
         assert_eq!(
             OutputMode::Cli.render(&CancelledView(&jobs)),
-            "cancelled 9\ncancelled 13\n"
+            "cancelling 9: its ranks are being stopped\ncancelled 13\n"
         );
     }
 

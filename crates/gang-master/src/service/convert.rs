@@ -49,7 +49,9 @@ impl From<MasterError> for Status {
             MasterError::ShuttingDown
             | MasterError::NotSaved(_)
             | MasterError::FenceAhead { .. } => Status::unavailable(msg),
-            MasterError::NotRunning { .. } => Status::failed_precondition(msg),
+            MasterError::NotRunning { .. } | MasterError::AlreadyEnded { .. } => {
+                Status::failed_precondition(msg)
+            }
             MasterError::Output { .. } => Status::internal(msg),
             MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use gang_core::JobId;
 use gang_proto::v1::{self, job_service_server::JobService};
 use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
@@ -16,7 +16,7 @@ use crate::agents::AgentPool;
 use crate::auth::Authenticator;
 use crate::error::MasterError;
 use crate::output::OutputHub;
-use crate::service::convert;
+use crate::service::{convert, watch};
 use crate::state::events::Caller;
 use crate::state::views::{Coord, JobView, Rank0};
 
@@ -91,23 +91,11 @@ impl JobService for Jobs {
         req: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let caller = self.auth.caller(&req)?;
-        let only = req.into_inner().job_id;
-        let events = BroadcastStream::new(self.handle.events());
-        if only != 0 {
-            // An unknown job, or another user's, is refused now rather than watched forever.
-            let id = JobId(only);
-            let c = caller.clone();
-            self.handle.call(|tx| Cmd::GetJob(id, c, tx)).await?;
-        }
-        let stream = events.filter_map(move |e| match e {
-            Ok(job) if (only == 0 || job.id.0 == only) && caller.may_act_on(job.uid) => {
-                Some(Ok(v1::JobEvent {
-                    job: Some(convert::job_info(&job)),
-                }))
-            }
-            _ => None,
-        });
-        Ok(Response::new(Box::pin(stream)))
+        let only = Some(req.into_inner().job_id)
+            .filter(|&id| id != 0)
+            .map(JobId);
+        let rx = watch::start(&self.handle, caller, only).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     type AttachStream = Boxed<v1::AttachResponse>;

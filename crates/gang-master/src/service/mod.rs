@@ -6,3 +6,4 @@ pub mod convert;
 pub mod jobs;
 pub mod registry;
 pub mod tokens;
+pub mod watch;

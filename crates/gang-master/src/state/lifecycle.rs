@@ -184,8 +184,18 @@ impl MasterState {
                 self.save(fx, now, id);
                 self.execute(fx, now, plan);
             }
+            s if s.is_final() && by.is_some() => {
+                return Err(MasterError::AlreadyEnded {
+                    job: id,
+                    state: super::messaging::state_word(s),
+                });
+            }
             State::Starting | State::Running if job.cancelled.is_none() => {
-                self.jobs.get_mut(id).expect("present").cancelled = Some(reason);
+                // The reply shows the job still running (its ranks are, until they stop),
+                // and why it will end.
+                let job = self.jobs.get_mut(id).expect("present");
+                job.record.reason = format!("{reason}; its ranks are being stopped");
+                job.cancelled = Some(reason);
                 // Durable before the reply: a master restart carries the cancel on.
                 self.save(fx, now, id);
                 self.kill(fx, id, self.cfg.kill_grace_ms);

@@ -15,7 +15,7 @@ use crate::state::effects::{Coord, Effects, Metric};
 use crate::state::events::FenceArrival;
 use crate::state::{MasterState, Now};
 
-fn state_word(s: State) -> &'static str {
+pub(super) fn state_word(s: State) -> &'static str {
     match s {
         State::Queued => "queued",
         State::Starting => "starting",
@@ -23,7 +23,7 @@ fn state_word(s: State) -> &'static str {
         State::Completed => "completed",
         State::Failed => "failed",
         State::Cancelled => "cancelled",
-        State::Timeout => "timeout",
+        State::Timeout => "timed out",
     }
 }
 
