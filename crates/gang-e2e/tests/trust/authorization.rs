@@ -92,7 +92,7 @@ fn authorization_matrix_with_real_users() {
     assert_eq!(out.status.code(), Some(1));
     let admins_only = format!("{} may not drain nodes: admins only", a.name);
     assert!(
-        stderr(&out).starts_with(&format!("gangctl: {admins_only}")),
+        stderr(&out).starts_with(&format!("gangctl: node 0,0: {admins_only}")),
         "{}",
         stderr(&out)
     );
