@@ -38,6 +38,7 @@ pub mod node;
 pub mod notify;
 pub mod output;
 pub mod pmi;
+pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
 pub mod service;

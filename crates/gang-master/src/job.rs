@@ -70,6 +70,23 @@ impl State {
     }
 }
 
+/// Where a job's ranks write their stdout and stderr, as file name patterns (see
+/// `gang_core::output_pattern`): the agents expand and open them, so the master only
+/// checks and carries them. Empty: the stream is piped to the master and relayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFiles {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+impl OutputFiles {
+    pub fn is_empty(&self) -> bool {
+        self.output.is_empty() && self.error.is_empty()
+    }
+}
+
 /// What is persisted for a job (one row, JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -118,6 +135,9 @@ pub struct JobRecord {
     /// The submitter's idempotency token (`SubmitRequest.client_token`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token: Option<String>,
+    /// `prun --output/--error` patterns (empty: output relayed through the master).
+    #[serde(default, skip_serializing_if = "OutputFiles::is_empty")]
+    pub output_files: OutputFiles,
     /// While it runs: what a restarted master needs to carry on exactly where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,

@@ -151,6 +151,7 @@ impl MasterState {
             mpi_check: new.mpi_check,
             run_ns: 0,
             client_token: new.client_token,
+            output_files: new.output_files,
             live: None,
         }));
         self.next_id += 1;
@@ -247,6 +248,7 @@ impl MasterState {
                 msg_context: job.record.msg_context,
                 mpi: job.record.mpi,
                 mpi_check: job.record.mpi_check,
+                output_files: job.record.output_files.clone(),
             };
             fx.launch((x, y), addr, order);
         }
