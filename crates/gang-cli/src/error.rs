@@ -1,5 +1,6 @@
 //! The error type that `prun` and `gangctl` print as `PROG: MESSAGE`, and the master's
-//! default address: what every part of the CLI shares, importing nothing of it.
+//! default address: what every part of the CLI shares, importing nothing of it but the
+//! timeout in force (to name it when the master does not answer).
 
 use std::fmt;
 
@@ -13,6 +14,11 @@ pub enum CliError {
     Unreachable { addr: String, detail: String },
     /// The master answered with an error; its message names the problem.
     Rpc(tonic::Status),
+    /// The master took a connection (or a request) and did not answer in time.
+    NoAnswer {
+        addr: String,
+        after: std::time::Duration,
+    },
     /// Anything else (local I/O, bad input found late, ...).
     Other(String),
 }
@@ -28,7 +34,8 @@ impl CliError {
         match self {
             CliError::Unreachable { .. } => true,
             CliError::Rpc(s) => status_is_transient(s),
-            CliError::Other(_) => false,
+            // Waiting again as long would not tell the user sooner.
+            CliError::NoAnswer { .. } | CliError::Other(_) => false,
         }
     }
 }
@@ -53,6 +60,11 @@ impl fmt::Display for CliError {
             CliError::Unreachable { addr, detail } => {
                 write!(f, "cannot reach the master at {addr}: {detail}")
             }
+            CliError::NoAnswer { addr, after } => write!(
+                f,
+                "the master at {addr} did not answer within {} (--timeout, GANG_TIMEOUT)",
+                crate::timeouts::show(*after)
+            ),
             CliError::Rpc(s) if s.message().is_empty() => write!(f, "{}", s.code().description()),
             CliError::Rpc(s) => write!(f, "{}", s.message()),
             CliError::Other(m) => write!(f, "{m}"),
@@ -64,6 +76,12 @@ impl std::error::Error for CliError {}
 
 impl From<tonic::Status> for CliError {
     fn from(s: tonic::Status) -> Self {
-        CliError::Rpc(s)
+        match crate::timeouts::limit() {
+            Some(after) if crate::timeouts::is_timeout(&s) => CliError::NoAnswer {
+                addr: crate::timeouts::master(),
+                after,
+            },
+            _ => CliError::Rpc(s),
+        }
     }
 }

@@ -292,6 +292,15 @@ impl Job {
 }
 
 /// Shell convention: a process killed by signal N exits "128+N".
+/// How a rank's death by `signal` reads in a job's reason: `killed by signal 11
+/// (SIGSEGV)`, the name as `kill -l` spells it, so that users need not look it up.
+pub fn killed_by(signal: i32) -> String {
+    match nix::sys::signal::Signal::try_from(signal) {
+        Ok(s) => format!("was killed by signal {signal} ({})", s.as_str()),
+        Err(_) => format!("was killed by signal {signal}"),
+    }
+}
+
 pub fn signal_code(signal: i32) -> i32 {
     // Agents report real signal numbers; a bogus one must not overflow the master.
     128i32.saturating_add(signal)

@@ -386,7 +386,7 @@ impl MasterState {
         }
         let (code, what) = match exit.how {
             ExitHow::Code(c) => (c, format!("exited with code {c}")),
-            ExitHow::Signal(s) => (signal_code(s), format!("was killed by signal {s}")),
+            ExitHow::Signal(s) => (signal_code(s), crate::job::killed_by(s)),
             ExitHow::Error(e) => (127, e),
             ExitHow::Unknown => (1, "ended for an unknown reason".into()),
         };
