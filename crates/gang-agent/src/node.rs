@@ -20,9 +20,9 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
 use crate::launch::{self, Pipes, RankSpec, Refusal, RunAs, Supervisor};
-use crate::rank_files::RankFiles;
 use crate::msg::{MsgHub, MsgLaunch};
 use crate::output::Outbox;
+use crate::rank_files::RankFiles;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
 use crate::switch::Switcher;
 

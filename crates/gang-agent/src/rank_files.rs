@@ -154,7 +154,10 @@ mod tests {
         let f = RankFiles::new("%j.out", "", (7, 1), (0, 1), cwd).unwrap();
         assert!(!f.stdout_piped() && !f.stderr_piped());
         assert!(matches!(f.stderr, Stderr::Stdout));
-        assert_eq!(f.stdout.as_ref().unwrap().path.to_str().unwrap(), "/tmp/7.out");
+        assert_eq!(
+            f.stdout.as_ref().unwrap().path.to_str().unwrap(),
+            "/tmp/7.out"
+        );
         assert_eq!(f.stdout.as_ref().unwrap().flags & libc::O_TRUNC, 0);
 
         let f = RankFiles::new("", "err-%r-%n", (7, 1), (0, 1), cwd).unwrap();
@@ -175,9 +178,12 @@ mod tests {
 
     #[test]
     fn a_missing_directory_names_the_file() {
-        let (path, e) =
-            RankFiles::new("no/such/dir/%j.out", "", (3, 0), (0, 0), Path::new("/tmp")).unwrap_err();
+        let (path, e) = RankFiles::new("no/such/dir/%j.out", "", (3, 0), (0, 0), Path::new("/tmp"))
+            .unwrap_err();
         assert_eq!(path, Path::new("/tmp/no/such/dir/3.out"));
-        assert!(e.to_string().contains("/tmp/no/such/dir does not exist"), "{e}");
+        assert!(
+            e.to_string().contains("/tmp/no/such/dir does not exist"),
+            "{e}"
+        );
     }
 }

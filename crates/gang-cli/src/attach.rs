@@ -559,17 +559,38 @@ mod tests {
 
     #[test]
     fn exit_codes() {
-        assert_eq!(finished_code("prun", &job(JobState::Completed, Some(0)), true), 0);
-        assert_eq!(finished_code("prun", &job(JobState::Completed, None), true), 0);
-        assert_eq!(finished_code("prun", &job(JobState::Failed, Some(3)), true), 3);
-        assert_eq!(finished_code("prun", &job(JobState::Failed, Some(137)), true), 137);
+        assert_eq!(
+            finished_code("prun", &job(JobState::Completed, Some(0)), true),
+            0
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Completed, None), true),
+            0
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(3)), true),
+            3
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(137)), true),
+            137
+        );
         assert_eq!(finished_code("prun", &job(JobState::Failed, None), true), 1);
-        assert_eq!(finished_code("prun", &job(JobState::Cancelled, None), true), 143);
+        assert_eq!(
+            finished_code("prun", &job(JobState::Cancelled, None), true),
+            143
+        );
         assert_eq!(
             finished_code("prun", &job(JobState::Cancelled, Some(130)), true),
             130
         );
-        assert_eq!(finished_code("prun", &job(JobState::Failed, Some(300)), true), 1);
-        assert_eq!(finished_code("prun", &job(JobState::Failed, Some(-1)), true), 1);
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(300)), true),
+            1
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(-1)), true),
+            1
+        );
     }
 }

@@ -49,21 +49,23 @@ pub async fn channel(addr: &str) -> Result<MasterChannel, CliError> {
     // Over the whole of it (TCP, TLS, HTTP/2): a listener that accepts and stays silent
     // stalls the handshakes, which the transport's connect timeout does not all cover.
     let connected = match limit {
-        Some(after) => tokio::time::timeout(after, connect)
-            .await
-            .map_err(|_| CliError::NoAnswer {
-                addr: addr.clone(),
-                after,
-            })?,
+        Some(after) => {
+            tokio::time::timeout(after, connect)
+                .await
+                .map_err(|_| CliError::NoAnswer {
+                    addr: addr.clone(),
+                    after,
+                })?
+        }
         None => connect.await,
     };
     connected.map_err(|e| match e {
-            ConnectError::Config(m) => CliError::Other(m),
-            ConnectError::Unreachable(detail) => CliError::Unreachable {
-                addr: target.to_string(),
-                detail,
-            },
-        })
+        ConnectError::Config(m) => CliError::Other(m),
+        ConnectError::Unreachable(detail) => CliError::Unreachable {
+            addr: target.to_string(),
+            detail,
+        },
+    })
 }
 
 pub async fn job_client(addr: &str) -> Result<JobServiceClient<MasterChannel>, CliError> {

@@ -93,10 +93,7 @@ pub async fn output(master: &str, id: u64, filter: OutputFilter) -> Result<i32, 
         stdin_eof: false,
         no_follow: true,
     };
-    let mut stream = client
-        .attach(tokio_stream::once(first))
-        .await?
-        .into_inner();
+    let mut stream = client.attach(tokio_stream::once(first)).await?.into_inner();
     let mut relay = Relay::new(filter.label);
     while let Some(msg) = stream.message().await? {
         let Some(Event::Output(o)) = msg.event else {

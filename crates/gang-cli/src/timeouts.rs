@@ -50,7 +50,7 @@ pub fn master() -> String {
 /// `10s`, `1m30s`, `250ms`: as the limit was given.
 pub fn show(d: Duration) -> String {
     let ms = d.as_millis() as u64;
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let s = ms / 1000;

@@ -111,18 +111,27 @@ fn every_command_reports_a_silent_master_within_its_timeout() {
         let prog = if *bin == PRUN { "prun" } else { "gangctl" };
         assert_eq!(o.status.code(), Some(1), "{prog} {args:?}: {}", stderr(&o));
         assert_eq!(stderr(&o), said(prog), "{prog} {args:?}");
-        assert!(took >= Duration::from_secs(1), "{prog} {args:?} took {took:?}");
+        assert!(
+            took >= Duration::from_secs(1),
+            "{prog} {args:?} took {took:?}"
+        );
     }
 
     // From the environment, and the default when nothing is set.
-    let c = command(GANGCTL, &["--master", &addr, "nodes"], &[("GANG_TIMEOUT", "1")]);
+    let c = command(
+        GANGCTL,
+        &["--master", &addr, "nodes"],
+        &[("GANG_TIMEOUT", "1")],
+    );
     let (o, _) = run_within(c, Duration::from_secs(30));
     assert_eq!(stderr(&o), said("gangctl"));
     let c = command(GANGCTL, &["--master", &addr, "stats"], &[]);
     let (o, took) = run_within(c, Duration::from_secs(60));
     assert_eq!(
         stderr(&o),
-        format!("gangctl: the master at {addr} did not answer within 10s (--timeout, GANG_TIMEOUT)\n")
+        format!(
+            "gangctl: the master at {addr} did not answer within 10s (--timeout, GANG_TIMEOUT)\n"
+        )
     );
     assert!(took >= Duration::from_secs(10), "{took:?}");
 }
@@ -131,9 +140,13 @@ fn every_command_reports_a_silent_master_within_its_timeout() {
 fn a_silent_tls_master_times_out_in_the_handshake() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    let o = command(GANGCTL, &["certs", "init", certs.to_str().unwrap(), "--mesh", "1x1"], &[])
-        .output()
-        .unwrap();
+    let o = command(
+        GANGCTL,
+        &["certs", "init", certs.to_str().unwrap(), "--mesh", "1x1"],
+        &[],
+    )
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -154,7 +167,9 @@ fn a_silent_tls_master_times_out_in_the_handshake() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stderr(&o),
-        format!("gangctl: the master at {addr} did not answer within 2s (--timeout, GANG_TIMEOUT)\n")
+        format!(
+            "gangctl: the master at {addr} did not answer within 2s (--timeout, GANG_TIMEOUT)\n"
+        )
     );
 }
 
@@ -172,10 +187,13 @@ fn prun_stays_killable_while_the_master_is_silent() {
     };
 
     // No timeout at all: a signal says what it waits for, a second one leaves at once.
-    let mut child =
-        command(PRUN, &["--master", &addr, "--timeout", "0", "-n", "1", "--", "true"], &[])
-            .spawn()
-            .unwrap();
+    let mut child = command(
+        PRUN,
+        &["--master", &addr, "--timeout", "0", "-n", "1", "--", "true"],
+        &[],
+    )
+    .spawn()
+    .unwrap();
     wait_connected(1);
     let pid = Pid::from_raw(child.id() as i32);
     kill(pid, Signal::SIGTERM).unwrap();
@@ -198,9 +216,13 @@ fn prun_stays_killable_while_the_master_is_silent() {
 
     // One SIGHUP, with a timeout: prun ends when the timeout does.
     let start = Instant::now();
-    let child = command(PRUN, &["--master", &addr, "--timeout", "2", "-n", "1", "--", "true"], &[])
-        .spawn()
-        .unwrap();
+    let child = command(
+        PRUN,
+        &["--master", &addr, "--timeout", "2", "-n", "1", "--", "true"],
+        &[],
+    )
+    .spawn()
+    .unwrap();
     wait_connected(2);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGHUP).unwrap();
     let o = wait_within(child, Duration::from_secs(30));

@@ -107,11 +107,18 @@ mod tests {
         assert!(validate("/tmp/100%%.%n").is_ok());
         assert_eq!(validate("").unwrap_err(), "the file pattern is empty");
         let e = validate("job-%x.out").unwrap_err();
-        assert!(e.starts_with("unknown %x in \"job-%x.out\": expected %j"), "{e}");
+        assert!(
+            e.starts_with("unknown %x in \"job-%x.out\": expected %j"),
+            "{e}"
+        );
         assert!(validate("a%").unwrap_err().contains("lone %"));
         assert!(validate("logs/").unwrap_err().contains("names a directory"));
         assert!(validate("a\0b").is_err());
-        assert!(validate(&"a".repeat(MAX_LEN + 1)).unwrap_err().contains("4096"));
+        assert!(
+            validate(&"a".repeat(MAX_LEN + 1))
+                .unwrap_err()
+                .contains("4096")
+        );
     }
 
     #[test]

@@ -112,7 +112,11 @@ fn gangctl_attach_and_output_read_a_detached_job() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let o = wait_output(child, "gangctl attach after SIGINT");
     assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
-    assert!(stderr(&o).contains(&format!("detached from job {id}")), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("detached from job {id}")),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(job(&c, id)["state"], "running");
 
     // attach: replay, follow to the end, the job's exit code and the failing rank's line.
@@ -141,7 +145,14 @@ fn prun_names_the_failing_rank_and_cancels_on_sighup() {
 
     let o = prun(
         &c,
-        &["-n", "2", "--", "sh", "-c", "[ $GANG_RANK = 1 ] && exit 3; sleep 30"],
+        &[
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "[ $GANG_RANK = 1 ] && exit 3; sleep 30",
+        ],
         None,
     );
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
@@ -152,17 +163,21 @@ fn prun_names_the_failing_rank_and_cancels_on_sighup() {
 
     let o = prun(
         &c,
-        &["-n", "2", "--quiet", "--", "sh", "-c", "[ $GANG_RANK = 1 ] && exit 3; sleep 30"],
+        &[
+            "-n",
+            "2",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            "[ $GANG_RANK = 1 ] && exit 3; sleep 30",
+        ],
         None,
     );
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_eq!(stderr(&o), "", "--quiet");
 
-    let o = prun(
-        &c,
-        &["-n", "1", "--", "sh", "-c", "kill -SEGV $$"],
-        None,
-    );
+    let o = prun(&c, &["-n", "1", "--", "sh", "-c", "kill -SEGV $$"], None);
     assert_eq!(o.status.code(), Some(139), "{}", stderr(&o));
     assert_eq!(
         stderr(&o),
@@ -170,12 +185,21 @@ fn prun_names_the_failing_rank_and_cancels_on_sighup() {
     );
 
     // SIGHUP (the terminal went away) cancels the job, as Ctrl-C does.
-    let mut child = spawn(&c, "prun", &["-n", "2", "--", "sh", "-c", "echo up; sleep 60"], None);
+    let mut child = spawn(
+        &c,
+        "prun",
+        &["-n", "2", "--", "sh", "-c", "echo up; sleep 60"],
+        None,
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "up");
     kill(Pid::from_raw(child.id() as i32), Signal::SIGHUP).unwrap();
     let o = wait_output(child, "prun after SIGHUP");
-    assert!(stderr(&o).contains("prun: cancelling job "), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("prun: cancelling job "),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains(" cancelled: "), "{}", stderr(&o));
     assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
     let jobs = gangctl_json(&c, &["jobs", "--all"]).unwrap();
@@ -195,7 +219,17 @@ fn prun_output_files_are_written_on_the_nodes() {
     let child = spawn(
         &c,
         "prun",
-        &["-n", "2", "-v", "--output", "logs/%j-%r-%n.out", "--", "sh", "-c", script],
+        &[
+            "-n",
+            "2",
+            "-v",
+            "--output",
+            "logs/%j-%r-%n.out",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
         Some(d),
     );
     let o = wait_output(child, "prun --output");
@@ -231,7 +265,10 @@ fn prun_output_files_are_written_on_the_nodes() {
     let o = wait_output(child, "prun --error");
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("out 0\n") && out.contains("out 1\n"), "{out:?}");
+    assert!(
+        out.contains("out 0\n") && out.contains("out 1\n"),
+        "{out:?}"
+    );
     assert!(!stderr(&o).contains("err "), "{}", stderr(&o));
     let id = gangctl_json(&c, &["jobs", "--all"]).unwrap()[0]["id"]
         .as_u64()
@@ -243,7 +280,10 @@ fn prun_output_files_are_written_on_the_nodes() {
 
     // Refused at the edge: an unknown escape, an empty pattern.
     for (bad, want) in [
-        ("x-%x", "unknown %x in \"x-%x\": expected %j (job id), %r (rank), %n (node X-Y) or %%"),
+        (
+            "x-%x",
+            "unknown %x in \"x-%x\": expected %j (job id), %r (rank), %n (node X-Y) or %%",
+        ),
         ("", "the file pattern is empty"),
     ] {
         let o = prun(&c, &["-n", "1", "--output", bad, "--", "true"], None);

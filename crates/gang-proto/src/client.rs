@@ -157,15 +157,15 @@ pub async fn connect_with_request_timeout(
                 connect_timeout,
                 request_timeout,
             )
-                .connect_with_connector(tower::service_fn(move |_| {
-                    let path = path.clone();
-                    async move {
-                        let s = tokio::net::UnixStream::connect(&path).await?;
-                        Ok::<_, std::io::Error>(TokioIo::new(s))
-                    }
-                }))
-                .await
-                .map_err(|e| ConnectError::Unreachable(chain(&e)))?
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    let s = tokio::net::UnixStream::connect(&path).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(s))
+                }
+            }))
+            .await
+            .map_err(|e| ConnectError::Unreachable(chain(&e)))?
         }
         Target::Tls(uri) => {
             let Some(ca) = &creds.ca else {
