@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use gang_e2e::*;
 use gang_local::LocalCluster;
+use gang_proto::v1;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -63,10 +64,13 @@ fn gangctl_attach_and_output_read_a_detached_job() {
     let c = cluster(2, 1, &[]);
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
+    // Rank 1 fails only once rank 0 is done, so that rank 0's last line is not cut off
+    // by the teardown of the failed job.
     let script = format!(
         "echo out $GANG_RANK; echo err $GANG_RANK >&2; \
          while [ ! -e {g} ]; do sleep 0.05; done; echo after $GANG_RANK; \
-         [ $GANG_RANK = 1 ] && exit 3; exit 0",
+         [ $GANG_RANK = 0 ] && {{ touch {g}.0; exit 0; }}; \
+         while [ ! -e {g}.0 ]; do sleep 0.05; done; exit 3",
         g = gate.display()
     );
     let id = submit(&c, "2", &["sh", "-c", &script]);
@@ -290,6 +294,36 @@ fn prun_output_files_are_written_on_the_nodes() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(want), "{bad:?}: {}", stderr(&o));
     }
+
+    // The API refuses what prun refuses, naming the field.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut client = jobs_client(&c).await;
+        for (output, error, want) in [
+            (
+                "a%",
+                "",
+                "spec.output: \"a%\" ends with a lone %: write %% for a percent sign",
+            ),
+            ("", "e-%q", "spec.error: unknown %q in \"e-%q\""),
+        ] {
+            let spec = v1::JobSpec {
+                shape: "1".into(),
+                argv: vec!["true".into()],
+                cwd: "/tmp".into(),
+                output: output.into(),
+                error: error.into(),
+                ..Default::default()
+            };
+            let req = v1::SubmitRequest {
+                spec: Some(spec),
+                ..Default::default()
+            };
+            let e = client.submit(req).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+            assert!(e.message().starts_with(want), "{want:?}: {}", e.message());
+        }
+    });
 
     // A directory that does not exist: the job fails naming the file and the node.
     let child = spawn(
