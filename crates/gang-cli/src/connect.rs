@@ -131,6 +131,7 @@ fn retry_submit(e: &CliError) -> bool {
             matches!(s.code(), Code::Unknown | Code::Cancelled)
                 || (s.code() == Code::Unavailable && !s.message().starts_with("state not saved"))
         }
+        // Silence for the whole timeout: saying so beats waiting that long again.
         CliError::NoAnswer { .. } | CliError::Other(_) => false,
     }
 }

@@ -32,10 +32,11 @@ impl CliError {
     /// broke), as opposed to an answer from a working master.
     pub fn is_transient(&self) -> bool {
         match self {
-            CliError::Unreachable { .. } => true,
+            // A master restarting may be slow to answer at first; callers that retry bound
+            // it (prun reattaches for 30 s), and a first contact never retries.
+            CliError::Unreachable { .. } | CliError::NoAnswer { .. } => true,
             CliError::Rpc(s) => status_is_transient(s),
-            // Waiting again as long would not tell the user sooner.
-            CliError::NoAnswer { .. } | CliError::Other(_) => false,
+            CliError::Other(_) => false,
         }
     }
 }
