@@ -273,7 +273,10 @@ impl Node {
                 self.switch.abandon(prepared);
                 self.msg.remove(key);
                 self.ranks.unreserve(key);
-                return Err(spawn_failed(e));
+                return Err(match spec.files.explain(&e) {
+                    Some((path, source)) => AgentError::OutputFile { node, path, source },
+                    None => spawn_failed(e),
+                });
             }
         };
         let Some(pid) = child.id() else {

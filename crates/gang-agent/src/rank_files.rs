@@ -19,7 +19,15 @@ use gang_core::output_pattern;
 struct FileSpec {
     path: CString,
     flags: libc::c_int,
+    /// For messages.
+    shown: PathBuf,
 }
+
+/// Marks on the errno a failed open sends from the child: the spawn's error carries only
+/// an errno, and without them an output file the user may not write would read as
+/// "cannot start the program: Permission denied". Far above any real errno.
+const STDOUT_FAILED: i32 = 1 << 20;
+const STDERR_FAILED: i32 = 1 << 21;
 
 /// Where a rank's stderr goes.
 #[derive(Debug, Clone, Default)]
@@ -73,7 +81,15 @@ impl RankFiles {
             }
             let c = CString::new(path.as_os_str().as_bytes())
                 .map_err(|e| bad(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-            Ok((path, FileSpec { path: c, flags }))
+            let shown = path.clone();
+            Ok((
+                path,
+                FileSpec {
+                    path: c,
+                    flags,
+                    shown,
+                },
+            ))
         };
         let mut files = RankFiles::default();
         let mut out_path = None;
@@ -111,18 +127,42 @@ impl RankFiles {
     /// job's directory: open, dup2 and close are async-signal-safe, and the paths were
     /// made before the fork.
     pub fn redirect(&self) -> io::Result<()> {
+        // Errors are built from errnos: no allocation in the child.
+        let marked = |mark: i32| {
+            move |e: io::Error| {
+                io::Error::from_raw_os_error(mark | e.raw_os_error().unwrap_or(libc::EIO))
+            }
+        };
         if let Some(f) = &self.stdout {
-            onto(f, libc::STDOUT_FILENO)?;
+            onto(f, libc::STDOUT_FILENO).map_err(marked(STDOUT_FAILED))?;
         }
         match &self.stderr {
             Stderr::Pipe => Ok(()),
-            Stderr::File(f) => onto(f, libc::STDERR_FILENO),
+            Stderr::File(f) => onto(f, libc::STDERR_FILENO).map_err(marked(STDERR_FAILED)),
             // SAFETY: a plain system call on two open descriptors.
             Stderr::Stdout => match unsafe { libc::dup2(libc::STDOUT_FILENO, libc::STDERR_FILENO) }
             {
                 -1 => Err(io::Error::last_os_error()),
                 _ => Ok(()),
             },
+        }
+    }
+}
+
+impl RankFiles {
+    /// A spawn error that is [`redirect`](Self::redirect)'s: the file and the OS error.
+    pub fn explain(&self, e: &io::Error) -> Option<FileError> {
+        let raw = e.raw_os_error()?;
+        let errno = io::Error::from_raw_os_error(raw & !(STDOUT_FAILED | STDERR_FAILED));
+        if raw & STDOUT_FAILED != 0 {
+            Some((self.stdout.as_ref()?.shown.clone(), errno))
+        } else if raw & STDERR_FAILED != 0 {
+            match &self.stderr {
+                Stderr::File(f) => Some((f.shown.clone(), errno)),
+                _ => None,
+            }
+        } else {
+            None
         }
     }
 }
@@ -174,6 +214,21 @@ mod tests {
         assert!(matches!(f.stderr, Stderr::Stdout));
         let f = RankFiles::new("", "", (7, 1), (0, 1), cwd).unwrap();
         assert!(f.stdout_piped() && f.stderr_piped());
+    }
+
+    #[test]
+    fn a_failed_open_in_the_child_names_its_file() {
+        let f = RankFiles::new("o-%r", "e-%r", (7, 1), (0, 1), Path::new("/tmp")).unwrap();
+        let e = io::Error::from_raw_os_error(STDERR_FAILED | libc::EACCES);
+        let (path, source) = f.explain(&e).unwrap();
+        assert_eq!(path, Path::new("/tmp/e-1"));
+        assert_eq!(source.raw_os_error(), Some(libc::EACCES));
+        let e = io::Error::from_raw_os_error(STDOUT_FAILED | libc::EISDIR);
+        assert_eq!(f.explain(&e).unwrap().0, Path::new("/tmp/o-1"));
+        assert!(
+            f.explain(&io::Error::from_raw_os_error(libc::ENOENT))
+                .is_none()
+        );
     }
 
     #[test]

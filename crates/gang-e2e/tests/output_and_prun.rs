@@ -340,4 +340,20 @@ fn prun_output_files_are_written_on_the_nodes() {
         d.join("nope").display()
     );
     assert!(stderr(&o).contains(&want), "{want:?} not in {}", stderr(&o));
+
+    // A file the rank cannot open (here: a directory), found by the rank itself as it
+    // opens the file: the job fails naming the file, not the program.
+    let child = spawn(
+        &c,
+        "prun",
+        &["-n", "1", "--output", "logs", "--", "true"],
+        Some(d),
+    );
+    let o = wait_output(child, "prun --output onto a directory");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let want = format!(
+        "node (0,0): output file {}: Is a directory (os error 21)",
+        d.join("logs").display()
+    );
+    assert!(stderr(&o).contains(&want), "{want:?} not in {}", stderr(&o));
 }
