@@ -162,10 +162,12 @@ enum Cmd {
         save: bool,
     },
 
-    /// Follow a job's output, as prun shows it: everything written so far, then live,
-    /// until the job ends; exits with the job's exit code. Stdin goes to rank 0 if the
-    /// job reads it (prun ran it attached). Ctrl-C, SIGTERM or SIGHUP detach (exit
-    /// 128+signal); the job runs on.
+    /// Follow a job's output until it ends, as prun shows it.
+    ///
+    /// Everything written so far, then live; exits with the job's exit code and names a
+    /// failed rank, as prun. Stdin goes to rank 0 if the job reads it (prun ran it
+    /// attached; a job submitted with --detach reads /dev/null). Ctrl-C, SIGTERM or
+    /// SIGHUP detach (exit 128+signal); the job runs on.
     #[command(
         after_help = "Examples:\n  prun -n 2x2 --detach -- ./solver   # prints 12\n  gangctl attach 12\n  gangctl attach --label 12"
     )]
@@ -184,9 +186,11 @@ enum Cmd {
         quiet: bool,
     },
 
-    /// Print what a job wrote so far (running or finished) and exit: stdout to stdout,
-    /// stderr to stderr; with --stream, that stream only, on stdout. Streams written to
-    /// files (prun --output/--error) are in those files, not here.
+    /// Print what a job wrote so far (running or finished) and exit.
+    ///
+    /// Its stdout to stdout, its stderr to stderr; with --stream, that stream only, on
+    /// stdout. Streams written to files (prun --output/--error) are in those files, not
+    /// here.
     #[command(
         after_help = "Examples:\n  gangctl output 12\n  gangctl output 12 --rank 3 --stream stderr\n  gangctl output 12 --label | grep error"
     )]

@@ -15,13 +15,13 @@ use gang_proto::v1::{DeadlockPolicy, JobSpec, MsgContext, SubmitRequest};
 ///
 /// prun submits CMD as a job of SHAPE nodes, relays every rank's stdout and stderr (and
 /// our stdin to rank 0) until the job ends, and exits with the job's exit code: the first
-/// failing rank's code, or 128+signal. Ctrl-C cancels the job (a second Ctrl-C leaves at
-/// once).
+/// failing rank's code, or 128+signal, naming that rank on stderr. Ctrl-C, SIGTERM or
+/// SIGHUP cancel the job (a second one leaves at once).
 #[derive(Debug, Parser)]
 #[command(
     name = "prun",
     version,
-    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
+    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n  prun -n 4x4 -o %j-%r.out -- ./solver    # output to files, as sbatch -o\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
 )]
 struct Args {
     /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
