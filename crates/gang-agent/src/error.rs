@@ -60,6 +60,13 @@ pub enum AgentError {
         cwd: String,
         source: std::io::Error,
     },
+    /// `prun --output/--error` names a file the rank cannot be given.
+    #[error("node {node}: output file {}: {source}", path.display())]
+    OutputFile {
+        node: Coord,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("node {node}: no rank of job {job_id} here")]
     UnknownJob { node: Coord, job_id: u64 },
     #[error("node {node}: the agent is shutting down")]
@@ -77,9 +84,10 @@ impl From<AgentError> for Status {
             }
             // The request was well formed but this node cannot honour it: the master fails
             // the job with this text.
-            AgentError::Cwd { .. } | AgentError::Spawn { .. } | AgentError::SpawnAs { .. } => {
-                Status::failed_precondition(msg)
-            }
+            AgentError::Cwd { .. }
+            | AgentError::Spawn { .. }
+            | AgentError::SpawnAs { .. }
+            | AgentError::OutputFile { .. } => Status::failed_precondition(msg),
             AgentError::UnknownJob { .. } => Status::not_found(msg),
             AgentError::ShuttingDown { .. } => Status::unavailable(msg),
         }

@@ -33,6 +33,7 @@ use tracing::{debug, info, warn};
 use crate::error::Coord;
 use crate::msg::MsgHub;
 use crate::output::{Outbox, pump};
+use crate::rank_files::RankFiles;
 use crate::ranks::{RankKey, Ranks, StdinMsg, signal_group};
 use crate::switch::{Switcher, freezer};
 
@@ -145,6 +146,8 @@ pub struct RankSpec<'a> {
     pub gang_env: &'a [(String, String)],
     pub run_as: RunAs,
     pub stdin: bool,
+    /// `prun --output/--error`: streams written to files instead of piped.
+    pub files: RankFiles,
     /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
     /// "0" to it before exec, so it runs inside the cgroup from its first instruction.
     pub cgroup_procs: Option<std::os::fd::RawFd>,
@@ -209,8 +212,10 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         } else {
             Stdio::null()
         })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        // A stream that goes to a file gets it in pre_exec, as the user; until then
+        // /dev/null, so no pipe is left that nobody reads.
+        .stdout(piped_or_null(spec.files.stdout_piped()))
+        .stderr(piped_or_null(spec.files.stderr_piped()))
         // Its own group: Signal and the leftover sweep reach its children too, and a ^C
         // at the agent's terminal does not.
         .process_group(0)
@@ -218,6 +223,7 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
     let pmi_fd = spec.pmi_fd;
+    let files = spec.files.clone();
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls (write, setgroups, setgid, setuid, chdir, prctl,
     // getppid) on data prepared before the fork; it allocates nothing.
@@ -236,6 +242,9 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
             if libc::chdir(cwd.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            // As the user and in the job's directory: relative patterns land there, and
+            // only where the user may write.
+            files.redirect()?;
             // After the switch: a change of credentials clears the setting.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // The agent may have died between fork and prctl; then no signal will come.
@@ -246,6 +255,10 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         });
     }
     Ok(cmd)
+}
+
+fn piped_or_null(piped: bool) -> Stdio {
+    if piped { Stdio::piped() } else { Stdio::null() }
 }
 
 /// A user's credentials, ready for the forked child.
@@ -446,6 +459,7 @@ mod tests {
             gang_env: &gang_env,
             run_as: RunAs::Agent,
             stdin: false,
+            files: RankFiles::default(),
             cgroup_procs: None,
             pmi_fd: None,
         };

@@ -40,6 +40,7 @@ pub mod notify;
 pub mod output;
 pub mod pmi;
 pub mod pmix;
+pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
 pub mod service;

@@ -22,6 +22,7 @@ use crate::error::{AgentError, Coord};
 use crate::launch::{self, Pipes, RankSpec, Refusal, RunAs, Supervisor};
 use crate::msg::{MsgHub, MsgLaunch};
 use crate::output::Outbox;
+use crate::rank_files::RankFiles;
 use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
 use crate::switch::Switcher;
 
@@ -134,6 +135,14 @@ impl Node {
             cwd: req.cwd.clone(),
             source,
         })?;
+        let files = RankFiles::new(
+            &req.output,
+            &req.error,
+            (req.job_id, req.rank),
+            (node.x, node.y),
+            cwd,
+        )
+        .map_err(|(path, source)| AgentError::OutputFile { node, path, source })?;
         let spawn_error = |source| AgentError::Spawn {
             node,
             program: argv0.clone(),
@@ -296,6 +305,7 @@ impl Node {
             gang_env: &gang_env,
             run_as,
             stdin: req.stdin,
+            files,
             cgroup_procs: prepared.cgroup.as_ref().and_then(|c| c.procs_fd()),
             pmi_fd: pmi.as_ref().map(|(_, rank_end)| rank_end.as_raw_fd()),
         };
@@ -309,7 +319,10 @@ impl Node {
                 self.switch.abandon(prepared);
                 self.msg.remove(key);
                 self.ranks.unreserve(key);
-                return Err(spawn_failed(e));
+                return Err(match spec.files.explain(&e) {
+                    Some((path, source)) => AgentError::OutputFile { node, path, source },
+                    None => spawn_failed(e),
+                });
             }
         };
         let Some(pid) = child.id() else {

@@ -1,5 +1,6 @@
-//! `prun`'s attach loop: relay a job's stdio until it finishes, cancel it on Ctrl-C, and
-//! reattach when the stream breaks (a master restart).
+//! The attach loop of `prun` and `gangctl attach`: relay a job's stdio until it finishes,
+//! cancel it (prun) or leave it running (gangctl attach) on Ctrl-C, SIGTERM or SIGHUP,
+//! and reattach when the stream breaks (a master restart).
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -23,9 +24,20 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const STDIN_CHUNK: usize = 64 * 1024;
 
-/// What `prun` attaches with.
+/// What a signal does to an attached client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSignal {
+    /// `prun`: cancel the job and relay until it ends; a second signal leaves at once.
+    Cancel,
+    /// `gangctl attach`: leave, the job running on (as `sattach` or `docker attach`).
+    Detach,
+}
+
+/// What `prun` and `gangctl attach` attach with.
 #[derive(Debug, Clone)]
 pub struct AttachOptions {
+    /// The command's name, before every message (`prun: ...`).
+    pub prog: &'static str,
     /// Master address (normalized).
     pub master: String,
     pub job_id: u64,
@@ -37,6 +49,11 @@ pub struct AttachOptions {
     pub label: bool,
     /// `-v`: say when the job starts and when reattached.
     pub verbose: bool,
+    /// `--quiet`: no line naming the failing rank.
+    pub quiet: bool,
+    pub on_signal: OnSignal,
+    /// A signal came while the job was being submitted: cancel it at once.
+    pub cancel_now: bool,
 }
 
 /// What the stdin reader hands the loop.
@@ -63,7 +80,7 @@ pub fn stdin_is_useful() -> bool {
 
 /// Read our stdin on a plain thread (a blocking read must not hold up the runtime, and the
 /// process exits without waiting for it).
-fn spawn_stdin_reader(forward: bool) -> mpsc::Receiver<StdinMsg> {
+fn spawn_stdin_reader(prog: &'static str, forward: bool) -> mpsc::Receiver<StdinMsg> {
     let (tx, rx) = mpsc::channel(16);
     if !forward {
         let _ = tx.try_send(StdinMsg::Eof);
@@ -84,7 +101,7 @@ fn spawn_stdin_reader(forward: bool) -> mpsc::Receiver<StdinMsg> {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        eprintln!("prun: reading stdin: {e}; closing the job's stdin");
+                        eprintln!("{prog}: reading stdin: {e}; closing the job's stdin");
                         break;
                     }
                 }
@@ -133,7 +150,7 @@ async fn open_session(master: String, job_id: u64, resend_eof: bool) -> Result<S
 }
 
 /// Cancel the job, retrying while the master is unreachable (up to [`RECONNECT_FOR`]).
-async fn cancel_job(master: String, job_id: u64, uid: u32) {
+async fn cancel_job(prog: &'static str, master: String, job_id: u64, uid: u32) {
     let deadline = Instant::now() + RECONNECT_FOR;
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -152,14 +169,14 @@ async fn cancel_job(master: String, job_id: u64, uid: u32) {
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(e) => {
-                eprintln!("prun: cannot cancel job {job_id}: {e}");
+                eprintln!("{prog}: cannot cancel job {job_id}: {e}");
                 return;
             }
         }
     }
 }
 
-fn write_out(dest: Dest, bytes: &[u8]) {
+pub fn write_out(dest: Dest, bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
@@ -179,42 +196,64 @@ fn write_out(dest: Dest, bytes: &[u8]) {
 /// prun's exit status for a job ended by its time limit (`timeout(1)`'s).
 pub const TIMEOUT_EXIT: i32 = 124;
 
-/// The exit code for a finished job, printing why it failed or was cancelled.
-pub fn finished_code(job: &JobInfo, verbose: bool) -> i32 {
+/// The exit code for a finished job, printing why it failed or was cancelled: for a
+/// failed rank, the master's reason as it is (`rank 2 on node (0,1) exited with code 3`:
+/// which rank, where, and its code or signal), unless `quiet`.
+pub fn finished_code(prog: &str, job: &JobInfo, quiet: bool) -> i32 {
     let id = job.id;
     let code = job.exit_code.map(clamp_exit);
     match job.state() {
         JobState::Cancelled => {
-            eprintln!("prun: job {id} cancelled: {}", or_unknown(&job.reason));
+            eprintln!("{prog}: job {id} cancelled: {}", or_unknown(&job.reason));
             code.unwrap_or(143)
         }
         // One code whatever the ranks' signal, so scripts can tell a job that ran out of
         // time from one that failed; 124 is what `timeout(1)` exits with.
         JobState::Timeout => {
-            eprintln!("prun: job {id} timed out: {}", or_unknown(&job.reason));
+            eprintln!("{prog}: job {id} timed out: {}", or_unknown(&job.reason));
             TIMEOUT_EXIT
         }
         JobState::Completed => code.unwrap_or(0),
         JobState::Failed => match code {
             Some(c) => {
-                if verbose {
-                    eprintln!("prun: job {id} failed: {}", or_unknown(&job.reason));
+                if !quiet {
+                    if job.reason.is_empty() {
+                        eprintln!("{prog}: job {id} failed with exit code {c}");
+                    } else {
+                        eprintln!("{prog}: {}", job.reason);
+                    }
                 }
                 c
             }
             None => {
-                eprintln!("prun: job {id} failed: {}", or_unknown(&job.reason));
+                eprintln!("{prog}: job {id} failed: {}", or_unknown(&job.reason));
                 1
             }
         },
         other => {
             eprintln!(
-                "prun: job {id} ended in state {}: {}",
+                "{prog}: job {id} ended in state {}: {}",
                 other.label(),
                 or_unknown(&job.reason)
             );
             code.unwrap_or(1)
         }
+    }
+}
+
+/// Where a job's output goes when not through the master (`prun --output/--error`), for
+/// the commands that show its output: those streams are in files on the nodes, not here.
+pub fn files_note(job: &JobInfo) -> Option<String> {
+    let spec = job.spec.as_ref()?;
+    match (spec.output.as_str(), spec.error.as_str()) {
+        ("", "") => None,
+        (o, "") => Some(format!(
+            "stdout and stderr go to files {o:?} on the ranks' nodes"
+        )),
+        ("", e) => Some(format!("stderr goes to files {e:?} on the ranks' nodes")),
+        (o, e) => Some(format!(
+            "stdout goes to files {o:?}, stderr to {e:?}, on the ranks' nodes"
+        )),
     }
 }
 
@@ -239,8 +278,8 @@ enum Conn {
 
 /// One thing that happened while attached.
 enum Step {
-    /// Ctrl-C or SIGTERM.
-    Signal,
+    /// SIGINT (Ctrl-C), SIGTERM or SIGHUP: its number.
+    Signal(i32),
     Response(Result<Option<AttachResponse>, tonic::Status>),
     /// A stdin message was handed to the stream (or the stream stopped taking them).
     Sent,
@@ -251,6 +290,9 @@ enum Step {
 
 /// The attach loop's state.
 struct Attacher {
+    prog: &'static str,
+    quiet: bool,
+    on_signal: OnSignal,
     master: String,
     job_id: u64,
     uid: u32,
@@ -305,13 +347,19 @@ impl Attacher {
         let job_id = self.job_id;
         let mut broke: Option<String> = None;
         match step {
-            Step::Signal => {
+            Step::Signal(signo) if self.on_signal == OnSignal::Detach => {
+                let prog = self.prog;
+                let code = self.finish(128 + signo);
+                eprintln!(
+                    "{prog}: detached from job {job_id}, which runs on (gangctl cancel {job_id} ends it)"
+                );
+                return Some(code);
+            }
+            Step::Signal(_) => {
                 if self.cancelling {
                     return Some(self.finish(130));
                 }
-                self.cancelling = true;
-                eprintln!("prun: cancelling job {job_id}");
-                tokio::spawn(cancel_job(self.master.clone(), job_id, self.uid));
+                self.start_cancel();
             }
             Step::Sent => {
                 if self.pending.is_none() && !self.stdin_open {
@@ -324,6 +372,7 @@ impl Attacher {
                         job_id,
                         stdin: data,
                         stdin_eof: false,
+                        no_follow: false,
                     },
                     Some(StdinMsg::Eof) | None => {
                         self.stdin_open = false;
@@ -331,6 +380,7 @@ impl Attacher {
                             job_id,
                             stdin: Vec::new(),
                             stdin_eof: true,
+                            no_follow: false,
                         }
                     }
                 });
@@ -343,7 +393,7 @@ impl Attacher {
                     s.answered = true;
                     self.backoff = FIRST_BACKOFF;
                     if self.lost_since.take().is_some() && self.verbose {
-                        eprintln!("prun: reattached to job {job_id}");
+                        eprintln!("{}: reattached to job {job_id}", self.prog);
                     }
                 }
                 match resp.event {
@@ -353,11 +403,12 @@ impl Attacher {
                     }
                     Some(Event::Started(job)) if self.verbose => {
                         let at = job.submesh.map(|s| fmt_submesh(&s)).unwrap_or_default();
-                        eprintln!("prun: job {job_id} started on {at}");
+                        eprintln!("{}: job {job_id} started on {at}", self.prog);
                     }
                     Some(Event::Finished(job)) => {
-                        let code = finished_code(&job, self.verbose);
-                        return Some(self.finish(code));
+                        // Output first: the reason is the last thing the user reads.
+                        self.finish(0);
+                        return Some(finished_code(self.prog, &job, self.quiet));
                     }
                     Some(Event::Deadlocked(job)) => {
                         eprint!("{}", deadlock_report(&job));
@@ -368,7 +419,7 @@ impl Attacher {
             Step::Response(Ok(None)) => {
                 broke = Some("the stream ended before the job finished".into())
             }
-            Step::Response(Err(status)) => match self.transient(CliError::Rpc(status)) {
+            Step::Response(Err(status)) => match self.transient(CliError::from(status)) {
                 Ok(why) => broke = Some(why),
                 Err(code) => return Some(code),
             },
@@ -386,14 +437,15 @@ impl Attacher {
             }
         }
         if let Some(why) = broke {
+            let prog = self.prog;
             match self.lost_since {
                 None => {
                     self.lost_since = Some(Instant::now());
-                    eprintln!("prun: lost the master ({why}); reattaching to job {job_id}");
+                    eprintln!("{prog}: lost the master ({why}); reattaching to job {job_id}");
                 }
                 Some(t) if t.elapsed() >= RECONNECT_FOR => {
                     let secs = RECONNECT_FOR.as_secs();
-                    eprintln!("prun: gave up reattaching to job {job_id} after {secs} s: {why}");
+                    eprintln!("{prog}: gave up reattaching to job {job_id} after {secs} s: {why}");
                     return Some(self.finish(1));
                 }
                 Some(_) => {}
@@ -412,9 +464,21 @@ impl Attacher {
             Ok(e.to_string())
         } else {
             let code = self.finish(1);
-            eprintln!("prun: {e}");
+            eprintln!("{}: {e}", self.prog);
             Err(code)
         }
+    }
+
+    /// Cancel the job (once) and keep relaying until it ends.
+    fn start_cancel(&mut self) {
+        self.cancelling = true;
+        eprintln!("{}: cancelling job {}", self.prog, self.job_id);
+        tokio::spawn(cancel_job(
+            self.prog,
+            self.master.clone(),
+            self.job_id,
+            self.uid,
+        ));
     }
 
     /// Flush held-back output; returns `code`.
@@ -426,11 +490,14 @@ impl Attacher {
     }
 }
 
-/// SIGINT and SIGTERM, caught. Install them before submitting: a Ctrl-C between the
-/// submission and the attach must cancel the job, not kill prun and leave the job running.
+/// SIGINT, SIGTERM and SIGHUP, caught. Install them before submitting: a Ctrl-C between
+/// the submission and the attach must cancel the job, not kill prun and leave the job
+/// running. SIGHUP (the terminal or ssh session closed) is a Ctrl-C nobody typed: the
+/// job is cancelled, not left running with nobody to see its output, as srun does.
 pub struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -438,24 +505,33 @@ impl Signals {
         Ok(Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
         })
+    }
+
+    /// The next signal's number.
+    pub async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
     }
 }
 
 /// Attach to a submitted job and relay its stdio until it finishes. Returns the exit code
 /// for `prun`.
-pub async fn run(opts: AttachOptions, signals: Signals) -> i32 {
-    let Signals {
-        int: mut sigint,
-        term: mut sigterm,
-    } = signals;
+pub async fn run(opts: AttachOptions, mut signals: Signals) -> i32 {
     let mut a = Attacher {
+        prog: opts.prog,
+        quiet: opts.quiet,
+        on_signal: opts.on_signal,
         master: opts.master.clone(),
         job_id: opts.job_id,
         uid: opts.uid,
         verbose: opts.verbose,
         relay: Relay::new(opts.label),
-        stdin_rx: spawn_stdin_reader(opts.stdin),
+        stdin_rx: spawn_stdin_reader(opts.prog, opts.stdin),
         stdin_open: true,
         eof_sent: false,
         pending: None,
@@ -464,10 +540,12 @@ pub async fn run(opts: AttachOptions, signals: Signals) -> i32 {
         backoff: FIRST_BACKOFF,
         cancelling: false,
     };
+    if opts.cancel_now {
+        a.start_cancel();
+    }
     loop {
         let step = tokio::select! {
-            _ = sigint.recv() => Step::Signal,
-            _ = sigterm.recv() => Step::Signal,
+            signo = signals.recv() => Step::Signal(signo),
             step = a.next_conn_step() => step,
         };
         if let Some(code) = a.handle(step) {
@@ -492,21 +570,42 @@ mod tests {
 
     #[test]
     fn exit_codes() {
-        assert_eq!(finished_code(&job(JobState::Completed, Some(0)), false), 0);
-        assert_eq!(finished_code(&job(JobState::Completed, None), false), 0);
-        assert_eq!(finished_code(&job(JobState::Failed, Some(3)), false), 3);
-        assert_eq!(finished_code(&job(JobState::Failed, Some(137)), false), 137);
-        assert_eq!(finished_code(&job(JobState::Failed, None), false), 1);
-        assert_eq!(finished_code(&job(JobState::Cancelled, None), false), 143);
         assert_eq!(
-            finished_code(&job(JobState::Cancelled, Some(130)), false),
+            finished_code("prun", &job(JobState::Completed, Some(0)), true),
+            0
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Completed, None), true),
+            0
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(3)), true),
+            3
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(137)), true),
+            137
+        );
+        assert_eq!(finished_code("prun", &job(JobState::Failed, None), true), 1);
+        assert_eq!(
+            finished_code("prun", &job(JobState::Cancelled, None), true),
+            143
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Cancelled, Some(130)), true),
             130
         );
         assert_eq!(
-            finished_code(&job(JobState::Timeout, Some(143)), false),
+            finished_code("prun", &job(JobState::Timeout, Some(143)), false),
             124
         );
-        assert_eq!(finished_code(&job(JobState::Failed, Some(300)), false), 1);
-        assert_eq!(finished_code(&job(JobState::Failed, Some(-1)), false), 1);
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(300)), true),
+            1
+        );
+        assert_eq!(
+            finished_code("prun", &job(JobState::Failed, Some(-1)), true),
+            1
+        );
     }
 }

@@ -37,15 +37,35 @@ pub async fn channel(addr: &str) -> Result<MasterChannel, CliError> {
         Target::Unix(_) => Credentials::default(),
         Target::Tls(_) => client_config::credentials()?,
     };
-    client::connect(&target, &creds, CONNECT_TIMEOUT)
-        .await
-        .map_err(|e| match e {
-            ConnectError::Config(m) => CliError::Other(m),
-            ConnectError::Unreachable(detail) => CliError::Unreachable {
-                addr: target.to_string(),
-                detail,
-            },
-        })
+    let addr = target.to_string();
+    crate::timeouts::note_master(&addr);
+    let limit = crate::timeouts::limit();
+    let connect = client::connect_with_request_timeout(
+        &target,
+        &creds,
+        limit.map_or(CONNECT_TIMEOUT, |l| l.min(CONNECT_TIMEOUT)),
+        limit,
+    );
+    // Over the whole of it (TCP, TLS, HTTP/2): a listener that accepts and stays silent
+    // stalls the handshakes, which the transport's connect timeout does not all cover.
+    let connected = match limit {
+        Some(after) => {
+            tokio::time::timeout(after, connect)
+                .await
+                .map_err(|_| CliError::NoAnswer {
+                    addr: addr.clone(),
+                    after,
+                })?
+        }
+        None => connect.await,
+    };
+    connected.map_err(|e| match e {
+        ConnectError::Config(m) => CliError::Other(m),
+        ConnectError::Unreachable(detail) => CliError::Unreachable {
+            addr: target.to_string(),
+            detail,
+        },
+    })
 }
 
 pub async fn job_client(addr: &str) -> Result<JobServiceClient<MasterChannel>, CliError> {
@@ -111,7 +131,8 @@ fn retry_submit(e: &CliError) -> bool {
             matches!(s.code(), Code::Unknown | Code::Cancelled)
                 || (s.code() == Code::Unavailable && !s.message().starts_with("state not saved"))
         }
-        CliError::Other(_) => false,
+        // Silence for the whole timeout: saying so beats waiting that long again.
+        CliError::NoAnswer { .. } | CliError::Other(_) => false,
     }
 }
 

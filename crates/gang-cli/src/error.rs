@@ -1,5 +1,6 @@
 //! The error type that `prun` and `gangctl` print as `PROG: MESSAGE`, and the master's
-//! default address: what every part of the CLI shares, importing nothing of it.
+//! default address: what every part of the CLI shares, importing nothing of it but the
+//! timeout in force (to name it when the master does not answer).
 
 use std::fmt;
 
@@ -13,6 +14,11 @@ pub enum CliError {
     Unreachable { addr: String, detail: String },
     /// The master answered with an error; its message names the problem.
     Rpc(tonic::Status),
+    /// The master took a connection (or a request) and did not answer in time.
+    NoAnswer {
+        addr: String,
+        after: std::time::Duration,
+    },
     /// Anything else (local I/O, bad input found late, ...).
     Other(String),
 }
@@ -24,10 +30,12 @@ impl CliError {
 
     /// The error's code under `--output json`: the gRPC status name for the master's
     /// answers (`NOT_FOUND`, `FAILED_PRECONDITION`, ...), `UNAVAILABLE` when no connection
-    /// could be made (as gRPC says for the same), `LOCAL` for anything found here.
+    /// could be made (as gRPC says for the same), `DEADLINE_EXCEEDED` when the master did
+    /// not answer in time, `LOCAL` for anything found here.
     pub fn code(&self) -> &'static str {
         match self {
             CliError::Unreachable { .. } => "UNAVAILABLE",
+            CliError::NoAnswer { .. } => "DEADLINE_EXCEEDED",
             CliError::Rpc(s) => code_name(s.code()),
             CliError::Other(_) => "LOCAL",
         }
@@ -37,7 +45,9 @@ impl CliError {
     /// broke), as opposed to an answer from a working master.
     pub fn is_transient(&self) -> bool {
         match self {
-            CliError::Unreachable { .. } => true,
+            // A master restarting may be slow to answer at first; callers that retry bound
+            // it (prun reattaches for 30 s), and a first contact never retries.
+            CliError::Unreachable { .. } | CliError::NoAnswer { .. } => true,
             CliError::Rpc(s) => status_is_transient(s),
             CliError::Other(_) => false,
         }
@@ -88,6 +98,11 @@ impl fmt::Display for CliError {
             CliError::Unreachable { addr, detail } => {
                 write!(f, "cannot reach the master at {addr}: {detail}")
             }
+            CliError::NoAnswer { addr, after } => write!(
+                f,
+                "the master at {addr} did not answer within {} (--timeout, GANG_TIMEOUT)",
+                crate::timeouts::show(*after)
+            ),
             CliError::Rpc(s) if s.message().is_empty() => write!(f, "{}", s.code().description()),
             CliError::Rpc(s) => write!(f, "{}", s.message()),
             CliError::Other(m) => write!(f, "{m}"),
@@ -99,6 +114,12 @@ impl std::error::Error for CliError {}
 
 impl From<tonic::Status> for CliError {
     fn from(s: tonic::Status) -> Self {
-        CliError::Rpc(s)
+        match crate::timeouts::limit() {
+            Some(after) if crate::timeouts::is_timeout(&s) => CliError::NoAnswer {
+                addr: crate::timeouts::master(),
+                after,
+            },
+            _ => CliError::Rpc(s),
+        }
     }
 }

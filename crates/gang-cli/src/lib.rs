@@ -9,7 +9,9 @@
 //! - [`output`]: the `cli` / `json` output modes and the views they render.
 //! - [`matrix_view`]: the slice matrix drawn as text.
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
-//! - [`attach`]: `prun`'s attach loop (stdin, output, signals, reconnection).
+//! - [`attach`]: the attach loop of `prun` and `gangctl attach` (stdin, output, signals,
+//!   reconnection); [`job_output`]: `gangctl attach` and `gangctl output`.
+//! - [`timeouts`]: how long both wait for the master (`--timeout`, `GANG_TIMEOUT`).
 //! - [`signals`]: `gangctl start`'s SIGINT, SIGTERM and SIGHUP, taken by a thread of their
 //!   own; [`strays`]: orphans adopted by `gangctl start` (a child subreaper), reaped and
 //!   stopped.
@@ -25,6 +27,7 @@ pub mod error;
 pub mod gang_mode;
 pub mod job_filter;
 pub mod local_master;
+pub mod job_output;
 pub mod matrix_view;
 pub mod output;
 pub mod parse;
@@ -33,6 +36,7 @@ pub mod signals;
 pub mod slices_watch;
 pub mod start;
 pub mod strays;
+pub mod timeouts;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -19,6 +19,7 @@
 //!   the per-job deadlock policy and context mode words.
 //! - [`quantile`]: nearest-rank quantiles for every reported p50/p99.
 //! - [`clock`]: clock offset estimation from four-timestamp probes.
+//! - [`output_pattern`]: `prun --output/--error` file name patterns (`%j`, `%r`, `%n`).
 
 pub mod alloc;
 pub mod clock;
@@ -28,6 +29,7 @@ pub mod grid;
 pub mod matrix;
 pub mod mesh;
 pub mod occupancy;
+pub mod output_pattern;
 pub mod plan;
 pub mod quantile;
 pub mod replay;

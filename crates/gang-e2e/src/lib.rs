@@ -236,6 +236,7 @@ pub async fn attach_all(c: &LocalCluster, id: u64) -> (String, v1::JobInfo) {
         job_id: id,
         stdin: vec![],
         stdin_eof: true,
+        no_follow: false,
     };
     let mut stream = client
         .attach(tokio_stream::once(first))

@@ -75,6 +75,23 @@ impl State {
     }
 }
 
+/// Where a job's ranks write their stdout and stderr, as file name patterns (see
+/// `gang_core::output_pattern`): the agents expand and open them, so the master only
+/// checks and carries them. Empty: the stream is piped to the master and relayed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFiles {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+impl OutputFiles {
+    pub fn is_empty(&self) -> bool {
+        self.output.is_empty() && self.error.is_empty()
+    }
+}
+
 /// What is persisted for a job (one row, JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -123,6 +140,9 @@ pub struct JobRecord {
     /// The submitter's idempotency token (`SubmitRequest.client_token`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token: Option<String>,
+    /// `prun --output/--error` patterns (empty: output relayed through the master).
+    #[serde(default, skip_serializing_if = "OutputFiles::is_empty")]
+    pub output_files: OutputFiles,
     /// While it runs: what a restarted master needs to carry on exactly where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,
@@ -285,6 +305,15 @@ impl Job {
 }
 
 /// Shell convention: a process killed by signal N exits "128+N".
+/// How a rank's death by `signal` reads in a job's reason: `killed by signal 11
+/// (SIGSEGV)`, the name as `kill -l` spells it, so that users need not look it up.
+pub fn killed_by(signal: i32) -> String {
+    match nix::sys::signal::Signal::try_from(signal) {
+        Ok(s) => format!("was killed by signal {signal} ({})", s.as_str()),
+        Err(_) => format!("was killed by signal {signal}"),
+    }
+}
+
 pub fn signal_code(signal: i32) -> i32 {
     // Agents report real signal numbers; a bogus one must not overflow the master.
     128i32.saturating_add(signal)

@@ -97,7 +97,11 @@ pub enum ConnectError {
 }
 
 /// An endpoint with the keep-alives and timeouts clients use.
-fn tuned(e: Endpoint, connect_timeout: Duration) -> Endpoint {
+fn tuned(e: Endpoint, connect_timeout: Duration, request_timeout: Option<Duration>) -> Endpoint {
+    let e = match request_timeout {
+        Some(t) => e.timeout(t),
+        None => e,
+    };
     e.connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
@@ -125,6 +129,19 @@ pub async fn connect(
     creds: &Credentials,
     connect_timeout: Duration,
 ) -> Result<MasterChannel, ConnectError> {
+    connect_with_request_timeout(target, creds, connect_timeout, None).await
+}
+
+/// [`connect`], and every call on the channel fails with `CANCELLED: Timeout expired`
+/// when the master has not answered within `request_timeout`. It bounds the wait for the
+/// response's head only: a stream (Attach, Watch) that opened is never cut off, so it
+/// serves as a first-answer timeout there.
+pub async fn connect_with_request_timeout(
+    target: &Target,
+    creds: &Credentials,
+    connect_timeout: Duration,
+    request_timeout: Option<Duration>,
+) -> Result<MasterChannel, ConnectError> {
     let bearer = match &creds.token {
         Some(t) => Bearer(Some(format!("Bearer {}", t.trim()).parse().map_err(
             |_| ConnectError::Config("the token is not printable ASCII".into()),
@@ -135,16 +152,20 @@ pub async fn connect(
         Target::Unix(path) => {
             let path = path.clone();
             // The URI is not used: the connector below always dials the socket.
-            tuned(Endpoint::from_static("http://master.sock"), connect_timeout)
-                .connect_with_connector(tower::service_fn(move |_| {
-                    let path = path.clone();
-                    async move {
-                        let s = tokio::net::UnixStream::connect(&path).await?;
-                        Ok::<_, std::io::Error>(TokioIo::new(s))
-                    }
-                }))
-                .await
-                .map_err(|e| ConnectError::Unreachable(chain(&e)))?
+            tuned(
+                Endpoint::from_static("http://master.sock"),
+                connect_timeout,
+                request_timeout,
+            )
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    let s = tokio::net::UnixStream::connect(&path).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(s))
+                }
+            }))
+            .await
+            .map_err(|e| ConnectError::Unreachable(chain(&e)))?
         }
         Target::Tls(uri) => {
             let Some(ca) = &creds.ca else {
@@ -163,7 +184,7 @@ pub async fn connect(
             let e = Endpoint::from_shared(uri.clone())
                 .and_then(|e| e.tls_config(tls))
                 .map_err(|e| ConnectError::Config(format!("{uri}: {}", chain(&e))))?;
-            tuned(e, connect_timeout)
+            tuned(e, connect_timeout, request_timeout)
                 .connect()
                 .await
                 .map_err(|e| ConnectError::Unreachable(chain(&e)))?

@@ -500,6 +500,8 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         msg_context: 0,
         mpi: 0,
         mpi_check: false,
+        output: String::new(),
+        error: String::new(),
     }
 }
 

@@ -47,6 +47,11 @@ struct Cli {
     #[arg(long, global = true, env = "GANG_OUTPUT", value_enum, default_value_t = OutputMode::Cli, value_name = "MODE")]
     output: OutputMode,
 
+    /// How long the master may take to accept the connection and to answer each request
+    /// (streams such as attach run as long as the job does); 0: wait forever [default: 10s].
+    #[arg(long, global = true, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<u64>,
+
     #[command(subcommand)]
     command: Cmd,
 }
@@ -197,6 +202,53 @@ enum Cmd {
         #[arg(long)]
         save: bool,
     },
+
+    /// Follow a job's output until it ends, as prun shows it.
+    ///
+    /// Everything written so far, then live; exits with the job's exit code and names a
+    /// failed rank, as prun. Stdin goes to rank 0 if the job reads it (prun ran it
+    /// attached; a job submitted with --detach reads /dev/null). Ctrl-C, SIGTERM or
+    /// SIGHUP detach (exit 128+signal); the job runs on.
+    #[command(
+        after_help = "Examples:\n  prun -n 2x2 --detach -- ./solver   # prints 12\n  gangctl attach 12\n  gangctl attach --label 12"
+    )]
+    Attach {
+        /// The job id.
+        #[arg(value_name = "ID")]
+        id: u64,
+        /// Prefix every output line with the rank that wrote it ("3: hello").
+        #[arg(short, long)]
+        label: bool,
+        /// Say when the job starts and when reattached after a master restart.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Do not print the line that names the failing rank.
+        #[arg(short, long, conflicts_with = "verbose")]
+        quiet: bool,
+    },
+
+    /// Print what a job wrote so far (running or finished) and exit.
+    ///
+    /// Its stdout to stdout, its stderr to stderr; with --stream, that stream only, on
+    /// stdout. Streams written to files (prun --output/--error) are in those files, not
+    /// here.
+    #[command(
+        after_help = "Examples:\n  gangctl output 12\n  gangctl output 12 --rank 3 --stream stderr\n  gangctl output 12 --label | grep error"
+    )]
+    Output {
+        /// The job id.
+        #[arg(value_name = "ID")]
+        id: u64,
+        /// Only this rank's output (0 to the job's size - 1).
+        #[arg(short, long, value_name = "N")]
+        rank: Option<u32>,
+        /// Only this stream, printed on stdout.
+        #[arg(short, long, value_name = "STREAM", value_parser = ["stdout", "stderr"])]
+        stream: Option<String>,
+        /// Prefix every line with the rank that wrote it ("3: hello").
+        #[arg(short, long)]
+        label: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -292,6 +344,9 @@ fn main() {
             }
         }
     }
+    if let Some(t) = cli.timeout {
+        gang_cli::timeouts::set_limit(std::time::Duration::from_secs(t));
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -371,7 +426,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
                     })),
                     // Like scancel, go on with the other ids; exit 1 at the end.
                     Err(status) => {
-                        mode.eprint(&ErrorView::of("gangctl", &CliError::Rpc(status)));
+                        mode.eprint(&ErrorView::of("gangctl", &CliError::from(status)));
                         failed = true;
                     }
                 }
@@ -421,6 +476,38 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
         Cmd::Token { ttl, save } => {
             println!("{}", certs::token(&master, ttl.unwrap_or(0), save).await?);
             Ok(0)
+        }
+        Cmd::Attach {
+            id,
+            label,
+            verbose,
+            quiet,
+        } => {
+            let flags = gang_cli::job_output::AttachFlags {
+                label,
+                verbose,
+                quiet,
+            };
+            gang_cli::job_output::attach(&master, id, flags).await
+        }
+        Cmd::Output {
+            id,
+            rank,
+            stream,
+            label,
+        } => {
+            let filter = gang_cli::job_output::OutputFilter {
+                rank,
+                stream: stream.map(|s| {
+                    if s == "stderr" {
+                        gang_cli::relay::Dest::Stderr
+                    } else {
+                        gang_cli::relay::Dest::Stdout
+                    }
+                }),
+                label,
+            };
+            gang_cli::job_output::output(&master, id, filter).await
         }
         Cmd::Resume { nodes } => set_drained(&master, mode, nodes, false).await,
     }

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use clap::Parser;
-use gang_cli::attach::{self, AttachOptions};
+use gang_cli::attach::{self, AttachOptions, OnSignal};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::gang_mode;
@@ -15,13 +15,13 @@ use gang_proto::v1::{DeadlockPolicy, JobSpec, ListNodesRequest, MsgContext, Subm
 ///
 /// prun submits CMD as a job of SHAPE nodes, relays every rank's stdout and stderr (and
 /// our stdin to rank 0) until the job ends, and exits with the job's exit code: the first
-/// failing rank's code, or 128+signal. Ctrl-C cancels the job (a second Ctrl-C leaves at
-/// once).
+/// failing rank's code, or 128+signal, naming that rank on stderr. Ctrl-C, SIGTERM or
+/// SIGHUP cancel the job (a second one leaves at once).
 #[derive(Debug, Parser)]
 #[command(
     name = "prun",
     version,
-    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
+    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n  prun -n 4x4 -o %j-%r.out -- ./solver    # output to files, as sbatch -o\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
 )]
 struct Args {
     /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
@@ -93,6 +93,28 @@ struct Args {
     #[arg(short = 'v', long)]
     verbose: bool,
 
+    /// Do not print the line that names the failing rank, its node and its exit code or
+    /// signal ("prun: rank 2 on node (0,1) exited with code 3"); the exit status says it.
+    #[arg(short = 'q', long, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// Write the ranks' stdout (and stderr, unless --error) to files instead of the
+    /// terminal, as sbatch -o: %j is the job id, %r the rank, %n the node (X-Y), %% a %;
+    /// relative to the current directory. Each rank's agent opens it on the rank's node,
+    /// as you. A file several ranks share (no %r) is appended to; one per rank starts
+    /// empty.
+    #[arg(short = 'o', long, value_name = "PATTERN", value_parser = parse_pattern)]
+    output: Option<String>,
+
+    /// Write the ranks' stderr to files (the same patterns as --output).
+    #[arg(short = 'e', long, value_name = "PATTERN", value_parser = parse_pattern)]
+    error: Option<String>,
+
+    /// How long the master may take to accept the connection and to answer each request
+    /// (the job's output streams for as long as it runs); 0: wait forever [default: 10s].
+    #[arg(long, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<u64>,
+
     /// The program to run on every node (looked up in PATH there) and its arguments.
     #[arg(
         value_name = "CMD",
@@ -104,8 +126,17 @@ struct Args {
     command: Vec<String>,
 }
 
+/// An --output/--error pattern, refused here as the master would refuse it.
+fn parse_pattern(s: &str) -> Result<String, String> {
+    gang_core::output_pattern::validate(s)?;
+    Ok(s.to_string())
+}
+
 fn main() {
     let args = Args::parse();
+    if let Some(t) = args.timeout {
+        gang_cli::timeouts::set_limit(std::time::Duration::from_secs(t));
+    }
     if args.command.first().is_none_or(|c| c.is_empty()) {
         use clap::CommandFactory;
         Args::command()
@@ -193,6 +224,8 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             None => gang_proto::v1::Mpi::Unspecified,
         } as i32,
         mpi_check: args.mpi_check,
+        output: args.output.clone().unwrap_or_default(),
+        error: args.error.clone().unwrap_or_default(),
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.
@@ -204,7 +237,7 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         ..Default::default()
     };
 
-    let signals = if args.detach {
+    let mut signals = if args.detach {
         None
     } else {
         Some(
@@ -212,8 +245,31 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
                 .map_err(|e| CliError::other(format!("cannot install signal handlers: {e}")))?,
         )
     };
-    let job = connect::submit_with_retries(&master, request)
-        .await?
+    // A signal now cannot cancel a job whose id we do not know yet: the job is cancelled
+    // as soon as the master answers (within --timeout), and a second signal leaves at once.
+    let submit = connect::submit_with_retries(&master, request);
+    tokio::pin!(submit);
+    let mut interrupted = false;
+    let submitted = loop {
+        let signal = async {
+            match signals.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = &mut submit => break r,
+            _ = signal => {
+                if interrupted {
+                    eprintln!("prun: left before the master answered; if it made the job, `gangctl jobs` shows it");
+                    return Ok(130);
+                }
+                interrupted = true;
+                eprintln!("prun: cancelling the job as soon as the master answers (again to leave now)");
+            }
+        }
+    };
+    let job = submitted?
         .ok_or_else(|| CliError::other("the master accepted the job but did not say its id"))?;
 
     if let Some(n) = asked_count
@@ -240,14 +296,23 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             gang_mode::label(job.gang())
         );
     }
+    if args.verbose
+        && let Some(note) = attach::files_note(&job)
+    {
+        eprintln!("prun: job {}: {note}", job.id);
+    }
     Ok(attach::run(
         AttachOptions {
-            master,
+            prog: "prun",
+            master: master.clone(),
             job_id: job.id,
             uid: 0,
             stdin,
             label: args.label,
             verbose: args.verbose,
+            quiet: args.quiet,
+            on_signal: OnSignal::Cancel,
+            cancel_now: interrupted,
         },
         signals.expect("installed when attaching"),
     )

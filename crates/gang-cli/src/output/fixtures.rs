@@ -25,6 +25,8 @@ pub fn running_job() -> JobInfo {
             msg_context: 0,
             mpi: 0,
             mpi_check: false,
+            output: String::new(),
+            error: String::new(),
         }),
         state: JobState::Running as i32,
         w: 4,

@@ -125,6 +125,7 @@ fn authorization_matrix_with_real_users() {
                 job_id: job_a,
                 stdin: b"from B\n".to_vec(),
                 stdin_eof: true,
+                no_follow: false,
             }))
             .await
             .expect_err("attaching to A's job is refused");
@@ -215,6 +216,7 @@ fn authorization_matrix_with_real_users() {
                 job_id: job_a,
                 stdin: vec![],
                 stdin_eof: true,
+                no_follow: false,
             }))
             .await
             .expect("A attaches to their own job")

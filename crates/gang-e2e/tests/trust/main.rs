@@ -7,6 +7,7 @@ mod agents;
 mod authorization;
 mod cut_link;
 mod netns;
+mod output_files;
 mod remote;
 mod tls;
 

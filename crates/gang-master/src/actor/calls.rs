@@ -98,6 +98,8 @@ fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
         msg_context: v1::MsgContext::from(o.msg_context) as i32,
         mpi: v1::Mpi::from(o.mpi) as i32,
         mpi_check: o.mpi_check,
+        output: o.output_files.output,
+        error: o.output_files.error,
     }
 }
 

@@ -102,6 +102,8 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 msg_context: 0,
                 mpi: 0,
                 mpi_check: false,
+                output: String::new(),
+                error: String::new(),
             },
         )
 }
@@ -381,6 +383,7 @@ fn attach_request() -> impl Strategy<Value = v1::AttachRequest> {
             job_id,
             stdin,
             stdin_eof,
+            no_follow: false,
         }
     })
 }

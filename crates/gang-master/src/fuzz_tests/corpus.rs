@@ -52,6 +52,8 @@ fn submit_seeds() {
         msg_context: v1::MsgContext::SaveRestore as i32,
         mpi: v1::Mpi::None as i32,
         mpi_check: true,
+        output: "out/%j-%r.log".into(),
+        error: String::new(),
     };
     seeds(
         "proto_submit",
@@ -199,6 +201,7 @@ fn client_seeds() {
                     job_id: 1,
                     stdin: b"hello\n".to_vec(),
                     stdin_eof: false,
+                    no_follow: false,
                 },
             ),
             (
@@ -207,6 +210,7 @@ fn client_seeds() {
                     job_id: 3,
                     stdin: vec![],
                     stdin_eof: true,
+                    no_follow: false,
                 },
             ),
             (
@@ -215,6 +219,7 @@ fn client_seeds() {
                     job_id: 2,
                     stdin: (0..=255).collect(),
                     stdin_eof: true,
+                    no_follow: false,
                 },
             ),
             (

@@ -63,6 +63,21 @@ fn invalid(what: String) -> MasterError {
 }
 
 /// A gang mode from the wire: `None` for UNSPECIFIED (the cluster default).
+/// `JobSpec.output`/`.error`, checked here so that a job never reaches an agent with a
+/// pattern it cannot expand (empty means "relay the stream", not an empty file name).
+fn output_files(output: &str, error: &str) -> Result<crate::job::OutputFiles, MasterError> {
+    for (field, pattern) in [("output", output), ("error", error)] {
+        if !pattern.is_empty() {
+            gang_core::output_pattern::validate(pattern)
+                .map_err(|e| invalid(format!("spec.{field}: {e}")))?;
+        }
+    }
+    Ok(crate::job::OutputFiles {
+        output: output.to_string(),
+        error: error.to_string(),
+    })
+}
+
 fn gang_mode(m: i32) -> Result<Option<GangMode>, MasterError> {
     v1::GangMode::try_from(m)
         .map(v1::GangMode::resolved)
@@ -169,6 +184,7 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
             }
         },
         mpi_check: spec.mpi_check,
+        output_files: output_files(&spec.output, &spec.error)?,
         name: spec.name,
         argv: spec.argv,
         cwd: spec.cwd,
@@ -242,6 +258,8 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             msg_context: v1::MsgContext::from(v.msg_context) as i32,
             mpi: v1::Mpi::from(v.mpi) as i32,
             mpi_check: v.mpi_check,
+            output: v.output_files.output.clone(),
+            error: v.output_files.error.clone(),
         }),
         state: job_state(v.state) as i32,
         w: v.w,

@@ -117,18 +117,22 @@ impl JobService for Jobs {
         let c = caller.clone();
         let info = self.handle.call(|tx| Cmd::GetJob(id, c, tx)).await?;
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(forward_stdin(
-            self.handle.clone(),
-            self.agents.clone(),
-            id,
-            (rank0, stdin_events),
-            first,
-            inbound,
-        ));
+        let follow = !first.no_follow;
+        // A reader of the output so far sends no stdin: nothing may wait on rank 0 for it.
+        if follow {
+            tokio::spawn(forward_stdin(
+                self.handle.clone(),
+                self.agents.clone(),
+                id,
+                (rank0, stdin_events),
+                first,
+                inbound,
+            ));
+        }
         tokio::spawn(relay_output(
             self.handle.clone(),
             self.output.clone(),
-            (id, caller),
+            (id, caller, follow),
             info,
             events,
             tx,
@@ -137,11 +141,12 @@ impl JobService for Jobs {
     }
 }
 
-/// Output log from the start, then live, then the final state.
+/// Output log from the start, then live, then the final state. Without `live`, only
+/// the log as it is now (and the final state if the job has ended).
 async fn relay_output(
     handle: Handle,
     hub: Arc<OutputHub>,
-    (id, caller): (JobId, Caller),
+    (id, caller, live): (JobId, Caller, bool),
     info: JobView,
     mut events: broadcast::Receiver<JobView>,
     tx: mpsc::Sender<Result<v1::AttachResponse, Status>>,
@@ -203,6 +208,9 @@ async fn relay_output(
                 }
             }
             send(Event::Finished(convert::job_info(&f))).await;
+            return;
+        }
+        if !live {
             return;
         }
         tokio::select! {

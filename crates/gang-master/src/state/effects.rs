@@ -35,6 +35,7 @@ pub struct LaunchOrder {
     pub msg_context: MsgContext,
     pub mpi: crate::job::Mpi,
     pub mpi_check: bool,
+    pub output_files: crate::job::OutputFiles,
 }
 
 /// One node's view of a slice table: the job it runs in each row (`None`: idle).

@@ -57,6 +57,7 @@ pub struct NewJob {
     /// None: the cluster default.
     pub mpi: Option<crate::job::Mpi>,
     pub mpi_check: bool,
+    pub output_files: crate::job::OutputFiles,
     /// A retry with the same token (and owner) returns the first job.
     pub client_token: Option<String>,
 }

@@ -151,6 +151,7 @@ impl MasterState {
             mpi_check: new.mpi_check,
             run_ns: 0,
             client_token: new.client_token,
+            output_files: new.output_files,
             live: None,
         }));
         self.next_id += 1;
@@ -257,6 +258,7 @@ impl MasterState {
                 msg_context: job.record.msg_context,
                 mpi: job.record.mpi,
                 mpi_check: job.record.mpi_check,
+                output_files: job.record.output_files.clone(),
             };
             fx.launch((x, y), addr, order);
         }
@@ -394,7 +396,7 @@ impl MasterState {
         }
         let (code, what) = match exit.how {
             ExitHow::Code(c) => (c, format!("exited with code {c}")),
-            ExitHow::Signal(s) => (signal_code(s), format!("was killed by signal {s}")),
+            ExitHow::Signal(s) => (signal_code(s), crate::job::killed_by(s)),
             ExitHow::Error(e) => (127, e),
             ExitHow::Unknown => (1, "ended for an unknown reason".into()),
         };

@@ -79,6 +79,7 @@ impl MasterState {
             msg_context: r.msg_context,
             mpi: r.mpi,
             mpi_check: r.mpi_check,
+            output_files: r.output_files.clone(),
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
             pending_reason,

@@ -165,6 +165,7 @@ pub fn record(id: u64) -> JobRecord {
         msg_context: Default::default(),
         mpi: Default::default(),
         mpi_check: false,
+        output_files: Default::default(),
         run_ns: 0,
         client_token: None,
         live: None,
@@ -204,6 +205,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         msg_context: None,
         mpi: Default::default(),
         mpi_check: false,
+        output_files: Default::default(),
         client_token: None,
     }
 }

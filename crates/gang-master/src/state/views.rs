@@ -45,6 +45,7 @@ pub struct JobView {
     pub msg_context: MsgContext,
     pub mpi: crate::job::Mpi,
     pub mpi_check: bool,
+    pub output_files: crate::job::OutputFiles,
     /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
     pub deadlock: Option<DeadlockInfo>,
     /// Why it waits, while queued (empty otherwise): see [`MasterState::pending_reason`].
