@@ -277,6 +277,9 @@ enum Conn {
 }
 
 /// One thing that happened while attached.
+// One Step exists at a time and is matched at once: boxing the response would allocate
+// per output message to save stack space nobody is short of.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     /// SIGINT (Ctrl-C), SIGTERM or SIGHUP: its number.
     Signal(i32),
