@@ -27,6 +27,19 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
     with_units(t).ok_or_else(bad)
 }
 
+/// A client timeout (`--timeout`, `GANG_TIMEOUT`): a bare number is seconds, as `curl
+/// --max-time` and `timeout(1)` take it (a time limit's bare number is minutes, as in
+/// Slurm: the two would be confused otherwise); any other form as [`parse_duration`].
+pub fn parse_timeout(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse()
+            .map_err(|_| format!("expected a timeout in seconds (or 10s, 1m, ...); got {s:?}"));
+    }
+    parse_duration(s)
+}
+
 /// Slurm's clock forms; `None` if `t` is not one of them or overflows.
 fn slurm_time(t: &str) -> Option<u64> {
     let num = |p: &str| -> Option<u64> {
@@ -174,6 +187,15 @@ pub fn parse_max_agents(s: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_take_bare_seconds() {
+        assert_eq!(parse_timeout("1"), Ok(1));
+        assert_eq!(parse_timeout("10s"), Ok(10));
+        assert_eq!(parse_timeout("2m"), Ok(120));
+        assert_eq!(parse_timeout("0"), Ok(0));
+        assert!(parse_timeout("soon").is_err());
+    }
 
     #[test]
     fn durations() {

@@ -15,7 +15,7 @@ use gang_cli::output::views::ErrorView;
 use gang_cli::output::views::{
     CancelledView, JobView, JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
 };
-use gang_cli::parse::{parse_duration, parse_mesh, parse_node, parse_node_set};
+use gang_cli::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
 use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_local::check_mesh;
 use gang_proto::v1::{
@@ -48,8 +48,8 @@ struct Cli {
     output: OutputMode,
 
     /// How long the master may take to accept the connection and to answer each request
-    /// (streams such as attach run as long as the job does); 0: wait forever [default: 10s].
-    #[arg(long, global = true, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    /// (streams such as attach run as long as the job does); a bare number is seconds; 0: wait forever [default: 10s].
+    #[arg(long, global = true, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_timeout)]
     timeout: Option<u64>,
 
     #[command(subcommand)]

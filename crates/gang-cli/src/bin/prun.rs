@@ -7,7 +7,7 @@ use gang_cli::attach::{self, AttachOptions, OnSignal};
 use gang_cli::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::gang_mode;
-use gang_cli::parse::parse_duration;
+use gang_cli::parse::{parse_duration, parse_timeout};
 use gang_core::{GangMode, Request, Shape};
 use gang_proto::v1::{DeadlockPolicy, JobSpec, ListNodesRequest, MsgContext, SubmitRequest};
 
@@ -111,8 +111,8 @@ struct Args {
     error: Option<String>,
 
     /// How long the master may take to accept the connection and to answer each request
-    /// (the job's output streams for as long as it runs); 0: wait forever [default: 10s].
-    #[arg(long, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    /// (the job's output streams for as long as it runs); a bare number is seconds; 0: wait forever [default: 10s].
+    #[arg(long, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_timeout)]
     timeout: Option<u64>,
 
     /// The program to run on every node (looked up in PATH there) and its arguments.
