@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use gang_local::proc_table::{ProcEntry as Proc, all_procs, descendants, descendants_of};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
@@ -56,69 +57,6 @@ fn daemons_built() -> bool {
         );
     }
     built
-}
-
-/// A process below us, from /proc.
-#[derive(Debug, Clone)]
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    state: char,
-    cmdline: String,
-}
-
-impl Proc {
-    fn alive(&self) -> bool {
-        self.state != 'Z' && self.state != 'X'
-    }
-}
-
-fn all_procs() -> Vec<Proc> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-        let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-        let state = rest.next()?.chars().next()?;
-        let ppid = rest.next()?.parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| {
-                String::from_utf8_lossy(&b)
-                    .trim_end_matches('\0')
-                    .replace('\0', " ")
-            })
-            .unwrap_or_default();
-        Some(Proc {
-            pid,
-            ppid,
-            state,
-            cmdline,
-        })
-    })
-    .collect()
-}
-
-/// Every process below `root`, by ppid links.
-fn descendants_of(root: i32) -> Vec<Proc> {
-    let all = all_procs();
-    let mut found: Vec<Proc> = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for p in all.iter().filter(|p| p.ppid == parent) {
-            if !found.iter().any(|f| f.pid == p.pid) {
-                frontier.push(p.pid);
-                found.push(p.clone());
-            }
-        }
-    }
-    found
-}
-
-fn descendants() -> Vec<Proc> {
-    descendants_of(std::process::id() as i32)
 }
 
 /// Reap our children that have exited (orphans reparented to us).

@@ -47,6 +47,7 @@ mod ceiling;
 mod logs;
 mod options;
 mod poll;
+pub mod proc_table;
 mod procs;
 mod ready;
 
