@@ -101,29 +101,5 @@ fn mpi_abort_fails_the_job_with_its_code_and_says_so() {
 /// and trip no timeout of MPICH's transport.
 #[test]
 fn two_mpi_jobs_sharing_the_mesh_both_finish_correct_under_gang_switching() {
-    for quantum in ["10", "50"] {
-        let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", quantum]);
-        let prog = program();
-        let prog = prog.to_str().unwrap();
-        let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| prun(&c, &["-n", "2x2", "--", prog, "ring"], None));
-            let b = s.spawn(|| prun(&c, &["-n", "2x2", "--", prog, "alltoall"], None));
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        for (out, mode) in [(a, "ring"), (b, "alltoall")] {
-            let (stdout, stderr) = text(&out);
-            assert!(
-                out.status.success(),
-                "{mode} at {quantum} ms: {stdout}\n{stderr}"
-            );
-            check(&stdout, 4, mode);
-        }
-        // Each switch the agents report is one job leaving the CPUs to the other.
-        let switches = wait_for(std::time::Duration::from_secs(10), "switch reports", || {
-            let stats = gangctl_json(&c, &["stats"]).ok()?;
-            stats["switches_reported"].as_u64().filter(|&n| n >= 2)
-        });
-        eprintln!("quantum {quantum} ms: {switches} switches reported");
-        c.shutdown().unwrap();
-    }
+    crate::programs::two_jobs_share_the_mesh_and_finish_correct(Impl::Mpich, &[]);
 }

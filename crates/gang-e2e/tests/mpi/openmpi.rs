@@ -134,33 +134,7 @@ fn open_mpi_abort_fails_the_job_with_its_code_and_says_so() {
 /// timeout of Open MPI's TCP transport.
 #[test]
 fn two_open_mpi_jobs_sharing_the_mesh_both_finish_correct_under_gang_switching() {
-    for quantum in ["10", "50"] {
-        let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", quantum]);
-        let prog = program();
-        let prog = prog.to_str().unwrap();
-        let run = |mode| prun(&c, &["-n", "2x2", "--mpi", "pmix", "--", prog, mode], None);
-        let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| run("ring"));
-            let b = s.spawn(|| run("alltoall"));
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        for (out, mode) in [(a, "ring"), (b, "alltoall")] {
-            let (stdout, stderr) = text(&out);
-            assert!(
-                out.status.success(),
-                "{mode} at {quantum} ms: {stdout}\n{stderr}"
-            );
-            check(&stdout, 4, mode);
-        }
-        // The two jobs had one slice each of the one mesh: every switch the agents report
-        // was one of them leaving or entering the CPU while the other ran.
-        let switches = wait_for(Duration::from_secs(10), "switch reports", || {
-            let stats = gangctl_json(&c, &["stats"]).ok()?;
-            stats["switches_reported"].as_u64().filter(|&n| n >= 2)
-        });
-        eprintln!("quantum {quantum} ms: {switches} switches reported");
-        c.shutdown().unwrap();
-    }
+    crate::programs::two_jobs_share_the_mesh_and_finish_correct(Impl::OpenMpi, &["--mpi", "pmix"]);
 }
 
 #[test]

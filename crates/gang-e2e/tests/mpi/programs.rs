@@ -200,3 +200,39 @@ pub fn check(stdout: &str, size: u32, mode: &str) {
         "{mode}: no correct result:\n{stdout}"
     );
 }
+
+/// Two jobs of `imp`'s test program (ring and alltoall, `mpi_args` before the program) on
+/// one 2x2 mesh in two slices, at a 10 and then a 50 ms quantum: both must finish correct
+/// (every ring message and all-to-all block checked), and the agents must have reported
+/// switches (each is one job leaving the CPUs to the other).
+pub fn two_jobs_share_the_mesh_and_finish_correct(imp: Impl, mpi_args: &[&str]) {
+    for quantum in ["10", "50"] {
+        let c = gang_e2e::cluster(2, 2, &["--mpl", "2", "--quantum-ms", quantum]);
+        let prog = program(imp);
+        let prog = prog.to_str().unwrap();
+        let run = |mode| {
+            let args = [&["-n", "2x2"], mpi_args, &["--", prog, mode]].concat();
+            gang_e2e::prun(&c, &args, None)
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| run("ring"));
+            let b = s.spawn(|| run("alltoall"));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        for (out, mode) in [(a, "ring"), (b, "alltoall")] {
+            let (stdout, stderr) = text(&out);
+            assert!(
+                out.status.success(),
+                "{imp:?} {mode} at {quantum} ms: {stdout}\n{stderr}"
+            );
+            check(&stdout, 4, mode);
+        }
+        let switches =
+            gang_e2e::wait_for(std::time::Duration::from_secs(10), "switch reports", || {
+                let stats = gang_e2e::gangctl_json(&c, &["stats"]).ok()?;
+                stats["switches_reported"].as_u64().filter(|&n| n >= 2)
+            });
+        eprintln!("{imp:?}, quantum {quantum} ms: {switches} switches reported");
+        c.shutdown().unwrap();
+    }
+}
