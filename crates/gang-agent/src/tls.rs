@@ -191,23 +191,11 @@ pub fn check_certificate(path: &Path, pem: &[u8], node: Coord) -> Result<(), Tls
 /// The NodeAgent interceptor: only the master may call an agent. The handshake already
 /// proved the caller holds a CA-signed certificate; this checks whose it is.
 pub fn only_the_master(node: Coord, request: &Request<()>) -> Result<(), Status> {
-    // The master presents the same certificate on every call: the last one found to be
-    // the master's is remembered byte for byte, so a call costs a comparison, not an
-    // X.509 parse (a profile of a launch showed that parse on every Launch and Signal).
-    static MASTER_LEAF: std::sync::Mutex<Option<Vec<u8>>> = std::sync::Mutex::new(None);
-    let certs = request.peer_certs();
-    let leaf = certs.as_ref().and_then(|chain| chain.first());
-    if let Some(leaf) = leaf
-        && MASTER_LEAF.lock().unwrap().as_deref() == Some(leaf.as_ref())
-    {
-        return Ok(());
-    }
-    let named = leaf.map(|leaf| peer_name(leaf.as_ref()));
+    let named = request
+        .peer_certs()
+        .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())));
     let who = match named {
-        Some(Some(PeerName::Master)) => {
-            *MASTER_LEAF.lock().unwrap() = leaf.map(|l| l.as_ref().to_vec());
-            return Ok(());
-        }
+        Some(Some(PeerName::Master)) => return Ok(()),
         Some(Some(other)) => format!("the caller's certificate names {other}"),
         Some(None) => "the caller's certificate names no gang identity".to_owned(),
         // Only reachable if the server were ever run without client authentication.
