@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use gang_e2e::{cluster, gangctl_json, job, prun, wait_for};
+use gang_e2e::{cluster, prun};
 
 use crate::programs::{Impl, MODES, check, text};
 
@@ -73,27 +73,7 @@ fn mpich_programs_run_as_one_job_on_four_by_four() {
 
 #[test]
 fn mpi_abort_fails_the_job_with_its_code_and_says_so() {
-    let c = cluster(2, 2, &[]);
-    let prog = program();
-    let out = prun(
-        &c,
-        &["-n", "2x2", "--", prog.to_str().unwrap(), "abort"],
-        None,
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
-    let job = wait_for(std::time::Duration::from_secs(10), "the failed job", || {
-        let jobs = gangctl_json(&c, &["jobs", "--all"]).ok()?;
-        let id = jobs.as_array()?.first()?["id"].as_u64()?;
-        Some(job(&c, id)).filter(|j| j["state"] == "failed")
-    });
-    let reason = job["reason"].as_str().unwrap_or_default().to_string();
-    assert!(
-        reason.contains("PMI abort") && reason.contains("exit code 3"),
-        "reason: {reason}; job: {job}"
-    );
-    assert_eq!(job["exit_code"], 3, "{job}");
-    c.shutdown().unwrap();
+    crate::programs::abort_fails_the_job_with_its_code(Impl::Mpich, &[], "PMI abort");
 }
 
 /// Two MPI jobs, one slice each of one 2x2 mesh, at a 10 and a 50 ms quantum: SIGSTOP

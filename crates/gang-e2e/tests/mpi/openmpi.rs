@@ -3,9 +3,9 @@
 //! built with `mpicc.openmpi`, find each other as one MPI job without `mpirun`.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use gang_e2e::{cluster, gangctl_json, job, prun, prun_env, wait_for};
+use gang_e2e::{cluster, prun, prun_env};
 
 use crate::programs::{Impl, MODES, check, text};
 
@@ -99,35 +99,11 @@ fn open_mpi_programs_run_as_one_job_on_four_by_four() {
 
 #[test]
 fn open_mpi_abort_fails_the_job_with_its_code_and_says_so() {
-    let c = cluster(2, 2, &[]);
-    let prog = program();
-    let out = prun(
-        &c,
-        &[
-            "-n",
-            "2x2",
-            "--mpi",
-            "pmix",
-            "--",
-            prog.to_str().unwrap(),
-            "abort",
-        ],
-        None,
+    crate::programs::abort_fails_the_job_with_its_code(
+        Impl::OpenMpi,
+        &["--mpi", "pmix"],
+        "PMIx abort",
     );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
-    let job = wait_for(Duration::from_secs(10), "the failed job", || {
-        let jobs = gangctl_json(&c, &["jobs", "--all"]).ok()?;
-        let id = jobs.as_array()?.first()?["id"].as_u64()?;
-        Some(job(&c, id)).filter(|j| j["state"] == "failed")
-    });
-    let reason = job["reason"].as_str().unwrap_or_default().to_string();
-    assert!(
-        reason.contains("PMIx abort") && reason.contains("exit code 3"),
-        "reason: {reason}; job: {job}"
-    );
-    assert_eq!(job["exit_code"], 3, "{job}");
-    c.shutdown().unwrap();
 }
 
 /// At a 10 and a 50 ms quantum: SIGSTOP/SIGCONT in mid-run lose nothing and trip no

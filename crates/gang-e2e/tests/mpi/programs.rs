@@ -236,3 +236,32 @@ pub fn two_jobs_share_the_mesh_and_finish_correct(imp: Impl, mpi_args: &[&str]) 
         c.shutdown().unwrap();
     }
 }
+
+/// `imp`'s test program calling MPI_Abort(3) on a 2x2 cluster (`mpi_args` before the
+/// program): prun exits 3 and the job fails with code 3 and a reason naming the
+/// interface's abort (`said`: "PMI abort", "PMIx abort") and the code.
+pub fn abort_fails_the_job_with_its_code(imp: Impl, mpi_args: &[&str], said: &str) {
+    let c = gang_e2e::cluster(2, 2, &[]);
+    let prog = program(imp);
+    let args = [
+        &["-n", "2x2"],
+        mpi_args,
+        &["--", prog.to_str().unwrap(), "abort"],
+    ]
+    .concat();
+    let out = gang_e2e::prun(&c, &args, None);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    let job = gang_e2e::wait_for(std::time::Duration::from_secs(10), "the failed job", || {
+        let jobs = gang_e2e::gangctl_json(&c, &["jobs", "--all"]).ok()?;
+        let id = jobs.as_array()?.first()?["id"].as_u64()?;
+        Some(gang_e2e::job(&c, id)).filter(|j| j["state"] == "failed")
+    });
+    let reason = job["reason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason.contains(said) && reason.contains("exit code 3"),
+        "reason: {reason}; job: {job}"
+    );
+    assert_eq!(job["exit_code"], 3, "{job}");
+    c.shutdown().unwrap();
+}
