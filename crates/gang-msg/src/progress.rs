@@ -223,12 +223,15 @@ impl Progress {
             return;
         }
         let now = Instant::now();
+        // A connection closed for boundary b is reopened once b (plus the grace every
+        // rank resumes after) is past on the master clock. Not "once this rank counted b
+        // as passed": a boundary the agent moves or cancels (the matrix changed, a job
+        // ended) is never counted, and a connection closed for it stayed closed for good,
+        // its peer's messages queued forever (the save-restore halo that hung).
+        let reopen_from = self.sh.master_now_ns().saturating_sub(self.cfg.grace_ns);
         for d in self.sh.rank + 1..self.sh.size {
             let p = &mut self.peers[d];
-            if p.conn.is_some()
-                || p.gone
-                || now < p.next_connect
-                || self.sw.last_passed() < p.reconnect_after
+            if p.conn.is_some() || p.gone || now < p.next_connect || reopen_from < p.reconnect_after
             {
                 continue;
             }
@@ -598,7 +601,7 @@ impl Progress {
         }
     }
 
-    fn publish_counters(&self) {
+    pub fn publish_counters(&self) {
         let unacked: u64 = self.peers.iter().map(|p| p.unacked_bytes).sum();
         self.sh.state.layout().unacked_bytes.store(unacked, Relaxed);
     }

@@ -152,6 +152,11 @@ impl Progress {
     }
 
     fn quiesced(&mut self) {
+        // The counters first: the agent may SIGSTOP this rank the instant it sees
+        // `quiesced_for_ns`, and must then read counters as of the quiesce, not of the
+        // previous turn (acks taken this turn were once left unpublished that way, and a
+        // fully acknowledged boundary showed unacknowledged bytes).
+        self.publish_counters();
         let st = self.sh.state.layout();
         let save_ns = self
             .sw

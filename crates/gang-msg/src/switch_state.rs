@@ -49,11 +49,6 @@ impl Switch {
         }
     }
 
-    /// The latest boundary seen to pass.
-    pub fn last_passed(&self) -> u64 {
-        self.last_passed
-    }
-
     /// Highest per-destination sequence number that may be injected now.
     pub fn inject_limit(&self, dest: usize) -> u64 {
         match self.phase {

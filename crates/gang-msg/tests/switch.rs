@@ -171,3 +171,66 @@ fn halo_resident_tcp() {
 fn halo_save_restore_tcp() {
     switched("halo", 2, 2, "save-restore", true);
 }
+
+/// A boundary the agent takes back after every rank quiesced for it (the matrix changed:
+/// the other job ended, no more switches) must not leave the save-restore connections
+/// closed: the ranks resume and reconnect once its instant is past. Before the fix a rank
+/// reopened a connection only after it had counted that boundary as passed, which a
+/// withdrawn boundary never is, and the job hung with messages queued to a closed peer.
+#[test]
+fn a_withdrawn_boundary_after_a_save_reconnects_every_rank() {
+    let stop_file = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+    let stop_path = stop_file.to_path_buf();
+    std::fs::remove_file(&stop_path).unwrap();
+    let spec = JobSpec::new(example("halo"), 2, 2)
+        .arg("--until-file")
+        .arg(stop_path.to_string_lossy())
+        .env("GANG_MSG_CONTEXT", "save-restore")
+        .env("GANG_MSG_LEAD_US", LEAD_US.to_string())
+        .env("GANG_MSG_GRACE_US", GRACE_US.to_string());
+    let mut job = Job::start(spec);
+    job.wait_states(Duration::from_secs(30), "every rank initialised", |s| {
+        s.iter().all(|s| s.ready && s.posted_sends > 0)
+    });
+    // Publish a boundary, and withdraw it once every rank has saved its context for it
+    // (retrying with a new one when the loaded host did not let them all in time).
+    let mut withdrawn = None;
+    for _ in 0..50 {
+        let b = job.master_now_ns() + 100_000_000;
+        for t in &job.tables {
+            t.write_switch_out(b);
+        }
+        while job.master_now_ns() + 500_000 < b {
+            if job.snapshots().iter().all(|s| s.quiesced_for_ns == b) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let all_saved = job.snapshots().iter().all(|s| s.quiesced_for_ns == b);
+        for t in &job.tables {
+            t.write_switch_out(0);
+        }
+        if all_saved {
+            withdrawn = Some(b);
+            break;
+        }
+        // Let the ranks pass the boundary's instant before the next try.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let b = withdrawn.expect("no boundary was quiesced for by every rank in 50 tries");
+    let before = job.snapshots();
+    // Messages flow again on every rank: each posts and receives more after the
+    // withdrawn boundary's instant.
+    job.wait_states(
+        Duration::from_secs(30),
+        "every rank exchanging messages after the withdrawn boundary",
+        |s| {
+            s.iter()
+                .zip(&before)
+                .all(|(now, then)| now.delivered > then.delivered + 10)
+        },
+    );
+    assert!(job.master_now_ns() > b);
+    std::fs::write(&stop_path, b"stop").unwrap();
+    job.expect_success(Duration::from_secs(60));
+}
