@@ -30,6 +30,7 @@ use crate::msg::MsgHub;
 use crate::node::{LaunchPolicy, Node};
 use crate::registry_client;
 use crate::service::AgentService;
+use crate::session_thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
 use crate::tls::{NodeTls, only_the_master};
 
@@ -47,7 +48,7 @@ pub struct AgentHandle {
     pub node: Arc<Node>,
     stop_server: oneshot::Sender<()>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
-    session: JoinHandle<()>,
+    session: SessionThread,
     uplink: JoinHandle<()>,
     /// Clock probes (None with `clock = "host"`).
     probes: Option<JoinHandle<()>>,
@@ -73,6 +74,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
                 cfg.tls.key.display()
             )
         })?;
+    let session_tls = tls.client();
     let client = registry_client::connect(&cfg.master, tls.client())
         .with_context(|| format!("master {} with this node's TLS files", cfg.master))?;
     let listener = TcpListener::bind(cfg.listen)
@@ -158,12 +160,19 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         let node = Arc::clone(&node);
         move || node.stop_all()
     }));
-    let session = tokio::spawn(registry_client::run_session(
-        client.clone(),
-        Arc::clone(&node),
-        address,
-        fence_state,
-    ));
+    // One below the switch thread: a heartbeat never delays a switch.
+    let session_priority = (cfg.rt_priority - 1).max(0);
+    let session = SessionThread::start(
+        SessionParts {
+            master: cfg.master.clone(),
+            tls: session_tls,
+            node: Arc::clone(&node),
+            address,
+            fence: fence_state,
+        },
+        session_priority,
+    )
+    .context("cannot start the session thread")?;
     let uplink = tokio::spawn(registry_client::run_uplink(
         client.clone(),
         Arc::clone(&node),
@@ -217,7 +226,7 @@ impl AgentHandle {
             // Every rank was killed and reaped above: nothing is left for it to do.
             g.finish();
         }
-        self.session.abort();
+        self.session.stop().await;
         self.fence.abort();
         self.uplink.abort();
         self.reports.abort();

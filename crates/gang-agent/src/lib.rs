@@ -43,7 +43,9 @@ pub mod pmix;
 pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
+pub mod rt_priority;
 pub mod service;
+pub mod session_thread;
 pub mod switch;
 pub mod tls;
 

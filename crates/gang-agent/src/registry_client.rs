@@ -94,28 +94,38 @@ fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
 /// Register, heartbeat, and register again whenever the master is lost or has forgotten
 /// this node. Runs until aborted. `address` is where the master reaches our NodeAgent.
 /// Every answer of the master is reported to `fence`.
+///
+/// Orders that come with a registration run on `main`, the agent's runtime: the session
+/// runs on a thread of its own (`session_thread`), which only talks to the master.
 pub async fn run_session(
     client: RegistryClient,
     node: Arc<Node>,
     address: String,
     fence: Arc<Fence>,
+    main: tokio::runtime::Handle,
 ) {
     let mut registered_before = false;
     loop {
-        let heartbeat = register(&client, &node, &address, registered_before, &fence).await;
+        let (heartbeat, kill_jobs) =
+            register(&client, &node, &address, registered_before, &fence).await;
+        if !kill_jobs.is_empty() {
+            let node = Arc::clone(&node);
+            main.spawn(async move { kill_dropped_jobs(&node, kill_jobs) });
+        }
         registered_before = true;
         heartbeat_until_lost(&client, &node, heartbeat, &fence).await;
     }
 }
 
-/// Register until the master accepts; act on its kill list. Returns the heartbeat period.
+/// Register until the master accepts. Returns the heartbeat period and the jobs the
+/// master says to kill here.
 async fn register(
     client: &RegistryClient,
     node: &Node,
     address: &str,
     again: bool,
     fence: &Fence,
-) -> Duration {
+) -> (Duration, Vec<u64>) {
     let mut backoff = Backoff::new();
     let resp = loop {
         let req = RegisterRequest {
@@ -173,8 +183,12 @@ async fn register(
             "the master states no node timeout: this node's ranks will not be stopped however long the master stays away"
         );
     }
-    for job_id in resp.kill_jobs {
-        // The master ended or forgot these jobs while it could not tell us.
+    (heartbeat, resp.kill_jobs)
+}
+
+/// The master ended or forgot these jobs while it could not tell us.
+fn kill_dropped_jobs(node: &Node, jobs: Vec<u64>) {
+    for job_id in jobs {
         if node.signal(job_id, node.kill_grace) {
             warn!(
                 job_id,
@@ -182,7 +196,6 @@ async fn register(
             );
         }
     }
-    heartbeat
 }
 
 /// Heartbeat every `period` until one fails or the master says it does not know us.

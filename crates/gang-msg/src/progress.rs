@@ -30,6 +30,8 @@ const READ_BUDGET: usize = 4 << 20;
 pub const TABLE_POLL_NS: u64 = 1_000_000;
 const CONNECT_RETRY: Duration = Duration::from_millis(10);
 const CONNECT_GIVE_UP: u32 = 3000;
+/// Past `CONNECT_GIVE_UP`, how often a peer owed nothing is tried again.
+const CONNECT_RETRY_IDLE: Duration = Duration::from_secs(1);
 
 pub struct Conn {
     pub fd: OwnedFd,
@@ -100,6 +102,11 @@ pub struct Peer {
 
 impl Peer {
     /// The connection was closed by a Fin exchange for boundary `b`.
+    /// Messages to this peer not yet acknowledged (queued or on the wire).
+    fn outstanding(&self) -> u64 {
+        self.pending.len() as u64 + self.injected - self.acked
+    }
+
     pub fn closed_for(&self, b: u64) -> bool {
         self.conn.is_none() && b != 0 && self.reconnect_after == b
     }
@@ -254,10 +261,17 @@ impl Progress {
                 Err(e) => {
                     p.connect_fails += 1;
                     p.next_connect = now + CONNECT_RETRY;
-                    if p.connect_fails == CONNECT_GIVE_UP {
-                        p.gone = true;
-                        self.sh
-                            .set_fatal(format!("cannot connect to rank {d} for 30 s: {e}"));
+                    if p.connect_fails >= CONNECT_GIVE_UP {
+                        if p.outstanding() > 0 {
+                            p.gone = true;
+                            self.sh
+                                .set_fatal(format!("cannot connect to rank {d} for 30 s: {e}"));
+                        } else {
+                            // Owing it nothing: it may simply have finished (finalized and
+                            // exited) while this rank runs on. Failing a correct program for
+                            // that would be wrong; keep trying, slowly, in case it is back.
+                            p.next_connect = now + CONNECT_RETRY_IDLE;
+                        }
                     }
                 }
             }
@@ -473,8 +487,11 @@ impl Progress {
             return;
         }
         p.gone = true;
-        let outstanding = p.pending.len() as u64 + p.injected - p.acked;
-        if outstanding > 0 || err.is_some() {
+        // A peer that finalized and exited closes its end: a write to it then fails
+        // (EPIPE: a save-restore Fin sent at the next boundary) just as a read sees EOF.
+        // Neither is an error when nothing to it is undelivered.
+        let outstanding = p.outstanding();
+        if outstanding > 0 {
             self.sh.set_fatal(format!(
                 "rank {d} closed its connection with {outstanding} message(s) to it undelivered{}",
                 err.map(|e| format!(": {e}")).unwrap_or_default()

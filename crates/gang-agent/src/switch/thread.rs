@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
-use tracing::{info, warn};
 
 use crate::clock::{Clock, realtime_ns};
 use crate::switch::actions::{Acts, Target};
@@ -165,27 +164,8 @@ fn drain(fd: &OwnedFd) {
 
 /// Ask for SCHED_FIFO at `priority` (0: do not ask); logs the outcome.
 fn set_realtime(priority: i32, shared: &Shared) {
-    if priority <= 0 {
-        info!("switch thread at normal priority (real-time priority not requested)");
-        return;
-    }
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: pid 0 is the calling thread; a valid parameter pointer. RESET_ON_FORK: a
-    // child of this thread (there are none) would not inherit it.
-    let r = unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
-    };
-    if r == 0 {
+    if crate::rt_priority::request_fifo("switch thread", priority) {
         shared.realtime.store(true, Ordering::Relaxed);
-        info!(priority, "switch thread running SCHED_FIFO");
-    } else {
-        let e = io::Error::last_os_error();
-        warn!(
-            priority,
-            "switch thread cannot get real-time priority (SCHED_FIFO): {e}; switching at normal priority, with more latency under load"
-        );
     }
 }
 

@@ -218,7 +218,7 @@ impl Actor {
                     Err(_) => break,
                 }
             }
-            self.batch(batch);
+            self.batch(ticks_last(batch));
         }
         info!("state task stopped");
     }
@@ -400,6 +400,18 @@ fn handle(st: &mut MasterState, fx: &mut DaemonEffects, now: Now, cmd: Cmd, out:
         }
         Cmd::Tick => reactor::on_tick(st, fx, now),
     }
+}
+
+/// The batch with its ticks (several, after the task was held up) replaced by one at the
+/// end: node timeouts are then judged after every heartbeat that waited in the queue with
+/// them, so a master that fell behind never counts its own delay against the agents.
+fn ticks_last(batch: Vec<Cmd>) -> Vec<Cmd> {
+    let (ticks, mut rest): (Vec<Cmd>, Vec<Cmd>) =
+        batch.into_iter().partition(|c| matches!(c, Cmd::Tick));
+    if !ticks.is_empty() {
+        rest.push(Cmd::Tick);
+    }
+    rest
 }
 
 /// Wall-clock nanoseconds since the Unix epoch (the master clock agents follow).

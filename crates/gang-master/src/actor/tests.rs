@@ -93,3 +93,24 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
     );
     task.abort();
 }
+
+/// Ticks queued among heartbeats (a task that fell behind) become one tick at the end of
+/// the batch: node timeouts are judged after the heartbeats that waited with them.
+#[test]
+fn a_batch_judges_timeouts_after_everything_that_waited_with_its_ticks() {
+    let acked = |v| Cmd::TableAcked((0, 0), v);
+    let batch = actor::ticks_last(vec![Cmd::Tick, acked(1), Cmd::Tick, acked(2), Cmd::Tick]);
+    let order: Vec<String> = batch
+        .iter()
+        .map(|c| match c {
+            Cmd::Tick => "tick".to_string(),
+            Cmd::TableAcked(_, v) => format!("ack {v}"),
+            _ => "other".to_string(),
+        })
+        .collect();
+    assert_eq!(order, ["ack 1", "ack 2", "tick"]);
+    assert!(
+        actor::ticks_last(vec![acked(3)]).len() == 1,
+        "no tick is added"
+    );
+}
