@@ -242,4 +242,63 @@ mod tests {
             assert_eq!(mode(f), 0o600, "{}", f.display());
         }
     }
+
+    /// Rows as masters wrote them: one flat JSON object a job, with its live part while it
+    /// is placed; the last from an older master still, without the fields added since.
+    const EARLIER_ROWS: [&str; 4] = [
+        r#"{"id":1,"user":"u1001","uid":1001,"gid":1001,"groups":[1001],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":30,"stdin":false,"shape":"1x1","w":1,"h":1,"state":"completed","submesh":{"x":0,"y":0,"w":1,"h":1},"exit_code":0,"reason":"","submit_ns":1700000000000000000,"start_ns":1700000000000000000,"end_ns":1700000000000000000,"gang":"priority","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0,"client_token":"tok","output_files":{"output":"out-%j.txt"}}"#,
+        r#"{"id":2,"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":0,"stdin":false,"shape":"2x2","w":2,"h":2,"state":"running","submesh":{"x":0,"y":0,"w":2,"h":2},"exit_code":null,"reason":"","submit_ns":1700000000000000000,"start_ns":1700000000000000000,"end_ns":0,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0,"live":{"exits":[null,0,null,null],"failure":null,"cancelled":null,"timed_out":false,"home_slice":1}}"#,
+        r#"{"id":3,"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":0,"stdin":false,"shape":"4x4","w":4,"h":4,"state":"queued","submesh":null,"exit_code":null,"reason":"","submit_ns":1700000000000000000,"start_ns":0,"end_ns":0,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0}"#,
+        r#"{"id":4,"user":"bob","uid":1002,"gid":1002,"name":"sim","argv":["sim"],"cwd":"/","env":{},"time_limit_s":0,"stdin":true,"shape":"2","w":2,"h":1,"state":"cancelled","submesh":null,"exit_code":null,"reason":"cancelled by bob","submit_ns":1,"start_ns":0,"end_ns":2}"#,
+    ];
+
+    #[test]
+    fn rows_of_an_earlier_master_load_and_are_saved_back_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        for (i, row) in EARLIER_ROWS.iter().enumerate() {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO jobs (id, record) VALUES (?1, ?2)",
+                    params![i as i64 + 1, row],
+                )
+                .unwrap();
+        }
+        let jobs = store.load_jobs().unwrap();
+        assert_eq!(jobs.len(), 4);
+        let (done, running, oldest) = (&jobs[0], &jobs[1], &jobs[3]);
+        assert_eq!(done.client_token.as_deref(), Some("tok"));
+        assert_eq!(done.output_files.output, "out-%j.txt");
+        assert_eq!(done.gang, gang_core::GangMode::Priority);
+        assert_eq!((done.uid, done.groups.as_slice()), (1001, &[1001][..]));
+        let live = running.live.as_ref().expect("a running job's live part");
+        assert_eq!(
+            (live.exits.as_slice(), live.home_slice),
+            (&[None, Some(0), None, None][..], Some(1))
+        );
+        assert_eq!(jobs[2].state, crate::job::State::Queued);
+        // An older row takes the defaults of the fields it lacks.
+        assert!(oldest.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
+        assert_eq!(oldest.mpi, crate::job::Mpi::default());
+
+        for job in &jobs {
+            store.save_job(job).unwrap();
+        }
+        for (i, row) in EARLIER_ROWS.iter().enumerate().take(3) {
+            let text: String = store
+                .conn
+                .query_row(
+                    "SELECT record FROM jobs WHERE id = ?1",
+                    [i as i64 + 1],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            let (now, then): (serde_json::Value, serde_json::Value) = (
+                serde_json::from_str(&text).unwrap(),
+                serde_json::from_str(row).unwrap(),
+            );
+            assert_eq!(now, then, "job {}", i + 1);
+        }
+    }
 }
