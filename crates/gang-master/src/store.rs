@@ -1,19 +1,21 @@
 //! Durable state in SQLite (WAL): jobs and drained nodes. A job row is committed before
 //! the submitter hears it was accepted; a restarted master reloads every row.
 //!
-//! Writes are grouped: the state task opens a transaction for a batch of commands and
-//! commits once before replying to any of them, so many submissions share one fsync.
+//! Writes are grouped: a batch's saves ([`Save`]) go into one transaction, committed before
+//! any of its commands is answered, so many submissions share one fsync ([`Commit`], called
+//! by `state::batch::run`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::job::JobRecord;
+use crate::state::batch::Commit;
+use crate::state::effects::Save;
 
 pub struct Store {
     conn: Connection,
-    in_batch: bool,
 }
 
 const SCHEMA: &str = "
@@ -64,10 +66,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Store {
-            conn,
-            in_batch: false,
-        })
+        Ok(Store { conn })
     }
 
     /// The mesh the database was created for (None for a new database).
@@ -101,14 +100,6 @@ impl Store {
         Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
-    pub fn set_table_version(&self, version: u64) -> rusqlite::Result<()> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('table_version', ?1)",
-            [version.to_string()],
-        )?;
-        Ok(())
-    }
-
     /// The slot grid's origin of the last run, if it used `quantum_ns`.
     pub fn table_epoch(&self, quantum_ns: i64) -> rusqlite::Result<Option<i64>> {
         let v: Option<String> = self
@@ -125,53 +116,11 @@ impl Store {
         }))
     }
 
-    pub fn set_table_epoch(&self, epoch_ns: i64, quantum_ns: i64) -> rusqlite::Result<()> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('table_epoch', ?1)",
-            [format!("{epoch_ns}:{quantum_ns}")],
-        )?;
-        Ok(())
-    }
-
-    pub fn begin(&mut self) -> rusqlite::Result<()> {
-        if !self.in_batch {
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            self.in_batch = true;
-        }
-        Ok(())
-    }
-
-    pub fn commit(&mut self) -> rusqlite::Result<()> {
-        if self.in_batch {
-            self.in_batch = false;
-            self.conn.execute_batch("COMMIT")?;
-        }
-        Ok(())
-    }
-
-    /// Undo the open transaction (also after a failed COMMIT, which may leave it open).
-    pub fn rollback(&mut self) -> rusqlite::Result<()> {
-        self.in_batch = false;
-        if !self.conn.is_autocommit() {
-            self.conn.execute_batch("ROLLBACK")?;
-        }
-        Ok(())
-    }
-
     pub fn next_job_id(&self) -> rusqlite::Result<u64> {
         let max: Option<i64> = self
             .conn
             .query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0))?;
         Ok(max.map_or(1, |m| m as u64 + 1))
-    }
-
-    pub fn save_job(&self, record: &JobRecord) -> rusqlite::Result<()> {
-        let text = serde_json::to_string(record).expect("job records serialize");
-        self.conn.execute(
-            "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
-            params![record.id as i64, text],
-        )?;
-        Ok(())
     }
 
     pub fn load_jobs(&self) -> anyhow::Result<Vec<JobRecord>> {
@@ -189,24 +138,61 @@ impl Store {
         Ok(out)
     }
 
-    pub fn set_drained(&self, x: u32, y: u32, drained: bool) -> rusqlite::Result<()> {
-        if drained {
-            self.conn.execute(
-                "INSERT OR IGNORE INTO drained (x, y) VALUES (?1, ?2)",
-                params![x, y],
-            )?;
-        } else {
-            self.conn
-                .execute("DELETE FROM drained WHERE x = ?1 AND y = ?2", params![x, y])?;
-        }
-        Ok(())
-    }
-
     pub fn drained(&self) -> rusqlite::Result<Vec<(u32, u32)>> {
         let mut stmt = self.conn.prepare("SELECT x, y FROM drained")?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         rows.collect()
     }
+}
+
+impl Commit for Store {
+    fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+        // IMMEDIATE: the write lock at once (a deferred transaction that has to upgrade may
+        // fail with SQLITE_BUSY without waiting). Dropped uncommitted, or after a failed
+        // commit, the transaction rolls back: nothing of the batch stays.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| e.to_string())?;
+        for save in saves {
+            write(&tx, save).map_err(|e| e.to_string())?;
+        }
+        tx.commit().map_err(|e| e.to_string())
+    }
+}
+
+fn write(db: &Connection, save: &Save) -> rusqlite::Result<()> {
+    let meta = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
+    match save {
+        Save::Job(job) => {
+            let text = serde_json::to_string(job).expect("job records serialize");
+            db.execute(
+                "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+                params![job.id as i64, text],
+            )?;
+        }
+        Save::Drained {
+            node: (x, y),
+            drained: true,
+        } => {
+            db.execute(
+                "INSERT OR IGNORE INTO drained (x, y) VALUES (?1, ?2)",
+                params![x, y],
+            )?;
+        }
+        Save::Drained {
+            node: (x, y),
+            drained: false,
+        } => {
+            db.execute("DELETE FROM drained WHERE x = ?1 AND y = ?2", params![x, y])?;
+        }
+        Save::TableMeta { version, grid } => {
+            db.execute(meta, ["table_version", &version.to_string()])?;
+            let epoch = format!("{}:{}", grid.epoch_ns, grid.quantum_ns);
+            db.execute(meta, ["table_epoch", &epoch])?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -255,7 +241,7 @@ mod tests {
     #[test]
     fn rows_of_an_earlier_master_load_and_are_saved_back_unchanged() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("s.db")).unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
         for (i, row) in EARLIER_ROWS.iter().enumerate() {
             store
                 .conn
@@ -282,9 +268,8 @@ mod tests {
         assert!(oldest.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
         assert_eq!(oldest.mpi, crate::job::Mpi::default());
 
-        for job in &jobs {
-            store.save_job(job).unwrap();
-        }
+        let saves: Vec<Save> = jobs.into_iter().map(Save::Job).collect();
+        store.commit(saves.iter()).unwrap();
         for (i, row) in EARLIER_ROWS.iter().enumerate().take(3) {
             let text: String = store
                 .conn

@@ -10,7 +10,7 @@ use tracing::warn;
 
 use crate::error::{MasterError, Result};
 use crate::job::{Job, JobRecord, Rank, State, signal_code};
-use crate::state::effects::{Effects, LaunchOrder, Metric};
+use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
@@ -93,12 +93,7 @@ impl MasterState {
         Ok(shape)
     }
 
-    pub(super) fn submit(
-        &mut self,
-        fx: &mut impl Effects,
-        now: Now,
-        new: NewJob,
-    ) -> Result<JobView> {
+    pub(super) fn submit(&mut self, fx: &mut Effects, now: Now, new: NewJob) -> Result<JobView> {
         if let Some(t) = &new.client_token
             && let Some(id) = self.jobs.by_token(new.owner.uid, t)
         {
@@ -155,7 +150,7 @@ impl MasterState {
             live: None,
         }));
         self.next_id += 1;
-        fx.metric(Metric::Submitted);
+        fx.emit(Effect::Metric(Metric::Submitted));
         self.save(fx, now, id);
         self.execute(fx, now, plan);
         self.view(id, now)
@@ -164,7 +159,7 @@ impl MasterState {
     /// `by`: who asks (`None`: the master itself, e.g. for a time limit).
     pub(super) fn cancel(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         id: JobId,
         by: Option<&Caller>,
@@ -181,7 +176,7 @@ impl MasterState {
                 job.record.state = State::Cancelled;
                 job.record.reason = reason;
                 job.record.end_ns = now.wall_ns;
-                fx.metric(Metric::Finished(State::Cancelled));
+                fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
                 self.save(fx, now, id);
                 self.execute(fx, now, plan);
             }
@@ -208,7 +203,7 @@ impl MasterState {
 
     /// Carry out a plan of the core: agents learn of slots through slice tables, so only
     /// starts need work here.
-    pub(super) fn execute(&mut self, fx: &mut impl Effects, now: Now, plan: Plan) {
+    pub(super) fn execute(&mut self, fx: &mut Effects, now: Now, plan: Plan) {
         for d in plan.decisions {
             if let Decision::Start { job, submesh, .. } = d {
                 self.launch(fx, now, job, submesh);
@@ -216,7 +211,7 @@ impl MasterState {
         }
     }
 
-    fn launch(&mut self, fx: &mut impl Effects, now: Now, id: JobId, submesh: Submesh) {
+    fn launch(&mut self, fx: &mut Effects, now: Now, id: JobId, submesh: Submesh) {
         let Some(job) = self.jobs.get_mut(id).filter(|j| !j.record.state.is_final()) else {
             return;
         };
@@ -260,7 +255,11 @@ impl MasterState {
                 mpi_check: job.record.mpi_check,
                 output_files: job.record.output_files.clone(),
             };
-            fx.launch((x, y), addr, order);
+            fx.emit(Effect::Launch {
+                node: (x, y),
+                address: addr.to_string(),
+                order,
+            });
         }
         self.save(fx, now, id);
         for (rank, x, y) in down {
@@ -269,7 +268,7 @@ impl MasterState {
     }
 
     /// A rank's launch was confirmed (or its agent listed it): Pending becomes Running.
-    pub(super) fn rank_running(&mut self, fx: &mut impl Effects, id: JobId, rank: u32) {
+    pub(super) fn rank_running(&mut self, fx: &mut Effects, id: JobId, rank: u32) {
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
@@ -286,12 +285,16 @@ impl MasterState {
                 .node_index(node)
                 .and_then(|i| self.nodes[i].address.as_deref())
         {
-            fx.rank0_running(id, node, addr);
+            fx.emit(Effect::Rank0Running {
+                job: id,
+                node,
+                address: addr.to_string(),
+            });
         }
     }
 
     /// Every rank has started (it runs, or already ran to its end): the job is running.
-    pub(super) fn note_started(&mut self, fx: &mut impl Effects, now: Now, id: JobId) {
+    pub(super) fn note_started(&mut self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -308,14 +311,16 @@ impl MasterState {
         }
         self.jobs.get_mut(id).expect("present").record.state = State::Running;
         if let Some(t) = self.placed_at.remove(&id) {
-            fx.metric(Metric::Launched((now.mono_ns - t) as f64 / 1e9));
+            fx.emit(Effect::Metric(Metric::Launched(
+                (now.mono_ns - t) as f64 / 1e9,
+            )));
         }
         self.save(fx, now, id);
     }
 
     pub(super) fn launched(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         id: JobId,
         rank: u32,
@@ -347,7 +352,7 @@ impl MasterState {
     /// A rank will never run (it could not start, or its node is lost): fail the job.
     pub(super) fn rank_gone(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         id: JobId,
         rank: u32,
@@ -369,7 +374,7 @@ impl MasterState {
     }
 
     /// Stop every rank of a job that may still run: SIGTERM, then SIGKILL after `grace_ms`.
-    pub(super) fn kill(&self, fx: &mut impl Effects, id: JobId, grace_ms: u32) {
+    pub(super) fn kill(&self, fx: &mut Effects, id: JobId, grace_ms: u32) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -382,7 +387,7 @@ impl MasterState {
         }
     }
 
-    pub(super) fn rank_exit(&mut self, fx: &mut impl Effects, now: Now, exit: RankExit) {
+    pub(super) fn rank_exit(&mut self, fx: &mut Effects, now: Now, exit: RankExit) {
         let id = exit.job;
         let Some(job) = self.jobs.get_mut(id) else {
             warn!(job = %id, "exit report for an unknown job");
@@ -418,7 +423,7 @@ impl MasterState {
     }
 
     /// When every rank is done: the job's final state, its exit code, and its nodes back.
-    pub(super) fn maybe_finish(&mut self, fx: &mut impl Effects, now: Now, id: JobId) {
+    pub(super) fn maybe_finish(&mut self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -447,7 +452,7 @@ impl MasterState {
         job.record.end_ns = now.wall_ns;
         self.adopted.remove(&id);
         self.placed_at.remove(&id);
-        fx.metric(Metric::Finished(state));
+        fx.emit(Effect::Metric(Metric::Finished(state)));
         self.save(fx, now, id);
         match self.sched.finish(now.mono_s(), id) {
             Ok(plan) => self.execute(fx, now, plan),
@@ -456,11 +461,11 @@ impl MasterState {
     }
 
     /// Persist a job and announce it (both take effect with the batch).
-    pub(super) fn save(&self, fx: &mut impl Effects, now: Now, id: JobId) {
+    pub(super) fn save(&self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        fx.save_job(&job.persisted(self.home_slice(id)));
-        fx.job_changed(self.job_view(job, now));
+        fx.emit(Effect::Save(Save::Job(job.persisted(self.home_slice(id)))));
+        fx.emit(Effect::JobChanged(self.job_view(job, now)));
     }
 }

@@ -128,7 +128,7 @@ pub struct MatrixView {
 pub enum Rank0 {
     /// It runs on this node, whose agent is at this address.
     Running(Coord, String),
-    /// Not yet: wait for `rank0_running` or the job's end.
+    /// Not yet: wait for `Effect::Rank0Running` or the job's end.
     NotYet,
     /// The job has ended.
     Ended,
