@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::job::JobRecord;
+use crate::job::SavedJob;
 use crate::state::batch::Commit;
 use crate::state::effects::Save;
 
@@ -123,7 +123,7 @@ impl Store {
         Ok(max.map_or(1, |m| m as u64 + 1))
     }
 
-    pub fn load_jobs(&self) -> anyhow::Result<Vec<JobRecord>> {
+    pub fn load_jobs(&self) -> anyhow::Result<Vec<SavedJob>> {
         let mut stmt = self
             .conn
             .prepare("SELECT id, record FROM jobs ORDER BY id")?;
@@ -131,7 +131,7 @@ impl Store {
         let mut out = vec![];
         for row in rows {
             let (id, text) = row?;
-            let rec: JobRecord = serde_json::from_str(&text)
+            let rec: SavedJob = serde_json::from_str(&text)
                 .map_err(|e| anyhow::anyhow!("job {id} in the state database: {e}"))?;
             out.push(rec);
         }
@@ -168,7 +168,7 @@ fn write(db: &Connection, save: &Save) -> rusqlite::Result<()> {
             let text = serde_json::to_string(job).expect("job records serialize");
             db.execute(
                 "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
-                params![job.id as i64, text],
+                params![job.id.0 as i64, text],
             )?;
         }
         Save::Drained {
@@ -257,7 +257,10 @@ mod tests {
         assert_eq!(done.client_token.as_deref(), Some("tok"));
         assert_eq!(done.output_files.output, "out-%j.txt");
         assert_eq!(done.gang, gang_core::GangMode::Priority);
-        assert_eq!((done.uid, done.groups.as_slice()), (1001, &[1001][..]));
+        assert_eq!(
+            (done.owner.uid, done.owner.groups.as_slice()),
+            (1001, &[1001][..])
+        );
         let live = running.live.as_ref().expect("a running job's live part");
         assert_eq!(
             (live.exits.as_slice(), live.home_slice),
@@ -265,7 +268,7 @@ mod tests {
         );
         assert_eq!(jobs[2].state, crate::job::State::Queued);
         // An older row takes the defaults of the fields it lacks.
-        assert!(oldest.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
+        assert!(oldest.owner.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
         assert_eq!(oldest.mpi, crate::job::Mpi::default());
 
         let saves: Vec<Save> = jobs.into_iter().map(Save::Job).collect();

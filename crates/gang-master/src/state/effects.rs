@@ -7,12 +7,11 @@
 //! Nothing leaves the master for a change that was not saved: `batch::run` hands the
 //! effects out only after the commit.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gang_core::{GangMode, JobId, MsgContext, SlotGrid};
+use gang_core::{JobId, SlotGrid, Submesh};
 
-use crate::job::{JobRecord, State};
+use crate::job::{SavedJob, Spec, State};
 pub use crate::state::views::Coord;
 use crate::state::views::JobView;
 
@@ -59,10 +58,8 @@ pub enum Effect {
 
 /// What a batch writes: committed together, or not at all.
 #[derive(Debug, Clone)]
-// A job's record restates its whole spec for now; it shrinks with the job model, next.
-#[allow(clippy::large_enum_variant)]
 pub enum Save {
-    Job(JobRecord),
+    Job(SavedJob),
     Drained {
         node: Coord,
         drained: bool,
@@ -96,29 +93,26 @@ impl Effects {
     }
 }
 
-/// Start one rank.
+/// Start one rank: the job's spec as this rank gets it, and its place in the job. Reads
+/// as that spec (`Deref`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchOrder {
     pub job: JobId,
     pub rank: u32,
     pub size: u32,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub env: BTreeMap<String, String>,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-    pub user: String,
-    /// Whether stdin is forwarded to this rank (rank 0 of a job that asked for it).
-    pub stdin: bool,
-    /// The job's mode, resolved: agents learn it here, once, and never from tables.
-    pub gang: GangMode,
     /// The job's rectangle (rank r at row-major position r).
-    pub part: gang_core::Submesh,
-    pub msg_context: MsgContext,
-    pub mpi: crate::job::Mpi,
-    pub mpi_check: bool,
-    pub output_files: crate::job::OutputFiles,
+    pub part: Submesh,
+    /// The job's spec, with stdin only on rank 0 (if the job asked for it) and without the
+    /// submitter's `GANG_MASTER`, which means nothing to a rank. Agents learn the job's
+    /// resolved mode here, once, and never from tables.
+    pub spec: Arc<Spec>,
+}
+
+impl std::ops::Deref for LaunchOrder {
+    type Target = Spec;
+    fn deref(&self) -> &Spec {
+        &self.spec
+    }
 }
 
 /// One node's view of a slice table: the job it runs in each row (`None`: idle).

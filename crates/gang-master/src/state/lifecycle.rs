@@ -5,11 +5,13 @@
 //! lost). A job ends when every rank is done; the first failure sets its exit code and
 //! reason, and stops the other ranks.
 
+use std::sync::Arc;
+
 use gang_core::{Decision, JobId, JobSpec, Plan, Request, Shape, Submesh};
 use tracing::warn;
 
 use crate::error::{MasterError, Result};
-use crate::job::{Job, JobRecord, Rank, State, signal_code};
+use crate::job::{Defaults, Job, JobRecord, Rank, Spec, State, signal_code};
 use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
@@ -80,7 +82,7 @@ impl MasterState {
             .filter(|q| {
                 self.jobs
                     .get(q.id)
-                    .is_some_and(|j| j.record.uid == new.owner.uid)
+                    .is_some_and(|j| j.record.owner.uid == new.owner.uid)
             })
             .count();
         if queued >= limits.max_queued_per_user {
@@ -112,24 +114,14 @@ impl MasterState {
                 estimate,
             },
         )?;
-        let name = if new.name.is_empty() {
-            new.argv[0].clone()
-        } else {
-            new.name
-        };
+        let spec = new.resolve(Defaults {
+            gang: self.cfg.gang_mode,
+            on_deadlock: self.cfg.on_deadlock,
+            mpi: self.cfg.mpi,
+        });
         self.jobs.insert(Job::new(JobRecord {
-            id: id.0,
-            user: new.owner.user,
-            uid: new.owner.uid,
-            gid: new.owner.gid,
-            groups: new.owner.groups,
-            name,
-            argv: new.argv,
-            cwd: new.cwd,
-            env: new.env,
-            time_limit_s: new.time_limit_s,
-            stdin: new.stdin,
-            shape: new.shape,
+            id,
+            spec: Arc::new(spec),
             w: shape.w,
             h: shape.h,
             state: State::Queued,
@@ -139,15 +131,7 @@ impl MasterState {
             submit_ns: now.wall_ns,
             start_ns: 0,
             end_ns: 0,
-            gang: new.gang.unwrap_or(self.cfg.gang_mode),
-            on_deadlock: new.on_deadlock.unwrap_or(self.cfg.on_deadlock),
-            msg_context: new.msg_context.unwrap_or_default(),
-            mpi: new.mpi.unwrap_or(self.cfg.mpi),
-            mpi_check: new.mpi_check,
             run_ns: 0,
-            client_token: new.client_token,
-            output_files: new.output_files,
-            live: None,
         }));
         self.next_id += 1;
         fx.emit(Effect::Metric(Metric::Submitted));
@@ -222,6 +206,11 @@ impl MasterState {
         job.ranks = vec![Rank::Pending; job.size() as usize];
         self.placed_at.insert(id, now.mono_ns);
         let job = self.jobs.get(id).expect("present");
+        let part = job
+            .record
+            .submesh
+            .expect("a job being launched has its submesh");
+        let (first, others) = rank_specs(&job.record.spec);
         let mut down = vec![];
         for rank in 0..job.size() {
             let (x, y) = job.node_of(rank).expect("placed");
@@ -230,30 +219,12 @@ impl MasterState {
                 down.push((rank, x, y));
                 continue;
             };
-            let mut env = job.record.env.clone();
-            // The submitter's own master address means nothing to a rank.
-            env.remove("GANG_MASTER");
             let order = LaunchOrder {
                 job: id,
                 rank,
                 size: job.size(),
-                argv: job.record.argv.clone(),
-                cwd: job.record.cwd.clone(),
-                env,
-                uid: job.record.uid,
-                gid: job.record.gid,
-                groups: job.record.groups.clone(),
-                user: job.record.user.clone(),
-                stdin: job.record.stdin && rank == 0,
-                gang: job.record.gang,
-                part: job
-                    .record
-                    .submesh
-                    .expect("a job being launched has its submesh"),
-                msg_context: job.record.msg_context,
-                mpi: job.record.mpi,
-                mpi_check: job.record.mpi_check,
-                output_files: job.record.output_files.clone(),
+                part,
+                spec: if rank == 0 { &first } else { &others }.clone(),
             };
             fx.emit(Effect::Launch {
                 node: (x, y),
@@ -468,4 +439,23 @@ impl MasterState {
         fx.emit(Effect::Save(Save::Job(job.persisted(self.home_slice(id)))));
         fx.emit(Effect::JobChanged(self.job_view(job, now)));
     }
+}
+
+/// A job's spec as its ranks get it, rank 0's and the others': without the submitter's
+/// `GANG_MASTER` (its own master address means nothing to a rank), and stdin forwarded to
+/// rank 0 alone, if the job asked for it.
+fn rank_specs(spec: &Spec) -> (Arc<Spec>, Arc<Spec>) {
+    let mut others = spec.clone();
+    others.env.remove("GANG_MASTER");
+    others.stdin = false;
+    let others = Arc::new(others);
+    let first = if spec.stdin {
+        Arc::new(Spec {
+            stdin: true,
+            ..Spec::clone(&others)
+        })
+    } else {
+        others.clone()
+    };
+    (first, others)
 }

@@ -18,7 +18,7 @@
 use gang_core::JobId;
 
 use crate::error::Result;
-use crate::job::JobRecord;
+use crate::job::SavedJob;
 use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
     Caller, FenceArrival, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
@@ -31,7 +31,7 @@ pub fn on_recover(
     st: &mut MasterState,
     fx: &mut Effects,
     now: Now,
-    records: Vec<JobRecord>,
+    records: Vec<SavedJob>,
     drained: &[Coord],
 ) -> Result<Recovered> {
     st.recover(fx, now, records, drained)

@@ -5,7 +5,7 @@ use gang_core::{JobId, JobSpec, Shape};
 use tracing::{info, warn};
 
 use crate::error::{MasterError, Result};
-use crate::job::{Job, JobRecord, Rank, State};
+use crate::job::{Job, Rank, SavedJob, State};
 use crate::state::effects::{Coord, Effect, Effects, Save};
 use crate::state::{MasterState, Now};
 
@@ -25,7 +25,7 @@ impl MasterState {
         &mut self,
         fx: &mut Effects,
         now: Now,
-        mut records: Vec<JobRecord>,
+        mut records: Vec<SavedJob>,
         drained: &[Coord],
     ) -> Result<Recovered> {
         let mesh = self.cfg.mesh;
@@ -54,7 +54,7 @@ impl MasterState {
         let mut found = Recovered::default();
         let mut placed = vec![];
         for rec in records {
-            self.next_id = self.next_id.max(rec.id + 1);
+            self.next_id = self.next_id.max(rec.id.0 + 1);
             let mut job = Job::restored(rec);
             let id = job.id();
             let spec = JobSpec {

@@ -9,7 +9,7 @@ use gang_core::deadlock::Activity;
 use gang_core::{GangMode, JobId, Shape, SlotGrid};
 
 use crate::config::MasterConfig;
-use crate::job::{JobRecord, State};
+use crate::job::{JobRecord, SavedJob, Spec, State};
 use crate::state::batch::{self, Commit};
 use crate::state::effects::{Coord, Effect, Effects, LaunchOrder, Metric, NodeTable, Save};
 use crate::state::events::{Caller, ClockReport, Heartbeat, NewJob, Owner, Registration};
@@ -21,7 +21,7 @@ use crate::state::{MasterState, Now, Persisted, reactor};
 #[derive(Debug, Default)]
 pub struct Recorder {
     /// Saved jobs by id: what a restarted master finds.
-    pub db: BTreeMap<u64, JobRecord>,
+    pub db: BTreeMap<u64, SavedJob>,
     pub drained: BTreeSet<Coord>,
     pub table_meta: Option<(u64, SlotGrid)>,
     /// Every other effect, in order.
@@ -37,7 +37,7 @@ impl Commit for Recorder {
         for save in saves {
             match save {
                 Save::Job(job) => {
-                    self.db.insert(job.id, job.clone());
+                    self.db.insert(job.id.0, job.clone());
                 }
                 Save::Drained {
                     node,
@@ -215,12 +215,13 @@ pub fn config(w: u32, h: u32, mpl: u32) -> MasterConfig {
 
 /// A queued job's record (for tests of the job table).
 pub fn record(id: u64) -> JobRecord {
-    JobRecord {
-        id,
-        user: "alice".into(),
-        uid: 1000,
-        gid: 1000,
-        groups: vec![1000],
+    let spec = Spec {
+        owner: Owner {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![1000],
+            user: "alice".into(),
+        },
         name: "true".into(),
         argv: vec!["true".into()],
         cwd: "/".into(),
@@ -228,6 +229,17 @@ pub fn record(id: u64) -> JobRecord {
         time_limit_s: 0,
         stdin: false,
         shape: "1x1".into(),
+        gang: GangMode::Stop,
+        on_deadlock: Default::default(),
+        msg_context: Default::default(),
+        mpi: Default::default(),
+        mpi_check: false,
+        output_files: Default::default(),
+        client_token: None,
+    };
+    JobRecord {
+        id: JobId(id),
+        spec: Arc::new(spec),
         w: 1,
         h: 1,
         state: State::Queued,
@@ -237,15 +249,7 @@ pub fn record(id: u64) -> JobRecord {
         submit_ns: 0,
         start_ns: 0,
         end_ns: 0,
-        gang: GangMode::Stop,
-        on_deadlock: Default::default(),
-        msg_context: Default::default(),
-        mpi: Default::default(),
-        mpi_check: false,
-        output_files: Default::default(),
         run_ns: 0,
-        client_token: None,
-        live: None,
     }
 }
 

@@ -178,7 +178,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Restart => w = w.restart(),
             S::State(job, state) => assert_eq!(w.view(job).state, state, "{}", at()),
             S::Reason(job, text) => {
-                let r = w.view(job).reason;
+                let r = w.view(job).record.reason;
                 assert!(r.contains(text), "{}: reason {r:?}", at());
             }
             S::Pending(job, text) => {
