@@ -1,6 +1,8 @@
-//! A job as the master tracks it: the durable record, and the live state of its ranks.
+//! A job as the master tracks it: its spec (fixed at submission), its record (the spec and
+//! where it is in its life: what is saved and shown), and the live state of its ranks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Submesh};
 use serde::{Deserialize, Serialize};
@@ -92,24 +94,132 @@ impl OutputFiles {
     }
 }
 
-/// What is persisted for a job (one row, JSON).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub id: u64,
-    pub user: String,
+/// A Unix identity: who asks (a caller's), and whose a job is. Taken from the caller's
+/// identity, never from a request body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
     pub uid: u32,
     pub gid: u32,
-    /// Supplementary groups of the submitter (ranks run with them).
+    /// Supplementary groups (the primary one included): ranks run with them.
     #[serde(default)]
     pub groups: Vec<u32>,
+    pub user: String,
+}
+
+/// How far a job's modes are decided: as the submitter asked ([`Asked`]: `None` takes the
+/// cluster's default), or fixed for the rest of its life ([`Resolved`]). One definition of
+/// a spec serves the submission and the job, so a new field is written once.
+pub trait Stage {
+    type Mode<T: ModeValue>: ModeValue;
+}
+
+/// What a mode's value must be to be carried, compared and saved.
+pub trait ModeValue:
+    std::fmt::Debug + Clone + PartialEq + Eq + Default + Serialize + serde::de::DeserializeOwned
+{
+}
+impl<T> ModeValue for T where
+    T: std::fmt::Debug + Clone + PartialEq + Eq + Default + Serialize + serde::de::DeserializeOwned
+{
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {}
+impl Stage for Asked {
+    type Mode<T: ModeValue> = Option<T>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {}
+impl Stage for Resolved {
+    type Mode<T: ModeValue> = T;
+}
+
+/// What a job is: who runs what, and how. Fixed once submitted (a job shares it, behind an
+/// `Arc`, with its views and launch orders). Saved flat in the job's row, as it always was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound = "")]
+pub struct Spec<S: Stage = Resolved> {
+    #[serde(flatten)]
+    pub owner: Owner,
+    /// Display name; empty when asked: argv[0].
     pub name: String,
     pub argv: Vec<String>,
     pub cwd: String,
     pub env: BTreeMap<String, String>,
+    /// 0: no limit.
     pub time_limit_s: u64,
     pub stdin: bool,
-    /// The shape as requested ("4x2" or "8").
+    /// As requested: "4x2" or a node count.
     pub shape: String,
+    #[serde(default)]
+    pub gang: S::Mode<GangMode>,
+    /// What happens when it deadlocks.
+    #[serde(default)]
+    pub on_deadlock: S::Mode<DeadlockPolicy>,
+    /// How its messaging library keeps its context across switches (asked `None`: resident).
+    #[serde(default)]
+    pub msg_context: S::Mode<MsgContext>,
+    /// What the agents serve for MPI.
+    #[serde(default)]
+    pub mpi: S::Mode<Mpi>,
+    /// Whether the MPI checking library is preloaded into its ranks.
+    #[serde(default)]
+    pub mpi_check: bool,
+    /// `prun --output/--error` patterns (empty: output relayed through the master).
+    #[serde(default, skip_serializing_if = "OutputFiles::is_empty")]
+    pub output_files: OutputFiles,
+    /// The submitter's idempotency token (`SubmitRequest.client_token`): a retry with the
+    /// same token (and owner) finds the first job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_token: Option<String>,
+}
+
+/// The cluster's defaults for the modes a submission may leave out.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    pub gang: GangMode,
+    pub on_deadlock: DeadlockPolicy,
+    pub mpi: Mpi,
+}
+
+impl Spec<Asked> {
+    /// The spec the job keeps: the defaults of today for what it left out (a later change
+    /// of the cluster's defaults does not change a job), and a name.
+    pub fn resolve(self, d: Defaults) -> Spec {
+        Spec {
+            name: if self.name.is_empty() {
+                self.argv.first().cloned().unwrap_or_default()
+            } else {
+                self.name
+            },
+            gang: self.gang.unwrap_or(d.gang),
+            on_deadlock: self.on_deadlock.unwrap_or(d.on_deadlock),
+            msg_context: self.msg_context.unwrap_or_default(),
+            mpi: self.mpi.unwrap_or(d.mpi),
+            owner: self.owner,
+            argv: self.argv,
+            cwd: self.cwd,
+            env: self.env,
+            time_limit_s: self.time_limit_s,
+            stdin: self.stdin,
+            shape: self.shape,
+            mpi_check: self.mpi_check,
+            output_files: self.output_files,
+            client_token: self.client_token,
+        }
+    }
+}
+
+/// One job, the description every other form of it is made from: its spec, and where it
+/// is in its life. The database row ([`SavedJob`]), the clients' view
+/// (`state::views::JobView`) and the launch orders (`state::effects::LaunchOrder`) carry
+/// or share it rather than restate it, and read as it (`Deref`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    #[serde(flatten, with = "shared")]
+    pub spec: Arc<Spec>,
     /// The shape allocated.
     pub w: u32,
     pub h: u32,
@@ -120,35 +230,54 @@ pub struct JobRecord {
     pub submit_ns: i64,
     pub start_ns: i64,
     pub end_ns: i64,
-    #[serde(default)]
-    pub gang: GangMode,
-    /// What happens when it deadlocks (resolved).
-    #[serde(default)]
-    pub on_deadlock: DeadlockPolicy,
-    /// How its messaging library keeps its context across switches (resolved).
-    #[serde(default)]
-    pub msg_context: MsgContext,
-    /// What the agents serve for MPI (resolved: the job's choice or the cluster default).
-    #[serde(default)]
-    pub mpi: Mpi,
-    /// Whether the MPI checking library is preloaded into its ranks.
-    #[serde(default)]
-    pub mpi_check: bool,
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,
-    /// The submitter's idempotency token (`SubmitRequest.client_token`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_token: Option<String>,
-    /// `prun --output/--error` patterns (empty: output relayed through the master).
-    #[serde(default, skip_serializing_if = "OutputFiles::is_empty")]
-    pub output_files: OutputFiles,
-    /// While it runs: what a restarted master needs to carry on exactly where it was.
+}
+
+/// A spec saved within its job's row, and shared once loaded. (Serde's `rc` feature would
+/// do this, but a feature is switched on for every crate of the build, for one field.)
+mod shared {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Spec;
+
+    pub fn serialize<S: Serializer>(spec: &Arc<Spec>, s: S) -> Result<S::Ok, S::Error> {
+        spec.as_ref().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Spec>, D::Error> {
+        Spec::deserialize(d).map(Arc::new)
+    }
+}
+
+impl std::ops::Deref for JobRecord {
+    type Target = Spec;
+    fn deref(&self) -> &Spec {
+        &self.spec
+    }
+}
+
+/// A job's row in the database (one JSON object): its record and, while it is placed,
+/// what a restarted master needs to carry on exactly where it was.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedJob {
+    #[serde(flatten)]
+    pub record: JobRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,
 }
 
-/// The live part of a running job, persisted with it.
+impl std::ops::Deref for SavedJob {
+    type Target = JobRecord;
+    fn deref(&self) -> &JobRecord {
+        &self.record
+    }
+}
+
+/// The live part of a placed job, saved with it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Live {
     /// Per rank: its exit code once it ended (`None` while it may run).
@@ -216,10 +345,10 @@ impl Job {
             .get_or_insert_with(|| Box::new(JobShim::new(size)))
     }
 
-    /// The record to persist: with its live part while it runs.
-    pub fn persisted(&self, home_slice: Option<u32>) -> JobRecord {
-        let mut r = self.record.clone();
-        r.live = (!r.state.is_final() && r.state != State::Queued).then(|| Live {
+    /// The row to save: with its live part while it is placed.
+    pub fn persisted(&self, home_slice: Option<u32>) -> SavedJob {
+        let state = self.record.state;
+        let live = (!state.is_final() && state != State::Queued).then(|| Live {
             exits: self
                 .ranks
                 .iter()
@@ -234,14 +363,17 @@ impl Job {
             timed_out: self.timed_out,
             home_slice,
         });
-        r
+        SavedJob {
+            record: self.record.clone(),
+            live,
+        }
     }
 
     /// A job reloaded from the database: ranks that had ended stay ended, the others are
     /// pending until their agents report them again.
-    pub fn restored(mut record: JobRecord) -> Self {
-        let live = record.live.take().unwrap_or_default();
-        let mut job = Job::new(record);
+    pub fn restored(saved: SavedJob) -> Self {
+        let live = saved.live.unwrap_or_default();
+        let mut job = Job::new(saved.record);
         if matches!(job.record.state, State::Starting | State::Running) {
             job.ranks = (0..job.size() as usize)
                 .map(|i| match live.exits.get(i).copied().flatten() {
@@ -257,7 +389,7 @@ impl Job {
     }
 
     pub fn id(&self) -> JobId {
-        JobId(self.record.id)
+        self.record.id
     }
 
     pub fn size(&self) -> u32 {

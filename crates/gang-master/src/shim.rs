@@ -87,7 +87,7 @@ pub enum FenceStep {
     Complete(Arc<Space>),
     /// A retry of a fence that completed (its answer was lost): the space again.
     Done(Arc<Space>),
-    /// Waits for others; answered by `Effects::fence_done`.
+    /// Waits for others; answered by `Effect::FenceDone`.
     Wait { epoch: u32 },
     /// Ahead of ranks still in an older fence (retries after a master restart): the agent
     /// asks again shortly.

@@ -1,19 +1,21 @@
 //! Durable state in SQLite (WAL): jobs and drained nodes. A job row is committed before
 //! the submitter hears it was accepted; a restarted master reloads every row.
 //!
-//! Writes are grouped: the state task opens a transaction for a batch of commands and
-//! commits once before replying to any of them, so many submissions share one fsync.
+//! Writes are grouped: a batch's saves ([`Save`]) go into one transaction, committed before
+//! any of its commands is answered, so many submissions share one fsync ([`Commit`], called
+//! by `state::batch::run`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::job::JobRecord;
+use crate::job::SavedJob;
+use crate::state::batch::Commit;
+use crate::state::effects::Save;
 
 pub struct Store {
     conn: Connection,
-    in_batch: bool,
 }
 
 const SCHEMA: &str = "
@@ -64,10 +66,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Store {
-            conn,
-            in_batch: false,
-        })
+        Ok(Store { conn })
     }
 
     /// The mesh the database was created for (None for a new database).
@@ -101,14 +100,6 @@ impl Store {
         Ok(v.and_then(|v| v.parse().ok()).unwrap_or(0))
     }
 
-    pub fn set_table_version(&self, version: u64) -> rusqlite::Result<()> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('table_version', ?1)",
-            [version.to_string()],
-        )?;
-        Ok(())
-    }
-
     /// The slot grid's origin of the last run, if it used `quantum_ns`.
     pub fn table_epoch(&self, quantum_ns: i64) -> rusqlite::Result<Option<i64>> {
         let v: Option<String> = self
@@ -125,39 +116,6 @@ impl Store {
         }))
     }
 
-    pub fn set_table_epoch(&self, epoch_ns: i64, quantum_ns: i64) -> rusqlite::Result<()> {
-        self.conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('table_epoch', ?1)",
-            [format!("{epoch_ns}:{quantum_ns}")],
-        )?;
-        Ok(())
-    }
-
-    pub fn begin(&mut self) -> rusqlite::Result<()> {
-        if !self.in_batch {
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            self.in_batch = true;
-        }
-        Ok(())
-    }
-
-    pub fn commit(&mut self) -> rusqlite::Result<()> {
-        if self.in_batch {
-            self.in_batch = false;
-            self.conn.execute_batch("COMMIT")?;
-        }
-        Ok(())
-    }
-
-    /// Undo the open transaction (also after a failed COMMIT, which may leave it open).
-    pub fn rollback(&mut self) -> rusqlite::Result<()> {
-        self.in_batch = false;
-        if !self.conn.is_autocommit() {
-            self.conn.execute_batch("ROLLBACK")?;
-        }
-        Ok(())
-    }
-
     pub fn next_job_id(&self) -> rusqlite::Result<u64> {
         let max: Option<i64> = self
             .conn
@@ -165,16 +123,7 @@ impl Store {
         Ok(max.map_or(1, |m| m as u64 + 1))
     }
 
-    pub fn save_job(&self, record: &JobRecord) -> rusqlite::Result<()> {
-        let text = serde_json::to_string(record).expect("job records serialize");
-        self.conn.execute(
-            "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
-            params![record.id as i64, text],
-        )?;
-        Ok(())
-    }
-
-    pub fn load_jobs(&self) -> anyhow::Result<Vec<JobRecord>> {
+    pub fn load_jobs(&self) -> anyhow::Result<Vec<SavedJob>> {
         let mut stmt = self
             .conn
             .prepare("SELECT id, record FROM jobs ORDER BY id")?;
@@ -182,24 +131,11 @@ impl Store {
         let mut out = vec![];
         for row in rows {
             let (id, text) = row?;
-            let rec: JobRecord = serde_json::from_str(&text)
+            let rec: SavedJob = serde_json::from_str(&text)
                 .map_err(|e| anyhow::anyhow!("job {id} in the state database: {e}"))?;
             out.push(rec);
         }
         Ok(out)
-    }
-
-    pub fn set_drained(&self, x: u32, y: u32, drained: bool) -> rusqlite::Result<()> {
-        if drained {
-            self.conn.execute(
-                "INSERT OR IGNORE INTO drained (x, y) VALUES (?1, ?2)",
-                params![x, y],
-            )?;
-        } else {
-            self.conn
-                .execute("DELETE FROM drained WHERE x = ?1 AND y = ?2", params![x, y])?;
-        }
-        Ok(())
     }
 
     pub fn drained(&self) -> rusqlite::Result<Vec<(u32, u32)>> {
@@ -207,6 +143,56 @@ impl Store {
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         rows.collect()
     }
+}
+
+impl Commit for Store {
+    fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+        // IMMEDIATE: the write lock at once (a deferred transaction that has to upgrade may
+        // fail with SQLITE_BUSY without waiting). Dropped uncommitted, or after a failed
+        // commit, the transaction rolls back: nothing of the batch stays.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| e.to_string())?;
+        for save in saves {
+            write(&tx, save).map_err(|e| e.to_string())?;
+        }
+        tx.commit().map_err(|e| e.to_string())
+    }
+}
+
+fn write(db: &Connection, save: &Save) -> rusqlite::Result<()> {
+    let meta = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
+    match save {
+        Save::Job(job) => {
+            let text = serde_json::to_string(job).expect("job records serialize");
+            db.execute(
+                "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+                params![job.id.0 as i64, text],
+            )?;
+        }
+        Save::Drained {
+            node: (x, y),
+            drained: true,
+        } => {
+            db.execute(
+                "INSERT OR IGNORE INTO drained (x, y) VALUES (?1, ?2)",
+                params![x, y],
+            )?;
+        }
+        Save::Drained {
+            node: (x, y),
+            drained: false,
+        } => {
+            db.execute("DELETE FROM drained WHERE x = ?1 AND y = ?2", params![x, y])?;
+        }
+        Save::TableMeta { version, grid } => {
+            db.execute(meta, ["table_version", &version.to_string()])?;
+            let epoch = format!("{}:{}", grid.epoch_ns, grid.quantum_ns);
+            db.execute(meta, ["table_epoch", &epoch])?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -240,6 +226,67 @@ mod tests {
         assert_eq!(store.mesh().unwrap().as_deref(), Some("2x2"));
         for f in files.iter().filter(|f| f.exists()) {
             assert_eq!(mode(f), 0o600, "{}", f.display());
+        }
+    }
+
+    /// Rows as masters wrote them: one flat JSON object a job, with its live part while it
+    /// is placed; the last from an older master still, without the fields added since.
+    const EARLIER_ROWS: [&str; 4] = [
+        r#"{"id":1,"user":"u1001","uid":1001,"gid":1001,"groups":[1001],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":30,"stdin":false,"shape":"1x1","w":1,"h":1,"state":"completed","submesh":{"x":0,"y":0,"w":1,"h":1},"exit_code":0,"reason":"","submit_ns":1700000000000000000,"start_ns":1700000000000000000,"end_ns":1700000000000000000,"gang":"priority","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0,"client_token":"tok","output_files":{"output":"out-%j.txt"}}"#,
+        r#"{"id":2,"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":0,"stdin":false,"shape":"2x2","w":2,"h":2,"state":"running","submesh":{"x":0,"y":0,"w":2,"h":2},"exit_code":null,"reason":"","submit_ns":1700000000000000000,"start_ns":1700000000000000000,"end_ns":0,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0,"live":{"exits":[null,0,null,null],"failure":null,"cancelled":null,"timed_out":false,"home_slice":1}}"#,
+        r#"{"id":3,"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":0,"stdin":false,"shape":"4x4","w":4,"h":4,"state":"queued","submesh":null,"exit_code":null,"reason":"","submit_ns":1700000000000000000,"start_ns":0,"end_ns":0,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0}"#,
+        r#"{"id":4,"user":"bob","uid":1002,"gid":1002,"name":"sim","argv":["sim"],"cwd":"/","env":{},"time_limit_s":0,"stdin":true,"shape":"2","w":2,"h":1,"state":"cancelled","submesh":null,"exit_code":null,"reason":"cancelled by bob","submit_ns":1,"start_ns":0,"end_ns":2}"#,
+    ];
+
+    #[test]
+    fn rows_of_an_earlier_master_load_and_are_saved_back_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("s.db")).unwrap();
+        for (i, row) in EARLIER_ROWS.iter().enumerate() {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO jobs (id, record) VALUES (?1, ?2)",
+                    params![i as i64 + 1, row],
+                )
+                .unwrap();
+        }
+        let jobs = store.load_jobs().unwrap();
+        assert_eq!(jobs.len(), 4);
+        let (done, running, oldest) = (&jobs[0], &jobs[1], &jobs[3]);
+        assert_eq!(done.client_token.as_deref(), Some("tok"));
+        assert_eq!(done.output_files.output, "out-%j.txt");
+        assert_eq!(done.gang, gang_core::GangMode::Priority);
+        assert_eq!(
+            (done.owner.uid, done.owner.groups.as_slice()),
+            (1001, &[1001][..])
+        );
+        let live = running.live.as_ref().expect("a running job's live part");
+        assert_eq!(
+            (live.exits.as_slice(), live.home_slice),
+            (&[None, Some(0), None, None][..], Some(1))
+        );
+        assert_eq!(jobs[2].state, crate::job::State::Queued);
+        // An older row takes the defaults of the fields it lacks.
+        assert!(oldest.owner.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
+        assert_eq!(oldest.mpi, crate::job::Mpi::default());
+
+        let saves: Vec<Save> = jobs.into_iter().map(Save::Job).collect();
+        store.commit(saves.iter()).unwrap();
+        for (i, row) in EARLIER_ROWS.iter().enumerate().take(3) {
+            let text: String = store
+                .conn
+                .query_row(
+                    "SELECT record FROM jobs WHERE id = ?1",
+                    [i as i64 + 1],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            let (now, then): (serde_json::Value, serde_json::Value) = (
+                serde_json::from_str(&text).unwrap(),
+                serde_json::from_str(row).unwrap(),
+            );
+            assert_eq!(now, then, "job {}", i + 1);
         }
     }
 }

@@ -81,25 +81,26 @@ pub fn set_table(
 }
 
 fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
+    let s = &*o.spec;
     v1::LaunchRequest {
         job_id: o.job.0,
         rank: o.rank,
         size: o.size,
-        argv: o.argv,
-        cwd: o.cwd,
-        env: o.env.into_iter().collect(),
-        uid: o.uid,
-        gid: o.gid,
-        groups: o.groups,
-        user: o.user,
-        stdin: o.stdin,
-        gang: v1::GangMode::from(o.gang) as i32,
+        argv: s.argv.clone(),
+        cwd: s.cwd.clone(),
+        env: s.env.clone().into_iter().collect(),
+        uid: s.owner.uid,
+        gid: s.owner.gid,
+        groups: s.owner.groups.clone(),
+        user: s.owner.user.clone(),
+        stdin: s.stdin,
+        gang: v1::GangMode::from(s.gang) as i32,
         part: Some(o.part.into()),
-        msg_context: v1::MsgContext::from(o.msg_context) as i32,
-        mpi: v1::Mpi::from(o.mpi) as i32,
-        mpi_check: o.mpi_check,
-        output: o.output_files.output,
-        error: o.output_files.error,
+        msg_context: v1::MsgContext::from(s.msg_context) as i32,
+        mpi: v1::Mpi::from(s.mpi) as i32,
+        mpi_check: s.mpi_check,
+        output: s.output_files.output.clone(),
+        error: s.output_files.error.clone(),
     }
 }
 

@@ -2,11 +2,12 @@
 //! reply; network calls run in spawned tasks that report back with another command, so the
 //! task never awaits anything but its queue.
 //!
-//! Commands are taken in batches. A batch reads the clock once, runs the reactor, and
-//! commits one SQLite transaction; only then do replies, network calls and announcements
-//! go out. If the transaction fails, the whole batch is taken back: every reply of the
-//! batch is `UNAVAILABLE: state not saved: ...` and nothing of it stays, in memory or on
-//! disk. Outcomes of network calls in such a batch are handled again with the next one.
+//! Commands are taken in batches. A batch reads the clock once and runs the reactor through
+//! `state::batch::run`, which commits its saves in one SQLite transaction; only then do
+//! replies, network calls and announcements go out (`daemon.rs`). If the transaction
+//! fails, the whole batch is taken back: every reply of the batch is `UNAVAILABLE: state
+//! not saved: ...` and nothing of it stays, in memory or on disk. Outcomes of network
+//! calls in such a batch are handled again with the next one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,18 +18,17 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info};
 
-use crate::actor::daemon::{DaemonEffects, Out};
 use crate::agents::AgentPool;
 use crate::config::MasterConfig;
 use crate::error::{MasterError, Result};
 use crate::metrics::Metrics;
-use crate::state::effects::{Coord, Metric};
+use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
     Caller, FenceArrival, Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered,
     Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
-use crate::state::{MasterState, Now, Persisted, reactor};
+use crate::state::{MasterState, Now, Persisted, batch, reactor};
 
 mod calls;
 mod daemon;
@@ -144,18 +144,13 @@ pub fn start(
     };
     // Recovery is a batch like any other: saved whole, or the master does not start.
     let now = actor.now();
-    let cp = actor.st.checkpoint();
-    let mut fx = DaemonEffects::begin(&mut actor.store);
-    let recovered = reactor::on_recover(&mut actor.st, &mut fx, now, records, &drained);
-    let outbox = fx.finish();
-    let (recovered, outbox) = match (recovered, outbox) {
-        (Ok(r), Ok(o)) => (r, o),
-        (Err(e), _) => anyhow::bail!("cannot recover the state: {e}"),
-        (_, Err(e)) => anyhow::bail!("cannot save the recovered state: {e}"),
-    };
-    actor.st.settle(cp);
+    let (recovered, saved) = batch::run(&mut actor.st, &mut actor.store, now, |st, fx, now| {
+        reactor::on_recover(st, fx, now, records, &drained)
+    });
+    let recovered = recovered.map_err(|e| anyhow::anyhow!("cannot recover the state: {e}"))?;
+    let effects = saved.map_err(|e| anyhow::anyhow!("cannot save the recovered state: {e}"))?;
     debug!(?recovered, "recovery saved");
-    actor.carry_out(outbox);
+    actor.carry_out(effects);
     actor.update_gauges();
     let handle = actor.handle.clone();
     let task = tokio::spawn(actor.run(rx));
@@ -182,7 +177,7 @@ struct Actor {
     started: Instant,
     /// Outcomes of network calls from a batch that was not saved: handled again.
     retry: Vec<Cmd>,
-    /// Ranks waiting in a fence, by job and epoch (answered by `Out::FenceDone`, or with
+    /// Ranks waiting in a fence, by job and epoch (answered by `Effect::FenceDone`, or with
     /// an error when their job ends).
     fences: HashMap<(JobId, u32), Vec<Reply<Kvs>>>,
 }
@@ -225,111 +220,33 @@ impl Actor {
 
     fn batch(&mut self, batch: Vec<Cmd>) {
         let now = self.now();
-        let cp = self.st.checkpoint();
-        let mut fx = DaemonEffects::begin(&mut self.store);
-        let mut replies: Vec<Pending> = Vec::with_capacity(batch.len());
-        let mut again: Vec<Cmd> = vec![];
-        let mut waiting: Vec<((JobId, u32), Reply<Kvs>)> = vec![];
-        for cmd in batch {
-            let out = Outcomes {
-                replies: &mut replies,
-                again: &mut again,
-                waiting: &mut waiting,
-            };
-            handle(&mut self.st, &mut fx, now, cmd, out);
-        }
-        reactor::end_batch(&mut self.st, &mut fx, now);
-        match fx.finish() {
-            Ok(outbox) => {
-                self.st.settle(cp);
-                if cfg!(debug_assertions)
-                    && let Err(e) = self.st.sanity_check()
-                {
-                    // A broken invariant is a bug: fail loudly (the master exits, systemd
-                    // restarts it, and recovery rebuilds the state from what was saved).
-                    panic!("master state inconsistent after a batch: {e}");
-                }
-                for r in replies {
+        let (out, saved) = batch::run(&mut self.st, &mut self.store, now, |st, fx, now| {
+            let mut out = Outcomes::default();
+            for cmd in batch {
+                handle(st, fx, now, cmd, &mut out);
+            }
+            out
+        });
+        match saved {
+            Ok(effects) => {
+                for r in out.replies {
                     r(None);
                 }
-                for (key, tx) in waiting {
+                for (key, tx) in out.waiting {
                     self.fences.entry(key).or_default().push(tx);
                 }
-                self.carry_out(outbox);
+                self.carry_out(effects);
                 self.update_gauges();
             }
             Err(why) => {
-                self.st.rollback(cp);
-                error!(error = %why, replies = replies.len(), "batch not saved: answered with errors, nothing of it applied");
-                for r in replies {
+                error!(error = %why, replies = out.replies.len(), "batch not saved: answered with errors, nothing of it applied");
+                for r in out.replies {
                     r(Some(&why));
                 }
-                for (_, tx) in waiting {
+                for (_, tx) in out.waiting {
                     let _ = tx.send(Err(MasterError::NotSaved(why.clone())));
                 }
-                self.retry = again;
-            }
-        }
-    }
-
-    /// What a saved batch sends out.
-    fn carry_out(&mut self, outbox: Vec<Out>) {
-        for out in outbox {
-            match out {
-                Out::Launch(node, addr, order) => {
-                    calls::launch(&self.agents, &self.handle.tx, node, &addr, order)
-                }
-                Out::Signal(node, addr, job, grace_ms) => {
-                    calls::signal(&self.agents, node, &addr, job, grace_ms)
-                }
-                Out::Table(node, addr, table) => {
-                    calls::set_table(&self.agents, &self.handle.tx, node, &addr, table)
-                }
-                Out::JobChanged(view) => {
-                    if view.state.is_final() {
-                        self.end_fences(view.id);
-                    }
-                    let _ = self.handle.events.send(view);
-                }
-                Out::FenceDone(job, epoch, kvs) => {
-                    for tx in self.fences.remove(&(job, epoch)).unwrap_or_default() {
-                        let _ = tx.send(Ok(kvs.clone()));
-                    }
-                }
-                Out::Rank0(job, node, addr) => {
-                    let _ = self.handle.rank0.send((job, node, addr));
-                }
-                Out::Metric(m) => self.count(m),
-            }
-        }
-    }
-
-    fn count(&self, m: Metric) {
-        let mx = &self.metrics;
-        match m {
-            Metric::Submitted => {
-                mx.jobs_submitted.inc();
-            }
-            Metric::Finished(state) => mx.finished(state),
-            Metric::Launched(s) => mx.launch_seconds.observe(s),
-            Metric::TableVersion(v) => {
-                mx.table_version.set(v as i64);
-            }
-            Metric::Deadlocked => {
-                mx.jobs_deadlocked.inc();
-            }
-        }
-    }
-
-    /// A job ended (or began to): its ranks waiting in a fence hear so.
-    fn end_fences(&mut self, job: JobId) {
-        let keys: Vec<_> = self.fences.keys().filter(|k| k.0 == job).copied().collect();
-        for k in keys {
-            for tx in self.fences.remove(&k).unwrap_or_default() {
-                let _ = tx.send(Err(MasterError::NotRunning {
-                    job,
-                    state: "ending",
-                }));
+                self.retry = out.again;
             }
         }
     }
@@ -343,17 +260,18 @@ impl Actor {
     }
 }
 
-/// Where a command's outcomes go: replies held until the batch is saved, network
+/// Where a batch's command outcomes go: replies held until the batch is saved, network
 /// outcomes to handle again if it is not, and fence waiters to keep once it is.
-struct Outcomes<'a> {
-    replies: &'a mut Vec<Pending>,
-    again: &'a mut Vec<Cmd>,
-    waiting: &'a mut Vec<((JobId, u32), Reply<Kvs>)>,
+#[derive(Default)]
+struct Outcomes {
+    replies: Vec<Pending>,
+    again: Vec<Cmd>,
+    waiting: Vec<((JobId, u32), Reply<Kvs>)>,
 }
 
 /// One command through the reactor; its reply is held until the batch is saved. Outcomes
 /// of network calls go to `again`, to be handled again if the batch is not saved.
-fn handle(st: &mut MasterState, fx: &mut DaemonEffects, now: Now, cmd: Cmd, out: Outcomes<'_>) {
+fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut Outcomes) {
     let Outcomes {
         replies,
         again,

@@ -208,7 +208,7 @@ fn submit(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
                 "{view:?}"
             );
             prop_assert_eq!(
-                (view.uid, view.gid, &view.user),
+                (view.owner.uid, view.owner.gid, &view.owner.user),
                 (job.owner.uid, gid, &job.owner.user)
             );
             prop_assert_eq!(
@@ -226,7 +226,7 @@ fn submit(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
             rank_env.remove("GANG_MASTER");
             for (_, order) in w.fx.take_launches(view.id) {
                 prop_assert_eq!((&order.argv, &order.env), (&job.argv, &rank_env));
-                prop_assert_eq!((order.uid, order.gid), (job.owner.uid, gid));
+                prop_assert_eq!((order.owner.uid, order.owner.gid), (job.owner.uid, gid));
             }
             reply(&v1::SubmitResponse {
                 job: Some(convert::job_info(&view)),
@@ -280,7 +280,7 @@ fn cancel(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
             let before = before.expect("only a known job is cancelled");
             prop_assert_eq!(view.id.0, req.job_id);
             prop_assert!(
-                caller.may_act_on(view.uid),
+                caller.may_act_on(view.owner.uid),
                 "{uid} cancelled job {}",
                 view.id
             );
@@ -326,7 +326,7 @@ fn get_job(w: &World, caller: &Caller, id: u64) -> Result<Option<v1::JobInfo>, T
     match w.st.view_for(caller, JobId(id), w.now) {
         Ok(view) => {
             prop_assert_eq!(view.id.0, id);
-            prop_assert!(caller.may_act_on(view.uid));
+            prop_assert!(caller.may_act_on(view.owner.uid));
             let info = convert::job_info(&view);
             reply(&info)?;
             Ok(Some(info))
@@ -456,7 +456,7 @@ fn fuzz_proto_list_jobs() {
             prop_assert!(jobs.len() <= limit);
             prop_assert!(jobs.windows(2).all(|p| p[0].id > p[1].id), "newest first");
             for j in &jobs {
-                prop_assert!(caller.may_act_on(j.uid), "{uid} sees job {}", j.id);
+                prop_assert!(caller.may_act_on(j.owner.uid), "{uid} sees job {}", j.id);
                 prop_assert!(filter.states.is_empty() || filter.states.contains(&j.state));
             }
             reply(&v1::ListJobsResponse {

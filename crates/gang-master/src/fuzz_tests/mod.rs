@@ -187,8 +187,7 @@ fn saved(w: &World) -> String {
 fn finish(mut w: World) -> Result<(), TestCaseError> {
     w.tick_after_ms(1500);
     // Orders nobody answered die with the old master; the agents re-register.
-    w.fx.launches.clear();
-    w.fx.signals.clear();
+    w.fx.sent.clear();
     let saved: Vec<(u64, State)> = w.fx.db.iter().map(|(id, r)| (*id, r.state)).collect();
     let w = w.restart();
     for (id, state) in saved {

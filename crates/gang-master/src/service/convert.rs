@@ -242,9 +242,9 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
     let gang = v1::GangMode::from(v.gang) as i32;
     v1::JobInfo {
         id: v.id.0,
-        user: v.user.clone(),
-        uid: v.uid,
-        gid: v.gid,
+        user: v.owner.user.clone(),
+        uid: v.owner.uid,
+        gid: v.owner.gid,
         spec: Some(v1::JobSpec {
             shape: v.shape.clone(),
             argv: v.argv.clone(),

@@ -101,7 +101,7 @@ async fn relay(
             }
             Err(broadcast::error::RecvError::Closed) => return,
         };
-        if only.is_some_and(|id| id != job.id) || !caller.may_act_on(job.uid) {
+        if only.is_some_and(|id| id != job.id) || !caller.may_act_on(job.owner.uid) {
             continue;
         }
         let p = progress(job.state);

@@ -1,41 +1,118 @@
-//! The only way out of the reactor: [`Effects`]. The daemon implements it with SQLite and
-//! tonic (`actor.rs`); the tests with a recorder that asserts nothing unexpected was sent.
+//! The only way out of the reactor: the [`Effect`]s it emits into a batch's [`Effects`].
+//! They are the one vocabulary of what leaves: the daemon writes the [`Save`]s into the
+//! batch's SQLite transaction and carries out the rest once it has committed
+//! (`actor/daemon.rs`); the tests keep them in a recorder (`testkit.rs`). A new effect is
+//! a new variant here, and the compiler then asks each of them what to do with it.
 //!
-//! Writes go into the batch's transaction as they are made; everything else (network
-//! calls, announcements, metrics) is carried out only once that transaction has committed,
-//! so nothing leaves the master for a change that was not saved.
+//! Nothing leaves the master for a change that was not saved: `batch::run` hands the
+//! effects out only after the commit.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use gang_core::{GangMode, JobId, MsgContext, SlotGrid};
+use gang_core::{JobId, SlotGrid, Submesh};
 
-use crate::job::{JobRecord, State};
+use crate::job::{SavedJob, Spec, State};
 pub use crate::state::views::Coord;
 use crate::state::views::JobView;
 
-/// Start one rank; its outcome comes back as `reactor::on_launched`.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// Written into the batch's transaction.
+    Save(Save),
+    /// Start a rank on the agent at `address`; its outcome comes back as
+    /// `reactor::on_launched`.
+    Launch {
+        node: Coord,
+        address: String,
+        order: LaunchOrder,
+    },
+    /// Continue, then SIGTERM a job's ranks on a node; SIGKILL after `grace_ms` (0: now).
+    Signal {
+        node: Coord,
+        address: String,
+        job: JobId,
+        grace_ms: u32,
+    },
+    /// A node's view of the newest table; its ack comes back as `reactor::on_table_acked`.
+    Table {
+        node: Coord,
+        address: String,
+        table: NodeTable,
+    },
+    /// A job changed: announced to watchers and attached clients.
+    JobChanged(JobView),
+    /// Rank 0 of a job runs on `node`, whose agent is at `address` (where stdin goes).
+    Rank0Running {
+        job: JobId,
+        node: Coord,
+        address: String,
+    },
+    Metric(Metric),
+    /// A fence of a job's ranks completed: answer every rank still waiting in it.
+    FenceDone {
+        job: JobId,
+        epoch: u32,
+        kvs: Arc<crate::shim::Space>,
+    },
+}
+
+/// What a batch writes: committed together, or not at all.
+#[derive(Debug, Clone)]
+pub enum Save {
+    Job(SavedJob),
+    Drained {
+        node: Coord,
+        drained: bool,
+    },
+    /// The newest table version and the slot grid, so versions keep growing and the grid
+    /// stays put across master restarts.
+    TableMeta {
+        version: u64,
+        grid: SlotGrid,
+    },
+}
+
+/// A batch's effects, in the order the reactor emitted them.
+#[derive(Debug, Default)]
+pub struct Effects(Vec<Effect>);
+
+impl Effects {
+    pub fn emit(&mut self, effect: Effect) {
+        self.0.push(effect);
+    }
+
+    pub fn saves(&self) -> impl Iterator<Item = &Save> {
+        self.0.iter().filter_map(|e| match e {
+            Effect::Save(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    pub fn into_vec(self) -> Vec<Effect> {
+        self.0
+    }
+}
+
+/// Start one rank: the job's spec as this rank gets it, and its place in the job. Reads
+/// as that spec (`Deref`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchOrder {
     pub job: JobId,
     pub rank: u32,
     pub size: u32,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub env: BTreeMap<String, String>,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-    pub user: String,
-    /// Whether stdin is forwarded to this rank (rank 0 of a job that asked for it).
-    pub stdin: bool,
-    /// The job's mode, resolved: agents learn it here, once, and never from tables.
-    pub gang: GangMode,
     /// The job's rectangle (rank r at row-major position r).
-    pub part: gang_core::Submesh,
-    pub msg_context: MsgContext,
-    pub mpi: crate::job::Mpi,
-    pub mpi_check: bool,
-    pub output_files: crate::job::OutputFiles,
+    pub part: Submesh,
+    /// The job's spec, with stdin only on rank 0 (if the job asked for it) and without the
+    /// submitter's `GANG_MASTER`, which means nothing to a rank. Agents learn the job's
+    /// resolved mode here, once, and never from tables.
+    pub spec: Arc<Spec>,
+}
+
+impl std::ops::Deref for LaunchOrder {
+    type Target = Spec;
+    fn deref(&self) -> &Spec {
+        &self.spec
+    }
 }
 
 /// One node's view of a slice table: the job it runs in each row (`None`: idle).
@@ -57,28 +134,4 @@ pub enum Metric {
     TableVersion(u64),
     /// A job was found deadlocked.
     Deadlocked,
-}
-
-pub trait Effects {
-    /// Persist a job (in the batch's transaction).
-    fn save_job(&mut self, record: &JobRecord);
-    fn save_drained(&mut self, node: Coord, drained: bool);
-    /// The newest table version and the slot grid, so versions keep growing and the grid
-    /// stays put across master restarts.
-    fn save_table_meta(&mut self, version: u64, grid: SlotGrid);
-
-    /// Start a rank on the agent at `address`.
-    fn launch(&mut self, node: Coord, address: &str, order: LaunchOrder);
-    /// Continue, then SIGTERM a job's ranks on a node; SIGKILL after `grace_ms` (0: now).
-    fn signal(&mut self, node: Coord, address: &str, job: JobId, grace_ms: u32);
-    /// Send a node its view of the newest table; its ack comes back as `on_table_acked`.
-    fn send_table(&mut self, node: Coord, address: &str, table: NodeTable);
-
-    /// A job changed: announced to watchers and attached clients.
-    fn job_changed(&mut self, job: JobView);
-    /// Rank 0 of a job runs on `node`, whose agent is at `address` (where stdin goes).
-    fn rank0_running(&mut self, job: JobId, node: Coord, address: &str);
-    fn metric(&mut self, m: Metric);
-    /// A fence of a job's ranks completed: answer every rank still waiting in it.
-    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: std::sync::Arc<crate::shim::Space>);
 }

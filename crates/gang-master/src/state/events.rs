@@ -3,21 +3,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use gang_core::JobId;
 use gang_core::deadlock::Activity;
-use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext};
 
 use crate::job::State;
 use crate::state::views::Coord;
 
-/// Who asks: from the caller's identity, never from a request body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    pub uid: u32,
-    pub gid: u32,
-    /// Supplementary groups (the primary one included).
-    pub groups: Vec<u32>,
-    pub user: String,
-}
+pub use crate::job::Owner;
 
 /// Who asks, as the connection identified them (never as a request states it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,33 +26,9 @@ impl Caller {
     }
 }
 
-/// A job as submitted, before validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewJob {
-    pub owner: Owner,
-    /// Display name; empty: argv[0].
-    pub name: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub env: BTreeMap<String, String>,
-    /// 0: no limit.
-    pub time_limit_s: u64,
-    pub stdin: bool,
-    /// As requested: "4x2" or a node count.
-    pub shape: String,
-    /// `None`: the cluster default.
-    pub gang: Option<GangMode>,
-    /// `None`: the cluster default.
-    pub on_deadlock: Option<DeadlockPolicy>,
-    /// `None`: resident.
-    pub msg_context: Option<MsgContext>,
-    /// None: the cluster default.
-    pub mpi: Option<crate::job::Mpi>,
-    pub mpi_check: bool,
-    pub output_files: crate::job::OutputFiles,
-    /// A retry with the same token (and owner) returns the first job.
-    pub client_token: Option<String>,
-}
+/// A job as submitted, before validation: its spec as asked (`None` modes take the
+/// cluster's defaults).
+pub type NewJob = crate::job::Spec<crate::job::Asked>;
 
 /// Which jobs a listing shows.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -34,7 +34,7 @@ impl JobTable {
     pub fn insert(&mut self, job: Job) {
         let id = job.id();
         if let Some(t) = &job.record.client_token {
-            self.by_token.insert((job.record.uid, t.clone()), id);
+            self.by_token.insert((job.record.owner.uid, t.clone()), id);
         }
         let before = self.map.insert(id, job);
         if let Some(undo) = &mut self.undo {
@@ -84,9 +84,9 @@ impl JobTable {
                 None => {
                     // A job new in the batch: its token goes with it (tokens never change).
                     if let Some(j) = self.map.remove(&id)
-                        && let Some(t) = j.record.client_token
+                        && let Some(t) = &j.record.client_token
                     {
-                        self.by_token.remove(&(j.record.uid, t));
+                        self.by_token.remove(&(j.record.owner.uid, t.clone()));
                     }
                     None
                 }

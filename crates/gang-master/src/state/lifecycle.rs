@@ -5,12 +5,14 @@
 //! lost). A job ends when every rank is done; the first failure sets its exit code and
 //! reason, and stops the other ranks.
 
+use std::sync::Arc;
+
 use gang_core::{Decision, JobId, JobSpec, Plan, Request, Shape, Submesh};
 use tracing::warn;
 
 use crate::error::{MasterError, Result};
-use crate::job::{Job, JobRecord, Rank, State, signal_code};
-use crate::state::effects::{Effects, LaunchOrder, Metric};
+use crate::job::{Defaults, Job, JobRecord, Rank, Spec, State, signal_code};
+use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
@@ -80,7 +82,7 @@ impl MasterState {
             .filter(|q| {
                 self.jobs
                     .get(q.id)
-                    .is_some_and(|j| j.record.uid == new.owner.uid)
+                    .is_some_and(|j| j.record.owner.uid == new.owner.uid)
             })
             .count();
         if queued >= limits.max_queued_per_user {
@@ -93,12 +95,7 @@ impl MasterState {
         Ok(shape)
     }
 
-    pub(super) fn submit(
-        &mut self,
-        fx: &mut impl Effects,
-        now: Now,
-        new: NewJob,
-    ) -> Result<JobView> {
+    pub(super) fn submit(&mut self, fx: &mut Effects, now: Now, new: NewJob) -> Result<JobView> {
         if let Some(t) = &new.client_token
             && let Some(id) = self.jobs.by_token(new.owner.uid, t)
         {
@@ -117,24 +114,14 @@ impl MasterState {
                 estimate,
             },
         )?;
-        let name = if new.name.is_empty() {
-            new.argv[0].clone()
-        } else {
-            new.name
-        };
+        let spec = new.resolve(Defaults {
+            gang: self.cfg.gang_mode,
+            on_deadlock: self.cfg.on_deadlock,
+            mpi: self.cfg.mpi,
+        });
         self.jobs.insert(Job::new(JobRecord {
-            id: id.0,
-            user: new.owner.user,
-            uid: new.owner.uid,
-            gid: new.owner.gid,
-            groups: new.owner.groups,
-            name,
-            argv: new.argv,
-            cwd: new.cwd,
-            env: new.env,
-            time_limit_s: new.time_limit_s,
-            stdin: new.stdin,
-            shape: new.shape,
+            id,
+            spec: Arc::new(spec),
             w: shape.w,
             h: shape.h,
             state: State::Queued,
@@ -144,18 +131,10 @@ impl MasterState {
             submit_ns: now.wall_ns,
             start_ns: 0,
             end_ns: 0,
-            gang: new.gang.unwrap_or(self.cfg.gang_mode),
-            on_deadlock: new.on_deadlock.unwrap_or(self.cfg.on_deadlock),
-            msg_context: new.msg_context.unwrap_or_default(),
-            mpi: new.mpi.unwrap_or(self.cfg.mpi),
-            mpi_check: new.mpi_check,
             run_ns: 0,
-            client_token: new.client_token,
-            output_files: new.output_files,
-            live: None,
         }));
         self.next_id += 1;
-        fx.metric(Metric::Submitted);
+        fx.emit(Effect::Metric(Metric::Submitted));
         self.save(fx, now, id);
         self.execute(fx, now, plan);
         self.view(id, now)
@@ -164,7 +143,7 @@ impl MasterState {
     /// `by`: who asks (`None`: the master itself, e.g. for a time limit).
     pub(super) fn cancel(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         id: JobId,
         by: Option<&Caller>,
@@ -181,7 +160,7 @@ impl MasterState {
                 job.record.state = State::Cancelled;
                 job.record.reason = reason;
                 job.record.end_ns = now.wall_ns;
-                fx.metric(Metric::Finished(State::Cancelled));
+                fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
                 self.save(fx, now, id);
                 self.execute(fx, now, plan);
             }
@@ -208,7 +187,7 @@ impl MasterState {
 
     /// Carry out a plan of the core: agents learn of slots through slice tables, so only
     /// starts need work here.
-    pub(super) fn execute(&mut self, fx: &mut impl Effects, now: Now, plan: Plan) {
+    pub(super) fn execute(&mut self, fx: &mut Effects, now: Now, plan: Plan) {
         for d in plan.decisions {
             if let Decision::Start { job, submesh, .. } = d {
                 self.launch(fx, now, job, submesh);
@@ -216,7 +195,7 @@ impl MasterState {
         }
     }
 
-    fn launch(&mut self, fx: &mut impl Effects, now: Now, id: JobId, submesh: Submesh) {
+    fn launch(&mut self, fx: &mut Effects, now: Now, id: JobId, submesh: Submesh) {
         let Some(job) = self.jobs.get_mut(id).filter(|j| !j.record.state.is_final()) else {
             return;
         };
@@ -227,6 +206,11 @@ impl MasterState {
         job.ranks = vec![Rank::Pending; job.size() as usize];
         self.placed_at.insert(id, now.mono_ns);
         let job = self.jobs.get(id).expect("present");
+        let part = job
+            .record
+            .submesh
+            .expect("a job being launched has its submesh");
+        let (first, others) = rank_specs(&job.record.spec);
         let mut down = vec![];
         for rank in 0..job.size() {
             let (x, y) = job.node_of(rank).expect("placed");
@@ -235,32 +219,18 @@ impl MasterState {
                 down.push((rank, x, y));
                 continue;
             };
-            let mut env = job.record.env.clone();
-            // The submitter's own master address means nothing to a rank.
-            env.remove("GANG_MASTER");
             let order = LaunchOrder {
                 job: id,
                 rank,
                 size: job.size(),
-                argv: job.record.argv.clone(),
-                cwd: job.record.cwd.clone(),
-                env,
-                uid: job.record.uid,
-                gid: job.record.gid,
-                groups: job.record.groups.clone(),
-                user: job.record.user.clone(),
-                stdin: job.record.stdin && rank == 0,
-                gang: job.record.gang,
-                part: job
-                    .record
-                    .submesh
-                    .expect("a job being launched has its submesh"),
-                msg_context: job.record.msg_context,
-                mpi: job.record.mpi,
-                mpi_check: job.record.mpi_check,
-                output_files: job.record.output_files.clone(),
+                part,
+                spec: if rank == 0 { &first } else { &others }.clone(),
             };
-            fx.launch((x, y), addr, order);
+            fx.emit(Effect::Launch {
+                node: (x, y),
+                address: addr.to_string(),
+                order,
+            });
         }
         self.save(fx, now, id);
         for (rank, x, y) in down {
@@ -269,7 +239,7 @@ impl MasterState {
     }
 
     /// A rank's launch was confirmed (or its agent listed it): Pending becomes Running.
-    pub(super) fn rank_running(&mut self, fx: &mut impl Effects, id: JobId, rank: u32) {
+    pub(super) fn rank_running(&mut self, fx: &mut Effects, id: JobId, rank: u32) {
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
@@ -286,12 +256,16 @@ impl MasterState {
                 .node_index(node)
                 .and_then(|i| self.nodes[i].address.as_deref())
         {
-            fx.rank0_running(id, node, addr);
+            fx.emit(Effect::Rank0Running {
+                job: id,
+                node,
+                address: addr.to_string(),
+            });
         }
     }
 
     /// Every rank has started (it runs, or already ran to its end): the job is running.
-    pub(super) fn note_started(&mut self, fx: &mut impl Effects, now: Now, id: JobId) {
+    pub(super) fn note_started(&mut self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -308,14 +282,16 @@ impl MasterState {
         }
         self.jobs.get_mut(id).expect("present").record.state = State::Running;
         if let Some(t) = self.placed_at.remove(&id) {
-            fx.metric(Metric::Launched((now.mono_ns - t) as f64 / 1e9));
+            fx.emit(Effect::Metric(Metric::Launched(
+                (now.mono_ns - t) as f64 / 1e9,
+            )));
         }
         self.save(fx, now, id);
     }
 
     pub(super) fn launched(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         id: JobId,
         rank: u32,
@@ -347,7 +323,7 @@ impl MasterState {
     /// A rank will never run (it could not start, or its node is lost): fail the job.
     pub(super) fn rank_gone(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         id: JobId,
         rank: u32,
@@ -369,7 +345,7 @@ impl MasterState {
     }
 
     /// Stop every rank of a job that may still run: SIGTERM, then SIGKILL after `grace_ms`.
-    pub(super) fn kill(&self, fx: &mut impl Effects, id: JobId, grace_ms: u32) {
+    pub(super) fn kill(&self, fx: &mut Effects, id: JobId, grace_ms: u32) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -382,7 +358,7 @@ impl MasterState {
         }
     }
 
-    pub(super) fn rank_exit(&mut self, fx: &mut impl Effects, now: Now, exit: RankExit) {
+    pub(super) fn rank_exit(&mut self, fx: &mut Effects, now: Now, exit: RankExit) {
         let id = exit.job;
         let Some(job) = self.jobs.get_mut(id) else {
             warn!(job = %id, "exit report for an unknown job");
@@ -418,7 +394,7 @@ impl MasterState {
     }
 
     /// When every rank is done: the job's final state, its exit code, and its nodes back.
-    pub(super) fn maybe_finish(&mut self, fx: &mut impl Effects, now: Now, id: JobId) {
+    pub(super) fn maybe_finish(&mut self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
@@ -447,7 +423,7 @@ impl MasterState {
         job.record.end_ns = now.wall_ns;
         self.adopted.remove(&id);
         self.placed_at.remove(&id);
-        fx.metric(Metric::Finished(state));
+        fx.emit(Effect::Metric(Metric::Finished(state)));
         self.save(fx, now, id);
         match self.sched.finish(now.mono_s(), id) {
             Ok(plan) => self.execute(fx, now, plan),
@@ -456,11 +432,30 @@ impl MasterState {
     }
 
     /// Persist a job and announce it (both take effect with the batch).
-    pub(super) fn save(&self, fx: &mut impl Effects, now: Now, id: JobId) {
+    pub(super) fn save(&self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        fx.save_job(&job.persisted(self.home_slice(id)));
-        fx.job_changed(self.job_view(job, now));
+        fx.emit(Effect::Save(Save::Job(job.persisted(self.home_slice(id)))));
+        fx.emit(Effect::JobChanged(self.job_view(job, now)));
     }
+}
+
+/// A job's spec as its ranks get it, rank 0's and the others': without the submitter's
+/// `GANG_MASTER` (its own master address means nothing to a rank), and stdin forwarded to
+/// rank 0 alone, if the job asked for it.
+fn rank_specs(spec: &Spec) -> (Arc<Spec>, Arc<Spec>) {
+    let mut others = spec.clone();
+    others.env.remove("GANG_MASTER");
+    others.stdin = false;
+    let others = Arc::new(others);
+    let first = if spec.stdin {
+        Arc::new(Spec {
+            stdin: true,
+            ..Spec::clone(&others)
+        })
+    } else {
+        others.clone()
+    };
+    (first, others)
 }

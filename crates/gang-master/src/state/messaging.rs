@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::error::{MasterError, Result};
 use crate::job::{Job, State};
 use crate::shim::{DeadlockInfo, FenceStep};
-use crate::state::effects::{Coord, Effects, Metric};
+use crate::state::effects::{Coord, Effect, Effects, Metric};
 use crate::state::events::FenceArrival;
 use crate::state::{MasterState, Now};
 
@@ -48,7 +48,7 @@ impl MasterState {
     }
 
     /// One deadlock check of every running job whose ranks all reported since the last.
-    pub(super) fn deadlock_checks(&mut self, fx: &mut impl Effects, now: Now) {
+    pub(super) fn deadlock_checks(&mut self, fx: &mut Effects, now: Now) {
         let ids: Vec<JobId> = self
             .jobs
             .live()
@@ -78,7 +78,7 @@ impl MasterState {
             warn!(job = %id, ranks = acts.len(), %policy, "job deadlocked: every rank blocked in a receive, nothing in flight");
             let job = self.jobs.get_mut(id).expect("present");
             job.shim_mut().deadlock = Some(info);
-            fx.metric(Metric::Deadlocked);
+            fx.emit(Effect::Metric(Metric::Deadlocked));
             if policy == gang_core::DeadlockPolicy::Kill {
                 let why = format!(
                     "deadlocked: all {} ranks blocked in a receive with nothing in flight (--on-deadlock kill)",
@@ -91,15 +91,15 @@ impl MasterState {
                 self.maybe_finish(fx, now, id);
             } else {
                 let view = self.job_view(self.jobs.get(id).expect("present"), now);
-                fx.job_changed(view);
+                fx.emit(Effect::JobChanged(view));
             }
         }
     }
 
-    /// A rank arrives at a fence: its answer now, or later through `Effects::fence_done`.
+    /// A rank arrives at a fence: its answer now, or later through `Effect::FenceDone`.
     pub(super) fn fence(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         arrival: FenceArrival,
     ) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
         let FenceArrival {
@@ -125,7 +125,11 @@ impl MasterState {
         let job = self.jobs.get_mut(id).expect("present");
         match job.shim_mut().fence(rank, epoch, puts) {
             FenceStep::Complete(kvs) => {
-                fx.fence_done(id, epoch, kvs.clone());
+                fx.emit(Effect::FenceDone {
+                    job: id,
+                    epoch,
+                    kvs: kvs.clone(),
+                });
                 Ok(Some(kvs))
             }
             FenceStep::Done(kvs) => Ok(Some(kvs)),

@@ -4,21 +4,25 @@
 //!  gRPC handlers, agents' reports, launch outcomes, the tick
 //!        │ Cmd (domain types) over one mpsc queue
 //!        v
-//!  actor (crate::actor): a batch of commands, one clock read (Now), one transaction
+//!  actor (crate::actor): a batch of commands, one clock read (Now)
 //!        │
 //!        v
-//!  reactor::on_*(state, fx, now, ...) ──> Effects: save, launch, signal, send table,
-//!        │                                 announce, count
-//!        v                                 (daemon: SQLite now, the rest after the commit;
-//!  MasterState: Scheduler (gang-core),       tests: a recorder)
-//!  jobs, nodes, slicer
+//!  batch::run: checkpoint ─ reactor::on_*(state, fx, now, ...) ─ end_batch ─ commit the
+//!        │      saves (SQLite; tests: a recorder) ─ settle, or roll back ─ sanity check
+//!        v
+//!  MasterState: Scheduler (gang-core), jobs, nodes, slicer
+//!        │
+//!        v
+//!  Effects: the Effect values the reactor emitted, handed out only once saved
+//!           (daemon: carried out; tests: recorded)
 //! ```
 //!
 //! The reactor reads no clock and does no I/O: time is an argument and everything that
-//! leaves goes through [`effects::Effects`]. A batch whose commit fails is taken back
-//! whole ([`MasterState::checkpoint`] / [`MasterState::rollback`]). The daemon's side
+//! leaves is an [`effects::Effect`]. A batch whose commit fails is taken back whole
+//! ([`MasterState::checkpoint`] / [`MasterState::rollback`]). The daemon's side
 //! (the task, SQLite, tonic) is `crate::actor`; nothing here uses tokio, tonic or protobuf.
 
+pub mod batch;
 pub mod effects;
 pub mod events;
 mod jobs;
@@ -92,7 +96,7 @@ pub struct MasterState {
 }
 
 /// Everything but the jobs, as it was when a batch began (the jobs keep their own journal).
-pub struct Checkpoint {
+struct Checkpoint {
     sched: Scheduler,
     nodes: Vec<Node>,
     next_id: u64,
@@ -137,8 +141,8 @@ impl MasterState {
         &self.cfg
     }
 
-    /// Begin a batch: what `rollback` returns to.
-    pub fn checkpoint(&mut self) -> Checkpoint {
+    /// Begin a batch: what `rollback` returns to. Only `batch::run` begins and ends them.
+    fn checkpoint(&mut self) -> Checkpoint {
         self.jobs.begin();
         Checkpoint {
             sched: self.sched.clone(),
@@ -152,12 +156,12 @@ impl MasterState {
     }
 
     /// The batch was saved: keep it.
-    pub fn settle(&mut self, _: Checkpoint) {
+    fn settle(&mut self, _: Checkpoint) {
         self.jobs.commit();
     }
 
     /// The batch was not saved: take all of it back.
-    pub fn rollback(&mut self, c: Checkpoint) {
+    fn rollback(&mut self, c: Checkpoint) {
         self.jobs.rollback();
         self.sched = c.sched;
         self.nodes = c.nodes;

@@ -6,7 +6,7 @@ use tracing::{info, warn};
 
 use crate::error::{MasterError, Result};
 use crate::job::Rank;
-use crate::state::effects::{Coord, Effects};
+use crate::state::effects::{Coord, Effect, Effects, Save};
 use crate::state::events::{Caller, ClockReport, Heartbeat, Registered, Registration};
 use crate::state::views::NodeView;
 use crate::state::{MasterState, Now};
@@ -42,7 +42,7 @@ impl MasterState {
 
     pub(super) fn register(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         reg: Registration,
     ) -> Result<Registered> {
@@ -118,7 +118,7 @@ impl MasterState {
     }
 
     /// Whether the master knows the agent (false: it must register again).
-    pub(super) fn heartbeat(&mut self, fx: &mut impl Effects, now: Now, hb: Heartbeat) -> bool {
+    pub(super) fn heartbeat(&mut self, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
         let Some(i) = self.node_index(hb.node).filter(|&i| self.nodes[i].up) else {
             return false;
         };
@@ -160,7 +160,7 @@ impl MasterState {
     }
 
     /// Silent agents: their nodes go down and the ranks there are lost.
-    pub(super) fn node_timeouts(&mut self, fx: &mut impl Effects, now: Now) {
+    pub(super) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
         for i in 0..self.nodes.len() {
             if !self.nodes[i].up || now.mono_ns - self.nodes[i].heard_mono_ns <= timeout_ns {
@@ -193,7 +193,7 @@ impl MasterState {
 
     pub(super) fn set_drained(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
         node: Coord,
         drained: bool,
@@ -212,7 +212,7 @@ impl MasterState {
         let i = self
             .node_index(node)
             .ok_or_else(|| self.unknown_node(node))?;
-        fx.save_drained(node, drained);
+        fx.emit(Effect::Save(Save::Drained { node, drained }));
         self.nodes[i].drained = drained;
         let offline = drained || !self.nodes[i].up;
         let plan = self
@@ -223,13 +223,18 @@ impl MasterState {
     }
 
     /// Tell the agent of `node` to stop a job's ranks there.
-    pub(super) fn signal_node(&self, fx: &mut impl Effects, id: JobId, node: Coord, grace_ms: u32) {
+    pub(super) fn signal_node(&self, fx: &mut Effects, id: JobId, node: Coord, grace_ms: u32) {
         let Some(addr) = self
             .node_index(node)
             .and_then(|i| self.nodes[i].address.as_deref())
         else {
             return;
         };
-        fx.signal(node, addr, id, grace_ms);
+        fx.emit(Effect::Signal {
+            node,
+            address: addr.to_string(),
+            job: id,
+            grace_ms,
+        });
     }
 }

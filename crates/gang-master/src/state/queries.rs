@@ -50,38 +50,14 @@ impl MasterState {
     /// [`Self::job_view`] with the pending reason found already (a listing finds every
     /// queued job's at once).
     fn job_view_waiting(&self, j: &Job, now: Now, pending_reason: String) -> JobView {
-        let r = &j.record;
+        let mut record = j.record.clone();
+        record.run_ns = self.run_ns(j, now.wall_ns);
         JobView {
-            id: j.id(),
-            user: r.user.clone(),
-            uid: r.uid,
-            gid: r.gid,
-            name: r.name.clone(),
-            argv: r.argv.clone(),
-            cwd: r.cwd.clone(),
-            time_limit_s: r.time_limit_s,
-            stdin: r.stdin,
-            shape: r.shape.clone(),
-            w: r.w,
-            h: r.h,
-            state: r.state,
-            submesh: r.submesh,
+            record,
             slices: self.slices_of(j.id()),
             slice_rows: self.slice_rows_of(j.id()),
-            exit_code: r.exit_code,
-            reason: r.reason.clone(),
-            submit_ns: r.submit_ns,
-            start_ns: r.start_ns,
-            end_ns: r.end_ns,
-            run_ns: self.run_ns(j, now.wall_ns),
-            gang: r.gang,
-            on_deadlock: r.on_deadlock,
-            msg_context: r.msg_context,
-            mpi: r.mpi,
-            mpi_check: r.mpi_check,
-            output_files: r.output_files.clone(),
-            deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
+            deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             pending_reason,
         }
     }
@@ -117,12 +93,12 @@ impl MasterState {
         job: &Job,
         action: &'static str,
     ) -> Result<()> {
-        if caller.may_act_on(job.record.uid) {
+        if caller.may_act_on(job.record.owner.uid) {
             return Ok(());
         }
         Err(MasterError::NotOwner {
             job: job.id(),
-            owner: job.record.user.clone(),
+            owner: job.record.owner.user.clone(),
             caller: caller.owner.user.clone(),
             action,
         })
@@ -147,7 +123,7 @@ impl MasterState {
         self.jobs
             .values()
             .rev()
-            .filter(|j| caller.may_act_on(j.record.uid))
+            .filter(|j| caller.may_act_on(j.record.owner.uid))
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
             .take(limit)
             .map(|j| {

@@ -1,6 +1,7 @@
 //! The master's events, one function each, in the shape of HyperQueue's tako reactor: the
 //! state, the way out ([`Effects`]) and the instant ([`Now`]) are passed in; nothing here
-//! reads a clock or touches the network or the disk.
+//! reads a clock or touches the network or the disk. Each runs inside a batch
+//! (`batch::run`).
 //!
 //! | event | from |
 //! |---|---|
@@ -10,14 +11,14 @@
 //! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
 //! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
 //! | [`on_tick`] | a timer, every 100 ms |
-//! | [`end_batch`] | the actor, after each batch |
+//! | [`end_batch`] | `batch::run`, after each batch |
 //!
 //! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
 
 use gang_core::JobId;
 
 use crate::error::Result;
-use crate::job::JobRecord;
+use crate::job::SavedJob;
 use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
     Caller, FenceArrival, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
@@ -28,28 +29,23 @@ use crate::state::{MasterState, Now};
 
 pub fn on_recover(
     st: &mut MasterState,
-    fx: &mut impl Effects,
+    fx: &mut Effects,
     now: Now,
-    records: Vec<JobRecord>,
+    records: Vec<SavedJob>,
     drained: &[Coord],
 ) -> Result<Recovered> {
     st.recover(fx, now, records, drained)
 }
 
 /// Accept a job: durable (saved in this batch) before the caller hears of it.
-pub fn on_submit(
-    st: &mut MasterState,
-    fx: &mut impl Effects,
-    now: Now,
-    job: NewJob,
-) -> Result<JobView> {
+pub fn on_submit(st: &mut MasterState, fx: &mut Effects, now: Now, job: NewJob) -> Result<JobView> {
     st.submit(fx, now, job)
 }
 
 /// The job's owner or an admin may cancel it.
 pub fn on_cancel(
     st: &mut MasterState,
-    fx: &mut impl Effects,
+    fx: &mut Effects,
     now: Now,
     job: JobId,
     caller: &Caller,
@@ -61,7 +57,7 @@ pub fn on_cancel(
 /// Admins only.
 pub fn on_set_drained(
     st: &mut MasterState,
-    fx: &mut impl Effects,
+    fx: &mut Effects,
     now: Now,
     node: Coord,
     drained: bool,
@@ -72,7 +68,7 @@ pub fn on_set_drained(
 
 pub fn on_register(
     st: &mut MasterState,
-    fx: &mut impl Effects,
+    fx: &mut Effects,
     now: Now,
     reg: Registration,
 ) -> Result<Registered> {
@@ -80,18 +76,18 @@ pub fn on_register(
 }
 
 /// Whether the master knows the agent (false: it must register again).
-pub fn on_heartbeat(st: &mut MasterState, fx: &mut impl Effects, now: Now, hb: Heartbeat) -> bool {
+pub fn on_heartbeat(st: &mut MasterState, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
     st.heartbeat(fx, now, hb)
 }
 
-pub fn on_rank_exit(st: &mut MasterState, fx: &mut impl Effects, now: Now, exit: RankExit) {
+pub fn on_rank_exit(st: &mut MasterState, fx: &mut Effects, now: Now, exit: RankExit) {
     st.rank_exit(fx, now, exit)
 }
 
 /// A launch finished: the rank's pid, or why it did not start.
 pub fn on_launched(
     st: &mut MasterState,
-    fx: &mut impl Effects,
+    fx: &mut Effects,
     now: Now,
     job: JobId,
     rank: u32,
@@ -105,10 +101,10 @@ pub fn on_table_acked(st: &mut MasterState, node: Coord, version: u64) {
 }
 
 /// A rank of a job arrives at a fence: `Some(space)` answers it now; `None`: it waits,
-/// and is answered with the others by `Effects::fence_done` once every rank arrived.
+/// and is answered with the others by `Effect::FenceDone` once every rank arrived.
 pub fn on_fence(
     st: &mut MasterState,
-    fx: &mut impl Effects,
+    fx: &mut Effects,
     arrival: FenceArrival,
 ) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
     st.fence(fx, arrival)
@@ -116,7 +112,7 @@ pub fn on_fence(
 
 /// Periodic: node timeouts, ranks lost across a restart, run time and time limits, and
 /// the deadlock check of jobs whose ranks all reported since the last one.
-pub fn on_tick(st: &mut MasterState, fx: &mut impl Effects, now: Now) {
+pub fn on_tick(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.node_timeouts(fx, now);
     st.adoption_timeouts(fx, now);
     st.run_time_tick(fx, now);
@@ -124,6 +120,6 @@ pub fn on_tick(st: &mut MasterState, fx: &mut impl Effects, now: Now) {
 }
 
 /// After every batch: a new slice table if the matrix's rows changed.
-pub fn end_batch(st: &mut MasterState, fx: &mut impl Effects, now: Now) {
+pub fn end_batch(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.publish_table(fx, now)
 }

@@ -5,8 +5,8 @@ use gang_core::{JobId, JobSpec, Shape};
 use tracing::{info, warn};
 
 use crate::error::{MasterError, Result};
-use crate::job::{Job, JobRecord, Rank, State};
-use crate::state::effects::{Coord, Effects};
+use crate::job::{Job, Rank, SavedJob, State};
+use crate::state::effects::{Coord, Effect, Effects, Save};
 use crate::state::{MasterState, Now};
 
 /// What recovery found.
@@ -23,9 +23,9 @@ impl MasterState {
     /// at their submesh, queued ones in submission order.
     pub(super) fn recover(
         &mut self,
-        fx: &mut impl Effects,
+        fx: &mut Effects,
         now: Now,
-        mut records: Vec<JobRecord>,
+        mut records: Vec<SavedJob>,
         drained: &[Coord],
     ) -> Result<Recovered> {
         let mesh = self.cfg.mesh;
@@ -54,7 +54,7 @@ impl MasterState {
         let mut found = Recovered::default();
         let mut placed = vec![];
         for rec in records {
-            self.next_id = self.next_id.max(rec.id + 1);
+            self.next_id = self.next_id.max(rec.id.0 + 1);
             let mut job = Job::restored(rec);
             let id = job.id();
             let spec = JobSpec {
@@ -100,7 +100,7 @@ impl MasterState {
         // Home slices were renumbered: save them, so a later restart groups jobs right.
         for &id in &placed {
             let job = self.jobs.get(id).expect("inserted above");
-            fx.save_job(&job.persisted(self.home_slice(id)));
+            fx.emit(Effect::Save(Save::Job(job.persisted(self.home_slice(id)))));
         }
         // A job whose every rank had ended is over (its end was not saved in time).
         for id in placed {
@@ -117,7 +117,7 @@ impl MasterState {
     }
 
     /// Ranks of adopted jobs that no agent reported back within the node timeout are lost.
-    pub(super) fn adoption_timeouts(&mut self, fx: &mut impl Effects, now: Now) {
+    pub(super) fn adoption_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
         let overdue: Vec<JobId> = self
             .adopted

@@ -10,7 +10,7 @@ use gang_core::JobId;
 use tracing::debug;
 
 use crate::job::Job;
-use crate::state::effects::{Effects, Metric, NodeTable};
+use crate::state::effects::{Effect, Effects, Metric, NodeTable, Save};
 use crate::state::{MasterState, Now};
 
 /// How often accumulated run times are written (a crash loses at most this much of them).
@@ -48,7 +48,7 @@ impl MasterState {
     }
 
     /// Run time accounting, time limits, and the periodic save of run times.
-    pub(super) fn run_time_tick(&mut self, fx: &mut impl Effects, now: Now) {
+    pub(super) fn run_time_tick(&mut self, fx: &mut Effects, now: Now) {
         self.account_run_time(now);
         let limited: Vec<(JobId, u64)> = self
             .jobs
@@ -66,7 +66,9 @@ impl MasterState {
         if now.mono_ns - self.run_saved_ns > RUN_SAVE_EVERY_NS {
             self.run_saved_ns = now.mono_ns;
             for j in self.jobs.live().filter(|j| j.record.state.is_placed()) {
-                fx.save_job(&j.persisted(self.home_slice(j.id())));
+                fx.emit(Effect::Save(Save::Job(
+                    j.persisted(self.home_slice(j.id())),
+                )));
             }
         }
         for (id, limit) in limited {
@@ -80,14 +82,14 @@ impl MasterState {
     }
 
     /// Publish a new table if the matrix's rows changed since the newest one.
-    pub(super) fn publish_table(&mut self, fx: &mut impl Effects, now: Now) {
+    pub(super) fn publish_table(&mut self, fx: &mut Effects, now: Now) {
         // A new table takes effect after `now`, so run times accounted so far stay right.
         let Some((effective, table)) = self.slicer.update(self.sched.matrix(), now.wall_ns) else {
             return;
         };
         let (version, grid, rows) = (table.version, table.grid, table.rows.len());
-        fx.save_table_meta(version, grid);
-        fx.metric(Metric::TableVersion(version));
+        fx.emit(Effect::Save(Save::TableMeta { version, grid }));
+        fx.emit(Effect::Metric(Metric::TableVersion(version)));
         debug!(
             version,
             rows,
@@ -113,7 +115,7 @@ impl MasterState {
         })
     }
 
-    pub(super) fn send_table(&mut self, fx: &mut impl Effects, now: Now, i: usize) {
+    pub(super) fn send_table(&mut self, fx: &mut Effects, now: Now, i: usize) {
         let Some(table) = self.node_table(i) else {
             return;
         };
@@ -123,6 +125,10 @@ impl MasterState {
             return;
         };
         node.table_sent = Some((table.version, now.mono_ns));
-        fx.send_table(coord, addr, table);
+        fx.emit(Effect::Table {
+            node: coord,
+            address: addr.to_string(),
+            table,
+        });
     }
 }

@@ -1,118 +1,195 @@
-//! The reactor's test harness: a recording [`Effects`] (whose saved jobs are the
-//! "database" a restart recovers from) and a [`World`] that runs each step as a batch and
-//! checks the master's sanity after it.
+//! The reactor's test harness: a [`Recorder`] of what saved batches wrote (the "database"
+//! a restart recovers from) and sent, and a [`World`] that runs each step as a batch
+//! through `batch::run`, as the daemon does.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use gang_core::deadlock::Activity;
 use gang_core::{GangMode, JobId, Shape, SlotGrid};
 
 use crate::config::MasterConfig;
-use crate::job::{JobRecord, State};
-use crate::state::effects::{Coord, Effects, LaunchOrder, Metric, NodeTable};
+use crate::job::{JobRecord, SavedJob, Spec, State};
+use crate::state::batch::{self, Commit};
+use crate::state::effects::{Coord, Effect, Effects, LaunchOrder, Metric, NodeTable, Save};
 use crate::state::events::{Caller, ClockReport, Heartbeat, NewJob, Owner, Registration};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now, Persisted, reactor};
 
-/// What the reactor sent, kept until a test takes it. Launches and signals must all be
-/// taken (`assert_quiet`); tables are broadcasts, logged for the tests that look.
+/// What saved batches wrote, and what they sent, kept until a test takes it. Launches and
+/// signals must all be taken (`assert_quiet`); the rest is a log for the tests that look.
 #[derive(Debug, Default)]
 pub struct Recorder {
     /// Saved jobs by id: what a restarted master finds.
-    pub db: BTreeMap<u64, JobRecord>,
+    pub db: BTreeMap<u64, SavedJob>,
     pub drained: BTreeSet<Coord>,
     pub table_meta: Option<(u64, SlotGrid)>,
-    pub launches: Vec<(Coord, LaunchOrder)>,
-    pub signals: Vec<(Coord, JobId, u32)>,
-    pub tables: Vec<(Coord, NodeTable)>,
-    pub events: Vec<JobView>,
-    pub rank0: Vec<(JobId, String)>,
-    pub metrics: Vec<Metric>,
-    /// Fences completed: (job, epoch, key-value space).
-    pub fences: Vec<(JobId, u32, std::sync::Arc<crate::shim::Space>)>,
+    /// Every other effect, in order.
+    pub sent: Vec<Effect>,
     /// Nodes whose tables are lost on the way.
     pub lossy: BTreeSet<Coord>,
     /// Tables that reached their agent, to acknowledge.
     delivered: Vec<(Coord, u64)>,
 }
 
+impl Commit for Recorder {
+    fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+        for save in saves {
+            match save {
+                Save::Job(job) => {
+                    self.db.insert(job.id.0, job.clone());
+                }
+                Save::Drained {
+                    node,
+                    drained: true,
+                } => {
+                    self.drained.insert(*node);
+                }
+                Save::Drained {
+                    node,
+                    drained: false,
+                } => {
+                    self.drained.remove(node);
+                }
+                Save::TableMeta { version, grid } => self.table_meta = Some((*version, *grid)),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Recorder {
+    /// A saved batch's effects reach their agents and clients.
+    fn record(&mut self, effects: Vec<Effect>) {
+        for e in effects {
+            match &e {
+                Effect::Save(_) => continue,
+                Effect::Launch { node, address, .. }
+                | Effect::Signal { node, address, .. }
+                | Effect::Rank0Running { node, address, .. } => {
+                    assert_eq!(*address, addr(*node), "sent to the node's agent: {e:?}");
+                }
+                Effect::Table {
+                    node,
+                    address,
+                    table,
+                } => {
+                    assert_eq!(*address, addr(*node), "table sent to the node's agent");
+                    if !self.lossy.contains(node) {
+                        self.delivered.push((*node, table.version));
+                    }
+                }
+                Effect::JobChanged(_) | Effect::Metric(_) | Effect::FenceDone { .. } => {}
+            }
+            self.sent.push(e);
+        }
+    }
+
+    /// What `pick` finds in the effects sent, taken out of them.
+    fn take<T>(&mut self, mut pick: impl FnMut(&Effect) -> Option<T>) -> Vec<T> {
+        let mut taken = vec![];
+        self.sent.retain(|e| match pick(e) {
+            Some(t) => {
+                taken.push(t);
+                false
+            }
+            None => true,
+        });
+        taken
+    }
+
+    /// What `pick` finds in the effects sent, left there.
+    fn pick<'a, T>(&'a self, pick: impl FnMut(&'a Effect) -> Option<T>) -> Vec<T> {
+        self.sent.iter().filter_map(pick).collect()
+    }
+
     pub fn take_launches(&mut self, job: JobId) -> Vec<(Coord, LaunchOrder)> {
-        let (mine, rest) = std::mem::take(&mut self.launches)
-            .into_iter()
-            .partition(|(_, o)| o.job == job);
-        self.launches = rest;
-        mine
+        self.take(|e| match e {
+            Effect::Launch { node, order, .. } if order.job == job => Some((*node, order.clone())),
+            _ => None,
+        })
     }
 
     pub fn take_signals(&mut self, job: JobId) -> Vec<(Coord, u32)> {
-        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.signals)
-            .into_iter()
-            .partition(|(_, j, _)| *j == job);
-        self.signals = rest;
-        mine.into_iter().map(|(n, _, g)| (n, g)).collect()
+        self.take(|e| match e {
+            Effect::Signal {
+                node,
+                job: j,
+                grace_ms,
+                ..
+            } if *j == job => Some((*node, *grace_ms)),
+            _ => None,
+        })
+    }
+
+    /// Every signal sent: (node, job, grace).
+    pub fn take_every_signal(&mut self) -> Vec<(Coord, JobId, u32)> {
+        self.take(signal)
     }
 
     pub fn take_tables(&mut self) -> Vec<(Coord, NodeTable)> {
-        std::mem::take(&mut self.tables)
+        self.take(|e| match e {
+            Effect::Table { node, table, .. } => Some((*node, table.clone())),
+            _ => None,
+        })
+    }
+
+    /// Launches sent and not yet taken.
+    pub fn launches(&self) -> Vec<(Coord, &LaunchOrder)> {
+        self.pick(|e| match e {
+            Effect::Launch { node, order, .. } => Some((*node, order)),
+            _ => None,
+        })
+    }
+
+    pub fn tables(&self) -> Vec<(Coord, &NodeTable)> {
+        self.pick(|e| match e {
+            Effect::Table { node, table, .. } => Some((*node, table)),
+            _ => None,
+        })
+    }
+
+    /// Where rank 0 of each job was announced running: (job, its agent's address).
+    pub fn rank0(&self) -> Vec<(JobId, String)> {
+        self.pick(|e| match e {
+            Effect::Rank0Running { job, address, .. } => Some((*job, address.clone())),
+            _ => None,
+        })
+    }
+
+    pub fn metrics(&self) -> Vec<Metric> {
+        self.pick(|e| match e {
+            Effect::Metric(m) => Some(m.clone()),
+            _ => None,
+        })
+    }
+
+    /// Fences completed: (job, epoch, key-value space).
+    pub fn fences(&self) -> Vec<(JobId, u32, Arc<crate::shim::Space>)> {
+        self.pick(|e| match e {
+            Effect::FenceDone { job, epoch, kvs } => Some((*job, *epoch, kvs.clone())),
+            _ => None,
+        })
     }
 
     /// Nothing was launched or signalled that the test did not expect.
     pub fn assert_quiet(&self) {
-        assert!(
-            self.launches.is_empty(),
-            "unexpected launches: {:?}",
-            self.launches
-        );
-        assert!(
-            self.signals.is_empty(),
-            "unexpected signals: {:?}",
-            self.signals
-        );
+        let launches = self.launches();
+        assert!(launches.is_empty(), "unexpected launches: {launches:?}");
+        let signals = self.pick(signal);
+        assert!(signals.is_empty(), "unexpected signals: {signals:?}");
     }
 }
 
-impl Effects for Recorder {
-    fn save_job(&mut self, record: &JobRecord) {
-        self.db.insert(record.id, record.clone());
-    }
-    fn save_drained(&mut self, node: Coord, drained: bool) {
-        if drained {
-            self.drained.insert(node);
-        } else {
-            self.drained.remove(&node);
-        }
-    }
-    fn save_table_meta(&mut self, version: u64, grid: SlotGrid) {
-        self.table_meta = Some((version, grid));
-    }
-    fn launch(&mut self, node: Coord, address: &str, order: LaunchOrder) {
-        assert_eq!(address, addr(node), "launch sent to the node's agent");
-        self.launches.push((node, order));
-    }
-    fn signal(&mut self, node: Coord, address: &str, job: JobId, grace_ms: u32) {
-        assert_eq!(address, addr(node), "signal sent to the node's agent");
-        self.signals.push((node, job, grace_ms));
-    }
-    fn send_table(&mut self, node: Coord, address: &str, table: NodeTable) {
-        assert_eq!(address, addr(node), "table sent to the node's agent");
-        if !self.lossy.contains(&node) {
-            self.delivered.push((node, table.version));
-        }
-        self.tables.push((node, table));
-    }
-    fn job_changed(&mut self, job: JobView) {
-        self.events.push(job);
-    }
-    fn rank0_running(&mut self, job: JobId, node: Coord, address: &str) {
-        assert_eq!(address, addr(node), "rank 0's own node");
-        self.rank0.push((job, address.to_string()));
-    }
-    fn metric(&mut self, m: Metric) {
-        self.metrics.push(m);
-    }
-    fn fence_done(&mut self, job: JobId, epoch: u32, kvs: std::sync::Arc<crate::shim::Space>) {
-        self.fences.push((job, epoch, kvs));
+fn signal(e: &Effect) -> Option<(Coord, JobId, u32)> {
+    match e {
+        Effect::Signal {
+            node,
+            job,
+            grace_ms,
+            ..
+        } => Some((*node, *job, *grace_ms)),
+        _ => None,
     }
 }
 
@@ -138,12 +215,13 @@ pub fn config(w: u32, h: u32, mpl: u32) -> MasterConfig {
 
 /// A queued job's record (for tests of the job table).
 pub fn record(id: u64) -> JobRecord {
-    JobRecord {
-        id,
-        user: "alice".into(),
-        uid: 1000,
-        gid: 1000,
-        groups: vec![1000],
+    let spec = Spec {
+        owner: Owner {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![1000],
+            user: "alice".into(),
+        },
         name: "true".into(),
         argv: vec!["true".into()],
         cwd: "/".into(),
@@ -151,6 +229,17 @@ pub fn record(id: u64) -> JobRecord {
         time_limit_s: 0,
         stdin: false,
         shape: "1x1".into(),
+        gang: GangMode::Stop,
+        on_deadlock: Default::default(),
+        msg_context: Default::default(),
+        mpi: Default::default(),
+        mpi_check: false,
+        output_files: Default::default(),
+        client_token: None,
+    };
+    JobRecord {
+        id: JobId(id),
+        spec: Arc::new(spec),
         w: 1,
         h: 1,
         state: State::Queued,
@@ -160,15 +249,7 @@ pub fn record(id: u64) -> JobRecord {
         submit_ns: 0,
         start_ns: 0,
         end_ns: 0,
-        gang: GangMode::Stop,
-        on_deadlock: Default::default(),
-        msg_context: Default::default(),
-        mpi: Default::default(),
-        mpi_check: false,
-        output_files: Default::default(),
         run_ns: 0,
-        client_token: None,
-        live: None,
     }
 }
 
@@ -236,21 +317,16 @@ impl World {
         World::recovered(cfg, Recorder::default(), now)
     }
 
-    fn recovered(cfg: MasterConfig, mut fx: Recorder, now: Now) -> Self {
+    fn recovered(cfg: MasterConfig, fx: Recorder, now: Now) -> Self {
         let persisted = Persisted {
             next_job_id: fx.db.keys().max().map_or(1, |m| m + 1),
             table_version: fx.table_meta.map_or(0, |(v, _)| v),
             table_epoch_ns: fx.table_meta.map(|(_, g)| g.epoch_ns),
         };
-        let mut st = MasterState::new(cfg.clone(), &persisted).expect("config is valid");
         let records = fx.db.values().cloned().collect();
         let drained: Vec<Coord> = fx.drained.iter().copied().collect();
-        let cp = st.checkpoint();
-        reactor::on_recover(&mut st, &mut fx, now, records, &drained).expect("recovers");
-        st.settle(cp);
-        st.sanity_check().expect("sane after recovery");
-        World {
-            st,
+        let mut w = World {
+            st: MasterState::new(cfg.clone(), &persisted).expect("config is valid"),
             fx,
             now,
             cfg,
@@ -258,7 +334,10 @@ impl World {
             running: BTreeMap::new(),
             held: BTreeMap::new(),
             activity: BTreeMap::new(),
-        }
+        };
+        w.batch(|st, fx, now| reactor::on_recover(st, fx, now, records, &drained))
+            .expect("recovers");
+        w
     }
 
     /// A master restarted from what was saved: same database, new memory; agents keep
@@ -286,9 +365,9 @@ impl World {
         self.now.wall_ns += ms * 1_000_000;
     }
 
-    /// One batch: the event, then the end of the batch, then the sanity check. Tables
-    /// that reached their agents are acknowledged in the next batch, as agents do.
-    pub fn step<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Recorder, Now) -> R) -> R {
+    /// One batch (its end and the sanity check included). Tables that reached their
+    /// agents are acknowledged in the next batch, as agents do.
+    pub fn step<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
         let r = self.batch(f);
         let acks = std::mem::take(&mut self.fx.delivered);
         if !acks.is_empty() {
@@ -305,14 +384,10 @@ impl World {
         r
     }
 
-    fn batch<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Recorder, Now) -> R) -> R {
-        let cp = self.st.checkpoint();
-        let r = f(&mut self.st, &mut self.fx, self.now);
-        reactor::end_batch(&mut self.st, &mut self.fx, self.now);
-        self.st.settle(cp);
-        if let Err(e) = self.st.sanity_check() {
-            panic!("master state inconsistent: {e}");
-        }
+    fn batch<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
+        let (r, effects) = batch::run(&mut self.st, &mut self.fx, self.now, f);
+        self.fx
+            .record(effects.expect("the recorder saves everything"));
         r
     }
 

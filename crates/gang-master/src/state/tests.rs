@@ -178,7 +178,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Restart => w = w.restart(),
             S::State(job, state) => assert_eq!(w.view(job).state, state, "{}", at()),
             S::Reason(job, text) => {
-                let r = w.view(job).reason;
+                let r = w.view(job).record.reason;
                 assert!(r.contains(text), "{}: reason {r:?}", at());
             }
             S::Pending(job, text) => {
@@ -192,7 +192,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             }
             S::Launching(job, n) => {
                 let pending =
-                    w.fx.launches
+                    w.fx.launches()
                         .iter()
                         .filter(|(_, o)| o.job == JobId(job))
                         .count();
@@ -233,7 +233,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             }
             S::Behind(node) => {
                 let latest =
-                    w.fx.tables
+                    w.fx.tables()
                         .iter()
                         .map(|(_, t)| t.version)
                         .max()
@@ -247,11 +247,11 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Rank0(job) => {
                 let (x, y) = node_of(&w, job, 0);
                 assert!(
-                    w.fx.rank0
+                    w.fx.rank0()
                         .contains(&(JobId(job), crate::state::testkit::addr((x, y)))),
                     "{}: {:?}",
                     at(),
-                    w.fx.rank0
+                    w.fx.rank0()
                 );
             }
         }

@@ -1,57 +1,36 @@
 //! What the reactor answers and announces, in domain terms (converted at the gRPC edge).
 
-use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Shape, SlotGrid, Submesh};
+use gang_core::{JobId, Shape, SlotGrid, Submesh};
 
+use crate::job::JobRecord;
 use crate::shim::DeadlockInfo;
-
-use crate::job::State;
 
 /// A node's coordinate on the mesh.
 pub type Coord = (u32, u32);
 
-/// A job as clients see it.
+/// A job as clients see it: its record at the instant of the view (run time brought up to
+/// it), and what the rest of the state says of it. Reads as the record (`Deref`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobView {
-    pub id: JobId,
-    pub user: String,
-    pub uid: u32,
-    pub gid: u32,
-    pub name: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub time_limit_s: u64,
-    pub stdin: bool,
-    /// As requested.
-    pub shape: String,
-    /// As allocated.
-    pub w: u32,
-    pub h: u32,
-    pub state: State,
-    pub submesh: Option<Submesh>,
+    pub record: JobRecord,
     /// Slice ids it holds, home first, while it runs.
     pub slices: Vec<u32>,
     /// The same slices by their place in the matrix (0 to MPL-1), for people.
     pub slice_rows: Vec<u32>,
-    pub exit_code: Option<i32>,
-    pub reason: String,
-    pub submit_ns: i64,
-    pub start_ns: i64,
-    pub end_ns: i64,
-    /// Run time up to the instant of the view.
-    pub run_ns: i64,
-    pub gang: GangMode,
     pub ranks_done: u32,
-    pub on_deadlock: DeadlockPolicy,
-    pub msg_context: MsgContext,
-    pub mpi: crate::job::Mpi,
-    pub mpi_check: bool,
-    pub output_files: crate::job::OutputFiles,
     /// Set once it was found deadlocked (while it runs, and after, if it was killed for it).
     pub deadlock: Option<DeadlockInfo>,
     /// Why it waits, while queued (empty otherwise): see [`MasterState::pending_reason`].
     ///
     /// [`MasterState::pending_reason`]: crate::state::MasterState::pending_reason
     pub pending_reason: String,
+}
+
+impl std::ops::Deref for JobView {
+    type Target = JobRecord;
+    fn deref(&self) -> &JobRecord {
+        &self.record
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +107,7 @@ pub struct MatrixView {
 pub enum Rank0 {
     /// It runs on this node, whose agent is at this address.
     Running(Coord, String),
-    /// Not yet: wait for `rank0_running` or the job's end.
+    /// Not yet: wait for `Effect::Rank0Running` or the job's end.
     NotYet,
     /// The job has ended.
     Ended,

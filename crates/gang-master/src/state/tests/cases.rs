@@ -52,7 +52,7 @@ fn launch_orders_are_complete() {
         "rank r on node r, row-major"
     );
     for (_, o) in &launches {
-        assert_eq!((o.size, o.uid, o.gid), (4, 1000, 1000));
+        assert_eq!((o.size, o.owner.uid, o.owner.gid), (4, 1000, 1000));
         assert_eq!(
             o.gang,
             gang_core::GangMode::Stop,

@@ -49,7 +49,7 @@ fn report(w: &mut World, r0: (JobId, Activity), r1: (JobId, Activity)) {
 }
 
 fn deadlocks(w: &World) -> usize {
-    w.fx.metrics
+    w.fx.metrics()
         .iter()
         .filter(|m| **m == Metric::Deadlocked)
         .count()
@@ -160,7 +160,7 @@ fn a_fence_completes_once_every_rank_arrived_from_its_own_node() {
         .expect("the last arrival completes the fence");
     assert_eq!(last.len(), 2);
     assert_eq!(
-        w.fx.fences,
+        w.fx.fences(),
         vec![(JobId(1), 1, last.clone())],
         "rank 0 is answered too"
     );

@@ -61,7 +61,7 @@ fn apply(mut w: World, op: Op) -> World {
             let _ = w.step(|st, fx, now| reactor::on_submit(st, fx, now, job));
         }
         Op::Start(i) | Op::LaunchFails(i) => {
-            let mut jobs: Vec<JobId> = w.fx.launches.iter().map(|(_, o)| o.job).collect();
+            let mut jobs: Vec<JobId> = w.fx.launches().iter().map(|(_, o)| o.job).collect();
             jobs.dedup();
             if let Some(&job) = jobs.get(i % jobs.len().max(1)) {
                 for (k, (node, o)) in w.fx.take_launches(job).into_iter().enumerate() {
@@ -118,7 +118,7 @@ fn apply(mut w: World, op: Op) -> World {
                 .expect("a node of the mesh");
         }
         Op::Obey => {
-            for (node, job, _) in std::mem::take(&mut w.fx.signals) {
+            for (node, job, _) in w.fx.take_every_signal() {
                 if w.silent.contains(&node) {
                     continue;
                 }
@@ -136,8 +136,7 @@ fn apply(mut w: World, op: Op) -> World {
             }
         }
         Op::Restart => {
-            w.fx.launches.clear();
-            w.fx.signals.clear();
+            w.fx.sent.clear();
             w = w.restart();
         }
     }
