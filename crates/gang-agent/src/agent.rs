@@ -28,6 +28,7 @@ use crate::fence::{self, Fence};
 use crate::guard::Guard;
 use crate::msg::MsgHub;
 use crate::node::{LaunchPolicy, Node};
+use crate::output::{Outbox, OutboxConfig, Spools};
 use crate::registry_client;
 use crate::service::AgentService;
 use crate::session_thread::{SessionParts, SessionThread};
@@ -96,6 +97,21 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         },
     )
     .context("cannot start the switch thread")?;
+    // This node's spool: its own directory, whatever else shares the base.
+    let spool_dir = cfg
+        .spool_dir
+        .join(format!("{}-{}", cfg.coord.x, cfg.coord.y));
+    Spools::prepare(&spool_dir).with_context(|| {
+        format!(
+            "cannot make the output spool directory {}",
+            spool_dir.display()
+        )
+    })?;
+    let outbox = Arc::new(Outbox::with_config(OutboxConfig {
+        spool_dir: Some(spool_dir),
+        spool_cap: cfg.spool_cap,
+        ..OutboxConfig::default()
+    }));
     let node = Node::new(
         cfg.coord,
         cfg.kill_grace,
@@ -106,6 +122,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         Arc::clone(&switch),
         Arc::clone(&clock),
         MsgHub::new(cfg.msg_dir.clone(), cfg.coord, Arc::clone(&clock)),
+        outbox,
     );
     node.msg.set_master(client.clone());
 

@@ -72,7 +72,7 @@ pub struct Flags {
     pub env_allow: Vec<String>,
     /// A TOML file with the keys master, x, y, listen, tls_ca, tls_cert, tls_key,
     /// allow_root, env_allow, kill_grace_ms, log_format, clock, freezer, rt_priority,
-    /// switch_spin_us.
+    /// switch_spin_us, msg_dir, spool_dir, output_spool_mb.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log format on stderr [default: human].
@@ -100,6 +100,14 @@ pub struct Flags {
     /// under DIR/X-Y/ [default: /run/gang/msg as root, else $TMPDIR/gang-msg-UID].
     #[arg(long, value_name = "DIR")]
     pub msg_dir: Option<PathBuf>,
+    /// Where ranks' output is spooled while the master cannot take it, under DIR/X-Y/
+    /// [default: /var/spool/gang/output as root, else $TMPDIR/gang-spool-UID].
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// The most output one job may have spooled on this node, in MiB; past it, output is
+    /// discarded and the job says how much [default: 256].
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(1..=1048576))]
+    pub output_spool_mb: Option<u32>,
 }
 
 /// The `--config` file. Unknown keys are errors: a misspelt key silently ignored is a
@@ -124,6 +132,8 @@ pub struct FileConfig {
     pub rt_priority: Option<i32>,
     pub switch_spin_us: Option<u32>,
     pub msg_dir: Option<PathBuf>,
+    pub spool_dir: Option<PathBuf>,
+    pub output_spool_mb: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +188,10 @@ pub struct AgentConfig {
     pub guard_exe: Option<PathBuf>,
     /// Base of the ranks' messaging-library directories.
     pub msg_dir: PathBuf,
+    /// Base of the output spools (this node's are in `X-Y/` under it).
+    pub spool_dir: PathBuf,
+    /// The most output one job may have spooled on this node, in bytes.
+    pub spool_cap: u64,
 }
 
 impl AgentConfig {
@@ -204,6 +218,12 @@ impl AgentConfig {
                 let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 crate::msg::memory_dir().join(format!("gang-msg-test-{}-{n}", std::process::id()))
             },
+            spool_dir: {
+                static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                std::env::temp_dir().join(format!("gang-spool-test-{}-{n}", std::process::id()))
+            },
+            spool_cap: crate::output::SPOOL_CAP,
         }
     }
 }
@@ -312,7 +332,25 @@ impl Flags {
                 .msg_dir
                 .or(file.msg_dir)
                 .unwrap_or_else(|| crate::msg::default_base(nix::unistd::geteuid().as_raw())),
+            spool_dir: self
+                .spool_dir
+                .or(file.spool_dir)
+                .unwrap_or_else(|| default_spool_dir(nix::unistd::geteuid().as_raw())),
+            spool_cap: self
+                .output_spool_mb
+                .or(file.output_spool_mb)
+                .map_or(crate::output::SPOOL_CAP, |mb| u64::from(mb) << 20),
         })
+    }
+}
+
+/// Where output is spooled by default: on disk (the spool may be large, and it must not
+/// take the node's memory), the agent's own.
+pub fn default_spool_dir(agent_uid: u32) -> PathBuf {
+    if agent_uid == 0 {
+        PathBuf::from("/var/spool/gang/output")
+    } else {
+        std::env::temp_dir().join(format!("gang-spool-{agent_uid}"))
     }
 }
 

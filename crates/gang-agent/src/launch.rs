@@ -403,6 +403,8 @@ impl Supervisor {
             y: self.node.y,
             how: Some(how),
             abort,
+            // The outbox fills in what the rank produced.
+            ..Default::default()
         });
     }
 }

@@ -74,12 +74,13 @@ impl Node {
         switch: Arc<Switcher>,
         clock: Arc<Clock>,
         msg: Arc<MsgHub>,
+        outbox: Arc<Outbox>,
     ) -> Arc<Self> {
         Arc::new(Node {
             msg,
             coord,
             ranks: Ranks::new(),
-            outbox: Arc::new(Outbox::new()),
+            outbox,
             kill_grace,
             switch,
             clock,

@@ -241,6 +241,20 @@ pub fn finished_code(prog: &str, job: &JobInfo, quiet: bool) -> i32 {
     }
 }
 
+/// Say what of the job's output was lost, if anything was: a job whose output did not all
+/// arrive does not end with 0, even if every rank did (the caller's `code` otherwise).
+pub fn lost_output_code(prog: &str, job: &JobInfo, code: i32) -> i32 {
+    if job.output_lost.is_empty() {
+        return code;
+    }
+    eprintln!(
+        "{prog}: job {}: output lost: {} (the node's spool for the job was full while the master was unreachable, or the output passed the master's max_output_bytes)",
+        job.id,
+        crate::output::format::fmt_output_lost(&job.output_lost)
+    );
+    if code == 0 { 1 } else { code }
+}
+
 /// Where a job's output goes when not through the master (`prun --output/--error`), for
 /// the commands that show its output: those streams are in files on the nodes, not here.
 pub fn files_note(job: &JobInfo) -> Option<String> {
@@ -411,7 +425,8 @@ impl Attacher {
                     Some(Event::Finished(job)) => {
                         // Output first: the reason is the last thing the user reads.
                         self.finish(0);
-                        return Some(finished_code(self.prog, &job, self.quiet));
+                        let code = finished_code(self.prog, &job, self.quiet);
+                        return Some(lost_output_code(self.prog, &job, code));
                     }
                     Some(Event::Deadlocked(job)) => {
                         eprint!("{}", deadlock_report(&job));
@@ -569,6 +584,19 @@ mod tests {
             reason: "why".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn lost_output_fails_a_job_that_otherwise_succeeded() {
+        let mut j = job(JobState::Completed, Some(0));
+        assert_eq!(lost_output_code("prun", &j, 0), 0);
+        j.output_lost.push(gang_proto::v1::OutputLoss {
+            rank: 1,
+            stream: gang_proto::v1::Stream::Stdout as i32,
+            bytes: 5,
+        });
+        assert_eq!(lost_output_code("prun", &j, 0), 1);
+        assert_eq!(lost_output_code("prun", &j, 3), 3);
     }
 
     #[test]

@@ -95,9 +95,15 @@ pub async fn output(master: &str, id: u64, filter: OutputFilter) -> Result<i32, 
     };
     let mut stream = client.attach(tokio_stream::once(first)).await?.into_inner();
     let mut relay = Relay::new(filter.label);
+    let mut finished = None;
     while let Some(msg) = stream.message().await? {
-        let Some(Event::Output(o)) = msg.event else {
-            continue;
+        let o = match msg.event {
+            Some(Event::Output(o)) => o,
+            Some(Event::Finished(j)) => {
+                finished = Some(j);
+                continue;
+            }
+            _ => continue,
         };
         if filter.rank.is_some_and(|r| r != o.rank) {
             continue;
@@ -116,5 +122,6 @@ pub async fn output(master: &str, id: u64, filter: OutputFilter) -> Result<i32, 
             Some(_) => {}
         }
     }
-    Ok(0)
+    // The log as it is lacks what was lost: say so, and do not end with 0.
+    Ok(finished.map_or(0, |j| attach::lost_output_code("gangctl", &j, 0)))
 }

@@ -450,6 +450,9 @@ impl LocalCluster {
             .arg(&ready)
             .arg("--msg-dir")
             .arg(&self.msg_dir)
+            // In the cluster's directory: clusters on one machine never share a spool.
+            .arg("--spool-dir")
+            .arg(self.dir.join("spool"))
             .args(&self.opts.agent_args);
         let child = self
             .spawner

@@ -233,6 +233,26 @@ pub struct JobRecord {
     /// Time scheduled to run so far (its slices' slots), the measure of its time limit.
     #[serde(default)]
     pub run_ns: i64,
+    /// Output its ranks wrote that never reached the output log, per rank and stream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_lost: Vec<OutputLoss>,
+}
+
+/// A piped stream of a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutStream {
+    Stdout,
+    Stderr,
+}
+
+/// Bytes of one rank's stream that nobody can read: the agent's spool for the job was
+/// full while the master was away, or the log reached its cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputLoss {
+    pub rank: u32,
+    pub stream: OutStream,
+    pub bytes: u64,
 }
 
 /// A spec saved within its job's row, and shared once loaded. (Serde's `rc` feature would

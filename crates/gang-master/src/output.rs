@@ -3,7 +3,9 @@
 //! the start and then follows it, so output produced before it attached, or before a
 //! master restart, is never missing, and a slow client can never make a fast job wait.
 //!
-//! Record format: rank (u32 LE), stream (u8), length (u32 LE), data.
+//! Record format: rank (u32 LE), stream (u8), length (u32 LE), data. The master's own
+//! notices (a log at its cap) are records of stream `NOTICE`, read out as stderr: what a
+//! rank wrote is told apart from them, so the log knows how much of each stream it holds.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -13,6 +15,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use gang_proto::v1;
+
+use crate::job::OutStream;
 use tokio::sync::watch;
 
 struct JobLog {
@@ -21,6 +25,9 @@ struct JobLog {
     notify: watch::Sender<u64>,
     /// Bytes logged so far per (rank, stream): where the next new byte of each starts.
     have: HashMap<(u32, i32), u64>,
+    /// Bytes of each (rank, stream) the log holds (gaps and what the cap kept out are
+    /// not counted): compared with what a rank wrote, what was lost.
+    logged: HashMap<(u32, i32), u64>,
 }
 
 pub struct OutputHub {
@@ -31,6 +38,11 @@ pub struct OutputHub {
 }
 
 const HEADER: usize = 9;
+/// The stream byte of the master's own notices.
+const NOTICE: u8 = 255;
+/// The most a reader gets of a log at once (a follower far behind must not read the
+/// whole rest of a large log into memory).
+pub const READ_MAX: u64 = 1024 * 1024;
 /// Above this many open logs, idle ones are closed (each holds a file descriptor).
 const MAX_OPEN_LOGS: usize = 256;
 
@@ -65,14 +77,18 @@ impl OutputHub {
         let (notify, _) = watch::channel(len);
         // After a restart, what each stream already has is what the log holds.
         let mut have: HashMap<(u32, i32), u64> = HashMap::new();
-        for c in read_records(&file, 0, len)? {
-            *have.entry((c.rank, c.stream)).or_default() += c.data.len() as u64;
+        for r in scan_records(&file, len)? {
+            if r.stream != NOTICE {
+                *have.entry((r.rank, i32::from(r.stream))).or_default() += r.len;
+            }
         }
+        let logged = have.clone();
         let l = Arc::new(Mutex::new(JobLog {
             file,
             len,
             notify,
             have,
+            logged,
         }));
         logs.insert(job, l.clone());
         if logs.len() > MAX_OPEN_LOGS {
@@ -135,18 +151,15 @@ impl OutputHub {
             if data.len() > left {
                 // With no room for data, an empty record would push the notice past the cap.
                 if left > 0 {
-                    record(&mut buf, c.rank, c.stream, &data[..left]);
+                    record(&mut buf, c.rank, c.stream as u8, &data[..left]);
+                    *l.logged.entry((c.rank, c.stream)).or_default() += left as u64;
                 }
-                record(
-                    &mut buf,
-                    c.rank,
-                    v1::Stream::Stderr as i32,
-                    notice.as_bytes(),
-                );
+                record(&mut buf, c.rank, NOTICE, notice.as_bytes());
                 full = true;
                 continue;
             }
-            record(&mut buf, c.rank, c.stream, data);
+            record(&mut buf, c.rank, c.stream as u8, data);
+            *l.logged.entry((c.rank, c.stream)).or_default() += data.len() as u64;
         }
         if buf.is_empty() {
             return Ok(());
@@ -158,6 +171,31 @@ impl OutputHub {
         Ok(())
     }
 
+    /// What of a rank's streams the log lacks, given how much it wrote to each (its exit
+    /// report): only streams with bytes missing.
+    pub fn lost(
+        &self,
+        job: u64,
+        rank: u32,
+        stdout_bytes: u64,
+        stderr_bytes: u64,
+    ) -> std::io::Result<Vec<(OutStream, u64)>> {
+        if stdout_bytes == 0 && stderr_bytes == 0 {
+            return Ok(vec![]);
+        }
+        let log = self.log(job)?;
+        let l = log.lock().expect("job log lock");
+        let logged = |s: v1::Stream| l.logged.get(&(rank, s as i32)).copied().unwrap_or(0);
+        Ok([
+            (OutStream::Stdout, stdout_bytes, logged(v1::Stream::Stdout)),
+            (OutStream::Stderr, stderr_bytes, logged(v1::Stream::Stderr)),
+        ]
+        .into_iter()
+        .filter(|&(_, wrote, have)| wrote > have)
+        .map(|(s, wrote, have)| (s, wrote - have))
+        .collect())
+    }
+
     /// Follow `job`'s log: a receiver of its length as it grows.
     pub fn follow(&self, job: u64) -> std::io::Result<watch::Receiver<u64>> {
         let log = self.log(job)?;
@@ -165,10 +203,11 @@ impl OutputHub {
         Ok(l.notify.subscribe())
     }
 
-    /// The records in `[from, to)` of `job`'s log (offsets on record boundaries).
-    pub fn read(&self, job: u64, from: u64, to: u64) -> std::io::Result<Vec<v1::Output>> {
+    /// The records from `from` (a record boundary) up to `to`, at most about `READ_MAX`
+    /// bytes of them (always at least one whole record), and where the next read starts.
+    pub fn read(&self, job: u64, from: u64, to: u64) -> std::io::Result<(Vec<v1::Output>, u64)> {
         if to <= from {
-            return Ok(vec![]);
+            return Ok((vec![], from));
         }
         let log = self.log(job)?;
         let l = log.lock().expect("job log lock");
@@ -176,34 +215,88 @@ impl OutputHub {
     }
 }
 
-/// Parse the records in `[from, to)` of a log file.
-fn read_records(file: &File, from: u64, to: u64) -> std::io::Result<Vec<v1::Output>> {
-    if to <= from {
-        return Ok(vec![]);
+#[cfg(test)]
+impl OutputHub {
+    /// The whole log up to `len`, read as a follower reads it.
+    pub fn read_all(&self, job: u64, len: u64) -> std::io::Result<Vec<v1::Output>> {
+        let (mut all, mut from) = (vec![], 0);
+        while from < len {
+            let (chunks, next) = self.read(job, from, len)?;
+            if next == from {
+                return Err(std::io::Error::other("no progress"));
+            }
+            all.extend(chunks);
+            from = next;
+        }
+        Ok(all)
     }
-    let mut buf = vec![0u8; (to - from) as usize];
-    file.read_exact_at(&mut buf, from)?;
+}
+
+/// A record's header: whose, which stream, how long.
+struct RecordHead {
+    rank: u32,
+    stream: u8,
+    len: u64,
+}
+
+fn head(b: &[u8]) -> RecordHead {
+    RecordHead {
+        rank: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+        stream: b[4],
+        len: u64::from(u32::from_le_bytes(b[5..9].try_into().expect("4 bytes"))),
+    }
+}
+
+/// Every record's header in the first `len` bytes of a log (reading headers only).
+fn scan_records(file: &File, len: u64) -> std::io::Result<Vec<RecordHead>> {
     let mut out = vec![];
-    let mut i = 0;
-    while i + HEADER <= buf.len() {
-        let rank = u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
-        let stream = buf[i + 4] as i32;
-        let n = u32::from_le_bytes(buf[i + 5..i + 9].try_into().expect("4 bytes")) as usize;
-        let data = buf[i + HEADER..(i + HEADER + n).min(buf.len())].to_vec();
-        i += HEADER + n;
-        out.push(v1::Output {
-            rank,
-            stream,
-            data,
-            offset: None,
-        });
+    let mut at = 0u64;
+    let mut h = [0u8; HEADER];
+    while at + HEADER as u64 <= len {
+        file.read_exact_at(&mut h, at)?;
+        let r = head(&h);
+        at += HEADER as u64 + r.len;
+        out.push(r);
     }
     Ok(out)
 }
 
-fn record(buf: &mut Vec<u8>, rank: u32, stream: i32, data: &[u8]) {
+/// Parse the records from `from` (a record boundary) toward `to`: whole records, about
+/// `READ_MAX` bytes of them, at least one. Returns them and the offset after the last.
+fn read_records(file: &File, from: u64, to: u64) -> std::io::Result<(Vec<v1::Output>, u64)> {
+    let mut out = vec![];
+    let mut at = from;
+    let mut taken = 0u64;
+    let mut h = [0u8; HEADER];
+    while at + HEADER as u64 <= to {
+        file.read_exact_at(&mut h, at)?;
+        let r = head(&h);
+        let end = at + HEADER as u64 + r.len;
+        if end > to || (!out.is_empty() && taken + r.len > READ_MAX) {
+            break;
+        }
+        let mut data = vec![0u8; r.len as usize];
+        file.read_exact_at(&mut data, at + HEADER as u64)?;
+        out.push(v1::Output {
+            rank: r.rank,
+            // The master's notices read as the rank's stderr.
+            stream: if r.stream == NOTICE {
+                v1::Stream::Stderr as i32
+            } else {
+                i32::from(r.stream)
+            },
+            data,
+            offset: None,
+        });
+        taken += HEADER as u64 + r.len;
+        at = end;
+    }
+    Ok((out, at))
+}
+
+fn record(buf: &mut Vec<u8>, rank: u32, stream: u8, data: &[u8]) {
     buf.extend_from_slice(&rank.to_le_bytes());
-    buf.push(stream as u8);
+    buf.push(stream);
     buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
     buf.extend_from_slice(data);
 }
@@ -239,7 +332,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let text = |hub: &OutputHub| {
             let len = *hub.follow(1).unwrap().borrow();
-            let chunks = hub.read(1, 0, len).unwrap();
+            let chunks = hub.read(1, 0, len).unwrap().0;
             String::from_utf8(chunks.into_iter().flat_map(|c| c.data).collect()).unwrap()
         };
         let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
@@ -273,6 +366,7 @@ mod tests {
         let text: Vec<u8> = hub
             .read(1, 0, len)
             .unwrap()
+            .0
             .into_iter()
             .flat_map(|c| c.data)
             .collect();
@@ -303,7 +397,7 @@ mod tests {
         .unwrap();
         let len = *hub.follow(0).unwrap().borrow();
         assert_eq!(len, cap, "the data, then the notice, fill the cap exactly");
-        let recs = hub.read(0, 0, len).unwrap();
+        let recs = hub.read(0, 0, len).unwrap().0;
         assert_eq!(recs.len(), 2);
         assert!(String::from_utf8_lossy(&recs[1].data).contains("truncated"));
     }
@@ -326,6 +420,7 @@ mod tests {
         let text: Vec<u8> = hub
             .read(5, 0, len)
             .unwrap()
+            .0
             .into_iter()
             .flat_map(|c| c.data)
             .collect();
@@ -346,7 +441,7 @@ mod tests {
         )
         .unwrap();
         let len = *rx.borrow();
-        let got = hub.read(7, 0, len).unwrap();
+        let got = hub.read(7, 0, len).unwrap().0;
         assert_eq!(
             got,
             vec![
@@ -359,7 +454,7 @@ mod tests {
         hub.append(7, &[chunk(1, v1::Stream::Stdout, "d")]).unwrap();
         let len2 = *hub.follow(7).unwrap().borrow();
         assert_eq!(
-            hub.read(7, len, len2).unwrap(),
+            hub.read(7, len, len2).unwrap().0,
             vec![chunk(1, v1::Stream::Stdout, "d")]
         );
     }
@@ -375,7 +470,7 @@ mod tests {
         }
         let len = *hub.follow(5).unwrap().borrow();
         assert!(len <= 200, "the log stays under the cap: {len}");
-        let recs = hub.read(5, 0, len).unwrap();
+        let recs = hub.read(5, 0, len).unwrap().0;
         let last = recs.last().unwrap();
         assert_eq!(last.stream, v1::Stream::Stderr as i32);
         assert!(String::from_utf8_lossy(&last.data).contains("truncated"));
@@ -387,5 +482,65 @@ mod tests {
         hub.append(5, &[chunk(1, v1::Stream::Stdout, "more")])
             .unwrap();
         assert_eq!(*hub.follow(5).unwrap().borrow(), len);
+    }
+
+    /// What a rank wrote and the log lacks is lost: a gap the agent left (its spool was
+    /// full), and what the cap kept out. The master's notice is not the rank's stderr.
+    #[test]
+    fn losses_are_what_a_rank_wrote_and_the_log_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), 200).unwrap();
+        let err = |off, d: &str| v1::Output {
+            rank: 2,
+            stream: v1::Stream::Stderr as i32,
+            data: d.as_bytes().to_vec(),
+            offset: Some(off),
+        };
+        hub.append(9, &[at(0, "abc"), err(0, "e1")]).unwrap();
+        hub.append(9, &[at(10, "xyz")]).unwrap(); // bytes 3..10 never came
+        assert_eq!(hub.lost(9, 0, 13, 0).unwrap(), vec![(OutStream::Stdout, 7)]);
+        assert_eq!(hub.lost(9, 2, 0, 2).unwrap(), vec![]);
+        // Past the cap: kept out, counted; the notice is not rank 2's stderr.
+        hub.append(9, &[err(2, &"z".repeat(300))]).unwrap();
+        let lost = hub.lost(9, 2, 0, 302).unwrap();
+        assert_eq!(lost.len(), 1);
+        assert!(lost[0].1 > 100, "{lost:?}");
+        // The same after a restart (the counts come back from the log).
+        drop(hub);
+        let hub = OutputHub::new(dir.path().to_path_buf(), 200).unwrap();
+        assert_eq!(hub.lost(9, 2, 0, 302).unwrap(), lost);
+        assert_eq!(hub.lost(9, 0, 13, 0).unwrap(), vec![(OutStream::Stdout, 7)]);
+    }
+
+    /// A reader far behind gets the log a bounded piece at a time, whole records only.
+    #[test]
+    fn reads_are_bounded_and_end_on_record_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
+        let piece = "p".repeat(300 * 1024);
+        for i in 0..10u64 {
+            hub.append(4, &[at(i * piece.len() as u64, &piece)])
+                .unwrap();
+        }
+        let len = *hub.follow(4).unwrap().borrow();
+        let (mut from, mut reads, mut bytes) = (0, 0, 0);
+        while from < len {
+            let (chunks, next) = hub.read(4, from, len).unwrap();
+            assert!(next - from <= READ_MAX || chunks.len() == 1);
+            bytes += chunks.iter().map(|c| c.data.len()).sum::<usize>();
+            from = next;
+            reads += 1;
+        }
+        assert_eq!(bytes, 10 * piece.len());
+        assert!(reads >= 3, "{reads} reads");
+        // A record larger than the bound still comes, whole, alone.
+        let big = "b".repeat(READ_MAX as usize + 5);
+        hub.append(4, &[at(10 * piece.len() as u64, &big)]).unwrap();
+        let len2 = *hub.follow(4).unwrap().borrow();
+        let (chunks, next) = hub.read(4, len, len2).unwrap();
+        assert_eq!(
+            (chunks.len(), chunks[0].data.len(), next),
+            (1, big.len(), len2)
+        );
     }
 }

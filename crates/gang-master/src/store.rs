@@ -271,7 +271,7 @@ mod tests {
         assert!(oldest.owner.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
         assert_eq!(oldest.mpi, crate::job::Mpi::default());
 
-        let saves: Vec<Save> = jobs.into_iter().map(Save::Job).collect();
+        let saves: Vec<Save> = jobs.into_iter().map(|j| Save::Job(Box::new(j))).collect();
         store.commit(saves.iter()).unwrap();
         for (i, row) in EARLIER_ROWS.iter().enumerate().take(3) {
             let text: String = store

@@ -25,6 +25,20 @@ pub fn job_name(j: &JobInfo) -> String {
     }
 }
 
+/// `55005184 bytes of rank 0's stdout, 12 bytes of rank 3's stderr`.
+pub fn fmt_output_lost(lost: &[gang_proto::v1::OutputLoss]) -> String {
+    lost.iter()
+        .map(|l| {
+            let stream = match l.stream() {
+                gang_proto::v1::Stream::Stderr => "stderr",
+                _ => "stdout",
+            };
+            format!("{} bytes of rank {}'s {stream}", l.bytes, l.rank)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `WxH@(X,Y)`.
 pub fn fmt_submesh(s: &Submesh) -> String {
     format!("{}x{}@({},{})", s.w, s.h, s.x, s.y)

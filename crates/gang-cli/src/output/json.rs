@@ -55,6 +55,17 @@ pub struct JobJson {
     /// Set once the job was found deadlocked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadlock: Option<DeadlockJson>,
+    /// Bytes of a rank's stream that never reached the master (`stream`: stdout or
+    /// stderr); absent when nothing was lost.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output_lost: Vec<OutputLossJson>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputLossJson {
+    pub rank: u32,
+    pub stream: String,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -127,6 +138,19 @@ impl From<&JobInfo> for JobJson {
                     })
                     .collect(),
             }),
+            output_lost: j
+                .output_lost
+                .iter()
+                .map(|l| OutputLossJson {
+                    rank: l.rank,
+                    stream: match l.stream() {
+                        gang_proto::v1::Stream::Stderr => "stderr",
+                        _ => "stdout",
+                    }
+                    .to_string(),
+                    bytes: l.bytes,
+                })
+                .collect(),
         }
     }
 }

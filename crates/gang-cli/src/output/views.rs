@@ -158,6 +158,21 @@ impl View for JobView<'_> {
             ("started", fmt_time_ns(j.start_ns)),
             ("ended", fmt_time_ns(j.end_ns)),
         ];
+        // Only when something was lost: the common case reads as it always did.
+        let mut pairs = pairs;
+        if !j.output_lost.is_empty() {
+            let at = pairs
+                .iter()
+                .position(|(k, _)| *k == "pending")
+                .map_or(0, |i| i + 1);
+            pairs.insert(
+                at,
+                (
+                    "output lost",
+                    super::format::fmt_output_lost(&j.output_lost),
+                ),
+            );
+        }
         let mut out = key_values(&pairs);
         if let Some(d) = &j.deadlock {
             out.push_str(&format!(

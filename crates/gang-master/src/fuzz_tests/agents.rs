@@ -196,7 +196,7 @@ fn rank_exit_request() -> impl Strategy<Value = v1::RankExit> {
             x,
             y,
             how,
-            abort: None,
+            ..Default::default()
         })
 }
 
@@ -205,7 +205,7 @@ fn rank_exit(w: &mut World, bytes: &[u8]) -> Result<(), TestCaseError> {
     let Some(req) = decode::<v1::RankExit>(bytes)? else {
         return Ok(());
     };
-    let exit = convert::rank_exit(req.clone());
+    let exit = convert::rank_exit(req.clone(), vec![]);
     prop_assert_eq!(
         (exit.job.0, exit.rank, exit.node),
         (req.job_id, req.rank, (req.x, req.y))
@@ -285,7 +285,7 @@ fn log_is_whole(hub: &OutputHub, dir: &Path, job: u64, cap: u64) -> Result<u64, 
     );
     let on_disk = std::fs::metadata(dir.join(format!("{job}.out"))).map_or(0, |m| m.len());
     prop_assert_eq!(on_disk, len);
-    let records = hub.read(job, 0, len).expect("the log reads back");
+    let records = hub.read_all(job, len).expect("the log reads back");
     let bytes: u64 = records
         .iter()
         .map(|r| RECORD_HEADER + r.data.len() as u64)
@@ -407,7 +407,7 @@ fn fuzz_output_retries() {
         }
         let len = log_is_whole(&hub, dir.path(), 7, u64::MAX)?;
         let mut logged: BTreeMap<(u32, bool), Vec<u8>> = BTreeMap::new();
-        for r in hub.read(7, 0, len).expect("reads back") {
+        for r in hub.read_all(7, len).expect("reads back") {
             let stderr = r.stream == v1::Stream::Stderr as i32;
             logged.entry((r.rank, stderr)).or_default().extend(r.data);
         }

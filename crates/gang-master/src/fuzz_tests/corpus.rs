@@ -377,7 +377,7 @@ fn agent_seeds() {
         x,
         y,
         how,
-        abort: None,
+        ..Default::default()
     };
     seeds(
         "proto_rank_exit",

@@ -293,6 +293,18 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
         on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
         pending_reason: v.pending_reason.clone(),
         slice_rows: v.slice_rows.clone(),
+        output_lost: v
+            .output_lost
+            .iter()
+            .map(|l| v1::OutputLoss {
+                rank: l.rank,
+                stream: match l.stream {
+                    crate::job::OutStream::Stdout => v1::Stream::Stdout,
+                    crate::job::OutStream::Stderr => v1::Stream::Stderr,
+                } as i32,
+                bytes: l.bytes,
+            })
+            .collect(),
     }
 }
 
@@ -358,13 +370,15 @@ pub fn fence_arrival(r: v1::FenceRequest) -> FenceArrival {
     }
 }
 
-pub fn rank_exit(r: v1::RankExit) -> RankExit {
+/// An exit report; `lost` is what of the rank's streams the output log lacks.
+pub fn rank_exit(r: v1::RankExit, lost: Vec<(crate::job::OutStream, u64)>) -> RankExit {
     use v1::rank_exit::How;
     RankExit {
         job: JobId(r.job_id),
         rank: r.rank,
         node: (r.x, r.y),
         abort: r.abort,
+        lost,
         how: match r.how {
             Some(How::Code(c)) => ExitHow::Code(c),
             Some(How::Signal(s)) => ExitHow::Signal(s),

@@ -185,15 +185,9 @@ async fn relay_output(
     }
     loop {
         let len = *follow.borrow_and_update();
-        match hub.read(id.0, sent, len) {
-            Ok(chunks) => {
-                for c in chunks {
-                    if !send(Event::Output(c)).await {
-                        return;
-                    }
-                }
-                sent = len;
-            }
+        match relay_log(&hub, id, &mut sent, len, &tx).await {
+            Ok(true) => {}
+            Ok(false) => return,
             Err(e) => {
                 let _ = tx.send(Err(log_error(e))).await;
                 return;
@@ -202,10 +196,8 @@ async fn relay_output(
         if let Some(f) = finished.take() {
             // Agents push a rank's output before reporting its exit: the log is complete.
             let len = *follow.borrow();
-            for c in hub.read(id.0, sent, len).unwrap_or_default() {
-                if !send(Event::Output(c)).await {
-                    return;
-                }
+            if !matches!(relay_log(&hub, id, &mut sent, len, &tx).await, Ok(true)) {
+                return;
             }
             send(Event::Finished(convert::job_info(&f))).await;
             return;
@@ -245,6 +237,37 @@ async fn relay_output(
             },
         }
     }
+}
+
+/// Send the log from `sent` up to `len`, a bounded read at a time, waiting for the client
+/// to take each (a slow reader holds the relay here, never the job or the master's
+/// memory). `Ok(false)`: the client is gone.
+async fn relay_log(
+    hub: &OutputHub,
+    id: JobId,
+    sent: &mut u64,
+    len: u64,
+    tx: &mpsc::Sender<Result<v1::AttachResponse, Status>>,
+) -> std::io::Result<bool> {
+    use v1::attach_response::Event;
+    while *sent < len {
+        let (chunks, next) = hub.read(id.0, *sent, len)?;
+        if next == *sent {
+            return Err(std::io::Error::other(format!(
+                "the output log is damaged at byte {next}"
+            )));
+        }
+        for c in chunks {
+            let e = v1::AttachResponse {
+                event: Some(Event::Output(c)),
+            };
+            if tx.send(Ok(e)).await.is_err() {
+                return Ok(false);
+            }
+        }
+        *sent = next;
+    }
+    Ok(true)
 }
 
 /// Where rank 0 runs (node, agent address), once it runs; `None` once the job has ended

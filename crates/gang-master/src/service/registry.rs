@@ -50,7 +50,16 @@ impl AgentRegistry for Registry {
     ) -> Result<Response<v1::RankExitAck>, Status> {
         let r = req.get_ref();
         agent_node(&req, (r.x, r.y))?;
-        let exit = convert::rank_exit(req.into_inner());
+        // The agent pushed all of the rank's output before this report: what the log
+        // lacks of what the rank wrote now is lost for good.
+        let lost = self
+            .output
+            .lost(r.job_id, r.rank, r.stdout_bytes, r.stderr_bytes)
+            .map_err(|source| MasterError::Output {
+                job: r.job_id,
+                source,
+            })?;
+        let exit = convert::rank_exit(req.into_inner(), lost);
         self.handle.call(|tx| Cmd::RankExit(exit, tx)).await?;
         Ok(Response::new(v1::RankExitAck {}))
     }

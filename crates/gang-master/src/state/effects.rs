@@ -59,7 +59,7 @@ pub enum Effect {
 /// What a batch writes: committed together, or not at all.
 #[derive(Debug, Clone)]
 pub enum Save {
-    Job(SavedJob),
+    Job(Box<SavedJob>),
     Drained {
         node: Coord,
         drained: bool,

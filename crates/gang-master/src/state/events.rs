@@ -110,6 +110,9 @@ pub struct RankExit {
     pub how: ExitHow,
     /// What the rank said when it called PMI abort (MPI_Abort), if it did.
     pub abort: Option<String>,
+    /// Bytes of its streams that never reached the output log (the gRPC layer compares
+    /// what the agent says the rank wrote with what the log holds).
+    pub lost: Vec<(crate::job::OutStream, u64)>,
 }
 
 /// Why a launch did not start its rank.

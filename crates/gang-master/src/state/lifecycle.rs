@@ -11,7 +11,7 @@ use gang_core::{Decision, JobId, JobSpec, Plan, Request, Shape, Submesh};
 use tracing::warn;
 
 use crate::error::{MasterError, Result};
-use crate::job::{Defaults, Job, JobRecord, Rank, Spec, State, signal_code};
+use crate::job::{Defaults, Job, JobRecord, OutputLoss, Rank, Spec, State, signal_code};
 use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
@@ -132,6 +132,7 @@ impl MasterState {
             start_ns: 0,
             end_ns: 0,
             run_ns: 0,
+            output_lost: Vec::new(),
         }));
         self.next_id += 1;
         fx.emit(Effect::Metric(Metric::Submitted));
@@ -377,6 +378,14 @@ impl MasterState {
             ExitHow::Unknown => (1, "ended for an unknown reason".into()),
         };
         *slot = Rank::Exited(code);
+        let job = self.jobs.get_mut(id).expect("present");
+        for &(stream, bytes) in exit.lost.iter().filter(|(_, b)| *b > 0) {
+            job.record.output_lost.push(OutputLoss {
+                rank: exit.rank,
+                stream,
+                bytes,
+            });
+        }
         self.note_started(fx, now, id);
         if code != 0 {
             let (x, y) = exit.node;
@@ -436,7 +445,9 @@ impl MasterState {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        fx.emit(Effect::Save(Save::Job(job.persisted(self.home_slice(id)))));
+        fx.emit(Effect::Save(Save::Job(Box::new(
+            job.persisted(self.home_slice(id)),
+        ))));
         fx.emit(Effect::JobChanged(self.job_view(job, now)));
     }
 }

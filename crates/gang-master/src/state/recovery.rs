@@ -100,7 +100,9 @@ impl MasterState {
         // Home slices were renumbered: save them, so a later restart groups jobs right.
         for &id in &placed {
             let job = self.jobs.get(id).expect("inserted above");
-            fx.emit(Effect::Save(Save::Job(job.persisted(self.home_slice(id)))));
+            fx.emit(Effect::Save(Save::Job(Box::new(
+                job.persisted(self.home_slice(id)),
+            ))));
         }
         // A job whose every rank had ended is over (its end was not saved in time).
         for id in placed {

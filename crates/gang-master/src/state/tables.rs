@@ -66,9 +66,9 @@ impl MasterState {
         if now.mono_ns - self.run_saved_ns > RUN_SAVE_EVERY_NS {
             self.run_saved_ns = now.mono_ns;
             for j in self.jobs.live().filter(|j| j.record.state.is_placed()) {
-                fx.emit(Effect::Save(Save::Job(
+                fx.emit(Effect::Save(Save::Job(Box::new(
                     j.persisted(self.home_slice(j.id())),
-                )));
+                ))));
             }
         }
         for (id, limit) in limited {

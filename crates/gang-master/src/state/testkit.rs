@@ -37,7 +37,7 @@ impl Commit for Recorder {
         for save in saves {
             match save {
                 Save::Job(job) => {
-                    self.db.insert(job.id.0, job.clone());
+                    self.db.insert(job.id.0, (**job).clone());
                 }
                 Save::Drained {
                     node,
@@ -250,6 +250,7 @@ pub fn record(id: u64) -> JobRecord {
         start_ns: 0,
         end_ns: 0,
         run_ns: 0,
+        output_lost: Vec::new(),
     }
 }
 

@@ -283,6 +283,7 @@ fn exit(w: &mut World, job: u64, rank: u32, how: ExitHow) {
         node,
         how,
         abort: None,
+        lost: vec![],
     };
     w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
 }

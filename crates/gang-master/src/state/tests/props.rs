@@ -153,6 +153,7 @@ fn exit(w: &mut World, node: (u32, u32), job: JobId, rank: u32, how: ExitHow) {
         node,
         how,
         abort: None,
+        lost: vec![],
     };
     w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
 }
