@@ -24,11 +24,12 @@ use tracing::{info, warn};
 
 use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
+use crate::error::Coord;
 use crate::fence::{self, Fence};
 use crate::guard::Guard;
 use crate::msg::MsgHub;
 use crate::node::{LaunchPolicy, Node};
-use crate::registry_client;
+use crate::registry_client::{self, RegistryClient};
 use crate::service::AgentService;
 use crate::switch::{SwitchOptions, Switcher, report};
 use crate::tls::{NodeTls, only_the_master};
@@ -47,13 +48,19 @@ pub struct AgentHandle {
     pub node: Arc<Node>,
     stop_server: oneshot::Sender<()>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    tasks: Tasks,
+    guard: Option<Arc<Guard>>,
+}
+
+/// The agent's background tasks, besides the server.
+#[derive(Debug)]
+struct Tasks {
     session: JoinHandle<()>,
     uplink: JoinHandle<()>,
     /// Clock probes (None with `clock = "host"`).
     probes: Option<JoinHandle<()>>,
     reports: JoinHandle<()>,
     fence: JoinHandle<()>,
-    guard: Option<Arc<Guard>>,
 }
 
 /// Start an agent: check its certificate, bind, write the ready file, then register in
@@ -62,7 +69,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let tls = NodeTls::load(&cfg.tls, cfg.coord)
         .with_context(|| format!("node {}: refusing to start", cfg.coord))?;
     // Both TLS configurations are built (keys parsed and matched) before anything runs.
-    let mut server = tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .tls_config(tls.server())
         .with_context(|| {
             format!(
@@ -106,43 +113,12 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         MsgHub::new(cfg.msg_dir.clone(), cfg.coord, Arc::clone(&clock)),
     );
     node.msg.set_master(client.clone());
-
-    let guard = match &cfg.guard_exe {
-        Some(exe) => {
-            let g = Arc::new(
-                Guard::spawn(exe)
-                    .with_context(|| format!("cannot start the rank guard {}", exe.display()))?,
-            );
-            node.ranks.set_guard(Arc::clone(&g));
-            Some(g)
-        }
-        None => None,
-    };
-
-    let (stop_server, stopped) = oneshot::channel::<()>();
-    // Probes time round trips: do not let Nagle hold small replies back.
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
-    let coord = cfg.coord;
-    let service =
-        NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(&node)), move |request| {
-            only_the_master(coord, &request).map(|()| request)
-        });
-    let server = server
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stopped.await;
-        });
-    let server = tokio::spawn(server);
-
+    let guard = start_guard(&cfg, &node)?;
+    let (stop_server, server) = serve(server, listener, &node, cfg.coord);
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
     }
-
     let address = advertised_address(addr);
     info!(
         node = %cfg.coord,
@@ -153,46 +129,117 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         allow_root = cfg.allow_root,
         "agent started"
     );
-    let fence_state = Fence::new();
-    let fence = tokio::spawn(fence::watch(Arc::clone(&fence_state), {
-        let node = Arc::clone(&node);
-        move || node.stop_all()
-    }));
-    let session = tokio::spawn(registry_client::run_session(
-        client.clone(),
-        Arc::clone(&node),
-        address,
-        fence_state,
-    ));
-    let uplink = tokio::spawn(registry_client::run_uplink(
-        client.clone(),
-        Arc::clone(&node),
-    ));
-    let probes = (cfg.clock == ClockMode::Probe).then(|| {
-        let kick = Arc::clone(&switch);
-        let client = client.clone();
-        tokio::spawn(clock::run_probes(
-            move || registry_client::probe_clock(client.clone()),
-            clock,
-            move || kick.kick(),
-        ))
-    });
-    let reports = tokio::spawn(report::run_reports(
-        move |batch| registry_client::report_switches(client.clone(), batch),
-        switch,
-    ));
+    let tasks = Tasks::spawn(&cfg, client, &node, switch, clock, address);
     Ok(AgentHandle {
         addr,
         node,
         stop_server,
         server,
-        session,
-        uplink,
-        probes,
-        reports,
-        fence,
+        tasks,
         guard,
     })
+}
+
+/// The rank guard, where the configuration names its binary: every rank's group is
+/// reported to it from now on.
+fn start_guard(cfg: &AgentConfig, node: &Node) -> anyhow::Result<Option<Arc<Guard>>> {
+    let Some(exe) = &cfg.guard_exe else {
+        return Ok(None);
+    };
+    let g = Arc::new(
+        Guard::spawn(exe)
+            .with_context(|| format!("cannot start the rank guard {}", exe.display()))?,
+    );
+    node.ranks.set_guard(Arc::clone(&g));
+    Ok(Some(g))
+}
+
+/// Serve `NodeAgent` on `listener`, to the master only; the sender stops it.
+fn serve(
+    mut server: tonic::transport::Server,
+    listener: TcpListener,
+    node: &Arc<Node>,
+    coord: Coord,
+) -> (
+    oneshot::Sender<()>,
+    JoinHandle<Result<(), tonic::transport::Error>>,
+) {
+    let (stop_server, stopped) = oneshot::channel::<()>();
+    // Probes time round trips: do not let Nagle hold small replies back.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
+    let service =
+        NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(node)), move |request| {
+            only_the_master(coord, &request).map(|()| request)
+        });
+    let server = server
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
+    (stop_server, tokio::spawn(server))
+}
+
+impl Tasks {
+    /// The fence, the registry session, the uplink, the clock probes and the switch
+    /// reports.
+    fn spawn(
+        cfg: &AgentConfig,
+        client: RegistryClient,
+        node: &Arc<Node>,
+        switch: Arc<Switcher>,
+        clock: Arc<Clock>,
+        address: String,
+    ) -> Tasks {
+        let fence_state = Fence::new();
+        let fence = tokio::spawn(fence::watch(Arc::clone(&fence_state), {
+            let node = Arc::clone(node);
+            move || node.stop_all()
+        }));
+        let session = tokio::spawn(registry_client::run_session(
+            client.clone(),
+            Arc::clone(node),
+            address,
+            fence_state,
+        ));
+        let uplink = tokio::spawn(registry_client::run_uplink(
+            client.clone(),
+            Arc::clone(node),
+        ));
+        let probes = (cfg.clock == ClockMode::Probe).then(|| {
+            let kick = Arc::clone(&switch);
+            let client = client.clone();
+            tokio::spawn(clock::run_probes(
+                move || registry_client::probe_clock(client.clone()),
+                clock,
+                move || kick.kick(),
+            ))
+        });
+        let reports = tokio::spawn(report::run_reports(
+            move |batch| registry_client::report_switches(client.clone(), batch),
+            switch,
+        ));
+        Tasks {
+            session,
+            uplink,
+            probes,
+            reports,
+            fence,
+        }
+    }
+
+    fn abort(&self) {
+        self.session.abort();
+        self.fence.abort();
+        self.uplink.abort();
+        self.reports.abort();
+        if let Some(p) = &self.probes {
+            p.abort();
+        }
+    }
 }
 
 impl AgentHandle {
@@ -217,13 +264,7 @@ impl AgentHandle {
             // Every rank was killed and reaped above: nothing is left for it to do.
             g.finish();
         }
-        self.session.abort();
-        self.fence.abort();
-        self.uplink.abort();
-        self.reports.abort();
-        if let Some(p) = &self.probes {
-            p.abort();
-        }
+        self.tasks.abort();
         let _ = self.stop_server.send(());
         let mut server = self.server;
         if tokio::time::timeout(FLUSH_WAIT, &mut server).await.is_err() {
