@@ -73,7 +73,7 @@ fn installed(msg_base: &Path, imp: Impl) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The messaging base, made as `MsgHub::prepare` makes it (0711) if this is the first
+/// The messaging base, made as `msg::pages` makes it (0711) if this is the first
 /// launch, and checked to be the agent's own: whoever can rename entries in it could
 /// swap the library every rank loads.
 fn own_base(base: &Path) -> Result<(), String> {

@@ -336,17 +336,18 @@ impl Node {
         };
         // process_group(0): the rank leads its own group, whose id is its pid.
         let pgid = Pid::from_raw(pid as i32);
-        self.msg.pmix_started(key, pgid);
-        if let Some(agent_end) = pmi {
-            match crate::pmi::agent_stream(agent_end) {
-                Ok(stream) => self.msg.start_pmi(stream, pmi_job, pgid),
-                Err(e) => warn!(
+        let pmi = pmi.and_then(|agent_end| match crate::pmi::agent_stream(agent_end) {
+            Ok(stream) => Some((stream, pmi_job)),
+            Err(e) => {
+                warn!(
                     job_id = key.job_id,
                     rank = key.rank,
                     "cannot serve the rank's PMI socket: {e}"
-                ),
+                );
+                None
             }
-        }
+        });
+        self.msg.started(key, pgid, pmi);
         // Managed from now on: if a table in force names its job, it is switched in step.
         self.switch.add(prepared, pgid.as_raw());
         let stdin = child.stdin.take().map(|pipe| {

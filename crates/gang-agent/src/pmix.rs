@@ -92,8 +92,8 @@ struct Local {
     pgid: Option<Pid>,
 }
 
-/// The library's host: fences (through `F`, the messaging hub: this module stays below
-/// `msg` in the import graph) and aborts.
+/// The library's host: fences (through `F`, the jobs' key-value spaces: this module
+/// stays below `msg` in the import graph) and aborts.
 struct Host<F> {
     hub: Weak<F>,
     rt: tokio::runtime::Handle,

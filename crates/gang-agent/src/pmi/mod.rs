@@ -11,9 +11,9 @@
 //!   value doubled.
 //!
 //! The key-value space is the job's: a put is kept in the rank's own table, and a barrier
-//! (`barrier_in`, `kvs-fence`) is a fence through the master (`MsgHub::fence`), which
-//! answers once every rank of the job arrived, with everything any rank put; gets then
-//! answer from that space. Both wires share that state ([`Session`]).
+//! (`barrier_in`, `kvs-fence`) is a fence through the master (`msg::space`), which answers
+//! once every rank of the job arrived, with everything any rank put; gets then answer
+//! from that space. Both wires share that state ([`Session`]).
 
 mod v1;
 mod v2;
@@ -30,8 +30,8 @@ use crate::ranks::RankKey;
 
 pub use v1::{Line, parse};
 
-/// Who completes a barrier: the messaging hub's fence through the master (`msg.rs`
-/// implements it; this module stays below `msg` in the import graph).
+/// Who completes a barrier: the job's fence through the master (`msg::space` implements
+/// it; this module stays below `msg` in the import graph).
 pub trait Fencer: Send + Sync + 'static {
     fn fence(
         &self,
