@@ -9,8 +9,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gang_core::GangMode;
-use gang_proto::v1::{self as proto, LaunchRequest};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::sync::mpsc;
@@ -23,18 +21,9 @@ use crate::launch::{self, Pipes, RankSpec, Refusal, RunAs, Supervisor};
 use crate::msg::{MsgHub, MsgLaunch};
 use crate::output::Outbox;
 use crate::rank_files::RankFiles;
-use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
+use crate::ranks::{Ranks, ReserveError, StdinMsg, StdinTarget};
+use crate::request::{Mpi, RankRequest};
 use crate::switch::Switcher;
-
-/// The rank's mode: the only place the agent learns it (slice tables carry none).
-/// UNSPECIFIED (an older master) and values unknown to this agent (a newer master) are
-/// STOP, the strict mode: a job is never left running out of its slots by accident.
-fn launch_mode(gang: i32) -> GangMode {
-    proto::GangMode::try_from(gang)
-        .ok()
-        .and_then(proto::GangMode::resolved)
-        .unwrap_or(GangMode::Stop)
-}
 
 /// What Launch requests this node accepts (the agent's configuration).
 #[derive(Debug, Clone, Default)]
@@ -90,13 +79,10 @@ impl Node {
 
     /// Start one rank; returns its pid. Must run in a task on a runtime worker thread
     /// (see `launch::command`).
-    pub fn launch(&self, req: LaunchRequest) -> Result<u32, AgentError> {
+    pub fn launch(&self, req: RankRequest) -> Result<u32, AgentError> {
         let node = self.coord;
         let invalid = |what: String| AgentError::InvalidArgument { node, what };
-        let key = RankKey {
-            job_id: req.job_id,
-            rank: req.rank,
-        };
+        let key = req.key;
         let Some(argv0) = req.argv.first() else {
             return Err(invalid("empty argv: nothing to run".into()));
         };
@@ -118,15 +104,15 @@ impl Node {
         let run_as = launch::run_as(
             self.agent_uid,
             self.policy.allow_root,
-            req.uid,
-            req.gid,
-            &req.groups,
+            req.submitter.uid,
+            req.submitter.gid,
+            &req.submitter.groups,
         )
         .map_err(|refusal| match refusal {
             Refusal::Root => AgentError::Root { node },
             Refusal::NotRoot { agent } => AgentError::Permission {
                 node,
-                wanted: req.uid,
+                wanted: req.submitter.uid,
                 agent,
             },
         })?;
@@ -138,7 +124,7 @@ impl Node {
         let files = RankFiles::new(
             &req.output,
             &req.error,
-            (req.job_id, req.rank),
+            (key.job_id, key.rank),
             (node.x, node.y),
             cwd,
         )
@@ -181,12 +167,15 @@ impl Node {
             );
         }
         if req.env.is_empty() {
-            env = launch::default_env(&launch::Account::of(req.uid, &req.user));
+            env = launch::default_env(&launch::Account::of(req.submitter.uid, &req.submitter.user));
         } else if launch::ACCOUNT_ENV
             .iter()
             .any(|name| !req.env.contains_key(*name))
         {
-            launch::fill_account(&mut env, &launch::Account::of(req.uid, &req.user));
+            launch::fill_account(
+                &mut env,
+                &launch::Account::of(req.submitter.uid, &req.submitter.user),
+            );
         }
         // Failures from here on may come from the child, after it took on the user's
         // credentials: say whose they were.
@@ -214,10 +203,7 @@ impl Node {
                 .part
                 .map(|p| format!("{},{},{},{}", p.x, p.y, p.w, p.h))
                 .unwrap_or_else(|| format!("{},{},1,1", node.x, node.y)),
-            context: match proto::MsgContext::try_from(req.msg_context) {
-                Ok(proto::MsgContext::SaveRestore) => "save-restore",
-                _ => "resident",
-            },
+            context: req.msg_context.as_str(),
         };
         let gang_env = match self.msg.prepare(&msg_launch) {
             Ok(vars) => vars,
@@ -237,7 +223,7 @@ impl Node {
         };
         let mut gang_env = gang_env;
         gang_env.extend(mpi_check);
-        let pmi = if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::None) {
+        let pmi = if req.mpi == Mpi::None {
             None
         } else {
             match crate::pmi::socketpair() {
@@ -256,7 +242,7 @@ impl Node {
         };
         // PMIx for Open MPI: the rank registered with the node's PMIx server before the
         // fork. PMI-1's socket stays too, so an MPICH program runs under `--mpi pmix`.
-        if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::Pmix) {
+        if req.mpi == Mpi::Pmix {
             let refused = |what: String| {
                 self.msg.remove(key);
                 self.ranks.unreserve(key);
@@ -290,7 +276,7 @@ impl Node {
                 }
             }
         }
-        let mode = launch_mode(req.gang);
+        let mode = req.mode;
         // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
         let mut prepared = self.switch.prepare(key, mode);
         prepared.msg = self.msg.pages(key);
@@ -449,28 +435,5 @@ impl Node {
             );
         }
         reaped
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_launch_mode_is_resolved_and_strict_when_unknown() {
-        assert_eq!(
-            launch_mode(proto::GangMode::Priority as i32),
-            GangMode::Priority
-        );
-        assert_eq!(
-            launch_mode(proto::GangMode::Freeze as i32),
-            GangMode::Freeze
-        );
-        assert_eq!(launch_mode(proto::GangMode::None as i32), GangMode::None);
-        assert_eq!(
-            launch_mode(proto::GangMode::Unspecified as i32),
-            GangMode::Stop
-        );
-        assert_eq!(launch_mode(99), GangMode::Stop);
     }
 }
