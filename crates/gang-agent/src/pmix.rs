@@ -74,6 +74,7 @@ pub fn open_mpi_defaults(
 }
 
 /// What a PMIx rank needs registered before its fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PmixLaunch {
     pub key: RankKey,
     pub size: u32,

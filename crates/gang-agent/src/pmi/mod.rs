@@ -50,7 +50,7 @@ pub const VALLEN_MAX: usize = 1024;
 const LINE_MAX: usize = 64 + KVSNAME_MAX + KEYLEN_MAX + 2 * VALLEN_MAX;
 
 /// The job as the rank's PMI server sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PmiJob {
     pub key: RankKey,
     pub size: u32,
