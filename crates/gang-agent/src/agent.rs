@@ -20,16 +20,19 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::ClientTlsConfig;
 use tracing::{info, warn};
 
 use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
+use crate::error::Coord;
 use crate::fence::{self, Fence};
 use crate::guard::Guard;
+use crate::launch::LaunchPolicy;
 use crate::msg::MsgHub;
-use crate::node::{LaunchPolicy, Node};
+use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
-use crate::registry_client;
+use crate::registry_client::{self, RegistryClient};
 use crate::service::AgentService;
 use crate::session_thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
@@ -49,13 +52,19 @@ pub struct AgentHandle {
     pub node: Arc<Node>,
     stop_server: oneshot::Sender<()>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
+    tasks: Tasks,
+    guard: Option<Arc<Guard>>,
+}
+
+/// The agent's background tasks, besides the server.
+#[derive(Debug)]
+struct Tasks {
     session: SessionThread,
     uplink: JoinHandle<()>,
     /// Clock probes (None with `clock = "host"`).
     probes: Option<JoinHandle<()>>,
     reports: JoinHandle<()>,
     fence: JoinHandle<()>,
-    guard: Option<Arc<Guard>>,
 }
 
 /// Start an agent: check its certificate, bind, write the ready file, then register in
@@ -64,7 +73,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let tls = NodeTls::load(&cfg.tls, cfg.coord)
         .with_context(|| format!("node {}: refusing to start", cfg.coord))?;
     // Both TLS configurations are built (keys parsed and matched) before anything runs.
-    let mut server = tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .tls_config(tls.server())
         .with_context(|| {
             format!(
@@ -97,21 +106,6 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         },
     )
     .context("cannot start the switch thread")?;
-    // This node's spool: its own directory, whatever else shares the base.
-    let spool_dir = cfg
-        .spool_dir
-        .join(format!("{}-{}", cfg.coord.x, cfg.coord.y));
-    Spools::prepare(&spool_dir).with_context(|| {
-        format!(
-            "cannot make the output spool directory {}",
-            spool_dir.display()
-        )
-    })?;
-    let outbox = Arc::new(Outbox::with_config(OutboxConfig {
-        spool_dir: Some(spool_dir),
-        spool_cap: cfg.spool_cap,
-        ..OutboxConfig::default()
-    }));
     let node = Node::new(
         cfg.coord,
         cfg.kill_grace,
@@ -122,46 +116,15 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         Arc::clone(&switch),
         Arc::clone(&clock),
         MsgHub::new(cfg.msg_dir.clone(), cfg.coord, Arc::clone(&clock)),
-        outbox,
+        outbox_for(&cfg)?,
     );
     node.msg.set_master(client.clone());
-
-    let guard = match &cfg.guard_exe {
-        Some(exe) => {
-            let g = Arc::new(
-                Guard::spawn(exe)
-                    .with_context(|| format!("cannot start the rank guard {}", exe.display()))?,
-            );
-            node.ranks.set_guard(Arc::clone(&g));
-            Some(g)
-        }
-        None => None,
-    };
-
-    let (stop_server, stopped) = oneshot::channel::<()>();
-    // Probes time round trips: do not let Nagle hold small replies back.
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
-    let coord = cfg.coord;
-    let service =
-        NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(&node)), move |request| {
-            only_the_master(coord, &request).map(|()| request)
-        });
-    let server = server
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stopped.await;
-        });
-    let server = tokio::spawn(server);
-
+    let guard = start_guard(&cfg, &node)?;
+    let (stop_server, server) = serve(server, listener, &node, cfg.coord);
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
     }
-
     let address = advertised_address(addr);
     info!(
         node = %cfg.coord,
@@ -172,53 +135,142 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         allow_root = cfg.allow_root,
         "agent started"
     );
-    let fence_state = Fence::new();
-    let fence = tokio::spawn(fence::watch(Arc::clone(&fence_state), {
-        let node = Arc::clone(&node);
-        move || node.stop_all()
-    }));
-    // One below the switch thread: a heartbeat never delays a switch.
-    let session_priority = (cfg.rt_priority - 1).max(0);
-    let session = SessionThread::start(
-        SessionParts {
-            master: cfg.master.clone(),
-            tls: session_tls,
-            node: Arc::clone(&node),
-            address,
-            fence: fence_state,
-        },
-        session_priority,
-    )
-    .context("cannot start the session thread")?;
-    let uplink = tokio::spawn(registry_client::run_uplink(
-        client.clone(),
-        Arc::clone(&node),
-    ));
-    let probes = (cfg.clock == ClockMode::Probe).then(|| {
-        let kick = Arc::clone(&switch);
-        let client = client.clone();
-        tokio::spawn(clock::run_probes(
-            move || registry_client::probe_clock(client.clone()),
-            clock,
-            move || kick.kick(),
-        ))
-    });
-    let reports = tokio::spawn(report::run_reports(
-        move |batch| registry_client::report_switches(client.clone(), batch),
-        switch,
-    ));
+    let tasks = Tasks::spawn(&cfg, (client, session_tls), &node, switch, clock, address)?;
     Ok(AgentHandle {
         addr,
         node,
         stop_server,
         server,
-        session,
-        uplink,
-        probes,
-        reports,
-        fence,
+        tasks,
         guard,
     })
+}
+
+/// The rank guard, where the configuration names its binary: every rank's group is
+/// reported to it from now on.
+fn start_guard(cfg: &AgentConfig, node: &Node) -> anyhow::Result<Option<Arc<Guard>>> {
+    let Some(exe) = &cfg.guard_exe else {
+        return Ok(None);
+    };
+    let g = Arc::new(
+        Guard::spawn(exe)
+            .with_context(|| format!("cannot start the rank guard {}", exe.display()))?,
+    );
+    node.ranks.set_guard(Arc::clone(&g));
+    Ok(Some(g))
+}
+
+/// Serve `NodeAgent` on `listener`, to the master only; the sender stops it.
+fn serve(
+    mut server: tonic::transport::Server,
+    listener: TcpListener,
+    node: &Arc<Node>,
+    coord: Coord,
+) -> (
+    oneshot::Sender<()>,
+    JoinHandle<Result<(), tonic::transport::Error>>,
+) {
+    let (stop_server, stopped) = oneshot::channel::<()>();
+    // Probes time round trips: do not let Nagle hold small replies back.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|stream| {
+            let _ = stream.set_nodelay(true);
+        })
+    });
+    let service =
+        NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(node)), move |request| {
+            only_the_master(coord, &request).map(|()| request)
+        });
+    let server = server
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
+    (stop_server, tokio::spawn(server))
+}
+
+/// This node's outbox, with its spool in its own directory (whatever else shares the
+/// base), emptied of what an earlier agent left.
+fn outbox_for(cfg: &AgentConfig) -> anyhow::Result<Arc<Outbox>> {
+    let spool_dir = cfg
+        .spool_dir
+        .join(format!("{}-{}", cfg.coord.x, cfg.coord.y));
+    Spools::prepare(&spool_dir).with_context(|| {
+        format!(
+            "cannot make the output spool directory {}",
+            spool_dir.display()
+        )
+    })?;
+    Ok(Arc::new(Outbox::with_config(OutboxConfig {
+        spool_dir: Some(spool_dir),
+        spool_cap: cfg.spool_cap,
+        ..OutboxConfig::default()
+    })))
+}
+
+impl Tasks {
+    /// The fence, the registry session, the uplink, the clock probes and the switch
+    /// reports.
+    fn spawn(
+        cfg: &AgentConfig,
+        (client, session_tls): (RegistryClient, ClientTlsConfig),
+        node: &Arc<Node>,
+        switch: Arc<Switcher>,
+        clock: Arc<Clock>,
+        address: String,
+    ) -> anyhow::Result<Tasks> {
+        let fence_state = Fence::new();
+        let fence = tokio::spawn(fence::watch(Arc::clone(&fence_state), {
+            let node = Arc::clone(node);
+            move || node.stop_all()
+        }));
+        // One below the switch thread: a heartbeat never delays a switch.
+        let session = SessionThread::start(
+            SessionParts {
+                master: cfg.master.clone(),
+                tls: session_tls,
+                node: Arc::clone(node),
+                address,
+                fence: fence_state,
+            },
+            (cfg.rt_priority - 1).max(0),
+        )
+        .context("cannot start the session thread")?;
+        let uplink = tokio::spawn(registry_client::run_uplink(
+            client.clone(),
+            Arc::clone(node),
+        ));
+        let probes = (cfg.clock == ClockMode::Probe).then(|| {
+            let kick = Arc::clone(&switch);
+            let client = client.clone();
+            tokio::spawn(clock::run_probes(
+                move || registry_client::probe_clock(client.clone()),
+                clock,
+                move || kick.kick(),
+            ))
+        });
+        let reports = tokio::spawn(report::run_reports(
+            move |batch| registry_client::report_switches(client.clone(), batch),
+            switch,
+        ));
+        Ok(Tasks {
+            session,
+            uplink,
+            probes,
+            reports,
+            fence,
+        })
+    }
+
+    async fn stop(self) {
+        self.session.stop().await;
+        self.fence.abort();
+        self.uplink.abort();
+        self.reports.abort();
+        if let Some(p) = &self.probes {
+            p.abort();
+        }
+    }
 }
 
 impl AgentHandle {
@@ -243,13 +295,7 @@ impl AgentHandle {
             // Every rank was killed and reaped above: nothing is left for it to do.
             g.finish();
         }
-        self.session.stop().await;
-        self.fence.abort();
-        self.uplink.abort();
-        self.reports.abort();
-        if let Some(p) = &self.probes {
-            p.abort();
-        }
+        self.tasks.stop().await;
         let _ = self.stop_server.send(());
         let mut server = self.server;
         if tokio::time::timeout(FLUSH_WAIT, &mut server).await.is_err() {

@@ -11,8 +11,8 @@ use gang_auth::pki::TlsFiles;
 use serde::Deserialize;
 
 use crate::clock::ClockMode;
+use crate::env_policy::DROPPED_ENV;
 use crate::error::Coord;
-use crate::launch::DROPPED_ENV;
 use crate::switch::RT_PRIORITY;
 use crate::switch::freezer::FreezerSetting;
 

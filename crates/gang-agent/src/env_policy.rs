@@ -115,6 +115,25 @@ pub fn fill_account(env: &mut Vec<(String, String)>, account: &Account) {
     }
 }
 
+/// The policy applied to a request's environment `env`: the dropped variables left out
+/// (their names returned, sorted), USER, LOGNAME and HOME filled in from the password
+/// entry of `uid` where `env` lacks them, and a login-like environment for a request
+/// with none. The password entry (a blocking NSS call) is looked up only when needed.
+pub fn apply(
+    env: &HashMap<String, String>,
+    allow: &BTreeSet<String>,
+    uid: u32,
+    user: &str,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let (mut kept, dropped) = filter_env(env, allow);
+    if env.is_empty() {
+        kept = default_env(&Account::of(uid, user));
+    } else if ACCOUNT_ENV.iter().any(|name| !env.contains_key(*name)) {
+        fill_account(&mut kept, &Account::of(uid, user));
+    }
+    (kept, dropped)
+}
+
 /// PATH of a job submitted with no environment: systemd's default for services, so a
 /// program an administrator installed anywhere usual is found, as from a login shell.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -159,3 +178,134 @@ pub const PMI_ENV: [&str; 6] = [
     "PMI_JOBID",
     "PMI_APPNUM",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_env_policy_drops_injections_unless_allowed_and_fills_the_account() {
+        let env: HashMap<String, String> = [
+            ("LD_PRELOAD", "/home/a/hook.so"),
+            ("LD_AUDIT", "x.so"),
+            ("GCONV_PATH", "/tmp/g"),
+            ("LD_LIBRARY_PATH", "/opt/mpi/lib"),
+            ("PATH", "/bin"),
+            ("HOME", "/scratch/a"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let allow: BTreeSet<String> = ["LD_AUDIT".to_owned()].into();
+        let (mut kept, dropped) = filter_env(&env, &allow);
+        assert_eq!(dropped, ["GCONV_PATH", "LD_PRELOAD"]);
+        fill_account(
+            &mut kept,
+            &Account {
+                user: Some("alice".into()),
+                home: Some("/home/alice".into()),
+                shell: None,
+            },
+        );
+        kept.sort();
+        let want: Vec<(String, String)> = [
+            ("HOME", "/scratch/a"),
+            ("LD_AUDIT", "x.so"),
+            ("LD_LIBRARY_PATH", "/opt/mpi/lib"),
+            ("LOGNAME", "alice"),
+            ("PATH", "/bin"),
+            ("USER", "alice"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(kept, want);
+
+        assert!(valid_env_name("LD_LIBRARY_PATH"));
+        assert!(!valid_env_name("LD_PRELOAD=/x.so"));
+        assert!(!valid_env_name(""));
+        assert!(!valid_env_name("A\0B"));
+    }
+
+    #[test]
+    fn the_account_is_looked_up_only_for_what_the_request_lacks() {
+        let user = nix::unistd::User::from_uid(nix::unistd::geteuid())
+            .unwrap()
+            .unwrap();
+        let uid = user.uid.as_raw();
+        let given: HashMap<String, String> = [
+            ("USER", "someone"),
+            ("LOGNAME", "someone"),
+            ("HOME", "/elsewhere"),
+            ("LD_AUDIT", "x.so"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let (mut env, dropped) = apply(&given, &BTreeSet::new(), uid, "");
+        env.sort();
+        assert_eq!(dropped, ["LD_AUDIT"]);
+        assert_eq!(
+            env,
+            [
+                ("HOME".to_owned(), "/elsewhere".to_owned()),
+                ("LOGNAME".to_owned(), "someone".to_owned()),
+                ("USER".to_owned(), "someone".to_owned()),
+            ]
+        );
+        let lacking: HashMap<String, String> =
+            [("HOME".to_owned(), "/elsewhere".to_owned())].into();
+        let (env, _) = apply(&lacking, &BTreeSet::new(), uid, "");
+        assert!(env.contains(&("USER".to_owned(), user.name.clone())));
+        let (env, _) = apply(&HashMap::new(), &BTreeSet::new(), uid, "");
+        assert!(env.contains(&("PATH".to_owned(), DEFAULT_PATH.to_owned())));
+    }
+
+    #[test]
+    fn a_request_without_environment_gets_a_login_like_one() {
+        let mut env = default_env(&Account {
+            user: Some("alice".into()),
+            home: Some("/home/alice".into()),
+            shell: Some("/bin/bash".into()),
+        });
+        env.sort();
+        let want: Vec<(String, String)> = [
+            ("HOME", "/home/alice"),
+            ("LANG", "C.UTF-8"),
+            ("LOGNAME", "alice"),
+            ("PATH", DEFAULT_PATH),
+            ("SHELL", "/bin/bash"),
+            ("USER", "alice"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(env, want);
+    }
+
+    #[test]
+    fn accounts_come_from_the_password_entry() {
+        assert_eq!(
+            Account::of(0, ""),
+            Account {
+                user: Some("root".into()),
+                home: nix::unistd::User::from_uid(0.into())
+                    .unwrap()
+                    .map(|u| u.dir.to_string_lossy().into_owned()),
+                shell: nix::unistd::User::from_uid(0.into())
+                    .unwrap()
+                    .map(|u| u.shell.to_string_lossy().into_owned()),
+            }
+        );
+        // Not a user here: the master's name, and no home to claim.
+        assert_eq!(
+            Account::of(4_000_000_000, "ghost"),
+            Account {
+                user: Some("ghost".into()),
+                home: None,
+                shell: None,
+            }
+        );
+        assert_eq!(Account::of(4_000_000_000, ""), Account::default());
+    }
+}

@@ -43,6 +43,7 @@ pub mod pmix;
 pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
+pub mod request;
 pub mod rt_priority;
 pub mod service;
 pub mod session_thread;

@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use gang_mpi_check::Impl;
-use gang_proto::v1::{self as proto, LaunchRequest};
+
+use crate::request::{Mpi, RankRequest};
 
 /// The implementation whose build a job gets.
-pub fn implementation(mpi: i32) -> Impl {
-    match proto::Mpi::try_from(mpi) {
-        Ok(proto::Mpi::Pmix) => Impl::OpenMpi,
-        _ => Impl::Mpich,
+pub fn implementation(mpi: Mpi) -> Impl {
+    match mpi {
+        Mpi::Pmix => Impl::OpenMpi,
+        Mpi::Pmi1 | Mpi::Pmi2 | Mpi::None => Impl::Mpich,
     }
 }
 
@@ -35,7 +36,7 @@ static INSTALLED: Mutex<Option<HashMap<(PathBuf, Impl), PathBuf>>> = Mutex::new(
 /// error naming what is missing when the library cannot be provided.
 pub fn preload(
     msg_base: &Path,
-    req: &LaunchRequest,
+    req: &RankRequest,
     env_allow: &BTreeSet<String>,
 ) -> Result<Option<(String, String)>, String> {
     if !req.mpi_check {
@@ -73,7 +74,7 @@ fn installed(msg_base: &Path, imp: Impl) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The messaging base, made as `MsgHub::prepare` makes it (0711) if this is the first
+/// The messaging base, made as `msg::pages` makes it (0711) if this is the first
 /// launch, and checked to be the agent's own: whoever can rename entries in it could
 /// swap the library every rank loads.
 fn own_base(base: &Path) -> Result<(), String> {
@@ -99,9 +100,9 @@ fn own_base(base: &Path) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn request(mpi: proto::Mpi, check: bool) -> LaunchRequest {
-        LaunchRequest {
-            mpi: mpi as i32,
+    fn request(mpi: Mpi, check: bool) -> RankRequest {
+        RankRequest {
+            mpi,
             mpi_check: check,
             ..Default::default()
         }
@@ -112,15 +113,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("msg");
         let none = BTreeSet::new();
-        assert_eq!(
-            preload(&base, &request(proto::Mpi::Pmi1, false), &none),
-            Ok(None)
-        );
+        assert_eq!(preload(&base, &request(Mpi::Pmi1, false), &none), Ok(None));
         for (mpi, stem) in [
-            (proto::Mpi::Pmi1, "mpich"),
-            (proto::Mpi::Pmi2, "mpich"),
-            (proto::Mpi::Unspecified, "mpich"),
-            (proto::Mpi::Pmix, "openmpi"),
+            (Mpi::Pmi1, "mpich"),
+            (Mpi::Pmi2, "mpich"),
+            (Mpi::None, "mpich"),
+            (Mpi::Pmix, "openmpi"),
         ] {
             let (k, v) = preload(&base, &request(mpi, true), &none).unwrap().unwrap();
             assert_eq!(k, "LD_PRELOAD");
@@ -142,7 +140,7 @@ mod tests {
     #[test]
     fn an_allowed_user_preload_comes_after_ours() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut req = request(proto::Mpi::Pmi1, true);
+        let mut req = request(Mpi::Pmi1, true);
         req.env.insert("LD_PRELOAD".into(), "/opt/tool.so".into());
         let (_, v) = preload(tmp.path(), &req, &BTreeSet::new())
             .unwrap()
@@ -159,7 +157,7 @@ mod tests {
         let base = tmp.path().join("shared");
         std::fs::create_dir(&base).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = preload(&base, &request(proto::Mpi::Pmix, true), &BTreeSet::new()).unwrap_err();
+        let err = preload(&base, &request(Mpi::Pmix, true), &BTreeSet::new()).unwrap_err();
         assert!(
             err.contains("--mpi-check") && err.contains("writable by it alone"),
             "{err}"

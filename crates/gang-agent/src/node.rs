@@ -2,52 +2,21 @@
 //! registry and the outbox, and implements Launch, Signal and Stdin in domain terms (the
 //! gRPC adapter in `service.rs` only converts).
 
-use std::collections::BTreeSet;
-use std::ffi::OsStr;
-use std::os::fd::AsRawFd;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gang_core::GangMode;
-use gang_proto::v1::{self as proto, LaunchRequest};
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
-use crate::launch::{self, Pipes, RankSpec, Refusal, RunAs, Supervisor};
-use crate::msg::{MsgHub, MsgLaunch};
+use crate::launch::{self, LaunchPolicy, NodeFacts, NodeParts};
+use crate::msg::MsgHub;
 use crate::output::Outbox;
-use crate::rank_files::RankFiles;
-use crate::ranks::{RankKey, Ranks, ReserveError, StdinMsg, StdinTarget};
+use crate::ranks::{Ranks, StdinMsg, StdinTarget};
+use crate::request::RankRequest;
 use crate::switch::Switcher;
-
-/// The rank's mode: the only place the agent learns it (slice tables carry none).
-/// UNSPECIFIED (an older master) and values unknown to this agent (a newer master) are
-/// STOP, the strict mode: a job is never left running out of its slots by accident.
-fn launch_mode(gang: i32) -> GangMode {
-    proto::GangMode::try_from(gang)
-        .ok()
-        .and_then(proto::GangMode::resolved)
-        .unwrap_or(GangMode::Stop)
-}
-
-/// What Launch requests this node accepts (the agent's configuration).
-#[derive(Debug, Clone, Default)]
-pub struct LaunchPolicy {
-    /// Whether ranks may run as root (uid 0).
-    pub allow_root: bool,
-    /// Variables of `launch::DROPPED_ENV` to pass on all the same.
-    pub env_allow: BTreeSet<String>,
-}
-
-/// Stdin messages buffered per rank before the Stdin RPC waits (back-pressure to the
-/// client when the rank does not read).
-const STDIN_QUEUE: usize = 64;
 
 #[derive(Debug)]
 pub struct Node {
@@ -62,8 +31,8 @@ pub struct Node {
     pub clock: Arc<Clock>,
     /// The ranks' messaging-library directories, fences and activity.
     pub msg: Arc<MsgHub>,
-    policy: LaunchPolicy,
-    agent_uid: u32,
+    /// What a launch works with.
+    parts: NodeParts,
 }
 
 impl Node {
@@ -76,307 +45,37 @@ impl Node {
         msg: Arc<MsgHub>,
         outbox: Arc<Outbox>,
     ) -> Arc<Self> {
+        let ranks = Ranks::new();
+        let parts = NodeParts {
+            facts: NodeFacts {
+                node: coord,
+                agent_uid: nix::unistd::geteuid().as_raw(),
+                agent_gid: nix::unistd::getegid().as_raw(),
+                policy,
+                pmix_built: gang_pmix::AVAILABLE,
+            },
+            ranks: Arc::clone(&ranks),
+            outbox: Arc::clone(&outbox),
+            switch: Arc::clone(&switch),
+            msg: Arc::clone(&msg),
+        };
         Arc::new(Node {
             msg,
             coord,
-            ranks: Ranks::new(),
+            ranks,
             outbox,
             kill_grace,
             switch,
             clock,
-            policy,
-            agent_uid: nix::unistd::geteuid().as_raw(),
+            parts,
         })
     }
 
-    /// Start one rank; returns its pid. Must run in a task on a runtime worker thread
-    /// (see `launch::command`).
-    pub fn launch(&self, req: LaunchRequest) -> Result<u32, AgentError> {
-        let node = self.coord;
-        let invalid = |what: String| AgentError::InvalidArgument { node, what };
-        let key = RankKey {
-            job_id: req.job_id,
-            rank: req.rank,
-        };
-        let Some(argv0) = req.argv.first() else {
-            return Err(invalid("empty argv: nothing to run".into()));
-        };
-        if argv0.is_empty() {
-            return Err(invalid("argv[0] is empty".into()));
-        }
-        let cwd = Path::new(&req.cwd);
-        if !cwd.is_absolute() {
-            return Err(invalid(format!(
-                "working directory {:?} is not an absolute path",
-                req.cwd
-            )));
-        }
-        if let Some(name) = req.env.keys().find(|k| !launch::valid_env_name(k)) {
-            return Err(invalid(format!(
-                "environment variable name {name:?} is not valid (empty, or contains '=' or NUL)"
-            )));
-        }
-        let run_as = launch::run_as(
-            self.agent_uid,
-            self.policy.allow_root,
-            req.uid,
-            req.gid,
-            &req.groups,
-        )
-        .map_err(|refusal| match refusal {
-            Refusal::Root => AgentError::Root { node },
-            Refusal::NotRoot { agent } => AgentError::Permission {
-                node,
-                wanted: req.uid,
-                agent,
-            },
-        })?;
-        launch::check_cwd(cwd).map_err(|source| AgentError::Cwd {
-            node,
-            cwd: req.cwd.clone(),
-            source,
-        })?;
-        let files = RankFiles::new(
-            &req.output,
-            &req.error,
-            (req.job_id, req.rank),
-            (node.x, node.y),
-            cwd,
-        )
-        .map_err(|(path, source)| AgentError::OutputFile { node, path, source })?;
-        let spawn_error = |source| AgentError::Spawn {
-            node,
-            program: argv0.clone(),
-            source,
-        };
-        // A request with no environment runs with the default PATH: look argv[0] up there
-        // too, not in the agent's own.
-        let agent_path = match req.env.is_empty() {
-            true => Some(launch::DEFAULT_PATH.into()),
-            false => std::env::var_os("PATH"),
-        };
-        let path = req
-            .env
-            .get("PATH")
-            .map(OsStr::new)
-            .or(agent_path.as_deref());
-        let program = launch::resolve_program(argv0, path, cwd).map_err(spawn_error)?;
-        let mpi_check = crate::mpi_check::preload(self.msg.base(), &req, &self.policy.env_allow)
-            .map_err(|e| spawn_error(std::io::Error::other(e)))?;
-
-        self.ranks.reserve(key).map_err(|e| match e {
-            ReserveError::Duplicate => AgentError::Duplicate {
-                node,
-                job_id: key.job_id,
-                rank: key.rank,
-            },
-            ReserveError::Closing => AgentError::ShuttingDown { node },
-        })?;
-        let (mut env, dropped) = launch::filter_env(&req.env, &self.policy.env_allow);
-        if !dropped.is_empty() {
-            info!(
-                job_id = key.job_id,
-                rank = key.rank,
-                dropped = %dropped.join(","),
-                "variables dropped from the rank's environment: they make every process it starts load code or write files (the agent's env_allow keeps them)"
-            );
-        }
-        if req.env.is_empty() {
-            env = launch::default_env(&launch::Account::of(req.uid, &req.user));
-        } else if launch::ACCOUNT_ENV
-            .iter()
-            .any(|name| !req.env.contains_key(*name))
-        {
-            launch::fill_account(&mut env, &launch::Account::of(req.uid, &req.user));
-        }
-        // Failures from here on may come from the child, after it took on the user's
-        // credentials: say whose they were.
-        let as_user = match &run_as {
-            RunAs::User { uid, .. } => Some(*uid),
-            RunAs::Agent => None,
-        };
-        let spawn_failed = |source| match as_user {
-            Some(uid) => AgentError::SpawnAs {
-                node,
-                program: argv0.clone(),
-                uid,
-                cwd: req.cwd.clone(),
-                source,
-            },
-            None => spawn_error(source),
-        };
-        let msg_launch = MsgLaunch {
-            key,
-            uid: match &run_as {
-                RunAs::User { uid, gid, .. } => Some((*uid, *gid)),
-                RunAs::Agent => None,
-            },
-            part: req
-                .part
-                .map(|p| format!("{},{},{},{}", p.x, p.y, p.w, p.h))
-                .unwrap_or_else(|| format!("{},{},1,1", node.x, node.y)),
-            context: match proto::MsgContext::try_from(req.msg_context) {
-                Ok(proto::MsgContext::SaveRestore) => "save-restore",
-                _ => "resident",
-            },
-        };
-        let gang_env = match self.msg.prepare(&msg_launch) {
-            Ok(vars) => vars,
-            Err(e) => {
-                self.ranks.unreserve(key);
-                return Err(spawn_error(std::io::Error::other(format!(
-                    "cannot set up the messaging library's directory under {}: {e}",
-                    self.msg.base().display()
-                ))));
-            }
-        };
-        // PMI-1 for MPICH, unless the job said none: the agent keeps one end, the rank
-        // inherits the other as PMI_FD.
-        let pmi_job = crate::pmi::PmiJob {
-            key,
-            size: req.size,
-        };
-        let mut gang_env = gang_env;
-        gang_env.extend(mpi_check);
-        let pmi = if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::None) {
-            None
-        } else {
-            match crate::pmi::socketpair() {
-                Ok((agent_end, rank_end)) => {
-                    gang_env.extend(pmi_job.env(rank_end.as_raw_fd()));
-                    Some((agent_end, rank_end))
-                }
-                Err(e) => {
-                    self.msg.remove(key);
-                    self.ranks.unreserve(key);
-                    return Err(spawn_error(std::io::Error::other(format!(
-                        "cannot make the PMI socketpair: {e}"
-                    ))));
-                }
-            }
-        };
-        // PMIx for Open MPI: the rank registered with the node's PMIx server before the
-        // fork. PMI-1's socket stays too, so an MPICH program runs under `--mpi pmix`.
-        if proto::Mpi::try_from(req.mpi) == Ok(proto::Mpi::Pmix) {
-            let refused = |what: String| {
-                self.msg.remove(key);
-                self.ranks.unreserve(key);
-                what
-            };
-            if !gang_pmix::AVAILABLE {
-                return Err(invalid(refused(format!(
-                    "--mpi pmix: {}",
-                    gang_pmix::Error::NotBuilt
-                ))));
-            }
-            let (uid, gid) = msg_launch
-                .uid
-                .unwrap_or((self.agent_uid, nix::unistd::getegid().as_raw()));
-            let launch = crate::pmix::PmixLaunch {
-                key,
-                size: req.size,
-                part: req.part.map(|p| (p.x, p.y, p.w, p.h)),
-                uid,
-                gid,
-            };
-            match self.msg.pmix_prepare(&launch) {
-                Ok(vars) => {
-                    gang_env.extend(vars);
-                    gang_env.extend(crate::pmix::open_mpi_defaults(&req.env));
-                }
-                Err(e) => {
-                    return Err(spawn_error(std::io::Error::other(refused(format!(
-                        "--mpi pmix: {e}"
-                    )))));
-                }
-            }
-        }
-        let mode = launch_mode(req.gang);
-        // A FREEZE rank gets its cgroup before the fork; the child enters it before exec.
-        let mut prepared = self.switch.prepare(key, mode);
-        prepared.msg = self.msg.pages(key);
-        let spec = RankSpec {
-            key,
-            size: req.size,
-            node,
-            program: &program,
-            argv: &req.argv,
-            cwd,
-            env: &env,
-            gang_env: &gang_env,
-            run_as,
-            stdin: req.stdin,
-            files,
-            cgroup_procs: prepared.cgroup.as_ref().and_then(|c| c.procs_fd()),
-            pmi_fd: pmi.as_ref().map(|(_, rank_end)| rank_end.as_raw_fd()),
-        };
-        let spawned = launch::command(&spec).and_then(|mut cmd| cmd.spawn());
-        // The rank has its copy (or failed): the agent's would keep the socket open after
-        // the rank exits.
-        let pmi = pmi.map(|(agent_end, _rank_end)| agent_end);
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                self.switch.abandon(prepared);
-                self.msg.remove(key);
-                self.ranks.unreserve(key);
-                return Err(match spec.files.explain(&e) {
-                    Some((path, source)) => AgentError::OutputFile { node, path, source },
-                    None => spawn_failed(e),
-                });
-            }
-        };
-        let Some(pid) = child.id() else {
-            // Only possible if the child was already reaped, which nobody else does.
-            self.switch.abandon(prepared);
-            self.msg.remove(key);
-            self.ranks.unreserve(key);
-            return Err(spawn_error(std::io::Error::other(
-                "the process vanished at spawn",
-            )));
-        };
-        // process_group(0): the rank leads its own group, whose id is its pid.
-        let pgid = Pid::from_raw(pid as i32);
-        self.msg.pmix_started(key, pgid);
-        if let Some(agent_end) = pmi {
-            match crate::pmi::agent_stream(agent_end) {
-                Ok(stream) => self.msg.start_pmi(stream, pmi_job, pgid),
-                Err(e) => warn!(
-                    job_id = key.job_id,
-                    rank = key.rank,
-                    "cannot serve the rank's PMI socket: {e}"
-                ),
-            }
-        }
-        // Managed from now on: if a table in force names its job, it is switched in step.
-        self.switch.add(prepared, pgid.as_raw());
-        let stdin = child.stdin.take().map(|pipe| {
-            let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-            tokio::spawn(launch::feed_stdin(pipe, rx, key));
-            tx
-        });
-        let pipes = Pipes {
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
-        };
-        self.ranks.started(key, pgid, stdin);
-        info!(
-            job_id = key.job_id,
-            rank = key.rank,
-            pid,
-            argv = ?req.argv,
-            cwd = %req.cwd,
-            "rank started"
-        );
-        let supervisor = Supervisor {
-            node,
-            ranks: Arc::clone(&self.ranks),
-            outbox: Arc::clone(&self.outbox),
-            switch: Arc::clone(&self.switch),
-            msg: Arc::clone(&self.msg),
-        };
-        tokio::spawn(supervisor.supervise(key, child, pgid, pipes));
-        Ok(pid)
+    /// Launch one rank: the pure plan, then its start; returns its pid. Must run in a
+    /// task on a runtime worker thread (see `launch::command::command`).
+    pub fn launch_rank(&self, req: RankRequest) -> Result<u32, AgentError> {
+        let plan = launch::plan(req, &self.parts.facts)?;
+        launch::start(plan, &self.parts)
     }
 
     /// SIGCONT+SIGTERM to the job's ranks here, SIGKILL after `grace`. Whether any were here.
@@ -449,28 +148,5 @@ impl Node {
             );
         }
         reaped
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_launch_mode_is_resolved_and_strict_when_unknown() {
-        assert_eq!(
-            launch_mode(proto::GangMode::Priority as i32),
-            GangMode::Priority
-        );
-        assert_eq!(
-            launch_mode(proto::GangMode::Freeze as i32),
-            GangMode::Freeze
-        );
-        assert_eq!(launch_mode(proto::GangMode::None as i32), GangMode::None);
-        assert_eq!(
-            launch_mode(proto::GangMode::Unspecified as i32),
-            GangMode::Stop
-        );
-        assert_eq!(launch_mode(99), GangMode::Stop);
     }
 }

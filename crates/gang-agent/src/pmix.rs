@@ -74,6 +74,7 @@ pub fn open_mpi_defaults(
 }
 
 /// What a PMIx rank needs registered before its fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PmixLaunch {
     pub key: RankKey,
     pub size: u32,
@@ -92,8 +93,8 @@ struct Local {
     pgid: Option<Pid>,
 }
 
-/// The library's host: fences (through `F`, the messaging hub: this module stays below
-/// `msg` in the import graph) and aborts.
+/// The library's host: fences (through `F`, the jobs' key-value spaces: this module
+/// stays below `msg` in the import graph) and aborts.
 struct Host<F> {
     hub: Weak<F>,
     rt: tokio::runtime::Handle,

@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 use crate::guard::Guard;
 
 /// One rank of one job. A node runs at most one incarnation of each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RankKey {
     pub job_id: u64,
     pub rank: u32,

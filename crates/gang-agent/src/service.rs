@@ -1,18 +1,76 @@
-//! The NodeAgent gRPC service: a thin adapter from messages to `Node` calls.
+//! The NodeAgent gRPC service: a thin adapter from messages to `Node` calls. A Launch
+//! request is converted here, once, into the agent's own `RankRequest`: no `gang_proto`
+//! type goes further with it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use gang_core::{GangMode, Submesh};
 use gang_proto::v1::node_agent_server::NodeAgent;
 use gang_proto::v1::{
-    LaunchRequest, LaunchResponse, NodeTable, SetTableResponse, SignalRequest, SignalResponse,
-    StdinRequest, StdinResponse,
+    self as proto, LaunchRequest, LaunchResponse, NodeTable, SetTableResponse, SignalRequest,
+    SignalResponse, StdinRequest, StdinResponse,
 };
 use tonic::{Request, Response, Status};
 use tracing::warn;
 
 use crate::error::AgentError;
 use crate::node::Node;
+use crate::ranks::RankKey;
+use crate::request::{Mpi, RankRequest, Submitter};
+
+/// The request in the agent's terms.
+fn rank_request(req: LaunchRequest) -> RankRequest {
+    RankRequest {
+        key: RankKey {
+            job_id: req.job_id,
+            rank: req.rank,
+        },
+        size: req.size,
+        argv: req.argv,
+        cwd: req.cwd,
+        env: req.env,
+        submitter: Submitter {
+            uid: req.uid,
+            gid: req.gid,
+            groups: req.groups,
+            user: req.user,
+        },
+        stdin: req.stdin,
+        mode: launch_mode(req.gang),
+        part: req.part.map(|p| Submesh::new(p.x, p.y, p.w, p.h)),
+        // UNSPECIFIED (the default) and values unknown to this agent: resident.
+        msg_context: proto::MsgContext::try_from(req.msg_context)
+            .ok()
+            .and_then(proto::MsgContext::resolved)
+            .unwrap_or_default(),
+        mpi: mpi(req.mpi),
+        mpi_check: req.mpi_check,
+        output: req.output,
+        error: req.error,
+    }
+}
+
+/// The rank's mode: the only place the agent learns it (slice tables carry none).
+/// UNSPECIFIED (an older master) and values unknown to this agent (a newer master) are
+/// STOP, the strict mode: a job is never left running out of its slots by accident.
+fn launch_mode(gang: i32) -> GangMode {
+    proto::GangMode::try_from(gang)
+        .ok()
+        .and_then(proto::GangMode::resolved)
+        .unwrap_or(GangMode::Stop)
+}
+
+/// The master resolves `mpi`; UNSPECIFIED (an older master) and values unknown to this
+/// agent get the simple protocol, the master's own default.
+fn mpi(mpi: i32) -> Mpi {
+    match proto::Mpi::try_from(mpi) {
+        Ok(proto::Mpi::Pmi2) => Mpi::Pmi2,
+        Ok(proto::Mpi::Pmix) => Mpi::Pmix,
+        Ok(proto::Mpi::None) => Mpi::None,
+        Ok(proto::Mpi::Pmi1 | proto::Mpi::Unspecified) | Err(_) => Mpi::Pmi1,
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct AgentService {
@@ -31,11 +89,11 @@ impl NodeAgent for AgentService {
         &self,
         request: Request<LaunchRequest>,
     ) -> Result<Response<LaunchResponse>, Status> {
-        let req = request.into_inner();
-        let (job_id, rank) = (req.job_id, req.rank);
+        let req = rank_request(request.into_inner());
+        let RankKey { job_id, rank } = req.key;
         // Spawned right here, in this handler's task on a runtime worker thread (see
-        // `launch::command` for why not spawn_blocking).
-        match self.node.launch(req) {
+        // `launch::command::command` for why not spawn_blocking).
+        match self.node.launch_rank(req) {
             Ok(pid) => Ok(Response::new(LaunchResponse { pid })),
             Err(e) => {
                 warn!(job_id, rank, "launch failed: {e}");
@@ -78,5 +136,96 @@ impl NodeAgent for AgentService {
                 .into())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gang_core::MsgContext;
+
+    use super::*;
+
+    #[test]
+    fn the_launch_mode_is_resolved_and_strict_when_unknown() {
+        assert_eq!(
+            launch_mode(proto::GangMode::Priority as i32),
+            GangMode::Priority
+        );
+        assert_eq!(
+            launch_mode(proto::GangMode::Freeze as i32),
+            GangMode::Freeze
+        );
+        assert_eq!(launch_mode(proto::GangMode::None as i32), GangMode::None);
+        assert_eq!(
+            launch_mode(proto::GangMode::Unspecified as i32),
+            GangMode::Stop
+        );
+        assert_eq!(launch_mode(99), GangMode::Stop);
+    }
+
+    #[test]
+    fn the_mpi_interface_defaults_to_the_simple_protocol() {
+        assert_eq!(mpi(proto::Mpi::Pmix as i32), Mpi::Pmix);
+        assert_eq!(mpi(proto::Mpi::None as i32), Mpi::None);
+        assert_eq!(mpi(proto::Mpi::Pmi2 as i32), Mpi::Pmi2);
+        assert_eq!(mpi(proto::Mpi::Pmi1 as i32), Mpi::Pmi1);
+        assert_eq!(mpi(proto::Mpi::Unspecified as i32), Mpi::Pmi1);
+        assert_eq!(mpi(99), Mpi::Pmi1);
+    }
+
+    #[test]
+    fn a_launch_request_is_converted_whole() {
+        let req = LaunchRequest {
+            job_id: 7,
+            rank: 3,
+            size: 4,
+            argv: vec!["prog".into()],
+            cwd: "/data".into(),
+            env: [("A".to_string(), "1".to_string())].into(),
+            uid: 1000,
+            gid: 100,
+            stdin: true,
+            gang: proto::GangMode::Freeze as i32,
+            groups: vec![100, 27],
+            user: "alice".into(),
+            part: Some(proto::Submesh {
+                x: 1,
+                y: 2,
+                w: 2,
+                h: 1,
+            }),
+            msg_context: proto::MsgContext::SaveRestore as i32,
+            mpi: proto::Mpi::Pmix as i32,
+            mpi_check: true,
+            output: "%j.out".into(),
+            error: "%j.err".into(),
+        };
+        let got = rank_request(req);
+        assert_eq!(got.key, RankKey { job_id: 7, rank: 3 });
+        assert_eq!(got.size, 4);
+        assert_eq!(got.argv, ["prog"]);
+        assert_eq!(got.cwd, "/data");
+        assert_eq!(got.env["A"], "1");
+        assert_eq!(
+            got.submitter,
+            Submitter {
+                uid: 1000,
+                gid: 100,
+                groups: vec![100, 27],
+                user: "alice".into(),
+            }
+        );
+        assert!(got.stdin && got.mpi_check);
+        assert_eq!(got.mode, GangMode::Freeze);
+        assert_eq!(got.part, Some(Submesh::new(1, 2, 2, 1)));
+        assert_eq!(got.msg_context, MsgContext::SaveRestore);
+        assert_eq!(got.mpi, Mpi::Pmix);
+        assert_eq!(
+            (got.output.as_str(), got.error.as_str()),
+            ("%j.out", "%j.err")
+        );
+        let defaults = rank_request(LaunchRequest::default());
+        assert_eq!(defaults.msg_context, MsgContext::Resident);
+        assert_eq!(defaults.part, None);
     }
 }

@@ -11,9 +11,9 @@
 //!   value doubled.
 //!
 //! The key-value space is the job's: a put is kept in the rank's own table, and a barrier
-//! (`barrier_in`, `kvs-fence`) is a fence through the master (`MsgHub::fence`), which
-//! answers once every rank of the job arrived, with everything any rank put; gets then
-//! answer from that space. Both wires share that state ([`Session`]).
+//! (`barrier_in`, `kvs-fence`) is a fence through the master (`msg::space`), which answers
+//! once every rank of the job arrived, with everything any rank put; gets then answer
+//! from that space. Both wires share that state ([`Session`]).
 
 mod v1;
 mod v2;
@@ -30,8 +30,8 @@ use crate::ranks::RankKey;
 
 pub use v1::{Line, parse};
 
-/// Who completes a barrier: the messaging hub's fence through the master (`msg.rs`
-/// implements it; this module stays below `msg` in the import graph).
+/// Who completes a barrier: the job's fence through the master (`msg::space` implements
+/// it; this module stays below `msg` in the import graph).
 pub trait Fencer: Send + Sync + 'static {
     fn fence(
         &self,
@@ -50,7 +50,7 @@ pub const VALLEN_MAX: usize = 1024;
 const LINE_MAX: usize = 64 + KVSNAME_MAX + KEYLEN_MAX + 2 * VALLEN_MAX;
 
 /// The job as the rank's PMI server sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PmiJob {
     pub key: RankKey,
     pub size: u32,
@@ -241,35 +241,11 @@ pub async fn serve<F: Fencer>(
     let mut spawn_lines = false;
     loop {
         let step = match session.wire() {
-            Wire::V1 => {
-                let text = match read_line(&mut rd).await {
-                    Ok(Some(t)) => t,
-                    Ok(None) => break,
-                    Err(e) => {
-                        debug!(job_id = key.job_id, rank = key.rank, fd, "PMI socket: {e}");
-                        break;
-                    }
-                };
-                debug!(job_id = key.job_id, rank = key.rank, line = text, "PMI <");
-                if spawn_lines {
-                    // The rest of a multi-line spawn: skipped up to its end, then refused.
-                    if text == "endcmd" {
-                        spawn_lines = false;
-                        Step::Reply(v1::SPAWN_REFUSAL.into())
-                    } else {
-                        continue;
-                    }
-                } else {
-                    match parse(&text) {
-                        Some(line) if line.cmd == "spawn" && text.starts_with("mcmd=") => {
-                            spawn_lines = true;
-                            continue;
-                        }
-                        Some(line) => session.handle(&line),
-                        None => Step::Reply("cmd=error rc=-1 msg=not_a_PMI-1_command".into()),
-                    }
-                }
-            }
+            Wire::V1 => match read_v1(&mut rd, &mut session, &mut spawn_lines, fd).await {
+                Turn::Step(step) => step,
+                Turn::Skip => continue,
+                Turn::Closed => break,
+            },
             Wire::V2 => match v2::read_frame(&mut rd, LINE_MAX).await {
                 Ok(Some(frame)) => {
                     debug!(job_id = key.job_id, rank = key.rank, frame, "PMI-2 <");
@@ -289,39 +265,10 @@ pub async fn serve<F: Fencer>(
                 continue;
             }
             Step::Abort => {
-                warn!(
-                    job_id = key.job_id,
-                    rank = key.rank,
-                    why = session
-                        .aborted
-                        .as_ref()
-                        .map(|a| a.what.as_str())
-                        .unwrap_or(""),
-                    "the rank aborted: ending it"
-                );
-                // MPICH waits for the process manager to end it; its exit is reported
-                // with the code it gave (the master then ends the job's other ranks).
-                crate::ranks::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+                end_on_abort(&session, pgid);
                 continue;
             }
-            Step::Barrier => {
-                let (epoch, puts) = session.barrier_start();
-                let puts = puts.clone();
-                let started = std::time::Instant::now();
-                let result = hub.fence(key, epoch, puts).await;
-                if let Ok(space) = &result {
-                    debug!(
-                        job_id = key.job_id,
-                        rank = key.rank,
-                        epoch,
-                        keys = space.len(),
-                        bytes = space.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>(),
-                        us = started.elapsed().as_micros() as u64,
-                        "PMI barrier done"
-                    );
-                }
-                session.barrier_done(result)
-            }
+            Step::Barrier => barrier(&*hub, &mut session).await,
         };
         // The answer to `init` still goes on the PMI-1 wire; the session's wire changes
         // after it.
@@ -338,6 +285,89 @@ pub async fn serve<F: Fencer>(
         info!(job_id = key.job_id, rank = key.rank, why = %a.what, "PMI session ended by abort");
     }
     session.aborted
+}
+
+/// What a read from the PMI-1 wire gives.
+enum Turn {
+    Step(Step),
+    /// Nothing to answer yet (a line inside a multi-line spawn).
+    Skip,
+    Closed,
+}
+
+/// The next PMI-1 line, handled. `spawn_lines`: inside a multi-line spawn, whose lines are
+/// skipped up to its end, then refused.
+async fn read_v1(
+    rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    session: &mut Session,
+    spawn_lines: &mut bool,
+    fd: i32,
+) -> Turn {
+    let key = session.job.key;
+    let text = match read_line(rd).await {
+        Ok(Some(t)) => t,
+        Ok(None) => return Turn::Closed,
+        Err(e) => {
+            debug!(job_id = key.job_id, rank = key.rank, fd, "PMI socket: {e}");
+            return Turn::Closed;
+        }
+    };
+    debug!(job_id = key.job_id, rank = key.rank, line = text, "PMI <");
+    if *spawn_lines {
+        if text == "endcmd" {
+            *spawn_lines = false;
+            return Turn::Step(Step::Reply(v1::SPAWN_REFUSAL.into()));
+        }
+        return Turn::Skip;
+    }
+    match parse(&text) {
+        Some(line) if line.cmd == "spawn" && text.starts_with("mcmd=") => {
+            *spawn_lines = true;
+            Turn::Skip
+        }
+        Some(line) => Turn::Step(session.handle(&line)),
+        None => Turn::Step(Step::Reply(
+            "cmd=error rc=-1 msg=not_a_PMI-1_command".into(),
+        )),
+    }
+}
+
+/// The rank aborted: MPICH waits for the process manager to end it; its exit is reported
+/// with the code it gave (the master then ends the job's other ranks).
+fn end_on_abort(session: &Session, pgid: nix::unistd::Pid) {
+    let key = session.job.key;
+    warn!(
+        job_id = key.job_id,
+        rank = key.rank,
+        why = session
+            .aborted
+            .as_ref()
+            .map(|a| a.what.as_str())
+            .unwrap_or(""),
+        "the rank aborted: ending it"
+    );
+    crate::ranks::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+}
+
+/// A barrier: the job's fence through `hub`; the answer to send.
+async fn barrier<F: Fencer>(hub: &F, session: &mut Session) -> String {
+    let key = session.job.key;
+    let (epoch, puts) = session.barrier_start();
+    let puts = puts.clone();
+    let started = std::time::Instant::now();
+    let result = hub.fence(key, epoch, puts).await;
+    if let Ok(space) = &result {
+        debug!(
+            job_id = key.job_id,
+            rank = key.rank,
+            epoch,
+            keys = space.len(),
+            bytes = space.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>(),
+            us = started.elapsed().as_micros() as u64,
+            "PMI barrier done"
+        );
+    }
+    session.barrier_done(result)
 }
 
 /// One PMI-1 line without its newline (a NUL some clients send after it is dropped);

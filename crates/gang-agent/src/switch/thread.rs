@@ -285,23 +285,8 @@ pub fn run(shared: Arc<Shared>, rt_priority: i32) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        // A new plan: take it, and bring every rank to the state it says holds now.
-        let latest = shared.plan.load();
-        if fresh || latest.generation != current.generation {
-            // An Arc clone: no allocation. The old plan stays alive in the async side's
-            // retired list until `seen_generation` passes it, so it is not freed here.
-            current = arc_swap::Guard::into_inner(latest);
-            shared
-                .seen_generation
-                .store(current.generation, Ordering::Release);
-            fresh = false;
-            let offset = shared.clock.offset_ns();
-            let now = realtime_ns() + offset;
-            let acts = apply(&shared, &current, current.plan.want_at(now), now, offset);
-            count_errors(&shared, &acts);
-            next = current.plan.next_boundary_after(now);
-        } else {
-            drop(latest);
+        if let Some(boundary) = take_new_plan(&shared, &mut current, &mut fresh) {
+            next = boundary;
         }
 
         // Sleep to the next boundary (or until kicked); with `spin_ns`, to a little before.
@@ -342,35 +327,70 @@ pub fn run(shared: Arc<Shared>, rt_priority: i32) {
                 continue 'outer;
             }
         }
-        // At (or, after a stall, past) the boundary: switch for the latest boundary
-        // reached, skipping any missed in between.
-        let at = current
-            .plan
-            .boundary_at_or_before(now)
-            .unwrap_or(deadline)
-            .max(deadline);
-        let want = current.plan.want_at(at);
-        let acts = apply(&shared, &current, want, at, offset);
-        count_errors(&shared, &acts);
-        if acts.count > 0 {
-            let (version, slot) = match want {
-                Want::Slot { phase, slot, .. } => (phase.version, slot),
-                Want::Free(_) => (
-                    current.plan.phase_at(at).map_or(0, |p| p.version),
-                    current.plan.phase_at(at).map_or(0, |p| p.grid.slot_at(at)),
-                ),
-            };
-            shared.ring.push(Record {
-                table_version: version,
-                slot,
-                deadline_ns: at,
-                first_ns: acts.first_ns,
-                last_ns: acts.last_ns,
-                actions: acts.count,
-                clock_error_ns: shared.clock.error_ns(),
-            });
-            shared.switches.fetch_add(1, Ordering::Relaxed);
-        }
-        next = current.plan.next_boundary_after(at);
+        next = switch_at_boundary(&shared, &current, deadline, now, offset);
     }
+}
+
+/// A new plan: take it, and bring every rank to the state it says holds now. Returns the
+/// next boundary to sleep to, or None if the plan held is still the newest.
+fn take_new_plan(
+    shared: &Shared,
+    current: &mut Arc<SwitchPlan>,
+    fresh: &mut bool,
+) -> Option<Option<i64>> {
+    let latest = shared.plan.load();
+    if !*fresh && latest.generation == current.generation {
+        return None;
+    }
+    // An Arc clone: no allocation. The old plan stays alive in the async side's retired
+    // list until `seen_generation` passes it, so it is not freed here.
+    *current = arc_swap::Guard::into_inner(latest);
+    shared
+        .seen_generation
+        .store(current.generation, Ordering::Release);
+    *fresh = false;
+    let offset = shared.clock.offset_ns();
+    let now = realtime_ns() + offset;
+    let acts = apply(shared, current, current.plan.want_at(now), now, offset);
+    count_errors(shared, &acts);
+    Some(current.plan.next_boundary_after(now))
+}
+
+/// At (or, after a stall, past) the boundary `deadline`: switch for the latest boundary
+/// reached, skipping any missed in between, and record it. Returns the next boundary.
+fn switch_at_boundary(
+    shared: &Shared,
+    current: &SwitchPlan,
+    deadline: i64,
+    now: i64,
+    offset: i64,
+) -> Option<i64> {
+    let at = current
+        .plan
+        .boundary_at_or_before(now)
+        .unwrap_or(deadline)
+        .max(deadline);
+    let want = current.plan.want_at(at);
+    let acts = apply(shared, current, want, at, offset);
+    count_errors(shared, &acts);
+    if acts.count > 0 {
+        let (version, slot) = match want {
+            Want::Slot { phase, slot, .. } => (phase.version, slot),
+            Want::Free(_) => (
+                current.plan.phase_at(at).map_or(0, |p| p.version),
+                current.plan.phase_at(at).map_or(0, |p| p.grid.slot_at(at)),
+            ),
+        };
+        shared.ring.push(Record {
+            table_version: version,
+            slot,
+            deadline_ns: at,
+            first_ns: acts.first_ns,
+            last_ns: acts.last_ns,
+            actions: acts.count,
+            clock_error_ns: shared.clock.error_ns(),
+        });
+        shared.switches.fetch_add(1, Ordering::Relaxed);
+    }
+    current.plan.next_boundary_after(at)
 }

@@ -1,0 +1,34 @@
+//! Starting a rank and seeing it through to its exit report, as a one-way pipeline:
+//!
+//! ```text
+//! RankRequest ─plan─> LaunchPlan ─look_up─> Found ─Rollback::take─> Given ─spawn_rank─> Spawned ─commit─> Supervisor
+//!  (service.rs  (pure:      │     (cwd, program,  (reserve; env, msg dir,  (the command,          (MPI servers, switcher,
+//!   converts)   refusals)   │      output files,   PMI pair, PMIx, cgroup:  as the submitter)      registry; then pumps,
+//!                           │      mpi-check lib)  given back if dropped)                          wait, drain, exit)
+//! ```
+//!
+//! - `plan`: the request and the node's facts in, the plan or a refusal out; no I/O, no
+//!   clock.
+//! - `lookup`: what the plan needs of the file system, before anything is taken.
+//! - `rollback`: the side effects, under one guard; `commit` hands them on.
+//! - `command`: the rank's environment, the command that starts it, the spawn, its stdin.
+//! - `supervisor`: owns the rank from spawn to exit report.
+//! - `failure`: what went wrong after the plan, worded with the plan's names.
+//! - `start`: the steps, in order.
+//!
+//! The pipeline is given the node's parts it works with (`NodeParts`), not the node:
+//! this module stays below `node` in the module graph.
+
+pub mod command;
+mod failure;
+mod lookup;
+mod parts;
+pub mod plan;
+mod rollback;
+mod start;
+pub mod supervisor;
+
+pub use parts::NodeParts;
+pub use plan::{LaunchPlan, LaunchPolicy, NodeFacts, plan};
+pub use start::start;
+pub use supervisor::{PIPE_DRAIN, Supervisor};

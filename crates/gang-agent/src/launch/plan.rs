@@ -1,0 +1,402 @@
+//! The pure step of a launch: a request and the node's standing facts in, a plan or the
+//! request's refusal out. No I/O and no clock, so every refusal and every decision is
+//! tested here directly; what needs the node's file system, processes or password
+//! database is `start`'s, done from the plan.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::env_policy::valid_env_name;
+use crate::error::{AgentError, Coord};
+use crate::msg::MsgLaunch;
+use crate::pmi::PmiJob;
+use crate::pmix::{PmixLaunch, open_mpi_defaults};
+use crate::request::{Mpi, RankRequest};
+
+/// What Launch requests this node accepts (the agent's configuration).
+#[derive(Debug, Clone, Default)]
+pub struct LaunchPolicy {
+    /// Whether ranks may run as root (uid 0).
+    pub allow_root: bool,
+    /// Variables of `env_policy::DROPPED_ENV` to pass on all the same.
+    pub env_allow: BTreeSet<String>,
+}
+
+/// What the plan needs to know of this node, fixed when the agent starts.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub node: Coord,
+    /// The agent's effective uid and gid: a root agent runs ranks as their submitters.
+    pub agent_uid: u32,
+    pub agent_gid: u32,
+    pub policy: LaunchPolicy,
+    /// Whether this agent was built with the PMIx server (`gang_pmix::AVAILABLE`).
+    pub pmix_built: bool,
+}
+
+/// Whose credentials the rank runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunAs {
+    /// The agent's own.
+    Agent,
+    /// Switch to these in the child (the agent is root): supplementary groups, then gid,
+    /// then uid.
+    User {
+        uid: u32,
+        gid: u32,
+        groups: Vec<u32>,
+    },
+}
+
+/// Why a rank may not run with the requested credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// uid 0, and the agent does not allow root ranks.
+    Root,
+    /// Another uid than the agent's, and the agent (running as this uid) is not root.
+    NotRoot { agent: u32 },
+}
+
+/// Decide the rank's credentials. A root agent runs ranks as the submitting user, with
+/// the groups the master identified; root itself only where the agent allows it (a job
+/// as root is the whole node's, and its submitter's identity is only as good as the
+/// master's word). An unprivileged agent (a personal test cluster) can only run ranks as
+/// itself, and says so rather than silently running someone's job under the wrong
+/// account.
+pub fn run_as(
+    agent_uid: u32,
+    allow_root: bool,
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+) -> Result<RunAs, Refusal> {
+    if uid == 0 && !allow_root {
+        Err(Refusal::Root)
+    } else if agent_uid == 0 {
+        Ok(RunAs::User {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        })
+    } else if uid == agent_uid {
+        Ok(RunAs::Agent)
+    } else {
+        Err(Refusal::NotRoot { agent: agent_uid })
+    }
+}
+
+/// Where argv[0] is looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SearchPath {
+    /// The request's PATH.
+    Request(String),
+    /// A request with no environment runs with the default PATH: argv[0] is looked up
+    /// there too, not in the agent's own.
+    Default,
+    /// The agent's own PATH (read when the rank starts).
+    Agent,
+}
+
+/// A launch, decided: the request and everything the start does for it.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    /// Validated: a program, an absolute working directory, valid variable names.
+    pub req: RankRequest,
+    pub node: Coord,
+    pub run_as: RunAs,
+    pub search: SearchPath,
+    /// The messaging library's directory and socket (every rank gets them).
+    pub msg: MsgLaunch,
+    /// The simple PMI server's socket, unless the job said `--mpi none`.
+    pub pmi: Option<PmiJob>,
+    /// The PMIx registration (`--mpi pmix`) and the Open MPI settings that go with it.
+    pub pmix: Option<(PmixLaunch, Vec<(String, String)>)>,
+}
+
+/// Check a request and decide how to start it. Refusals are the request's (invalid,
+/// credentials the node will not take, an MPI this build cannot serve): nothing is taken
+/// for a request refused here.
+pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentError> {
+    let node = facts.node;
+    let invalid = |what: String| AgentError::InvalidArgument { node, what };
+    match req.argv.first() {
+        None => return Err(invalid("empty argv: nothing to run".into())),
+        Some(argv0) if argv0.is_empty() => return Err(invalid("argv[0] is empty".into())),
+        Some(_) => {}
+    }
+    if !Path::new(&req.cwd).is_absolute() {
+        return Err(invalid(format!(
+            "working directory {:?} is not an absolute path",
+            req.cwd
+        )));
+    }
+    if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
+        return Err(invalid(format!(
+            "environment variable name {name:?} is not valid (empty, or contains '=' or NUL)"
+        )));
+    }
+    let who = &req.submitter;
+    let run_as = run_as(
+        facts.agent_uid,
+        facts.policy.allow_root,
+        who.uid,
+        who.gid,
+        &who.groups,
+    )
+    .map_err(|refusal| match refusal {
+        Refusal::Root => AgentError::Root { node },
+        Refusal::NotRoot { agent } => AgentError::Permission {
+            node,
+            wanted: who.uid,
+            agent,
+        },
+    })?;
+    if req.mpi == Mpi::Pmix && !facts.pmix_built {
+        return Err(invalid(format!(
+            "--mpi pmix: {}",
+            gang_pmix::Error::NotBuilt
+        )));
+    }
+    let search = search_path(&req);
+    let rank_uid = match &run_as {
+        RunAs::User { uid, gid, .. } => Some((*uid, *gid)),
+        RunAs::Agent => None,
+    };
+    let msg = MsgLaunch {
+        key: req.key,
+        uid: rank_uid,
+        part: match req.part {
+            Some(p) => format!("{},{},{},{}", p.x, p.y, p.w, p.h),
+            None => format!("{},{},1,1", node.x, node.y),
+        },
+        context: req.msg_context.as_str(),
+    };
+    let pmi = (req.mpi != Mpi::None).then_some(PmiJob {
+        key: req.key,
+        size: req.size,
+    });
+    let pmix = (req.mpi == Mpi::Pmix).then(|| {
+        let (uid, gid) = rank_uid.unwrap_or((facts.agent_uid, facts.agent_gid));
+        let launch = PmixLaunch {
+            key: req.key,
+            size: req.size,
+            part: req.part.map(|p| (p.x, p.y, p.w, p.h)),
+            uid,
+            gid,
+        };
+        (launch, open_mpi_defaults(&req.env))
+    });
+    Ok(LaunchPlan {
+        search,
+        node,
+        run_as,
+        msg,
+        pmi,
+        pmix,
+        req,
+    })
+}
+
+fn search_path(req: &RankRequest) -> SearchPath {
+    match req.env.get("PATH") {
+        Some(path) => SearchPath::Request(path.clone()),
+        None if req.env.is_empty() => SearchPath::Default,
+        None => SearchPath::Agent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use gang_core::{MsgContext, Submesh};
+
+    use super::*;
+    use crate::ranks::RankKey;
+    use crate::request::Submitter;
+
+    const NODE: Coord = Coord { x: 1, y: 2 };
+
+    fn facts(agent_uid: u32) -> NodeFacts {
+        NodeFacts {
+            node: NODE,
+            agent_uid,
+            agent_gid: 100,
+            policy: LaunchPolicy::default(),
+            pmix_built: true,
+        }
+    }
+
+    fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn request() -> RankRequest {
+        RankRequest {
+            key: RankKey { job_id: 7, rank: 3 },
+            size: 4,
+            argv: vec!["prog".into(), "-x".into()],
+            cwd: "/data".into(),
+            env: env(&[
+                ("PATH", "/opt/bin"),
+                ("USER", "alice"),
+                ("LOGNAME", "alice"),
+                ("HOME", "/home/alice"),
+            ]),
+            submitter: Submitter {
+                uid: 1000,
+                gid: 100,
+                groups: vec![100, 27],
+                user: "alice".into(),
+            },
+            ..RankRequest::default()
+        }
+    }
+
+    fn refusal(req: RankRequest, facts: &NodeFacts) -> String {
+        plan(req, facts).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_request_without_a_program_or_with_a_relative_directory_is_invalid() {
+        let mut r = request();
+        r.argv.clear();
+        assert_eq!(
+            refusal(r, &facts(0)),
+            "node (1,2): empty argv: nothing to run"
+        );
+        let mut r = request();
+        r.argv[0].clear();
+        assert_eq!(refusal(r, &facts(0)), "node (1,2): argv[0] is empty");
+        let mut r = request();
+        r.cwd = "data".into();
+        let e = plan(r, &facts(0)).unwrap_err();
+        assert!(matches!(e, AgentError::InvalidArgument { .. }));
+        assert_eq!(
+            e.to_string(),
+            "node (1,2): working directory \"data\" is not an absolute path"
+        );
+    }
+
+    #[test]
+    fn a_variable_name_the_loader_would_misread_is_invalid() {
+        let mut r = request();
+        r.env.insert("LD_PRELOAD=/x.so".into(), "1".into());
+        assert_eq!(
+            refusal(r, &facts(0)),
+            "node (1,2): environment variable name \"LD_PRELOAD=/x.so\" is not valid (empty, or contains '=' or NUL)"
+        );
+    }
+
+    #[test]
+    fn credentials_follow_the_agents_privilege() {
+        let mut r = request();
+        r.submitter.uid = 0;
+        assert_eq!(
+            refusal(r, &facts(0)),
+            "node (1,2): will not run a rank as root (uid 0): this agent does not allow it (allow_root = false)"
+        );
+        assert_eq!(
+            refusal(request(), &facts(1001)),
+            "node (1,2): cannot run a rank as uid 1000: the agent runs as uid 1001 and is not root"
+        );
+        let p = plan(request(), &facts(0)).unwrap();
+        assert_eq!(
+            p.run_as,
+            RunAs::User {
+                uid: 1000,
+                gid: 100,
+                groups: vec![100, 27]
+            }
+        );
+        assert_eq!(p.msg.uid, Some((1000, 100)));
+        let p = plan(request(), &facts(1000)).unwrap();
+        assert_eq!(p.run_as, RunAs::Agent);
+        assert_eq!(p.msg.uid, None);
+    }
+
+    #[test]
+    fn pmix_is_refused_where_it_is_not_built_and_registered_where_it_is() {
+        let mut r = request();
+        r.mpi = Mpi::Pmix;
+        let mut without = facts(1000);
+        without.pmix_built = false;
+        let e = plan(r.clone(), &without).unwrap_err();
+        assert!(matches!(e, AgentError::InvalidArgument { .. }));
+        assert!(e.to_string().starts_with("node (1,2): --mpi pmix: "), "{e}");
+        r.part = Some(Submesh::new(0, 2, 2, 2));
+        let p = plan(r, &facts(1000)).unwrap();
+        let (launch, defaults) = p.pmix.unwrap();
+        // An unprivileged agent's ranks are its own.
+        assert_eq!((launch.uid, launch.gid), (1000, 100));
+        assert_eq!(launch.part, Some((0, 2, 2, 2)));
+        assert_eq!(defaults, [("JSM_JSRUN_PORT".into(), "0".into())]);
+        assert_eq!(p.pmi.unwrap().size, 4);
+        assert_eq!(p.msg.part, "0,2,2,2");
+    }
+
+    #[test]
+    fn mpi_none_gets_no_pmi_socket_and_others_get_one() {
+        let mut r = request();
+        r.mpi = Mpi::None;
+        let p = plan(r, &facts(0)).unwrap();
+        assert!(p.pmi.is_none() && p.pmix.is_none());
+        for mpi in [Mpi::Pmi1, Mpi::Pmi2] {
+            let mut r = request();
+            r.mpi = mpi;
+            let p = plan(r, &facts(0)).unwrap();
+            assert!(p.pmi.is_some() && p.pmix.is_none(), "{mpi:?}");
+        }
+    }
+
+    #[test]
+    fn the_messaging_library_gets_the_jobs_rectangle_or_this_node() {
+        let mut r = request();
+        r.msg_context = MsgContext::SaveRestore;
+        let p = plan(r, &facts(0)).unwrap();
+        assert_eq!(p.msg.part, "1,2,1,1");
+        assert_eq!(p.msg.context, "save-restore");
+        assert_eq!(p.msg.key, RankKey { job_id: 7, rank: 3 });
+    }
+
+    #[test]
+    fn the_program_is_looked_up_in_the_requests_path_else_the_default_or_the_agents() {
+        assert_eq!(
+            plan(request(), &facts(0)).unwrap().search,
+            SearchPath::Request("/opt/bin".into())
+        );
+        let mut r = request();
+        r.env.remove("PATH");
+        assert_eq!(plan(r, &facts(0)).unwrap().search, SearchPath::Agent);
+        let mut r = request();
+        r.env.clear();
+        assert_eq!(plan(r, &facts(0)).unwrap().search, SearchPath::Default);
+    }
+
+    #[test]
+    fn run_as_rules() {
+        let user = |uid, gid, groups: &[u32]| RunAs::User {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
+        assert_eq!(run_as(0, false, 0, 0, &[]), Err(Refusal::Root));
+        assert_eq!(run_as(0, true, 0, 0, &[0]), Ok(user(0, 0, &[0])));
+        assert_eq!(
+            run_as(0, false, 1000, 100, &[100, 27]),
+            Ok(user(1000, 100, &[100, 27]))
+        );
+        assert_eq!(run_as(1000, false, 1000, 1000, &[5]), Ok(RunAs::Agent));
+        assert_eq!(
+            run_as(1000, false, 1001, 1000, &[]),
+            Err(Refusal::NotRoot { agent: 1000 })
+        );
+        assert_eq!(run_as(1000, false, 0, 0, &[]), Err(Refusal::Root));
+        assert_eq!(
+            run_as(1000, true, 0, 0, &[]),
+            Err(Refusal::NotRoot { agent: 1000 })
+        );
+    }
+}

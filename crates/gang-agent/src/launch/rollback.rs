@@ -1,0 +1,175 @@
+//! The side effects of a launch, under one guard. `take` reserves the (job, rank) and
+//! takes what the rank needs, recording each step in the guard; whatever fails from
+//! then on, until the rank is handed to its supervisor, dropping the guard gives back
+//! exactly what was taken, newest first. `commit` hands it all on instead: from then on
+//! the rank's supervisor gives it back when the rank is reaped.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+use tokio::net::UnixStream;
+use tracing::{info, warn};
+
+use super::command::{Given, Spawned};
+use super::failure::Failure;
+use super::parts::NodeParts;
+use super::plan::LaunchPlan;
+use super::supervisor::Supervisor;
+use crate::pmi::PmiJob;
+use crate::ranks::RankKey;
+use crate::switch::Prepared;
+
+/// What the launch holds. The messaging directory and the PMIx registration are
+/// recorded as soon as they are tried: their undo takes away whatever of them a failure
+/// left.
+pub struct Rollback<'a> {
+    parts: &'a NodeParts,
+    key: RankKey,
+    msg: bool,
+    pmix: bool,
+    switch: Option<Prepared>,
+    /// The agent's end of the rank's PMI socket, to serve once the rank runs.
+    pmi: Option<(UnixStream, PmiJob)>,
+    /// Cleared by `commit`.
+    armed: bool,
+}
+
+impl<'a> Rollback<'a> {
+    /// Reserve the rank (a Signal for its job from now on is held until it runs), then
+    /// take, in order: its messaging directory, its PMI socketpair, its PMIx
+    /// registration and its place in the switcher (a FREEZE rank's cgroup, made before
+    /// the fork).
+    pub fn take(
+        plan: &LaunchPlan,
+        parts: &'a NodeParts,
+        preload: Option<(String, String)>,
+    ) -> Result<(Self, Given), Failure> {
+        let key = plan.req.key;
+        parts.ranks.reserve(key).map_err(Failure::Reserve)?;
+        let mut taken = Rollback {
+            parts,
+            key,
+            msg: false,
+            pmix: false,
+            switch: None,
+            pmi: None,
+            armed: true,
+        };
+        taken.msg = true;
+        let mut gang_env = parts.msg.prepare(&plan.msg).map_err(|e| {
+            Failure::Start(io::Error::other(format!(
+                "cannot set up the messaging library's directory under {}: {e}",
+                parts.msg.base().display()
+            )))
+        })?;
+        gang_env.extend(preload);
+        // PMI-1 for MPICH, unless the job said none: the agent keeps one end, the rank
+        // inherits the other as PMI_FD.
+        let pmi_fd = match &plan.pmi {
+            Some(job) => {
+                let (agent_end, rank_end) = crate::pmi::socketpair().map_err(|e| {
+                    Failure::Start(io::Error::other(format!(
+                        "cannot make the PMI socketpair: {e}"
+                    )))
+                })?;
+                gang_env.extend(job.env(rank_end.as_raw_fd()));
+                taken.pmi = serve_pmi(job, agent_end).map(|stream| (stream, job.clone()));
+                Some(rank_end)
+            }
+            None => None,
+        };
+        // PMIx for Open MPI, registered before the fork. PMI-1's socket stays too, so an
+        // MPICH program runs under `--mpi pmix`.
+        if let Some((launch, open_mpi)) = &plan.pmix {
+            taken.pmix = true;
+            let vars = parts
+                .msg
+                .pmix_prepare(launch)
+                .map_err(|e| Failure::Start(io::Error::other(format!("--mpi pmix: {e}"))))?;
+            gang_env.extend(vars);
+            gang_env.extend(open_mpi.iter().cloned());
+        }
+        let mut prepared = parts.switch.prepare(key, plan.req.mode);
+        prepared.msg = parts.msg.pages(key);
+        let cgroup_procs = prepared.cgroup.as_ref().and_then(|c| c.procs_fd());
+        taken.switch = Some(prepared);
+        let given = Given {
+            gang_env,
+            pmi_fd,
+            cgroup_procs,
+        };
+        Ok((taken, given))
+    }
+
+    /// The rank runs: its MPI servers may end it on an abort (and serve its PMI socket),
+    /// the switcher manages it if a table in force names its job, the registry
+    /// counts it running (and applies a Signal that came while it started), and its
+    /// supervisor owns it until its exit is reported. Returns its pid.
+    pub fn commit(mut self, plan: &LaunchPlan, spawned: Spawned) -> u32 {
+        self.armed = false;
+        let parts = self.parts;
+        let Spawned {
+            child,
+            pid,
+            pgid,
+            stdin,
+            pipes,
+        } = spawned;
+        parts.msg.started(self.key, pgid, self.pmi.take());
+        if let Some(prepared) = self.switch.take() {
+            parts.switch.add(prepared, pgid.as_raw());
+        }
+        parts.ranks.started(self.key, pgid, stdin);
+        info!(
+            job_id = self.key.job_id,
+            rank = self.key.rank,
+            pid,
+            argv = ?plan.req.argv,
+            cwd = %plan.req.cwd,
+            "rank started"
+        );
+        let supervisor = Supervisor {
+            node: parts.facts.node,
+            ranks: Arc::clone(&parts.ranks),
+            outbox: Arc::clone(&parts.outbox),
+            switch: Arc::clone(&parts.switch),
+            msg: Arc::clone(&parts.msg),
+        };
+        tokio::spawn(supervisor.supervise(self.key, child, pgid, pipes));
+        pid
+    }
+}
+
+impl Drop for Rollback<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let parts = self.parts;
+        if let Some(prepared) = self.switch.take() {
+            parts.switch.abandon(prepared);
+        }
+        if self.pmix {
+            parts.msg.pmix_remove(self.key);
+        }
+        if self.msg {
+            parts.msg.remove(self.key);
+        }
+        parts.ranks.unreserve(self.key);
+    }
+}
+
+/// The agent's end of the rank's PMI socketpair, ready to serve; None (the rank runs
+/// without a PMI server) if it cannot be.
+fn serve_pmi(job: &PmiJob, agent_end: OwnedFd) -> Option<UnixStream> {
+    crate::pmi::agent_stream(agent_end)
+        .inspect_err(|e| {
+            warn!(
+                job_id = job.key.job_id,
+                rank = job.key.rank,
+                "cannot serve the rank's PMI socket: {e}"
+            )
+        })
+        .ok()
+}

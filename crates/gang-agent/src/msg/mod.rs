@@ -1,0 +1,171 @@
+//! The agent's side of the messaging library (`gang-msg`) and of the MPI servers, split
+//! by job:
+//! - `pages`: each rank's private directory with its table page (the agent writes: the
+//!   clock offset and the rank's next switch-out) and state page (the rank writes:
+//!   blocked since, counters, quiesce timings), and the activity read from state pages
+//!   for the master's deadlock check;
+//! - `control`: each rank's control socket (Hello, Put, Fence, Abort);
+//! - `space`: the jobs' key-value spaces, gathered across nodes by fences through the
+//!   master;
+//! - `mpi`: each rank's PMI server and the node's PMIx server, which fence through the
+//!   same spaces.
+//!
+//! `MsgHub` owns one of each and only passes a rank's key between them. A rank that does
+//! not link the library never touches any of it.
+
+mod control;
+mod mpi;
+mod pages;
+mod space;
+
+use std::sync::Arc;
+
+use gang_msg::abi::env as msg_env;
+use gang_proto::v1::RankActivity;
+use nix::unistd::Pid;
+use tokio::net::UnixStream;
+
+pub use pages::{default_base, memory_dir};
+pub use space::RegistryClient;
+
+use crate::clock::Clock;
+use crate::error::Coord;
+use crate::pmi::{Abort, PmiJob};
+use crate::pmix::PmixLaunch;
+use crate::ranks::RankKey;
+use crate::switch::MsgPages;
+use control::Controls;
+use mpi::MpiServers;
+use pages::Pages;
+use space::Spaces;
+
+/// What a new rank needs to know to set up the library.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgLaunch {
+    pub key: RankKey,
+    /// The rank's user and group (None: the agent's).
+    pub uid: Option<(u32, u32)>,
+    /// "x0,y0,w,h".
+    pub part: String,
+    pub context: &'static str,
+}
+
+/// Everything the agent keeps for ranks that may use the library or MPI.
+pub struct MsgHub {
+    host_id: String,
+    pages: Pages,
+    controls: Controls,
+    spaces: Arc<Spaces>,
+    mpi: MpiServers,
+}
+
+impl std::fmt::Debug for MsgHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MsgHub")
+            .field("base", &self.pages.base())
+            .finish()
+    }
+}
+
+/// This host's id: equal ids mean ranks can use Unix sockets between them.
+fn host_id() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl MsgHub {
+    pub fn new(base: std::path::PathBuf, node: Coord, clock: Arc<Clock>) -> Arc<MsgHub> {
+        let pages = Pages::new(base, node, clock);
+        let pmix_dir = pages.node_dir().join("pmix");
+        Arc::new(MsgHub {
+            host_id: host_id(),
+            pages,
+            controls: Controls::default(),
+            spaces: Arc::new(Spaces::new(node)),
+            mpi: MpiServers::new(node, pmix_dir),
+        })
+    }
+
+    pub fn base(&self) -> &std::path::Path {
+        self.pages.base()
+    }
+
+    /// The master's registry, once connected: fences go there.
+    pub fn set_master(&self, client: RegistryClient) {
+        self.spaces.set_master(client);
+    }
+
+    /// Make the rank's directory, pages and control socket; the environment to add.
+    /// Must run inside the runtime (the control socket is served by a task). What a
+    /// failure leaves behind, `remove` takes away.
+    pub fn prepare(&self, l: &MsgLaunch) -> std::io::Result<Vec<(String, String)>> {
+        let dir = self.pages.create(l.key, l.uid)?;
+        self.controls
+            .start(Arc::clone(&self.spaces), &dir, l.key, l.uid)?;
+        Ok(vec![
+            (msg_env::PART.to_string(), l.part.clone()),
+            (msg_env::MSG_DIR.to_string(), dir.display().to_string()),
+            (msg_env::HOST_ID.to_string(), self.host_id.clone()),
+            (msg_env::MSG_CONTEXT.to_string(), l.context.to_string()),
+        ])
+    }
+
+    /// Register a PMIx rank with the node's PMIx server (started now if it is not yet);
+    /// the variables for its environment. Must run inside the runtime.
+    pub fn pmix_prepare(&self, l: &PmixLaunch) -> Result<Vec<(String, String)>, String> {
+        self.mpi.pmix_prepare(&self.spaces, l)
+    }
+
+    /// Undo `pmix_prepare`: the PMIx server forgets the rank.
+    pub fn pmix_remove(&self, key: RankKey) {
+        self.mpi.pmix_remove(key);
+    }
+
+    /// The rank runs as the group `pgid`: the MPI servers may end it on its abort. `pmi`:
+    /// its PMI socket (the agent's end) to serve.
+    pub fn started(&self, key: RankKey, pgid: Pid, pmi: Option<(UnixStream, PmiJob)>) {
+        self.mpi.pmix_started(key, pgid);
+        if let Some((stream, job)) = pmi {
+            self.mpi.start_pmi(&self.spaces, stream, job, pgid);
+        }
+    }
+
+    /// The rank exited: its PMI server's end, and the abort message the rank sent, if it
+    /// did.
+    pub async fn pmi_finished(&self, key: RankKey) -> Option<Abort> {
+        self.mpi.finished(key).await
+    }
+
+    /// The rank is gone: its servers, files and held space too.
+    pub fn remove(&self, key: RankKey) {
+        self.mpi.stop_pmi(key);
+        self.mpi.pmix_remove(key);
+        self.spaces.forget(key);
+        self.controls.stop(key);
+        self.pages.remove(key);
+    }
+
+    /// A rank's pages, for the switch thread.
+    pub fn pages(&self, key: RankKey) -> Option<MsgPages> {
+        self.pages.get(key)
+    }
+
+    /// What every rank that started the library is doing, for the heartbeat.
+    pub fn activity(&self) -> Vec<RankActivity> {
+        self.pages.activity()
+    }
+}
+
+impl Drop for MsgHub {
+    fn drop(&mut self) {
+        // The node's directory, once its ranks' are gone, and the PMIx server's files in
+        // it.
+        self.mpi.remove_files();
+        self.pages.remove_node_dir();
+    }
+}

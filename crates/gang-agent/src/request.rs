@@ -1,0 +1,62 @@
+//! A Launch request in the agent's terms. `service.rs` converts the wire message once, at
+//! the edge; everything behind it (the pure launch plan, the start, the supervisor) works
+//! from this, so no `gang_proto` type travels through the agent with the request.
+
+use std::collections::HashMap;
+
+use gang_core::{GangMode, MsgContext, Submesh};
+
+use crate::ranks::RankKey;
+
+/// Which process-management interface the job's ranks are served (the master resolved it;
+/// the agent's own copy of the master's `Mpi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mpi {
+    /// The simple wire protocol (PMI-1, and PMI-2 for a client that asks): MPICH.
+    #[default]
+    Pmi1,
+    /// The same server, named PMI-2.
+    Pmi2,
+    /// The node's PMIx server (Open MPI), besides the simple protocol.
+    Pmix,
+    /// Nothing: an MPI program starts as singletons.
+    None,
+}
+
+/// Who submitted the job, as the master identified them (never as the request claims).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Submitter {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, exactly these (empty: none).
+    pub groups: Vec<u32>,
+    /// The name on the master (may be empty); the uid's name here wins.
+    pub user: String,
+}
+
+/// One rank to start on this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RankRequest {
+    pub key: RankKey,
+    /// Ranks in the job.
+    pub size: u32,
+    pub argv: Vec<String>,
+    /// As the master sent it: checked to be absolute by the plan.
+    pub cwd: String,
+    /// The job's environment (typically the submitting shell's); empty: none given.
+    pub env: HashMap<String, String>,
+    pub submitter: Submitter,
+    /// Whether stdin will be forwarded to this rank (else /dev/null).
+    pub stdin: bool,
+    /// The job's mode, for the rank's whole life.
+    pub mode: GangMode,
+    /// The job's rectangle (ranks row-major in it), if the master sent it.
+    pub part: Option<Submesh>,
+    pub msg_context: MsgContext,
+    pub mpi: Mpi,
+    /// `prun --mpi-check`: preload the checking library.
+    pub mpi_check: bool,
+    /// `prun --output/--error` patterns, unexpanded; empty: piped to the master.
+    pub output: String,
+    pub error: String,
+}
