@@ -16,6 +16,7 @@ libpmi2-0-dev
 openmpi-bin
 libopenmpi-dev
 libpmix-dev
+pkg-config
 hpcc
 python3
 python3-venv
@@ -35,6 +36,8 @@ python3-venv
 #   and run under prun --mpi pmix (crates/gang-e2e/tests/mpi/openmpi.rs).
 # libpmix-dev: the OpenPMIx server library the agent links for --mpi pmix
 #   (crates/gang-pmix; found with pkg-config at build time, the agent builds without it).
+# pkg-config: how crates/gang-pmix/build.rs finds libpmix-dev (the agent's build reruns
+#   when packages are installed: it watches /var/lib/dpkg/status).
 # hpcc: HPC Challenge (linked with Open MPI) run under prun --mpi pmix
 #   (crates/gang-e2e/tests/mpi/openmpi.rs, benches/benches/hpcc.rs).
 # python3, python3-venv: a venv with grpcio from PyPI (scripts/setup-python-api-test.sh) for

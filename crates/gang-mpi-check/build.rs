@@ -8,12 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCES: [&str; 5] = ["page.c", "p2p.c", "wait.c", "coll.c", "requests.c"];
+const DPKG_STATUS: &str = "/var/lib/dpkg/status";
 
 fn main() {
     let csrc = Path::new(env!("CARGO_MANIFEST_DIR")).join("csrc");
     println!("cargo:rerun-if-changed=csrc");
     println!("cargo:rerun-if-env-changed=GANG_MPICC_MPICH");
     println!("cargo:rerun-if-env-changed=GANG_MPICC_OPENMPI");
+    println!("cargo:rerun-if-env-changed=PATH");
+    // Installing MPICH or Open MPI must rerun this, or the agent keeps refusing
+    // --mpi-check after the packages came: Debian's package database changes with every
+    // install (only watched where it exists: a missing path reruns every build).
+    if Path::new(DPKG_STATUS).exists() {
+        println!("cargo:rerun-if-changed={DPKG_STATUS}");
+    }
     println!("cargo:rustc-check-cfg=cfg(gang_mpi_check_mpich)");
     println!("cargo:rustc-check-cfg=cfg(gang_mpi_check_openmpi)");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());

@@ -2,10 +2,29 @@
 //! compile the C shim against it; otherwise build the crate's stand-in, whose every call
 //! says PMIx is not built in. `GANG_NO_PMIX=1` forces the stand-in (to check that build).
 
+/// What to watch so that installing (or removing) the library reruns this script: Debian's
+/// package database changes with every install, and pkg-config's directories gain a `.pc`
+/// file with the library wherever it came from. Without these, Cargo reruns a build script
+/// only when the crate changes: a `cargo build` after `apt-get install libpmix-dev` kept
+/// the agent without PMIx, and "install libpmix-dev and rebuild" did not work.
+const WATCH: [&str; 6] = [
+    "/var/lib/dpkg/status",
+    "/usr/lib/x86_64-linux-gnu/pkgconfig",
+    "/usr/lib/aarch64-linux-gnu/pkgconfig",
+    "/usr/lib/pkgconfig",
+    "/usr/share/pkgconfig",
+    "/usr/local/lib/pkgconfig",
+];
+
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(gang_pmix)");
     println!("cargo::rerun-if-env-changed=GANG_NO_PMIX");
+    println!("cargo::rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo::rerun-if-changed=src/shim.c");
+    // Only paths that exist: a missing one would make Cargo rerun this on every build.
+    for path in WATCH.iter().filter(|p| std::path::Path::new(p).exists()) {
+        println!("cargo::rerun-if-changed={path}");
+    }
     if std::env::var_os("GANG_NO_PMIX").is_some_and(|v| v != "0") {
         println!("cargo::warning=GANG_NO_PMIX is set: the agent is built without PMIx");
         return;
