@@ -128,6 +128,7 @@ fn table(version: u64, epoch: i64, q: i64, rows: [u64; 2]) -> NodeTable {
         quantum_ns: q,
         effective_ns: epoch,
         rows: rows.to_vec(),
+        parked: vec![],
     }
 }
 

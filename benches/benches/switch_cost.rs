@@ -78,6 +78,7 @@ fn table(version: u64, epoch: i64, q: i64, effective: i64) -> NodeTable {
         quantum_ns: q,
         effective_ns: effective,
         rows: vec![1, 2],
+        parked: vec![],
     }
 }
 

@@ -77,6 +77,7 @@ async fn only_the_master_may_call_an_agent() {
                     quantum_ns: 10_000_000,
                     effective_ns: 0,
                     rows: vec![1],
+                    parked: vec![],
                 })
                 .await
                 .unwrap_err(),

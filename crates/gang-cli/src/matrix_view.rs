@@ -188,14 +188,32 @@ pub fn draw(m: &Matrix) -> String {
     for (place, (slice, grid)) in m.slices.iter().zip(&grids).enumerate() {
         let jobs: BTreeSet<u64> = slice.placements.iter().map(|p| p.job_id).collect();
         let noun = if jobs.len() == 1 { "job" } else { "jobs" };
+        let parked: Vec<String> = jobs
+            .iter()
+            .filter(|j| m.parked.contains(j))
+            .map(|j| j.to_string())
+            .collect();
         let mark = if running == Some(slice.id) {
-            "  ▶ running"
+            "  ▶ running".to_string()
+        } else if has_table(m) && !m.row_slices.contains(&slice.id) && parked.len() == jobs.len() {
+            "  (out of the rotation: its slots go to the other slices)".to_string()
         } else if has_table(m) && !m.row_slices.contains(&slice.id) {
-            "  (not in the table yet)"
+            "  (not in the table yet)".to_string()
         } else {
-            ""
+            String::new()
         };
         out.push_str(&format!("slice {place} ({} {noun}){mark}\n", jobs.len()));
+        if !parked.is_empty() {
+            let (noun, verb) = if parked.len() == 1 {
+                ("job", "is")
+            } else {
+                ("jobs", "are")
+            };
+            out.push_str(&format!(
+                "  {noun} {} {verb} DEADLOCKED: held stopped, no slots, until cancelled\n",
+                parked.join(", ")
+            ));
+        }
         for y in (0..h).rev() {
             let line = format!("{y:>y_w$} | {}", row_text(&grid[y]));
             out.push_str(line.trim_end());
@@ -370,6 +388,25 @@ queue: empty
         let text = draw(&idle);
         assert!(text.contains("rows: slice 1, 0; running: none\n"), "{text}");
         assert!(!text.contains('▶'), "{text}");
+    }
+
+    /// A deadlocked job parked by the master: its slice is out of the rotation (all its
+    /// jobs parked), or it sits beside jobs that keep their row.
+    #[test]
+    fn parked_jobs_are_named_and_their_slice_is_out_of_the_rotation() {
+        let m = Matrix {
+            parked: vec![7, 6],
+            ..timed()
+        };
+        let text = draw(&m);
+        assert!(
+            text.contains("slice 2 (1 job)  (out of the rotation: its slots go to the other slices)\n  job 7 is DEADLOCKED: held stopped, no slots, until cancelled\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("slice 1 (2 jobs)  ▶ running\n  job 6 is DEADLOCKED"),
+            "{text}"
+        );
     }
 
     #[test]

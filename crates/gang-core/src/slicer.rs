@@ -7,7 +7,7 @@
 //! sleep to, and each takes effect at a boundary at least `lead` ahead, so every agent has
 //! it in time.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::grid::SlotGrid;
 use crate::matrix::SliceMatrix;
@@ -92,7 +92,14 @@ impl Slicer {
     /// effect at the first boundary at least `lead` after `now`; a table not yet in force
     /// that late enough is replaced (same instant, newer version), so agents never need
     /// to hold more than one table ahead of the one in force.
-    pub fn update(&mut self, matrix: &SliceMatrix, now_ns: i64) -> Option<(i64, &SliceTable)> {
+    ///
+    /// `parked`: placed jobs given no slots (see [`SliceTable`]).
+    pub fn update(
+        &mut self,
+        matrix: &SliceMatrix,
+        parked: &BTreeSet<JobId>,
+        now_ns: i64,
+    ) -> Option<(i64, &SliceTable)> {
         let (lead, quantum) = (self.lead_ns, self.quantum_ns);
         let grid = *self
             .grid
@@ -101,8 +108,12 @@ impl Slicer {
         // that lost its database, or crashed before committing a version it had sent,
         // still outnumbers every table agents hold (they ignore older versions).
         let version = (self.version + 1).max(u64::try_from(now_ns / 1000).unwrap_or(0));
-        let next = SliceTable::from_matrix(matrix, version, grid);
-        if self.tables.back().is_some_and(|(_, t)| t.rows == next.rows) {
+        let next = SliceTable::from_matrix(matrix, parked, version, grid);
+        if self
+            .tables
+            .back()
+            .is_some_and(|(_, t)| t.rows == next.rows && t.parked == next.parked)
+        {
             return None;
         }
         self.version = version;
@@ -126,7 +137,8 @@ impl Slicer {
 
     /// How long `job` ran in `[from, to)`: in its rows' slots under each table in force,
     /// and all the time while no table in force names it (agents leave such jobs running:
-    /// just started, before their first table) or when it is never switched (`always`).
+    /// just started, before their first table) or when it is never switched (`always`);
+    /// nothing while it is parked.
     pub fn run_ns(&self, job: JobId, always: bool, from: i64, to: i64) -> i64 {
         if to <= from {
             return 0;
@@ -156,6 +168,8 @@ impl Slicer {
 
 fn segment(table: Option<&SliceTable>, job: JobId, a: i64, b: i64) -> i64 {
     match table {
+        // Held switched out by every agent: no time at all.
+        Some(t) if t.parks(job) => 0,
         Some(t) if t.names(job) => t.scheduled_ns(job, a, b),
         _ => b - a,
     }
@@ -192,15 +206,15 @@ mod tests {
         let mut s = sched();
         let mut sl = Slicer::new(Q, 3 * Q, 0, None);
         s.submit(0.0, spec(1)).unwrap();
-        let (e1, t1) = sl.update(s.matrix(), 5).unwrap();
+        let (e1, t1) = sl.update(s.matrix(), &BTreeSet::new(), 5).unwrap();
         assert_eq!((e1, t1.version, t1.grid.epoch_ns), (4 * Q, 1, 4 * Q));
         assert!(
-            sl.update(s.matrix(), 7).is_none(),
+            sl.update(s.matrix(), &BTreeSet::new(), 7).is_none(),
             "same rows, no new table"
         );
         s.submit(0.0, spec(2)).unwrap();
         // Later than the pending table's time: a new boundary on the same grid.
-        let (e2, t2) = sl.update(s.matrix(), 2 * Q + 1).unwrap();
+        let (e2, t2) = sl.update(s.matrix(), &BTreeSet::new(), 2 * Q + 1).unwrap();
         assert_eq!(
             (e2, t2.version, t2.grid.epoch_ns, t2.rows.len()),
             (6 * Q, 20_000, 4 * Q, 2),
@@ -211,7 +225,7 @@ mod tests {
         assert!(sl.in_force(4 * Q - 1).is_none());
         // Early enough to replace the pending table at its instant.
         s.submit(0.0, spec(3)).unwrap();
-        let (e3, t3) = sl.update(s.matrix(), 2 * Q + 2).unwrap();
+        let (e3, t3) = sl.update(s.matrix(), &BTreeSet::new(), 2 * Q + 2).unwrap();
         assert_eq!((e3, t3.version, t3.rows.len()), (6 * Q, 20_001, 3));
         assert_eq!(sl.tables.len(), 2);
         sl.prune(7 * Q);
@@ -223,7 +237,11 @@ mod tests {
     fn versions_are_counted_for_people() {
         let m = crate::matrix::SliceMatrix::new(crate::mesh::Shape::new(2, 2));
         let mut sl = Slicer::new(Q, 0, 0, None);
-        let v1 = sl.update(&m, 1_700_000_000_000_000_000).unwrap().1.version;
+        let v1 = sl
+            .update(&m, &BTreeSet::new(), 1_700_000_000_000_000_000)
+            .unwrap()
+            .1
+            .version;
         assert!(v1 > 1_000_000, "a clock reading: {v1}");
         assert_eq!(sl.seq_of(v1), Some(1));
         assert_eq!(sl.seq_of(v1 + 1), None);
@@ -235,7 +253,7 @@ mod tests {
         s.submit(0.0, spec(1)).unwrap();
         let now = 1_700_000_000_000_000_000; // ns
         let mut sl = Slicer::new(Q, 2 * Q, 0, Some(5 * Q));
-        let (e, t) = sl.update(s.matrix(), now).unwrap();
+        let (e, t) = sl.update(s.matrix(), &BTreeSet::new(), now).unwrap();
         assert_eq!(
             t.version, 1_700_000_000_000_000,
             "microseconds of the clock"
@@ -244,7 +262,7 @@ mod tests {
         assert_eq!((e - 5 * Q) % Q, 0);
         assert!(e >= now + 2 * Q);
         s.submit(0.0, spec(2)).unwrap();
-        let (_, t2) = sl.update(s.matrix(), now).unwrap();
+        let (_, t2) = sl.update(s.matrix(), &BTreeSet::new(), now).unwrap();
         assert_eq!(
             t2.version, 1_700_000_000_000_001,
             "one more, within one microsecond"
@@ -256,9 +274,9 @@ mod tests {
         let mut s = sched();
         let mut sl = Slicer::new(Q, 0, 0, None);
         s.submit(0.0, spec(1)).unwrap();
-        sl.update(s.matrix(), 0).unwrap(); // job 1 alone from 0
+        sl.update(s.matrix(), &BTreeSet::new(), 0).unwrap(); // job 1 alone from 0
         s.submit(0.0, spec(2)).unwrap();
-        let (e, _) = sl.update(s.matrix(), 10 * Q).unwrap(); // two rows from 10q
+        let (e, _) = sl.update(s.matrix(), &BTreeSet::new(), 10 * Q).unwrap(); // two rows from 10q
         assert_eq!(e, 10 * Q);
         // Alone: all the time; then every other slot.
         assert_eq!(sl.run_ns(JobId(1), false, 0, 10 * Q), 10 * Q);

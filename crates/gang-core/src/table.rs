@@ -4,6 +4,13 @@
 //! Slot `k` covers `[epoch + k*q, epoch + (k+1)*q)` and runs row `k mod rows`. Which row
 //! runs at instant `t` is a pure function of the table and `t`; the code that stops and
 //! continues processes lives in the agent.
+//!
+//! A *parked* job keeps its place in the matrix (its nodes stay its own in its slice) but
+//! runs in no row: a deadlocked job left for its owner to look at gives its time back. A
+//! row left with only parked jobs leaves the rotation, so the other rows share its slots;
+//! agents keep parked jobs switched out at every boundary.
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,11 +32,21 @@ pub struct SliceTable {
     pub version: u64,
     pub grid: SlotGrid,
     pub rows: Vec<Row>,
+    /// Placed jobs that run in no row, and where they are.
+    #[serde(default)]
+    pub parked: Vec<(JobId, Submesh)>,
 }
 
 impl SliceTable {
-    /// The table of `matrix` (rows in round-robin order) on `grid`.
-    pub fn from_matrix(matrix: &SliceMatrix, version: u64, grid: SlotGrid) -> Self {
+    /// The table of `matrix` (rows in round-robin order) on `grid`, with the `parked` jobs
+    /// out of every row (and rows holding nothing else out of the rotation).
+    pub fn from_matrix(
+        matrix: &SliceMatrix,
+        parked: &BTreeSet<JobId>,
+        version: u64,
+        grid: SlotGrid,
+    ) -> Self {
+        let placed = |j: JobId| matrix.placement(j).map(|p| (j, p.submesh));
         let rows = matrix
             .slices()
             .iter()
@@ -38,15 +55,32 @@ impl SliceTable {
                 jobs: s
                     .jobs()
                     .iter()
-                    .filter_map(|&(j, _)| matrix.placement(j).map(|p| (j, p.submesh)))
+                    .filter(|(j, _)| !parked.contains(j))
+                    .filter_map(|&(j, _)| placed(j))
                     .collect(),
             })
+            .filter(|r: &Row| !r.jobs.is_empty())
             .collect();
         SliceTable {
             version,
             grid,
             rows,
+            parked: parked.iter().filter_map(|&j| placed(j)).collect(),
         }
+    }
+
+    /// Whether `job` is parked (placed, in no row).
+    pub fn parks(&self, job: JobId) -> bool {
+        self.parked.iter().any(|(j, _)| *j == job)
+    }
+
+    /// The parked jobs with a rank on node `(x, y)`.
+    pub fn parked_on(&self, x: u32, y: u32) -> Vec<JobId> {
+        self.parked
+            .iter()
+            .filter(|(_, s)| x >= s.x && x < s.x + s.w && y >= s.y && y < s.y + s.h)
+            .map(|(j, _)| *j)
+            .collect()
     }
 
     /// The row running at `t_ns`: `None` before the epoch or when there are no rows.
@@ -115,6 +149,7 @@ mod tests {
                     jobs: vec![],
                 })
                 .collect(),
+            parked: vec![],
         }
     }
 
@@ -179,7 +214,12 @@ mod tests {
                 .iter()
                 .any(|d| matches!(d, Decision::AddSlot { .. }))
         );
-        let t = SliceTable::from_matrix(s.matrix(), 7, SlotGrid::new(0, 10_000_000));
+        let t = SliceTable::from_matrix(
+            s.matrix(),
+            &BTreeSet::new(),
+            7,
+            SlotGrid::new(0, 10_000_000),
+        );
         assert_eq!(t.rows.len(), 2);
         // Node (3,0): job 2 at home in row 0, and in row 1 as a multiple task.
         assert_eq!(t.for_node(3, 0), vec![Some(JobId(2)), Some(JobId(2))]);
@@ -187,5 +227,46 @@ mod tests {
         assert_eq!(t.for_node(0, 0), vec![Some(JobId(1)), Some(JobId(3))]);
         // Node (0,3): job 1 in row 0, idle in row 1.
         assert_eq!(t.for_node(0, 3), vec![Some(JobId(1)), None]);
+    }
+
+    /// A parked job leaves every row; a row with nothing else leaves the rotation, so the
+    /// other rows get its slots; the parked job keeps its place and runs no time at all.
+    #[test]
+    fn a_parked_job_gives_its_slots_back() {
+        let mut s = Scheduler::new(
+            Shape::new(2, 1),
+            Config {
+                mpl: 3,
+                ..Config::default()
+            },
+        )
+        .unwrap();
+        let spec = |id| JobSpec {
+            id: JobId(id),
+            shape: Shape::new(2, 1),
+            estimate: None,
+        };
+        for id in 1..=3 {
+            s.submit(0.0, spec(id)).unwrap();
+        }
+        let grid = SlotGrid::new(0, 10);
+        let all = SliceTable::from_matrix(s.matrix(), &BTreeSet::new(), 1, grid);
+        assert_eq!(all.rows.len(), 3);
+        assert_eq!(all.scheduled_ns(JobId(1), 0, 300), 100);
+        let parked = BTreeSet::from([JobId(2)]);
+        let t = SliceTable::from_matrix(s.matrix(), &parked, 2, grid);
+        assert_eq!(t.rows.len(), 2, "job 2's row left the rotation");
+        assert!(!t.names(JobId(2)));
+        assert_eq!(t.scheduled_ns(JobId(2), 0, 300), 0);
+        // Jobs 1 and 3 now share the time: half each.
+        assert_eq!(t.scheduled_ns(JobId(1), 0, 300), 150);
+        assert_eq!(t.scheduled_ns(JobId(3), 0, 300), 150);
+        assert_eq!(t.parked_on(1, 0), vec![JobId(2)]);
+        assert_eq!(t.for_node(1, 0), vec![Some(JobId(1)), Some(JobId(3))]);
+        // All parked: no rows at all, and every job still listed where it is.
+        let every = BTreeSet::from([JobId(1), JobId(2), JobId(3)]);
+        let none = SliceTable::from_matrix(s.matrix(), &every, 3, grid);
+        assert!(none.rows.is_empty());
+        assert_eq!(none.parked_on(0, 0).len(), 3);
     }
 }

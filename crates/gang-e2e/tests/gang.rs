@@ -320,3 +320,104 @@ fn multiple_tasks_run_in_every_slot_and_limits_count_run_time() {
     assert!(j["reason"].as_str().unwrap().contains("time limit"), "{j}");
     c.shutdown().unwrap();
 }
+
+/// The ranks of job `id` (found by their environment), once `n` of them run.
+fn ranks_of(id: u64, n: usize) -> Vec<i32> {
+    let mark = format!("GANG_JOB_ID={id}");
+    wait_for(T, &format!("{n} ranks of job {id}"), || {
+        let pids: Vec<i32> = gang_local::proc_table::all_procs()
+            .into_iter()
+            .filter(|p| p.alive() && p.env().contains(&mark))
+            .map(|p| p.pid)
+            .collect();
+        (pids.len() == n).then_some(pids)
+    })
+}
+
+/// CPU time `pids` use per second of wall time over `span`.
+fn cpu_rate(pids: &[i32], span: Duration) -> f64 {
+    let (c0, t0) = (cpu(pids), Instant::now());
+    std::thread::sleep(span);
+    (cpu(pids) - c0) as f64 / t0.elapsed().as_nanos() as f64
+}
+
+/// A deadlocked job under `--on-deadlock report` gives its time back. Beside a CPU-bound
+/// job in the other slice, it first takes every other slot (the busy job is stopped in
+/// them); once found deadlocked it is held stopped and its slice leaves the rotation: the
+/// busy job is never stopped again, its run time grows with the clock, and it gets as
+/// much CPU as when it was alone. Cancelled, the parked job ends.
+#[test]
+fn a_deadlocked_job_gives_its_slots_to_the_cpu_bound_job_beside_it() {
+    let _one = serial();
+    let q = QUANTUM_MS.to_string();
+    let c = cluster(2, 1, &["--mpl", "2", "--quantum-ms", &q]);
+    let a = start_busy(&c, "2x1", 2);
+    if !realtime_sampler() {
+        eprintln!("sampling without real-time priority: samples may come late");
+    }
+    let alone = cpu_rate(&a.pids, Duration::from_secs(2));
+    let deadlock = example("deadlock");
+    let dl = submit(&c, "2x1", &[deadlock.to_str().unwrap()]);
+    let dl_pids = ranks_of(dl, 2);
+    // In the rotation at first: the busy job is stopped in the deadlocked job's slots.
+    wait_for(T, "the busy job stopped in the other slice's slots", || {
+        (running(&a.pids) == 0).then_some(())
+    });
+    let m = wait_for(T, "the deadlocked job parked by the table in force", || {
+        let m = gangctl_json(&c, &["slices"]).ok()?;
+        (m["parked"] == serde_json::json!([dl])).then_some(m)
+    });
+    assert_eq!(m["row_slices"].as_array().map(|r| r.len()), Some(1), "{m}");
+    let j = job(&c, dl);
+    assert!(j.get("deadlock").is_some(), "{j}");
+    assert_eq!(j["state"], "running", "{j}");
+    let text = String::from_utf8_lossy(&gangctl(&c, &["slices"]).stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "job {dl} is DEADLOCKED: held stopped, no slots, until cancelled"
+        )),
+        "{text}"
+    );
+
+    // The whole machine for the busy job: sampled every 5 ms for 2 s.
+    let (run0, t0, c0) = (
+        job(&c, a.id)["run_ns"].as_i64().unwrap(),
+        Instant::now(),
+        cpu(&a.pids),
+    );
+    let (mut samples, mut busy_stopped, mut dl_running) = (0, 0, 0);
+    while t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(5));
+        samples += 1;
+        busy_stopped += a.pids.len() - running(&a.pids);
+        dl_running += running(&dl_pids);
+    }
+    let wall = t0.elapsed().as_nanos() as f64;
+    let parked = (cpu(&a.pids) - c0) as f64 / wall;
+    let run = (job(&c, a.id)["run_ns"].as_i64().unwrap() - run0) as f64;
+    eprintln!(
+        "busy job: {alone:.2} CPUs alone, {parked:.2} beside the parked job; run time {:.2} of the wall clock; {samples} samples",
+        run / wall
+    );
+    assert_eq!(
+        busy_stopped, 0,
+        "the busy job was stopped with the other slice parked"
+    );
+    assert_eq!(dl_running, 0, "the parked job ran");
+    assert!(
+        run / wall > 0.9,
+        "the busy job is not scheduled in every slot: {:.2}",
+        run / wall
+    );
+    assert!(
+        parked > 0.8 * alone,
+        "the busy job got {parked:.2} CPUs beside the parked job, {alone:.2} alone"
+    );
+
+    assert!(gangctl(&c, &["cancel", &dl.to_string()]).status.success());
+    wait_state(&c, dl, "cancelled", T);
+    let m = gangctl_json(&c, &["slices"]).unwrap();
+    assert!(m.get("parked").is_none(), "{m}");
+    assert!(gangctl(&c, &["cancel", &a.id.to_string()]).status.success());
+    c.shutdown().unwrap();
+}

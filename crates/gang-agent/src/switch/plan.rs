@@ -107,7 +107,15 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
         .iter()
         .map(|h| {
             let t = &h.table;
-            let mut rows = vec![Row::default(); t.rows.len()];
+            // A parked job is named but run by no row, so it goes out in every one; a table
+            // left with no rows at all (everything here parked) still keeps its parked jobs
+            // out: one row in which nothing runs.
+            let runs: &[u64] = if t.rows.is_empty() && !t.parked.is_empty() {
+                &[0]
+            } else {
+                &t.rows
+            };
+            let mut rows = vec![Row::default(); runs.len()];
             let mut free = Vec::new();
             for (i, target) in targets.iter().enumerate() {
                 let i = i as u32;
@@ -121,7 +129,7 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
                     free.push(i);
                     continue;
                 };
-                for (row, &runs) in rows.iter_mut().zip(&t.rows) {
+                for (row, &runs) in rows.iter_mut().zip(runs) {
                     if runs == job {
                         row.run.push(i);
                     } else {
@@ -230,6 +238,7 @@ mod tests {
             grid: SlotGrid::new(1_000, 100),
             effective_ns,
             rows,
+            parked: vec![],
         }
     }
 
@@ -267,6 +276,49 @@ mod tests {
         assert!(p.rows[2].run.is_empty());
         assert!(p.free.is_empty());
         assert_eq!(plan.managed(), BTreeSet::from([0, 1, 2]));
+    }
+
+    #[test]
+    fn parked_jobs_stay_out_in_every_row_even_with_no_rows_left() {
+        let targets = [
+            target(1, 0, GangMode::Stop, false),
+            target(2, 0, GangMode::Stop, false),
+            target(3, 0, GangMode::Freeze, true),
+        ];
+        let mut t = table(1, 1_000, vec![1]);
+        t.parked = vec![2, 3];
+        let plan = build(&held(vec![t]), &targets, &BTreeSet::new());
+        let p = &plan.phases[0];
+        assert_eq!(p.rows.len(), 1);
+        assert_eq!(p.rows[0].run, vec![0]);
+        assert_eq!(
+            p.rows[0].out,
+            vec![
+                Out {
+                    target: 1,
+                    method: Method::Stop
+                },
+                Out {
+                    target: 2,
+                    method: Method::Freeze
+                }
+            ]
+        );
+        assert!(p.free.is_empty());
+        // Everything here parked: the table has no rows, and still nothing runs.
+        let mut t = table(2, 1_000, vec![]);
+        t.parked = vec![1, 2, 3];
+        let plan = build(&held(vec![t]), &targets, &BTreeSet::new());
+        let p = &plan.phases[0];
+        assert_eq!(p.rows.len(), 1);
+        assert!(p.rows[0].run.is_empty());
+        assert_eq!(p.rows[0].out.len(), 3);
+        assert!(matches!(plan.want_at(1_050), Want::Slot { .. }));
+        // A job that is cancelled (dying) is let go even if parked.
+        let mut t = table(3, 1_000, vec![1]);
+        t.parked = vec![2];
+        let plan = build(&held(vec![t]), &targets, &BTreeSet::from([2]));
+        assert_eq!(plan.phases[0].free, vec![1, 2]);
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct Table {
     pub effective_ns: i64,
     /// The job run in each row here; 0 = none.
     pub rows: Vec<u64>,
+    /// Jobs here that run in no row: kept switched out (deadlocked, parked by the master).
+    pub parked: Vec<u64>,
 }
 
 impl Table {
@@ -46,12 +48,13 @@ impl Table {
             grid: SlotGrid::new(t.epoch_ns, t.quantum_ns),
             effective_ns: t.effective_ns,
             rows: t.rows,
+            parked: t.parked,
         })
     }
 
-    /// Whether a row of this table names the job.
+    /// Whether this table manages the job: a row runs it, or it is parked.
     pub fn names(&self, job_id: u64) -> bool {
-        job_id != 0 && self.rows.contains(&job_id)
+        job_id != 0 && (self.rows.contains(&job_id) || self.parked.contains(&job_id))
     }
 }
 
@@ -145,6 +148,7 @@ mod tests {
             grid: SlotGrid::new(1_000, 100),
             effective_ns,
             rows,
+            parked: vec![],
         }
     }
 
@@ -224,6 +228,7 @@ mod tests {
             quantum_ns: MIN_QUANTUM_NS,
             effective_ns: 0,
             rows: vec![5, 0],
+            parked: vec![],
         };
         let t = Table::from_proto(ok.clone()).unwrap();
         assert_eq!(t.grid, SlotGrid::new(0, MIN_QUANTUM_NS));

@@ -177,6 +177,7 @@ fn node_table(
         quantum_ns,
         effective_ns,
         rows: rows.to_vec(),
+        parked: vec![],
     }
 }
 

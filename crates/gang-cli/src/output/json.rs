@@ -244,6 +244,9 @@ pub struct MatrixJson {
     pub now_ns: i64,
     pub running_row: Option<u32>,
     pub running_slice: Option<u32>,
+    /// Jobs given no slots (deadlocked, held stopped until cancelled); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parked: Vec<u64>,
 }
 
 impl From<&Matrix> for MatrixJson {
@@ -286,6 +289,7 @@ impl From<&Matrix> for MatrixJson {
             now_ns: m.now_ns,
             running_row: m.running_row,
             running_slice: matrix_view::running_slice(m),
+            parked: m.parked.clone(),
         }
     }
 }

@@ -111,6 +111,7 @@ fn node_table(t: &NodeTable) -> v1::NodeTable {
         quantum_ns: t.grid.quantum_ns,
         effective_ns: t.effective_ns,
         rows: t.rows.iter().map(|j| j.map_or(0, |j| j.0)).collect(),
+        parked: t.parked.iter().map(|j| j.0).collect(),
     }
 }
 

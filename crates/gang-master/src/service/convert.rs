@@ -448,5 +448,6 @@ pub fn matrix(m: &MatrixView) -> v1::Matrix {
         row_slices: t.map_or(vec![], |t| t.row_slices.clone()),
         now_ns: m.now_ns,
         running_row: m.running_row,
+        parked: t.map_or(vec![], |t| t.parked.iter().map(|j| j.0).collect()),
     }
 }

@@ -122,6 +122,8 @@ pub struct NodeTable {
     pub grid: SlotGrid,
     pub effective_ns: i64,
     pub rows: Vec<Option<JobId>>,
+    /// Jobs here given no slots: kept switched out.
+    pub parked: Vec<JobId>,
 }
 
 /// Counters and histograms fed by events (gauges are read from the state after a batch).

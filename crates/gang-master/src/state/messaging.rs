@@ -4,6 +4,8 @@
 //! A report or a fence is taken only from the agent of the node the rank runs on, and only
 //! while its job is placed.
 
+use std::collections::BTreeSet;
+
 use gang_core::JobId;
 use gang_core::deadlock::{Activity, Verdict};
 use tracing::warn;
@@ -90,10 +92,25 @@ impl MasterState {
                 self.save(fx, now, id);
                 self.maybe_finish(fx, now, id);
             } else {
+                // Parked from the end of this batch on (`parked_jobs`, the next table).
                 let view = self.job_view(self.jobs.get(id).expect("present"), now);
                 fx.emit(Effect::JobChanged(view));
             }
         }
+    }
+
+    /// Jobs found deadlocked and left for their owners (`--on-deadlock report`): they keep
+    /// their place but get no slots, held stopped until cancelled, so that a job that can
+    /// never progress stops taking time from the slices that can (SCore-D's point in
+    /// detecting a global state: give the processors back).
+    pub(super) fn parked_jobs(&self) -> BTreeSet<JobId> {
+        self.jobs
+            .live()
+            .filter(|j| j.record.state == State::Running)
+            .filter(|j| j.cancelled.is_none() && j.failure.is_none())
+            .filter(|j| j.shim.as_ref().is_some_and(|s| s.deadlock.is_some()))
+            .map(|j| j.id())
+            .collect()
     }
 
     /// A rank arrives at a fence: its answer now, or later through `Effect::FenceDone`.

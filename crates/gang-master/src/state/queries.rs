@@ -207,6 +207,7 @@ impl MasterState {
             grid: t.grid,
             effective_ns,
             row_slices: t.rows.iter().map(|r| r.slice).collect(),
+            parked: t.parked.iter().map(|(j, _)| *j).collect(),
         })
     }
 

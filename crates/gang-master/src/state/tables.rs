@@ -84,7 +84,11 @@ impl MasterState {
     /// Publish a new table if the matrix's rows changed since the newest one.
     pub(super) fn publish_table(&mut self, fx: &mut Effects, now: Now) {
         // A new table takes effect after `now`, so run times accounted so far stay right.
-        let Some((effective, table)) = self.slicer.update(self.sched.matrix(), now.wall_ns) else {
+        let parked = self.parked_jobs();
+        let Some((effective, table)) =
+            self.slicer
+                .update(self.sched.matrix(), &parked, now.wall_ns)
+        else {
             return;
         };
         let (version, grid, rows) = (table.version, table.grid, table.rows.len());
@@ -112,6 +116,7 @@ impl MasterState {
             grid: t.grid,
             effective_ns: effective,
             rows: t.for_node(x, y),
+            parked: t.parked_on(x, y),
         })
     }
 

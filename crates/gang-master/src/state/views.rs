@@ -87,6 +87,8 @@ pub struct TableInForce {
     pub effective_ns: i64,
     /// Row r runs slice `row_slices[r]`.
     pub row_slices: Vec<u32>,
+    /// Placed jobs given no slots (deadlocked).
+    pub parked: Vec<JobId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -75,6 +75,47 @@ fn every_rank_blocked_with_nothing_in_flight_is_flagged_at_the_second_check() {
     assert!(w.fx.take_signals(JobId(1)).is_empty());
 }
 
+/// Under `report` a deadlocked job is parked: the next table runs it in no row and lists
+/// it as parked on its nodes (the agents keep it stopped), its run time stops, and the
+/// table drops it once it is cancelled.
+#[test]
+fn a_reported_deadlock_parks_the_job_until_it_is_cancelled() {
+    let mut w = running(None);
+    w.tick_after_ms(100);
+    let before = w.fx.take_tables();
+    assert!(
+        before.iter().all(|(_, t)| t.parked.is_empty()),
+        "{before:?}"
+    );
+    report(&mut w, act(0, 10, 3, 3), act(1, 11, 3, 3));
+    w.tick_after_ms(500);
+    w.tick_after_ms(500);
+    assert!(w.view(1).deadlock.is_some());
+    let tables = w.fx.take_tables();
+    for node in [(0, 0), (1, 0)] {
+        let (_, t) = tables
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == node)
+            .expect("a new table for each of its nodes");
+        assert_eq!(t.parked, vec![JobId(1)], "{node:?}");
+        assert!(t.rows.iter().all(|r| *r != Some(JobId(1))), "{t:?}");
+    }
+    // No slots: its run time stands still once the parking table is in force.
+    w.tick_after_ms(1000);
+    let run = w.view(1).run_ns;
+    w.tick_after_ms(3000);
+    assert_eq!(w.view(1).run_ns, run, "a parked job runs no time");
+    assert_eq!(w.view(1).state, State::Running);
+    // Cancelled: no longer parked (it is let go, continued and signalled).
+    w.step(|st, fx, now| {
+        reactor::on_cancel(st, fx, now, JobId(1), &crate::state::testkit::caller(0))
+    })
+    .unwrap();
+    let after = w.fx.take_tables();
+    assert!(after.iter().all(|(_, t)| t.parked.is_empty()), "{after:?}");
+}
+
 #[test]
 fn a_job_that_moves_computes_or_has_a_message_in_flight_is_never_flagged() {
     let mut w = running(Some(DeadlockPolicy::Kill));
