@@ -372,19 +372,7 @@ impl LocalCluster {
         cmd.arg("--ready-file")
             .arg(&ready)
             .args(&self.opts.master_args);
-        // On one host the master competes with every rank for the CPU, and the agents'
-        // heartbeats (sent at real-time priority) keep coming however busy it is: at the
-        // ranks' priority a 4x4 cluster of CPU-bound jobs left it answering heartbeats
-        // more than the node timeout late, and every agent fenced its ranks. A master on
-        // a host of its own does not need this; where the caller may not raise it
-        // (unprivileged), it runs at the ranks' priority.
-        // SAFETY: one system call in the child before exec, on no shared data.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setpriority(libc::PRIO_PROCESS, 0, MASTER_NICE);
-                Ok(())
-            });
-        }
+        procs::ahead_of_ranks(&mut cmd, MASTER_NICE);
         let child = self
             .spawner
             .spawn(cmd)
