@@ -45,13 +45,6 @@ pub enum Unseen {
     Unreadable(String),
 }
 
-impl ProgramMpi {
-    /// Whether it may need a PMIx server: Open MPI, or a program that may run one.
-    pub fn may_need_pmix(&self) -> bool {
-        matches!(self, ProgramMpi::OpenMpi(_) | ProgramMpi::Unseen(_))
-    }
-}
-
 impl std::fmt::Display for ProgramMpi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

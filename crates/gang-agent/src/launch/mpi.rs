@@ -8,7 +8,8 @@
 //! (`hostname`, `date`) is registered with nothing, so its launch stays as fast as
 //! before. An Open MPI program that cannot be served is refused rather than started as
 //! singletons: Open MPI without a PMIx server runs each rank as a job of one, and exits
-//! 0, saying nothing.
+//! 0, saying nothing. For a script PMIx is a guess, so a registration that fails there
+//! is logged and the rank runs without it: a guess never fails a job that ran before.
 
 use gang_mpi_check::Impl;
 
@@ -24,10 +25,21 @@ use crate::request::Mpi;
 pub struct MpiPlan {
     /// The simple protocol's socket, unless the job said `--mpi none`.
     pub pmi: Option<PmiJob>,
-    /// The PMIx registration and the Open MPI settings that go with it.
-    pub pmix: Option<(PmixLaunch, Vec<(String, String)>)>,
+    /// The PMIx registration, if the rank gets one.
+    pub pmix: Option<PmixPlan>,
     /// The `--mpi-check` library's build, if the job asked for the check.
     pub check: Option<Impl>,
+}
+
+/// A rank's PMIx registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmixPlan {
+    pub launch: PmixLaunch,
+    /// The Open MPI settings that go with it (`pmix::open_mpi_defaults`).
+    pub open_mpi: Vec<(String, String)>,
+    /// Whether the launch fails if it cannot be made: for `--mpi pmix` and an Open MPI
+    /// program, not for a script under `auto`.
+    pub required: bool,
 }
 
 /// Why an Open MPI program cannot be started as the job asked, on this node.
@@ -76,23 +88,26 @@ pub fn serve(
         choice: req.mpi,
         pmix_built: facts.pmix_built,
     };
+    // Some(required) where the rank gets PMIx.
     let pmix = match (req.mpi, program) {
         // The user's explicit choice: nothing is checked.
-        (Mpi::None, _) => false,
+        (Mpi::None, _) => None,
         // Refused by `plan` on an agent built without PMIx.
-        (Mpi::Pmix, _) => true,
+        (Mpi::Pmix, _) => Some(true),
         (Mpi::Pmi1 | Mpi::Pmi2, ProgramMpi::OpenMpi(lib)) => return Err(refuse(lib)),
-        (Mpi::Pmi1 | Mpi::Pmi2, _) => false,
+        (Mpi::Pmi1 | Mpi::Pmi2, _) => None,
         (Mpi::Auto, ProgramMpi::OpenMpi(lib)) if !facts.pmix_built => return Err(refuse(lib)),
+        (Mpi::Auto, ProgramMpi::OpenMpi(_)) => Some(true),
         // A script or launcher on an agent without PMIx: it may run MPICH, which the
         // simple protocol serves; what it runs of Open MPI cannot be seen from here.
-        (Mpi::Auto, program) => facts.pmix_built && program.may_need_pmix(),
+        (Mpi::Auto, ProgramMpi::Unseen(_)) => facts.pmix_built.then_some(false),
+        (Mpi::Auto, ProgramMpi::Mpich(_) | ProgramMpi::NoMpi) => None,
     };
     let pmi = (req.mpi != Mpi::None).then_some(PmiJob {
         key: req.key,
         size: req.size,
     });
-    let pmix = pmix.then(|| {
+    let pmix = pmix.map(|required| {
         let (uid, gid) = match plan.run_as {
             RunAs::User { uid, gid, .. } => (uid, gid),
             RunAs::Agent => (facts.agent_uid, facts.agent_gid),
@@ -104,7 +119,11 @@ pub fn serve(
             uid,
             gid,
         };
-        (launch, open_mpi_defaults(&req.env))
+        PmixPlan {
+            launch,
+            open_mpi: open_mpi_defaults(&req.env),
+            required,
+        }
     });
     Ok(MpiPlan {
         pmi,
@@ -172,6 +191,12 @@ mod tests {
         (p.pmi.is_some(), p.pmix.is_some())
     }
 
+    /// Whether the rank's PMIx registration must succeed for it to start.
+    fn required(mpi: Mpi, program: &ProgramMpi) -> bool {
+        let p = serve(&planned(mpi), program, &facts(true)).unwrap();
+        p.pmix.unwrap().required
+    }
+
     fn refusal(mpi: Mpi, program: &ProgramMpi, pmix_built: bool) -> String {
         serve(&planned(mpi), program, &facts(pmix_built))
             .unwrap_err()
@@ -193,6 +218,11 @@ mod tests {
                 "{program}"
             );
         }
+        // A guess does not fail the launch; Open MPI and the user's word do.
+        assert!(!required(Mpi::Auto, &script()));
+        assert!(!required(Mpi::Auto, &launcher));
+        assert!(required(Mpi::Auto, &open_mpi()));
+        assert!(required(Mpi::Pmix, &script()));
     }
 
     #[test]
@@ -252,12 +282,14 @@ mod tests {
     #[test]
     fn the_registration_is_the_ranks_job_and_user() {
         let p = serve(&planned(Mpi::Auto), &open_mpi(), &facts(true)).unwrap();
-        let (launch, defaults) = p.pmix.unwrap();
+        let PmixPlan {
+            launch, open_mpi, ..
+        } = p.pmix.unwrap();
         // An unprivileged agent's ranks are its own.
         assert_eq!((launch.uid, launch.gid), (1000, 100));
         assert_eq!(launch.key, RankKey { job_id: 7, rank: 3 });
         assert_eq!((launch.size, launch.part), (4, Some((0, 2, 2, 2))));
-        assert_eq!(defaults, [("JSM_JSRUN_PORT".into(), "0".into())]);
+        assert_eq!(open_mpi, [("JSM_JSRUN_PORT".into(), "0".into())]);
         assert_eq!(p.pmi.unwrap().size, 4);
         assert_eq!(p.check, None);
     }

@@ -83,16 +83,26 @@ impl<'a> Rollback<'a> {
         };
         // PMIx for Open MPI, registered before the fork. PMI-1's socket stays too, so an
         // MPICH program runs under `--mpi pmix`.
-        if let Some((launch, open_mpi)) = &mpi.pmix {
+        if let Some(pmix) = &mpi.pmix {
             taken.pmix = true;
-            let vars = parts.msg.pmix_prepare(launch).map_err(|e| {
-                Failure::Start(io::Error::other(format!(
-                    "--mpi {}: {e}",
+            match parts.msg.pmix_prepare(&pmix.launch) {
+                Ok(vars) => {
+                    gang_env.extend(vars);
+                    gang_env.extend(pmix.open_mpi.iter().cloned());
+                }
+                Err(e) if !pmix.required => warn!(
+                    job_id = key.job_id,
+                    rank = key.rank,
+                    "--mpi {}: the rank runs without PMIx (an Open MPI program it starts runs as a singleton): {e}",
                     plan.req.mpi.name()
-                )))
-            })?;
-            gang_env.extend(vars);
-            gang_env.extend(open_mpi.iter().cloned());
+                ),
+                Err(e) => {
+                    return Err(Failure::Start(io::Error::other(format!(
+                        "--mpi {}: {e}",
+                        plan.req.mpi.name()
+                    ))));
+                }
+            }
         }
         let mut prepared = parts.switch.prepare(key, plan.req.mode);
         prepared.msg = parts.msg.pages(key);
