@@ -29,11 +29,13 @@ python3-venv
 # iproute2: ip netns and veth pairs, an agent cut off from the master
 #   (crates/gang-e2e/tests/trust).
 # mpich, libmpich-dev: MPICH and mpicc.mpich, MPI programs built by the test and run
-#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/mpich.rs).
+#   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/mpich.rs), and
+#   read by the agent's --mpi auto (crates/gang-agent/src/mpi_program.rs).
 # libpmi2-0-dev: Slurm's PMI-2 client library, a client of the agent's PMI-2 wire that
 #   nobody here wrote (Debian's MPICH speaks PMI-1 only) (crates/gang-e2e/tests/mpi/pmi2.rs).
 # openmpi-bin, libopenmpi-dev: Open MPI 4.1 and mpicc.openmpi, programs built by the test
-#   and run under prun --mpi pmix (crates/gang-e2e/tests/mpi/openmpi.rs).
+#   and run under prun --mpi pmix and auto (crates/gang-e2e/tests/mpi/openmpi.rs), and
+#   read by the agent's --mpi auto (crates/gang-agent/src/mpi_program.rs).
 # libpmix-dev: the OpenPMIx server library the agent links for --mpi pmix
 #   (crates/gang-pmix; found with pkg-config at build time, the agent builds without it).
 # pkg-config: how crates/gang-pmix/build.rs finds libpmix-dev (the agent's build reruns

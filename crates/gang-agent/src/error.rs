@@ -60,6 +60,14 @@ pub enum AgentError {
         cwd: String,
         source: std::io::Error,
     },
+    /// The program uses an MPI that the job's `--mpi` or this agent's build cannot
+    /// serve: refused rather than started as singletons.
+    #[error("node {node}: cannot start {program:?}: {why}")]
+    Mpi {
+        node: Coord,
+        program: String,
+        why: String,
+    },
     /// `prun --output/--error` names a file the rank cannot be given.
     #[error("node {node}: output file {}: {source}", path.display())]
     OutputFile {
@@ -87,6 +95,7 @@ impl From<AgentError> for Status {
             AgentError::Cwd { .. }
             | AgentError::Spawn { .. }
             | AgentError::SpawnAs { .. }
+            | AgentError::Mpi { .. }
             | AgentError::OutputFile { .. } => Status::failed_precondition(msg),
             AgentError::UnknownJob { .. } => Status::not_found(msg),
             AgentError::ShuttingDown { .. } => Status::unavailable(msg),

@@ -34,6 +34,7 @@ pub mod fence;
 pub mod guard;
 pub mod launch;
 pub mod mpi_check;
+pub mod mpi_program;
 pub mod msg;
 pub mod node;
 pub mod notify;

@@ -1,6 +1,6 @@
 //! `prun --mpi-check`: the agent preloads the PMPI checking library (`gang-mpi-check`)
-//! into the rank, the build matching the job's MPI: Open MPI's for `--mpi pmix`, MPICH's
-//! otherwise (pmi1, pmi2, none). The library writes the rank's state page in its
+//! into the rank, the build matching the job's MPI: Open MPI's for `--mpi pmix`, and under
+//! `auto` for a program linked with Open MPI; MPICH's otherwise. The library writes the rank's state page in its
 //! `GANG_MSG_DIR` as the messaging library does, so `MsgHub::activity` reports the rank
 //! (it reads any page whose magic is written, with or without a control-socket hello)
 //! and the master's deadlock check needs nothing new.
@@ -18,13 +18,17 @@ use std::sync::Mutex;
 
 use gang_mpi_check::Impl;
 
-use crate::request::{Mpi, RankRequest};
+use crate::mpi_program::ProgramMpi;
+use crate::request::Mpi;
 
-/// The implementation whose build a job gets.
-pub fn implementation(mpi: Mpi) -> Impl {
-    match mpi {
-        Mpi::Pmix => Impl::OpenMpi,
-        Mpi::Pmi1 | Mpi::Pmi2 | Mpi::None => Impl::Mpich,
+/// The implementation whose build a rank gets. Under `auto` the program says; a script
+/// or launcher, which may run either, gets MPICH's, as every choice but `pmix` did
+/// before `auto`: the wrong build stops the rank naming the `--mpi` to use, so the
+/// guess costs a message, never a wrong answer.
+pub fn implementation(mpi: Mpi, program: &ProgramMpi) -> Impl {
+    match (mpi, program) {
+        (Mpi::Pmix, _) | (Mpi::Auto, ProgramMpi::OpenMpi(_)) => Impl::OpenMpi,
+        (Mpi::Auto | Mpi::Pmi1 | Mpi::Pmi2 | Mpi::None, _) => Impl::Mpich,
     }
 }
 
@@ -32,17 +36,18 @@ pub fn implementation(mpi: Mpi) -> Impl {
 /// removed).
 static INSTALLED: Mutex<Option<HashMap<(PathBuf, Impl), PathBuf>>> = Mutex::new(None);
 
-/// The `LD_PRELOAD` to add to the rank's environment, None without `--mpi-check`; an
-/// error naming what is missing when the library cannot be provided.
+/// The `LD_PRELOAD` to add to the rank's environment for the `check` build (None:
+/// without `--mpi-check`), after the job's own where `env_allow` keeps that; an error
+/// naming what is missing when the library cannot be provided.
 pub fn preload(
     msg_base: &Path,
-    req: &RankRequest,
+    check: Option<Impl>,
+    job_env: &HashMap<String, String>,
     env_allow: &BTreeSet<String>,
 ) -> Result<Option<(String, String)>, String> {
-    if !req.mpi_check {
+    let Some(imp) = check else {
         return Ok(None);
-    }
-    let imp = implementation(req.mpi);
+    };
     let lib = installed(msg_base, imp).map_err(|e| {
         format!(
             "--mpi-check: cannot provide the {} checking library: {e}",
@@ -51,7 +56,7 @@ pub fn preload(
     })?;
     let mut value = lib.display().to_string();
     if env_allow.contains("LD_PRELOAD")
-        && let Some(theirs) = req.env.get("LD_PRELOAD").filter(|v| !v.is_empty())
+        && let Some(theirs) = job_env.get("LD_PRELOAD").filter(|v| !v.is_empty())
     {
         value = format!("{value}:{theirs}");
     }
@@ -99,28 +104,33 @@ fn own_base(base: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mpi_program::Unseen;
 
-    fn request(mpi: Mpi, check: bool) -> RankRequest {
-        RankRequest {
-            mpi,
-            mpi_check: check,
-            ..Default::default()
+    #[test]
+    fn the_choice_and_under_auto_the_program_choose_the_build() {
+        let open_mpi = ProgramMpi::OpenMpi("libmpi.so.40".into());
+        let mpich = ProgramMpi::Mpich("libmpich.so.12".into());
+        let script = ProgramMpi::Unseen(Unseen::Script);
+        for program in [&open_mpi, &mpich, &script, &ProgramMpi::NoMpi] {
+            assert_eq!(implementation(Mpi::Pmix, program), Impl::OpenMpi);
+            for mpi in [Mpi::Pmi1, Mpi::Pmi2, Mpi::None] {
+                assert_eq!(implementation(mpi, program), Impl::Mpich);
+            }
+        }
+        assert_eq!(implementation(Mpi::Auto, &open_mpi), Impl::OpenMpi);
+        for program in [&mpich, &script, &ProgramMpi::NoMpi] {
+            assert_eq!(implementation(Mpi::Auto, program), Impl::Mpich);
         }
     }
 
     #[test]
-    fn the_job_s_mpi_chooses_the_build_and_no_check_adds_nothing() {
+    fn each_build_is_installed_and_no_check_adds_nothing() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("msg");
-        let none = BTreeSet::new();
-        assert_eq!(preload(&base, &request(Mpi::Pmi1, false), &none), Ok(None));
-        for (mpi, stem) in [
-            (Mpi::Pmi1, "mpich"),
-            (Mpi::Pmi2, "mpich"),
-            (Mpi::None, "mpich"),
-            (Mpi::Pmix, "openmpi"),
-        ] {
-            let (k, v) = preload(&base, &request(mpi, true), &none).unwrap().unwrap();
+        let (none, env) = (BTreeSet::new(), HashMap::new());
+        assert_eq!(preload(&base, None, &env, &none), Ok(None));
+        for (imp, stem) in [(Impl::Mpich, "mpich"), (Impl::OpenMpi, "openmpi")] {
+            let (k, v) = preload(&base, Some(imp), &env, &none).unwrap().unwrap();
             assert_eq!(k, "LD_PRELOAD");
             let p = PathBuf::from(&v);
             assert!(p.starts_with(base.join("mpi-check")), "{v}");
@@ -130,7 +140,7 @@ mod tests {
                     .to_str()
                     .unwrap()
                     .starts_with(&format!("libgang_mpi_check_{stem}-")),
-                "{mpi:?}: {v}"
+                "{imp:?}: {v}"
             );
             assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o644);
         }
@@ -140,14 +150,14 @@ mod tests {
     #[test]
     fn an_allowed_user_preload_comes_after_ours() {
         let tmp = tempfile::tempdir().unwrap();
-        let mut req = request(Mpi::Pmi1, true);
-        req.env.insert("LD_PRELOAD".into(), "/opt/tool.so".into());
-        let (_, v) = preload(tmp.path(), &req, &BTreeSet::new())
+        let env = HashMap::from([("LD_PRELOAD".to_string(), "/opt/tool.so".to_string())]);
+        let check = Some(Impl::Mpich);
+        let (_, v) = preload(tmp.path(), check, &env, &BTreeSet::new())
             .unwrap()
             .unwrap();
         assert!(!v.contains("tool.so"), "{v}");
         let allow = BTreeSet::from(["LD_PRELOAD".to_string()]);
-        let (_, v) = preload(tmp.path(), &req, &allow).unwrap().unwrap();
+        let (_, v) = preload(tmp.path(), check, &env, &allow).unwrap().unwrap();
         assert!(v.ends_with(".so:/opt/tool.so"), "{v}");
     }
 
@@ -157,7 +167,13 @@ mod tests {
         let base = tmp.path().join("shared");
         std::fs::create_dir(&base).unwrap();
         std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = preload(&base, &request(Mpi::Pmix, true), &BTreeSet::new()).unwrap_err();
+        let err = preload(
+            &base,
+            Some(Impl::OpenMpi),
+            &HashMap::new(),
+            &BTreeSet::new(),
+        )
+        .unwrap_err();
         assert!(
             err.contains("--mpi-check") && err.contains("writable by it alone"),
             "{err}"

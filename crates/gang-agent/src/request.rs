@@ -12,6 +12,9 @@ use crate::ranks::RankKey;
 /// the agent's own copy of the master's `Mpi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mpi {
+    /// The simple protocol, and the node's PMIx server for a program that may need it
+    /// (`launch::mpi`): MPICH and Open MPI alike.
+    Auto,
     /// The simple wire protocol (PMI-1, and PMI-2 for a client that asks): MPICH.
     #[default]
     Pmi1,
@@ -21,6 +24,19 @@ pub enum Mpi {
     Pmix,
     /// Nothing: an MPI program starts as singletons.
     None,
+}
+
+impl Mpi {
+    /// As `prun --mpi` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mpi::Auto => "auto",
+            Mpi::Pmi1 => "pmi1",
+            Mpi::Pmi2 => "pmi2",
+            Mpi::Pmix => "pmix",
+            Mpi::None => "none",
+        }
+    }
 }
 
 /// Who submitted the job, as the master identified them (never as the request claims).

@@ -62,9 +62,10 @@ fn launch_mode(gang: i32) -> GangMode {
 }
 
 /// The master resolves `mpi`; UNSPECIFIED (an older master) and values unknown to this
-/// agent get the simple protocol, the master's own default.
+/// agent get the simple protocol, an older master's default.
 fn mpi(mpi: i32) -> Mpi {
     match proto::Mpi::try_from(mpi) {
+        Ok(proto::Mpi::Auto) => Mpi::Auto,
         Ok(proto::Mpi::Pmi2) => Mpi::Pmi2,
         Ok(proto::Mpi::Pmix) => Mpi::Pmix,
         Ok(proto::Mpi::None) => Mpi::None,
@@ -165,6 +166,7 @@ mod tests {
 
     #[test]
     fn the_mpi_interface_defaults_to_the_simple_protocol() {
+        assert_eq!(mpi(proto::Mpi::Auto as i32), Mpi::Auto);
         assert_eq!(mpi(proto::Mpi::Pmix as i32), Mpi::Pmix);
         assert_eq!(mpi(proto::Mpi::None as i32), Mpi::None);
         assert_eq!(mpi(proto::Mpi::Pmi2 as i32), Mpi::Pmi2);

@@ -102,10 +102,29 @@ pub fn prun_env(
     stdin: Option<&[u8]>,
     env: &[(&str, &str)],
 ) -> Output {
+    run_prun(c, args, stdin, env, None)
+}
+
+/// [`prun`] started in `dir`, which becomes the job's working directory: a program
+/// named as a user at a shell names it (`./a.out`) is found there.
+pub fn prun_in(c: &LocalCluster, dir: &Path, args: &[&str]) -> Output {
+    run_prun(c, args, None, &[], Some(dir))
+}
+
+fn run_prun(
+    c: &LocalCluster,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    env: &[(&str, &str)],
+    dir: Option<&Path>,
+) -> Output {
     let mut cmd = Command::new(bin_dir().join("prun"));
     cmd.args(args)
         .env("GANG_MASTER", c.master_addr())
         .envs(env.iter().copied());
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()

@@ -218,7 +218,7 @@ impl MasterConfig {
             quantum_ms: DEFAULT_QUANTUM_MS,
             gang_mode: GangMode::Stop,
             on_deadlock: DeadlockPolicy::Report,
-            mpi: crate::job::Mpi::Pmi1,
+            mpi: crate::job::Mpi::CLUSTER_DEFAULT,
             table_lead_ms: DEFAULT_TABLE_LEAD_MS,
         }
     }

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::shim::JobShim;
 
 /// What the agents serve a job's ranks for MPI libraries to find their peers.
+///
+/// `Default` is `Pmi1`, not the cluster's default (`Mpi::CLUSTER_DEFAULT`): it is what a
+/// job saved before jobs had a choice is read back with, and such a job ran with PMI-1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mpi {
@@ -22,6 +25,15 @@ pub enum Mpi {
     Pmi2,
     /// A PMIx server in the agent (Open MPI), besides the simple protocol.
     Pmix,
+    /// The simple protocol, and the agent's PMIx server for a program that may need it:
+    /// each agent decides from the rank's program (MPICH and Open MPI alike).
+    Auto,
+}
+
+impl Mpi {
+    /// The cluster's default when its admin chose none: MPI programs start right without
+    /// a flag, whichever MPI built them.
+    pub const CLUSTER_DEFAULT: Mpi = Mpi::Auto;
 }
 
 impl From<Mpi> for gang_proto::v1::Mpi {
@@ -31,6 +43,7 @@ impl From<Mpi> for gang_proto::v1::Mpi {
             Mpi::None => gang_proto::v1::Mpi::None,
             Mpi::Pmi2 => gang_proto::v1::Mpi::Pmi2,
             Mpi::Pmix => gang_proto::v1::Mpi::Pmix,
+            Mpi::Auto => gang_proto::v1::Mpi::Auto,
         }
     }
 }
@@ -39,12 +52,13 @@ impl std::str::FromStr for Mpi {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "auto" => Ok(Mpi::Auto),
             "pmi1" => Ok(Mpi::Pmi1),
             "pmi2" => Ok(Mpi::Pmi2),
             "pmix" => Ok(Mpi::Pmix),
             "none" => Ok(Mpi::None),
             _ => Err(format!(
-                "unknown MPI interface `{s}`: expected pmi1, pmi2, pmix or none"
+                "unknown MPI interface `{s}`: expected auto, pmi1, pmi2, pmix or none"
             )),
         }
     }

@@ -47,7 +47,7 @@ struct Args {
     #[arg(long, value_parser = ["report", "kill"])]
     on_deadlock: Option<String>,
     /// What the agents serve the MPI libraries of jobs that do not choose (`prun --mpi`).
-    #[arg(long, value_parser = ["pmi1", "pmi2", "pmix", "none"])]
+    #[arg(long, value_parser = ["auto", "pmi1", "pmi2", "pmix", "none"])]
     mpi: Option<String>,
     /// How far ahead a new slice table is published (ms).
     #[arg(long)]
@@ -135,7 +135,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .or(f.mpi)
         .map(|s| s.parse().map_err(anyhow::Error::msg))
         .transpose()?
-        .unwrap_or_default();
+        .unwrap_or(gang_master::job::Mpi::CLUSTER_DEFAULT);
     let allocator: AllocatorKind = a
         .allocator
         .or(f.allocator)

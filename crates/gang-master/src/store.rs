@@ -269,7 +269,8 @@ mod tests {
         assert_eq!(jobs[2].state, crate::job::State::Queued);
         // An older row takes the defaults of the fields it lacks.
         assert!(oldest.owner.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
-        assert_eq!(oldest.mpi, crate::job::Mpi::default());
+        // Not the cluster's default of today: such a job ran with PMI-1.
+        assert_eq!(oldest.mpi, crate::job::Mpi::Pmi1);
 
         let saves: Vec<Save> = jobs.into_iter().map(|j| Save::Job(Box::new(j))).collect();
         store.commit(saves.iter()).unwrap();

@@ -34,7 +34,8 @@ __attribute__((constructor)) static void refuse_the_other_abi(void) {
     if (dlsym(RTLD_DEFAULT, OTHER_MARK)) {
         fprintf(stderr,
                 "gang-mpi-check: this program is linked with %s, but --mpi-check preloaded "
-                "the %s checking library (chosen by the job's --mpi): run it with %s\n",
+                "the %s checking library (chosen by the job's --mpi, or under auto by the "
+                "file the rank starts): run it with %s\n",
                 OTHER_IMPL, THIS_IMPL, OTHER_FLAG);
         _exit(127);
     }

@@ -5,6 +5,7 @@
 
 use std::io;
 
+use super::mpi::MpiRefusal;
 use super::plan::{LaunchPlan, RunAs};
 use crate::error::AgentError;
 use crate::rank_files::FileError;
@@ -18,6 +19,8 @@ pub enum Failure {
     Cwd(io::Error),
     /// `prun --output/--error` names a file the rank cannot be given.
     OutputFile(FileError),
+    /// The program's MPI cannot be served as the job asked, on this node.
+    Mpi(MpiRefusal),
     /// Something the rank needs on this node, before its process existed.
     Start(io::Error),
     /// The spawn. It may have failed in the child after it took on the user's
@@ -55,6 +58,11 @@ impl Failure {
                     program: program(),
                     source,
                 },
+            },
+            Failure::Mpi(refusal) => AgentError::Mpi {
+                node,
+                program: program(),
+                why: refusal.to_string(),
             },
             Failure::Start(source) => AgentError::Spawn {
                 node,
@@ -138,6 +146,18 @@ mod tests {
         assert_eq!(
             Failure::Reserve(ReserveError::Closing).word(&p).to_string(),
             "node (1,2): the agent is shutting down"
+        );
+        let mpi = Failure::Mpi(MpiRefusal {
+            library: "libmpi.so.40".into(),
+            choice: crate::request::Mpi::Auto,
+            pmix_built: false,
+        })
+        .word(&p);
+        assert_eq!(
+            tonic::Status::from(mpi).message(),
+            "node (1,2): cannot start \"prog\": it uses Open MPI (needs libmpi.so.40), which \
+             needs the agent's PMIx server, and this agent was built without PMIx: install \
+             libpmix-dev and rebuild"
         );
     }
 }

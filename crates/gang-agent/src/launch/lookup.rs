@@ -1,27 +1,33 @@
 //! What a plan needs of this node's file system, looked up before anything is taken:
-//! the working directory, the program (in the rank's PATH), the output files' directory
-//! and the `--mpi-check` library. These read the file system, so they are not the pure
-//! plan's; they take nothing, so a failure here leaves nothing to give back.
+//! the working directory, the program (in the rank's PATH) and the MPI it links, the
+//! output files' directory and the `--mpi-check` library. These read the file system, so
+//! they are not the pure plan's; they take nothing, so a failure here leaves nothing to
+//! give back.
 
-use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use tracing::debug;
 
 use super::failure::Failure;
-use super::plan::{LaunchPlan, SearchPath};
+use super::mpi::{MpiPlan, serve};
+use super::plan::{LaunchPlan, NodeFacts, SearchPath};
 use crate::env_policy::DEFAULT_PATH;
 use crate::mpi_check;
+use crate::mpi_program::{self, ProgramMpi};
 use crate::rank_files::RankFiles;
+use crate::request::Mpi;
 
 /// What the node has for a plan.
 #[derive(Debug)]
 pub struct Found {
     /// argv[0], found.
     pub program: PathBuf,
+    /// What the rank is served for MPI, decided from what the program links.
+    pub mpi: MpiPlan,
     /// `prun --output/--error`: the files, ready for the child to open as the user.
     pub files: RankFiles,
     /// `--mpi-check`: the checking library's `LD_PRELOAD`.
@@ -29,12 +35,9 @@ pub struct Found {
 }
 
 /// Look up what `plan` needs: the directory first (everything else is relative to it),
-/// then the program, the output files and the checking library.
-pub fn look_up(
-    plan: &LaunchPlan,
-    msg_base: &Path,
-    env_allow: &BTreeSet<String>,
-) -> Result<Found, Failure> {
+/// then the program and what it links (which decides its MPI), the output files and the
+/// checking library.
+pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<Found, Failure> {
     let req = &plan.req;
     let cwd = Path::new(&req.cwd);
     check_cwd(cwd).map_err(Failure::Cwd)?;
@@ -48,6 +51,21 @@ pub fn look_up(
         }
     };
     let program = resolve_program(&req.argv[0], path, cwd).map_err(Failure::Start)?;
+    // `none` is the user's word, and the only choice that reads nothing of the program.
+    let links = match req.mpi {
+        Mpi::None => ProgramMpi::NoMpi,
+        _ => mpi_program::inspect(&program),
+    };
+    let mpi = serve(plan, &links, facts).map_err(Failure::Mpi)?;
+    debug!(
+        job_id = req.key.job_id,
+        rank = req.key.rank,
+        program = %program.display(),
+        links = %links,
+        mpi = req.mpi.name(),
+        pmix = mpi.pmix.is_some(),
+        "the rank's MPI"
+    );
     let files = RankFiles::new(
         &req.output,
         &req.error,
@@ -56,10 +74,11 @@ pub fn look_up(
         cwd,
     )
     .map_err(Failure::OutputFile)?;
-    let preload = mpi_check::preload(msg_base, req, env_allow)
+    let preload = mpi_check::preload(msg_base, mpi.check, &req.env, &facts.policy.env_allow)
         .map_err(|e| Failure::Start(io::Error::other(e)))?;
     Ok(Found {
         program,
+        mpi,
         files,
         preload,
     })

@@ -3,13 +3,17 @@
 //! ```text
 //! RankRequest ─plan─> LaunchPlan ─look_up─> Found ─Rollback::take─> Given ─spawn_rank─> Spawned ─commit─> Supervisor
 //!  (service.rs  (pure:      │     (cwd, program,  (reserve; env, msg dir,  (the command,          (MPI servers, switcher,
-//!   converts)   refusals)   │      output files,   PMI pair, PMIx, cgroup:  as the submitter)      registry; then pumps,
-//!                           │      mpi-check lib)  given back if dropped)                          wait, drain, exit)
+//!   converts)   refusals)   │      its MPI: pure   PMI pair, PMIx, cgroup:  as the submitter)      registry; then pumps,
+//!                           │      mpi::serve,     given back if dropped)                          wait, drain, exit)
+//!                           │      output files,
+//!                           │      mpi-check lib)
 //! ```
 //!
 //! - `plan`: the request and the node's facts in, the plan or a refusal out; no I/O, no
 //!   clock.
 //! - `lookup`: what the plan needs of the file system, before anything is taken.
+//! - `mpi`: the second pure step, what the rank is served for MPI once `lookup` has read
+//!   what its program links (`--mpi auto`).
 //! - `rollback`: the side effects, under one guard; `commit` hands them on.
 //! - `command`: the rank's environment, the command that starts it, the spawn, its stdin.
 //! - `supervisor`: owns the rank from spawn to exit report.
@@ -22,6 +26,7 @@
 pub mod command;
 mod failure;
 mod lookup;
+pub mod mpi;
 mod parts;
 pub mod plan;
 mod rollback;

@@ -1,7 +1,8 @@
 //! The pure step of a launch: a request and the node's standing facts in, a plan or the
 //! request's refusal out. No I/O and no clock, so every refusal and every decision is
 //! tested here directly; what needs the node's file system, processes or password
-//! database is `start`'s, done from the plan.
+//! database is `start`'s, done from the plan. What MPI the rank is served depends on
+//! its program too: `mpi::serve`, the second pure step, once `lookup` has read it.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -9,8 +10,6 @@ use std::path::Path;
 use crate::env_policy::valid_env_name;
 use crate::error::{AgentError, Coord};
 use crate::msg::MsgLaunch;
-use crate::pmi::PmiJob;
-use crate::pmix::{PmixLaunch, open_mpi_defaults};
 use crate::request::{Mpi, RankRequest};
 
 /// What Launch requests this node accepts (the agent's configuration).
@@ -107,10 +106,6 @@ pub struct LaunchPlan {
     pub search: SearchPath,
     /// The messaging library's directory and socket (every rank gets them).
     pub msg: MsgLaunch,
-    /// The simple PMI server's socket, unless the job said `--mpi none`.
-    pub pmi: Option<PmiJob>,
-    /// The PMIx registration (`--mpi pmix`) and the Open MPI settings that go with it.
-    pub pmix: Option<(PmixLaunch, Vec<(String, String)>)>,
 }
 
 /// Check a request and decide how to start it. Refusals are the request's (invalid,
@@ -171,28 +166,11 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
         },
         context: req.msg_context.as_str(),
     };
-    let pmi = (req.mpi != Mpi::None).then_some(PmiJob {
-        key: req.key,
-        size: req.size,
-    });
-    let pmix = (req.mpi == Mpi::Pmix).then(|| {
-        let (uid, gid) = rank_uid.unwrap_or((facts.agent_uid, facts.agent_gid));
-        let launch = PmixLaunch {
-            key: req.key,
-            size: req.size,
-            part: req.part.map(|p| (p.x, p.y, p.w, p.h)),
-            uid,
-            gid,
-        };
-        (launch, open_mpi_defaults(&req.env))
-    });
     Ok(LaunchPlan {
         search,
         node,
         run_as,
         msg,
-        pmi,
-        pmix,
         req,
     })
 }
@@ -318,37 +296,22 @@ mod tests {
     }
 
     #[test]
-    fn pmix_is_refused_where_it_is_not_built_and_registered_where_it_is() {
+    fn pmix_is_refused_where_it_is_not_built_and_auto_is_not() {
         let mut r = request();
         r.mpi = Mpi::Pmix;
         let mut without = facts(1000);
         without.pmix_built = false;
         let e = plan(r.clone(), &without).unwrap_err();
         assert!(matches!(e, AgentError::InvalidArgument { .. }));
-        assert!(e.to_string().starts_with("node (1,2): --mpi pmix: "), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "node (1,2): --mpi pmix: this agent was built without PMIx: install libpmix-dev and rebuild"
+        );
         r.part = Some(Submesh::new(0, 2, 2, 2));
-        let p = plan(r, &facts(1000)).unwrap();
-        let (launch, defaults) = p.pmix.unwrap();
-        // An unprivileged agent's ranks are its own.
-        assert_eq!((launch.uid, launch.gid), (1000, 100));
-        assert_eq!(launch.part, Some((0, 2, 2, 2)));
-        assert_eq!(defaults, [("JSM_JSRUN_PORT".into(), "0".into())]);
-        assert_eq!(p.pmi.unwrap().size, 4);
-        assert_eq!(p.msg.part, "0,2,2,2");
-    }
-
-    #[test]
-    fn mpi_none_gets_no_pmi_socket_and_others_get_one() {
-        let mut r = request();
-        r.mpi = Mpi::None;
-        let p = plan(r, &facts(0)).unwrap();
-        assert!(p.pmi.is_none() && p.pmix.is_none());
-        for mpi in [Mpi::Pmi1, Mpi::Pmi2] {
-            let mut r = request();
-            r.mpi = mpi;
-            let p = plan(r, &facts(0)).unwrap();
-            assert!(p.pmi.is_some() && p.pmix.is_none(), "{mpi:?}");
-        }
+        assert_eq!(plan(r.clone(), &facts(1000)).unwrap().msg.part, "0,2,2,2");
+        // Whether `auto` needs PMIx depends on the program: `mpi::serve` decides.
+        r.mpi = Mpi::Auto;
+        plan(r, &without).unwrap();
     }
 
     #[test]

@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use super::command::{Given, Spawned};
 use super::failure::Failure;
+use super::mpi::MpiPlan;
 use super::parts::NodeParts;
 use super::plan::LaunchPlan;
 use super::supervisor::Supervisor;
@@ -37,12 +38,13 @@ pub struct Rollback<'a> {
 
 impl<'a> Rollback<'a> {
     /// Reserve the rank (a Signal for its job from now on is held until it runs), then
-    /// take, in order: its messaging directory, its PMI socketpair, its PMIx
-    /// registration and its place in the switcher (a FREEZE rank's cgroup, made before
-    /// the fork).
+    /// take, in order: its messaging directory, the MPI servers `mpi` gives it (its PMI
+    /// socketpair, its PMIx registration) and its place in the switcher (a FREEZE rank's
+    /// cgroup, made before the fork).
     pub fn take(
         plan: &LaunchPlan,
         parts: &'a NodeParts,
+        mpi: &MpiPlan,
         preload: Option<(String, String)>,
     ) -> Result<(Self, Given), Failure> {
         let key = plan.req.key;
@@ -66,7 +68,7 @@ impl<'a> Rollback<'a> {
         gang_env.extend(preload);
         // PMI-1 for MPICH, unless the job said none: the agent keeps one end, the rank
         // inherits the other as PMI_FD.
-        let pmi_fd = match &plan.pmi {
+        let pmi_fd = match &mpi.pmi {
             Some(job) => {
                 let (agent_end, rank_end) = crate::pmi::socketpair().map_err(|e| {
                     Failure::Start(io::Error::other(format!(
@@ -81,14 +83,26 @@ impl<'a> Rollback<'a> {
         };
         // PMIx for Open MPI, registered before the fork. PMI-1's socket stays too, so an
         // MPICH program runs under `--mpi pmix`.
-        if let Some((launch, open_mpi)) = &plan.pmix {
+        if let Some(pmix) = &mpi.pmix {
             taken.pmix = true;
-            let vars = parts
-                .msg
-                .pmix_prepare(launch)
-                .map_err(|e| Failure::Start(io::Error::other(format!("--mpi pmix: {e}"))))?;
-            gang_env.extend(vars);
-            gang_env.extend(open_mpi.iter().cloned());
+            match parts.msg.pmix_prepare(&pmix.launch) {
+                Ok(vars) => {
+                    gang_env.extend(vars);
+                    gang_env.extend(pmix.open_mpi.iter().cloned());
+                }
+                Err(e) if !pmix.required => warn!(
+                    job_id = key.job_id,
+                    rank = key.rank,
+                    "--mpi {}: the rank runs without PMIx (an Open MPI program it starts runs as a singleton): {e}",
+                    plan.req.mpi.name()
+                ),
+                Err(e) => {
+                    return Err(Failure::Start(io::Error::other(format!(
+                        "--mpi {}: {e}",
+                        plan.req.mpi.name()
+                    ))));
+                }
+            }
         }
         let mut prepared = parts.switch.prepare(key, plan.req.mode);
         prepared.msg = parts.msg.pages(key);

@@ -1,6 +1,6 @@
-//! Carrying out a launch plan, one way: look up what it needs (nothing taken yet), take
-//! the rank's resources under a `Rollback`, spawn, and commit, which hands the rank to
-//! its supervisor. A failure at any step drops the guard, which gives back what was
+//! Carrying out a launch plan, one way: look up what it needs (nothing taken yet; its
+//! program decides its MPI), take the rank's resources under a `Rollback`, spawn, and
+//! commit, which hands the rank to its supervisor. A failure at any step drops the guard, which gives back what was
 //! taken, and is worded into the error the master sees.
 
 use super::command::spawn_rank;
@@ -18,8 +18,8 @@ pub fn start(plan: LaunchPlan, parts: &NodeParts) -> Result<u32, AgentError> {
 }
 
 fn carry_out(plan: &LaunchPlan, parts: &NodeParts) -> Result<u32, Failure> {
-    let mut found = look_up(plan, parts.msg.base(), &parts.facts.policy.env_allow)?;
-    let (taken, given) = Rollback::take(plan, parts, found.preload.take())?;
+    let mut found = look_up(plan, parts.msg.base(), &parts.facts)?;
+    let (taken, given) = Rollback::take(plan, parts, &found.mpi, found.preload.take())?;
     let spawned = spawn_rank(plan, &parts.facts.policy.env_allow, found, given)?;
     Ok(taken.commit(plan, spawned))
 }

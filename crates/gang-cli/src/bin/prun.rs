@@ -65,11 +65,13 @@ struct Args {
     #[arg(long, value_name = "MODE", value_parser = ["resident", "save-restore"])]
     context: Option<String>,
 
-    /// What the agents serve MPI libraries to find their peers: pmi1 or pmi2 (the simple
-    /// wire protocol, PMI_FD: MPICH), pmix (a PMIx server: Open MPI; the simple protocol
-    /// too) or none (ranks start as MPI singletons) [default: the cluster's, pmi1 unless
-    /// its admin chose another].
-    #[arg(long, value_name = "IFACE", value_parser = ["pmi1", "pmi2", "pmix", "none"])]
+    /// What the agents serve MPI libraries to find their peers: auto (the simple protocol,
+    /// and a PMIx server for a program linked with Open MPI or a script: both MPIs run
+    /// right; an Open MPI program on an agent without PMIx is refused), pmi1 or pmi2 (the
+    /// simple wire protocol, PMI_FD: MPICH), pmix (a PMIx server: Open MPI; the simple
+    /// protocol too) or none (ranks start as MPI singletons) [default: the cluster's, auto
+    /// unless its admin chose another].
+    #[arg(long, value_name = "IFACE", value_parser = ["auto", "pmi1", "pmi2", "pmix", "none"])]
     mpi: Option<String>,
 
     /// Check an MPI program for deadlock: preload a PMPI interposition library into every
@@ -217,6 +219,7 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             None => MsgContext::Unspecified,
         } as i32,
         mpi: match args.mpi.as_deref() {
+            Some("auto") => gang_proto::v1::Mpi::Auto,
             Some("none") => gang_proto::v1::Mpi::None,
             Some("pmi2") => gang_proto::v1::Mpi::Pmi2,
             Some("pmix") => gang_proto::v1::Mpi::Pmix,

@@ -2,8 +2,8 @@
 //! (`crates/gang-mpi-check`) into every rank, which writes blocked receives and message
 //! counts into the rank's state page as the messaging library does, so the master's own
 //! deadlock check flags an unmodified MPI program that deadlocks, and never one that is
-//! only slow. MPICH programs (`mpicc.mpich`), and an Open MPI one under `--mpi pmix`
-//! (the library's Open MPI build).
+//! only slow. MPICH programs (`mpicc.mpich`), and an Open MPI one under `--mpi pmix` and
+//! under the default, auto (the library's Open MPI build, chosen by the program).
 
 use std::process::Output;
 use std::time::Duration;
@@ -174,41 +174,36 @@ fn an_mpi_deadlock_is_flagged_under_mpi_check_and_killed_on_request() {
     c.shutdown().unwrap();
 }
 
-/// The same deadlock built with Open MPI, run under the agents' PMIx server: the agent
-/// preloads the library's Open MPI build, and the master flags it the same way.
+/// The same deadlock built with Open MPI, run under the agents' PMIx server, chosen
+/// (`--mpi pmix`) or not (auto): the agent preloads the library's Open MPI build, and the
+/// master flags it the same way.
 #[test]
-fn an_open_mpi_deadlock_is_flagged_under_mpi_check_with_pmix() {
+fn an_open_mpi_deadlock_is_flagged_under_mpi_check_with_pmix_and_with_auto() {
     let c = cluster(2, 2, &[]);
     let prog = build(Impl::OpenMpi, "deadlock", DEADLOCK);
     let prog = prog.to_str().unwrap();
-    let out = prun(
-        &c,
-        &[
-            "-n",
-            "2x2",
-            "--mpi",
-            "pmix",
-            "--mpi-check",
-            "--on-deadlock",
-            "kill",
-            "--",
-            prog,
-        ],
-        None,
-    );
-    let (stdout, err) = text(&out);
-    assert!(!out.status.success(), "{stdout}\n{err}");
-    assert!(err.contains("DEADLOCKED"), "{stdout}\n{err}");
-    for r in 0..4 {
-        assert!(
-            stdout.contains(&format!("hello rank {r} of 4\n")),
-            "rank {r} never started as one of 4 (PMIx):\n{stdout}\n{err}"
-        );
-        let right = (r + 1) % 4;
-        assert!(
-            err.contains(&format!("waits for rank {right}, tag 2")),
-            "rank {r}'s wait: {err}"
-        );
+    for mpi in [&["--mpi", "pmix"][..], &[]] {
+        let args = [
+            &["-n", "2x2"][..],
+            mpi,
+            &["--mpi-check", "--on-deadlock", "kill", "--", prog],
+        ]
+        .concat();
+        let out = prun(&c, &args, None);
+        let (stdout, err) = text(&out);
+        assert!(!out.status.success(), "{mpi:?}: {stdout}\n{err}");
+        assert!(err.contains("DEADLOCKED"), "{mpi:?}: {stdout}\n{err}");
+        for r in 0..4 {
+            assert!(
+                stdout.contains(&format!("hello rank {r} of 4\n")),
+                "{mpi:?}: rank {r} never started as one of 4 (PMIx):\n{stdout}\n{err}"
+            );
+            let right = (r + 1) % 4;
+            assert!(
+                err.contains(&format!("waits for rank {right}, tag 2")),
+                "{mpi:?}: rank {r}'s wait: {err}"
+            );
+        }
     }
     c.shutdown().unwrap();
 }

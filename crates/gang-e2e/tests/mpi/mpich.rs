@@ -1,7 +1,8 @@
 //! Unmodified MPICH programs under `prun` (issue #11, PMI-1): the agents serve the PMI-1
 //! simple wire protocol, so the ranks of `prun -n WxH ./a.out` find each other as one
-//! MPI job instead of starting as singletons. The programs are
-//! built with `mpicc.mpich`.
+//! MPI job instead of starting as singletons. The programs are built with `mpicc.mpich`
+//! and run with no `--mpi`: the default, auto, which gives every rank the simple
+//! protocol (and PMIx only to programs that may need it).
 
 use std::time::Instant;
 

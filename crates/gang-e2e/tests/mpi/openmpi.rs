@@ -1,13 +1,15 @@
 //! Unmodified Open MPI programs under `prun --mpi pmix` (issue #11, PMIx): each agent runs
 //! a PMIx server (OpenPMIx's server library), so the ranks of `prun -n WxH ./a.out`,
-//! built with `mpicc.openmpi`, find each other as one MPI job without `mpirun`.
+//! built with `mpicc.openmpi`, find each other as one MPI job without `mpirun`. With no
+//! `--mpi` (the default, auto) the agents see that the program links Open MPI and serve
+//! it PMIx all the same.
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Instant;
 
-use gang_e2e::{cluster, prun, prun_env};
+use gang_e2e::{cluster, prun, prun_env, prun_in};
 
-use crate::programs::{Impl, MODES, check, text};
+use crate::programs::{Impl, MODES, PROGRAM, build_with, check, plain_mpicc_is_open_mpi, text};
 
 fn program() -> std::path::PathBuf {
     crate::programs::program(Impl::OpenMpi)
@@ -85,6 +87,59 @@ fn open_mpi_programs_run_as_one_job_on_two_by_two() {
             eprintln!("{l}");
         }
     }
+    c.shutdown().unwrap();
+}
+
+/// How many of the 2x2 cluster's agents have started their PMIx server: each starts it
+/// at its first registration, and logs it.
+fn pmix_servers_started(c: &gang_local::LocalCluster) -> usize {
+    [(0, 0), (1, 0), (0, 1), (1, 1)]
+        .into_iter()
+        .filter(|&(x, y)| {
+            std::fs::read_to_string(c.agent_log(x, y))
+                .unwrap()
+                .contains("PMIx server started")
+        })
+        .count()
+}
+
+/// The issue's case: with both MPIs installed, plain `mpicc` is Open MPI's, and
+/// `prun -n 2x2 -- ./a.out` with no flag must be one job of 4, not four singletons that
+/// exit 0. A plain program before it registers nothing with PMIx (its launch costs what
+/// it did), and the Open MPI program under `--mpi pmi1` is refused, naming the fix.
+#[test]
+fn an_open_mpi_program_built_with_plain_mpicc_is_one_job_with_no_flag() {
+    let c = cluster(2, 2, &[]);
+    let out = prun(&c, &["-n", "2x2", "--", "true"], None);
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!(pmix_servers_started(&c), 0, "true registered with PMIx");
+
+    let mpicc = if plain_mpicc_is_open_mpi() {
+        "mpicc"
+    } else {
+        eprintln!("plain mpicc is not Open MPI's here: the program is built with mpicc.openmpi");
+        Impl::OpenMpi.mpicc()
+    };
+    let exe = build_with(mpicc, "a.out", PROGRAM);
+    let dir = exe.parent().unwrap();
+    let out = prun_in(&c, dir, &["-n", "2x2", "--", "./a.out"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    check(&stdout, 4, "pi");
+    assert_eq!(pmix_servers_started(&c), 4, "{stdout}");
+
+    let out = prun_in(&c, dir, &["-n", "2x2", "--mpi", "pmi1", "--", "./a.out"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(
+            "cannot start \"./a.out\": it uses Open MPI (needs libmpi.so.40), which finds its \
+             peers only through PMIx and would start as singletons under --mpi pmi1: run it \
+             with --mpi auto or --mpi pmix"
+        ),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("hello rank"), "{stdout}");
     c.shutdown().unwrap();
 }
 

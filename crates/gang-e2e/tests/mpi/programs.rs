@@ -140,11 +140,18 @@ impl Impl {
 /// Build `source` as `name` with `imp`'s mpicc, once per test binary, in a directory
 /// every agent can read.
 pub fn build(imp: Impl, name: &str, source: &str) -> PathBuf {
-    type Built = std::collections::HashMap<(Impl, String), PathBuf>;
+    build_with(imp.mpicc(), name, source)
+}
+
+/// [`build`] with the compiler wrapper `mpicc` (a user's plain `mpicc`), in a directory
+/// of its own.
+pub fn build_with(mpicc: &str, name: &str, source: &str) -> PathBuf {
+    type Built = std::collections::HashMap<(String, String), PathBuf>;
     static BUILT: std::sync::Mutex<Option<Built>> = std::sync::Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let built = built.get_or_insert_with(Default::default);
-    if let Some(exe) = built.get(&(imp, name.to_string())) {
+    let key = (mpicc.to_string(), name.to_string());
+    if let Some(exe) = built.get(&key) {
         return exe.clone();
     }
     let dir = tempfile::Builder::new()
@@ -155,7 +162,6 @@ pub fn build(imp: Impl, name: &str, source: &str) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
     let exe = dir.join(name);
-    let mpicc = imp.mpicc();
     let out = Command::new(mpicc)
         .arg("-O2")
         .arg("-o")
@@ -171,8 +177,19 @@ pub fn build(imp: Impl, name: &str, source: &str) -> PathBuf {
         "{mpicc} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    built.insert((imp, name.to_string()), exe.clone());
+    built.insert(key, exe.clone());
     exe
+}
+
+/// Whether plain `mpicc` is Open MPI's, as Debian's alternatives make it where both MPIs
+/// are installed: only Open MPI's wrapper knows `-showme`.
+pub fn plain_mpicc_is_open_mpi() -> bool {
+    Command::new("mpicc")
+        .arg("-showme:version")
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Open MPI")
+        })
 }
 
 /// [`PROGRAM`], built with `imp`.

@@ -176,9 +176,10 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
             Ok(v1::Mpi::Pmi2) => Some(crate::job::Mpi::Pmi2),
             Ok(v1::Mpi::Pmix) => Some(crate::job::Mpi::Pmix),
             Ok(v1::Mpi::None) => Some(crate::job::Mpi::None),
+            Ok(v1::Mpi::Auto) => Some(crate::job::Mpi::Auto),
             Err(_) => {
                 return Err(invalid(format!(
-                    "unknown MPI interface {}: expected pmi1, pmi2, pmix or none",
+                    "unknown MPI interface {}: expected auto, pmi1, pmi2, pmix or none",
                     spec.mpi
                 )));
             }
