@@ -172,9 +172,14 @@ impl MasterState {
                 });
             }
             State::Starting | State::Running if job.cancelled.is_none() => {
+                // Its run time ends here: the time its ranks take to stop (longer on a
+                // loaded host) is not run time, and a time limit ends a job at its limit.
+                let run = self.run_ns(job, now.wall_ns);
                 // The reply shows the job still running (its ranks are, until they stop),
                 // and why it will end.
                 let job = self.jobs.get_mut(id).expect("present");
+                job.record.run_ns = run;
+                job.run_accounted_to = now.wall_ns;
                 job.record.reason = format!("{reason}; its ranks are being stopped");
                 job.cancelled = Some(reason);
                 // Durable before the reply: a master restart carries the cancel on.

@@ -17,9 +17,10 @@ use crate::state::{MasterState, Now};
 const RUN_SAVE_EVERY_NS: i64 = 5_000_000_000;
 
 impl MasterState {
-    /// A job's run time up to `wall_ns`: accounted, plus what its tables give since.
+    /// A job's run time up to `wall_ns`: accounted, plus what its tables give since;
+    /// nothing more once it was cancelled (its run time stops with the cancel).
     pub(super) fn run_ns(&self, j: &Job, wall_ns: i64) -> i64 {
-        if !j.record.state.is_placed() {
+        if !j.record.state.is_placed() || j.cancelled.is_some() {
             return j.record.run_ns;
         }
         j.record.run_ns
