@@ -11,7 +11,8 @@
 //!   each rank writing its own slice of S = 1/16 of the file (1 GiB in all), against
 //!   `cat FILE`.
 //!
-//! Runs alternate (prun, cat, prun, cat, ...) so the machine's noise hits both alike. Both
+//! Runs alternate (prun, cat, prun, cat, ...) so the machine's noise hits both alike; after
+//! each prun run the master's log of the job (1 GiB) is emptied, so the disk does not fill. Both
 //! commands' stdout is a pipe that this bench reads and discards, counting the bytes: a
 //! run that relays anything but exactly the file's size, or whose prun fails, fails the
 //! bench. Each run is timed from spawning the command to its exit (for prun: submission,
