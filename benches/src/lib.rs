@@ -48,6 +48,32 @@ pub fn release_bins() -> PathBuf {
         .join("release")
 }
 
+/// The directory of release binaries that are already built (`target/release`, or under
+/// `CARGO_TARGET_DIR`), for a bench that must not rebuild them (a build would share the
+/// machine with the timed runs). If any of `names` is missing there, says how to build
+/// them and exits with status 2.
+pub fn prebuilt_release_bins(names: &[&str]) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(|d| root.join(d))
+        .unwrap_or_else(|| root.join("target"))
+        .join("release");
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !dir.join(n).is_file())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "missing release binaries in {}: {}\nbuild them first:\n  cargo build --release -p gang-master -p gang-agent -p gang-cli",
+            dir.display(),
+            missing.join(", ")
+        );
+        std::process::exit(2);
+    }
+    dir
+}
+
 /// A release build of an example of `gang-msg` (a job program), next to the binaries.
 pub fn msg_example(bins: &Path, name: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
