@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(gang_agent::guard::GUARD_ARG) {
         gang_agent::guard::run();
     }
+    gang_proto::memory::keep_freed_memory();
     // Bad flags: clap prints the usage and exits 2.
     let flags = Flags::parse();
     let cfg = match flags.resolve() {

@@ -127,13 +127,19 @@ impl Relay {
         self.dedup.new_session();
     }
 
-    /// The bytes to write for one `Output` chunk (may be empty).
-    pub fn output(&mut self, rank: u32, stream: i32, data: &[u8]) -> (Dest, Vec<u8>) {
+    /// The bytes to write for one `Output` chunk (may be empty): borrowed from `data`
+    /// unless labelled (a relay moves every byte of a job's output: no copy it can avoid).
+    pub fn output<'a>(
+        &mut self,
+        rank: u32,
+        stream: i32,
+        data: &'a [u8],
+    ) -> (Dest, std::borrow::Cow<'a, [u8]>) {
         let dest = Dest::from_proto(stream);
         let fresh = self.dedup.accept(rank, dest, data);
         let bytes = match &mut self.labeler {
-            Some(l) => l.push(rank, dest, fresh),
-            None => fresh.to_vec(),
+            Some(l) => std::borrow::Cow::Owned(l.push(rank, dest, fresh)),
+            None => std::borrow::Cow::Borrowed(fresh),
         };
         (dest, bytes)
     }
@@ -220,21 +226,25 @@ mod tests {
         assert_eq!(d.accept(0, Dest::Stdout, b"hello\nmore!"), b"!");
     }
 
+    fn owned((dest, bytes): (Dest, std::borrow::Cow<'_, [u8]>)) -> (Dest, Vec<u8>) {
+        (dest, bytes.into_owned())
+    }
+
     #[test]
     fn relay_labels_after_dedup() {
         let mut r = Relay::new(true);
-        assert_eq!(r.output(2, OUT, b"par"), (Dest::Stdout, vec![]));
+        assert_eq!(owned(r.output(2, OUT, b"par")), (Dest::Stdout, vec![]));
         r.new_session();
         assert_eq!(
-            r.output(2, OUT, b"partial\n"),
+            owned(r.output(2, OUT, b"partial\n")),
             (Dest::Stdout, b"2: partial\n".to_vec())
         );
-        assert_eq!(r.output(2, ERR, b"oops"), (Dest::Stderr, vec![]));
+        assert_eq!(owned(r.output(2, ERR, b"oops")), (Dest::Stderr, vec![]));
         assert_eq!(r.finish(), vec![(Dest::Stderr, b"2: oops\n".to_vec())]);
 
         let mut raw = Relay::new(false);
         assert_eq!(
-            raw.output(0, 0, b"no newline"),
+            owned(raw.output(0, 0, b"no newline")),
             (Dest::Stdout, b"no newline".to_vec())
         );
         assert!(raw.finish().is_empty());

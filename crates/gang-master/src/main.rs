@@ -250,6 +250,7 @@ fn init_logs(format: &str) {
 
 #[tokio::main]
 async fn main() {
+    gang_proto::memory::keep_freed_memory();
     let (cfg, log) = match resolve(Args::parse()) {
         Ok(x) => x,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! The gRPC API of the gang scheduler (`proto/gang/v1/gang.proto`).
 
 pub mod client;
+pub mod memory;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

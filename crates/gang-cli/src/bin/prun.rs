@@ -135,6 +135,7 @@ fn parse_pattern(s: &str) -> Result<String, String> {
 }
 
 fn main() {
+    gang_proto::memory::keep_freed_memory();
     let args = Args::parse();
     if let Some(t) = args.timeout {
         gang_cli::timeouts::set_limit(std::time::Duration::from_secs(t));
