@@ -512,27 +512,46 @@ impl Attacher {
 /// the submission and the attach must cancel the job, not kill prun and leave the job
 /// running. SIGHUP (the terminal or ssh session closed) is a Ctrl-C nobody typed: the
 /// job is cancelled, not left running with nobody to see its output, as srun does.
+/// SIGINT or SIGHUP ignored when prun started (`&`, `nohup`) stays ignored
+/// ([`crate::signals::ignored_at_start`]): `nohup prun ... &` outlives the login.
 pub struct Signals {
-    int: tokio::signal::unix::Signal,
+    int: Option<tokio::signal::unix::Signal>,
     term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
+    hup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
     pub fn install() -> std::io::Result<Signals> {
+        use crate::signals::ignored_at_start;
+        use nix::sys::signal::Signal as Sig;
+        let unless_ignored = |sig: Sig, kind: SignalKind| -> std::io::Result<_> {
+            if ignored_at_start(sig) {
+                Ok(None)
+            } else {
+                signal(kind).map(Some)
+            }
+        };
         Ok(Signals {
-            int: signal(SignalKind::interrupt())?,
+            int: unless_ignored(Sig::SIGINT, SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
+            hup: unless_ignored(Sig::SIGHUP, SignalKind::hangup())?,
         })
     }
 
     /// The next signal's number.
     pub async fn recv(&mut self) -> i32 {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
         tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
+            _ = next(&mut self.int) => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
+            _ = next(&mut self.hup) => libc::SIGHUP,
         }
     }
 }

@@ -9,6 +9,11 @@
 //! A signal mask survives fork and exec (std does not reset it), so every child must
 //! clear it before exec ([`unblock_all`]; gang-local does it for the daemons), or it
 //! would never see a SIGTERM.
+//!
+//! SIGINT or SIGHUP that gangctl (or prun) was started ignoring stays ignored
+//! ([`ignored_at_start`]): that is how a shell starts a background command (`&`: SIGINT
+//! ignored) and what `nohup` asks (SIGHUP ignored), and `nohup prun ... &` must outlive
+//! the login that started it. SIGTERM is always taken: it is how one stops gangctl.
 
 use std::io;
 
@@ -51,17 +56,31 @@ impl StopSignals {
     }
 }
 
+/// Whether `signal` was ignored (`SIG_IGN`) when this process started: for SIGINT and
+/// SIGHUP, call it before anything installs a handler for them.
+pub fn ignored_at_start(signal: Signal) -> bool {
+    if signal == Signal::SIGTERM {
+        return false;
+    }
+    // SAFETY: a null new action only reads the current one into `old`, plain data.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal as libc::c_int, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// Clear the signal mask. For `pre_exec`: only pthread_sigmask, async-signal-safe.
 pub fn unblock_all() -> io::Result<()> {
     SigSet::empty().thread_set_mask().map_err(io::Error::from)
 }
 
-/// Block [`STOP_SIGNALS`] here and take them on a thread of their own. Call it before
+/// Block [`STOP_SIGNALS`] (less those [`ignored_at_start`]) here and take them on a thread of their own. Call it before
 /// any other thread starts (tokio's included): a thread started earlier keeps its mask
 /// and could still be interrupted.
 pub fn catch_stop_signals() -> io::Result<StopSignals> {
     let mut set = SigSet::empty();
-    for s in STOP_SIGNALS {
+    for s in STOP_SIGNALS.into_iter().filter(|s| !ignored_at_start(*s)) {
         set.add(s);
     }
     set.thread_block().map_err(io::Error::from)?;

@@ -12,6 +12,7 @@
 //! The cases run one at a time (one lock): the process tree is the whole test process's.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,9 +139,26 @@ struct Gangctl {
 
 impl Gangctl {
     fn spawn(args: &[&str]) -> Gangctl {
+        Gangctl::spawn_ignoring(args, &[])
+    }
+
+    /// Started as a terminal's foreground command would be, but with `ignored` set to
+    /// SIG_IGN (as `&` and `nohup` leave SIGINT and SIGHUP).
+    fn spawn_ignoring(args: &[&str], ignored: &'static [Signal]) -> Gangctl {
         let tmp = tempfile::tempdir().unwrap();
         let runtime = tempfile::tempdir().unwrap();
-        let mut child = Command::new(GANGCTL)
+        let mut cmd = Command::new(GANGCTL);
+        gang_local::with_default_signals(&mut cmd);
+        // SAFETY: signal(2) in the child before exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                for s in ignored {
+                    libc::signal(*s as libc::c_int, libc::SIG_IGN);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
             .arg("start")
             .args(args)
             .env("TMPDIR", tmp.path())
@@ -536,6 +554,46 @@ fn sigint_while_a_job_runs() {
 #[test]
 fn sigterm_while_a_job_runs() {
     stop_while_a_job_runs(Signal::SIGTERM, 143);
+}
+
+/// `nohup gangctl start ... &` survives the hangup and the Ctrl-C it was started
+/// ignoring (and so does the prun it runs, which inherits that); SIGTERM still stops it.
+#[test]
+fn signals_ignored_at_start_stay_ignored() {
+    let _serial = serial();
+    if !daemons_built() {
+        return;
+    }
+    let mut g = Gangctl::spawn_ignoring(
+        &[
+            "--mesh", "2x2", "--", "prun", "-n", "2x2", "--", "sleep", "600",
+        ],
+        &[Signal::SIGHUP, Signal::SIGINT],
+    );
+    let pid = g.pid();
+    assert!(
+        wait_for(STAGE_DEADLINE, || ranks_below(pid).len() == 4),
+        "the job's 4 ranks did not start: {}",
+        g.stderr()
+    );
+    let prun = descendants_of(pid)
+        .into_iter()
+        .find(|p| p.ppid == pid && p.cmdline.contains("prun"))
+        .expect("prun runs under gangctl");
+    // Discarded as they are sent: were either taken, the first would decide the status.
+    for s in [Signal::SIGHUP, Signal::SIGINT] {
+        kill(Pid::from_raw(prun.pid), s).unwrap();
+        kill(Pid::from_raw(pid), s).unwrap();
+    }
+    let (status, _) = g.signal_and_wait(Signal::SIGTERM);
+    let err = g.final_stderr();
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(
+        err.contains("gangctl: SIGTERM: stopping prun and the cluster"),
+        "{err}"
+    );
+    assert_nothing_left(Duration::from_secs(2), "SIGTERM after ignored signals");
+    g.assert_tmp_empty();
 }
 
 /// Nothing is left even when nobody tears down: an agent SIGKILLed takes its ranks with

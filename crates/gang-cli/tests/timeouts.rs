@@ -34,6 +34,7 @@ fn silent_unix(dir: &Path) -> (PathBuf, Arc<AtomicUsize>) {
 
 fn command(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(bin);
+    gang_local::with_default_signals(&mut c);
     c.args(args)
         .env_remove("GANG_MASTER")
         .env_remove("GANG_TIMEOUT")
@@ -235,4 +236,44 @@ fn prun_stays_killable_while_the_master_is_silent() {
         stderr(&o)
     );
     assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+/// prun started with SIGHUP ignored (`nohup prun ... &`) does not take a hangup: after a
+/// SIGHUP and a SIGTERM it has seen one signal, not two, so it waits out its timeout
+/// (exit 1) instead of leaving at once (130).
+#[test]
+fn a_hangup_prun_was_started_ignoring_stays_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, taken) = silent_unix(dir.path());
+    let addr = format!("unix:{}", sock.display());
+    let mut cmd = command(
+        PRUN,
+        &["--master", &addr, "--timeout", "2", "-n", "1", "--", "true"],
+        &[],
+    );
+    // SAFETY: signal(2) in the child before exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while taken.load(Ordering::SeqCst) < 1 {
+        assert!(Instant::now() < deadline, "prun never connected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGHUP).unwrap();
+    kill(pid, Signal::SIGTERM).unwrap();
+    let o = wait_within(child, Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with(
+            "prun: cancelling the job as soon as the master answers (again to leave now)\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }

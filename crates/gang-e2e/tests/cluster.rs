@@ -221,7 +221,9 @@ fn cancel_kills_every_rank() {
     for f in std::fs::read_dir(dir.path()).unwrap() {
         std::fs::remove_file(f.unwrap().path()).unwrap();
     }
-    let mut child = std::process::Command::new(bin_dir().join("prun"))
+    let mut cmd = std::process::Command::new(bin_dir().join("prun"));
+    gang_local::with_default_signals(&mut cmd);
+    let mut child = cmd
         .args(["-n", "2x2", "--", "sh", "-c", &script])
         .env("GANG_MASTER", c.master_addr())
         .stdin(std::process::Stdio::null())

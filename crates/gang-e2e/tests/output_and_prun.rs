@@ -26,6 +26,7 @@ fn stdout(o: &Output) -> String {
 
 fn spawn(c: &LocalCluster, bin: &str, args: &[&str], cwd: Option<&Path>) -> Child {
     let mut cmd = Command::new(bin_dir().join(bin));
+    gang_local::with_default_signals(&mut cmd);
     cmd.args(args)
         .env("GANG_MASTER", c.master_addr())
         .stdin(Stdio::null())

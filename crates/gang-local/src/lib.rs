@@ -74,6 +74,7 @@ pub use logs::log_tail;
 use logs::{describe, with_tail};
 pub use options::{Interrupted, LocalClusterOptions};
 use poll::{block_on, list_nodes, until_set};
+pub use procs::with_default_signals;
 use procs::{Proc, Spawner, running_pid, stop_all};
 use ready::parse_ready;
 

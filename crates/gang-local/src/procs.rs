@@ -252,3 +252,19 @@ pub fn ahead_of_ranks(cmd: &mut Command, nice: libc::c_int) {
         });
     }
 }
+
+/// Start `cmd` with SIGINT, SIGHUP, SIGTERM and SIGQUIT at their default actions, as a
+/// terminal's foreground command has them, whatever this process inherited (a test suite
+/// started with `&` or `nohup` ignores some, and its children would too). For tests that
+/// signal what they start.
+pub fn with_default_signals(cmd: &mut Command) {
+    // SAFETY: signal(2) calls in the child before exec, on no shared data.
+    unsafe {
+        cmd.pre_exec(|| {
+            for s in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM, libc::SIGQUIT] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}
