@@ -51,13 +51,22 @@ void gang_open_page(void) {
     const char *dir = getenv("GANG_MSG_DIR");
     if (!dir || !*dir || gang_page) return;
     char path[4096];
-    snprintf(path, sizeof path, "%s/state.page", dir);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    /* The agent passes the page as sealed memory ($GANG_STATE_FD, kept open for the
+     * rank's other processes); a tool without an agent puts it in the directory. */
+    const char *fd_var = getenv("GANG_STATE_FD");
+    int fd, inherited = fd_var && *fd_var;
+    if (inherited) {
+        snprintf(path, sizeof path, "descriptor %s", fd_var);
+        fd = atoi(fd_var);
+    } else {
+        snprintf(path, sizeof path, "%s/state.page", dir);
+        fd = open(path, O_RDWR | O_CLOEXEC);
+    }
     struct stat st;
     void *p = MAP_FAILED;
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= GANG_PAGE_SIZE)
         p = mmap(NULL, GANG_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0) close(fd);
+    if (fd >= 0 && !inherited) close(fd);
     if (p == MAP_FAILED) {
         /* The program runs on, unchecked: a missing page must not fail a job. */
         fprintf(stderr, "gang-mpi-check: cannot map %s: this rank's deadlocks will not be seen\n",

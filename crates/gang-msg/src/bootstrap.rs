@@ -25,9 +25,14 @@ pub fn start(cfg: &Config) -> Result<Started> {
         Some(dir) => {
             let sp = dir.join(files::STATE_PAGE);
             let tp = dir.join(files::TABLE_PAGE);
-            (
-                StatePage::open_write(&sp)
+            let state = match cfg.state_fd {
+                Some(fd) => StatePage::open_write_fd(fd)
+                    .map_err(|e| Error::io(format!("state page (descriptor {fd})"), e))?,
+                None => StatePage::open_write(&sp)
                     .map_err(|e| Error::io(format!("state page {}", sp.display()), e))?,
+            };
+            (
+                state,
                 TablePage::open_read(&tp)
                     .map_err(|e| Error::io(format!("table page {}", tp.display()), e))?,
             )

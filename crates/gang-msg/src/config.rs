@@ -35,6 +35,8 @@ pub struct Config {
     pub part: Part,
     /// `GANG_MSG_DIR`; `None` only for a single rank started by hand.
     pub dir: Option<PathBuf>,
+    /// `GANG_STATE_FD`: the state page the agent passed (else `state.page` in `dir`).
+    pub state_fd: Option<i32>,
     pub host_id: String,
     pub context: ContextMode,
     pub lead_ns: u64,
@@ -101,6 +103,15 @@ impl Config {
                 reason: "not set (the agent creates it for every rank)".into(),
             });
         }
+        let state_fd = match var(env::STATE_FD) {
+            None => None,
+            Some(v) => Some(v.parse::<i32>().ok().filter(|fd| *fd >= 0).ok_or_else(|| {
+                Error::Env {
+                    var: env::STATE_FD,
+                    reason: format!("{v:?} is not a descriptor number"),
+                }
+            })?),
+        };
         let context = match var(env::MSG_CONTEXT).as_deref() {
             None | Some("resident") => ContextMode::Resident,
             Some("save-restore") => ContextMode::SaveRestore,
@@ -138,6 +149,7 @@ impl Config {
             size,
             part,
             dir,
+            state_fd,
             host_id: var(env::HOST_ID).unwrap_or_else(|| "localhost".into()),
             context,
             lead_ns: parse::<u64>(env::MSG_LEAD_US, Some(DEFAULT_LEAD_US))? * 1000,

@@ -39,6 +39,8 @@ pub struct Given {
     pub gang_env: Vec<(String, String)>,
     /// The rank's end of its PMI socketpair (`PMI_FD`).
     pub pmi_fd: Option<OwnedFd>,
+    /// Its state page, sealed memory (`GANG_STATE_FD`).
+    pub state_fd: OwnedFd,
     /// `cgroup.procs` of a FREEZE rank's cgroup, which the child enters before exec.
     pub cgroup_procs: Option<RawFd>,
 }
@@ -78,11 +80,13 @@ pub fn spawn_rank(
         files: found.files,
         cgroup_procs: given.cgroup_procs,
         pmi_fd: given.pmi_fd.as_ref().map(|fd| fd.as_raw_fd()),
+        state_fd: Some(given.state_fd.as_raw_fd()),
     };
     let spawned = command(&spec).and_then(|mut cmd| cmd.spawn());
     // The rank has its copy of its PMI socket's end (or failed): the agent's would keep
-    // the socket open after the rank exits.
+    // the socket open after the rank exits. The state page stays mapped without it.
     drop(given.pmi_fd);
+    drop(given.state_fd);
     let mut child = spawned.map_err(|e| match spec.files.explain(&e) {
         Some(file) => Failure::OutputFile(file),
         None => Failure::Spawn(e),
@@ -152,6 +156,8 @@ pub struct RankSpec<'a> {
     /// The rank's end of its PMI socketpair (`PMI_FD`, already in `gang_env`): the child
     /// keeps it open across exec.
     pub pmi_fd: Option<std::os::fd::RawFd>,
+    /// Its state page (`GANG_STATE_FD`, already in `gang_env`), kept open across exec.
+    pub state_fd: Option<std::os::fd::RawFd>,
 }
 
 /// The environment of a rank: `spec.env` plus the GANG_* variables (which win over
@@ -220,18 +226,23 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         .kill_on_drop(false);
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
-    let pmi_fd = spec.pmi_fd;
+    let kept = [spec.pmi_fd, spec.state_fd];
     let files = spec.files.clone();
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (write, setgroups, setgid, setuid, chdir, prctl,
-    // getppid) on data prepared before the fork; it allocates nothing.
+    // async-signal-safe system calls (write, close_range, fcntl, setgroups, setgid,
+    // setuid, chdir, prctl, getppid) on data prepared before the fork; it allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
             // Still as root: the cgroup is the agent's, whatever the user may write.
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
             }
-            if let Some(fd) = pmi_fd {
+            // Nothing of the agent's reaches the rank but what it is given: descriptors
+            // the agent inherited without close-on-exec (its starter's pipes) would
+            // otherwise be the rank's too.
+            close_on_exec_from(3)?;
+            for fd in kept.into_iter().flatten() {
                 crate::pmi::inherit(fd)?;
             }
             if let Some(c) = &credentials {
@@ -253,6 +264,24 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         });
     }
     Ok(cmd)
+}
+
+/// Mark every descriptor from `first` up close-on-exec. Async-signal-safe (one system
+/// call).
+fn close_on_exec_from(first: u32) -> io::Result<()> {
+    // SAFETY: close_range only changes descriptor flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn piped_or_null(piped: bool) -> Stdio {
@@ -345,6 +374,7 @@ mod tests {
             files: RankFiles::default(),
             cgroup_procs: None,
             pmi_fd: None,
+            state_fd: None,
         };
         let got: std::collections::BTreeMap<_, _> = rank_env(&spec).into_iter().collect();
         assert_eq!(got["GANG_RANK"], "0");

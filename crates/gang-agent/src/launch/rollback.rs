@@ -59,7 +59,7 @@ impl<'a> Rollback<'a> {
             armed: true,
         };
         taken.msg = true;
-        let mut gang_env = parts.msg.prepare(&plan.msg).map_err(|e| {
+        let (mut gang_env, state_fd) = parts.msg.prepare(&plan.msg).map_err(|e| {
             Failure::Start(io::Error::other(format!(
                 "cannot set up the messaging library's directory under {}: {e}",
                 parts.msg.base().display()
@@ -111,6 +111,7 @@ impl<'a> Rollback<'a> {
         let given = Given {
             gang_env,
             pmi_fd,
+            state_fd,
             cgroup_procs,
         };
         Ok((taken, given))

@@ -100,19 +100,29 @@ impl MsgHub {
         self.spaces.set_master(client);
     }
 
-    /// Make the rank's directory, pages and control socket; the environment to add.
+    /// Make the rank's directory, pages and control socket; the environment to add and
+    /// the state page's descriptor for the rank to inherit (`GANG_STATE_FD` names it).
     /// Must run inside the runtime (the control socket is served by a task). What a
     /// failure leaves behind, `remove` takes away.
-    pub fn prepare(&self, l: &MsgLaunch) -> std::io::Result<Vec<(String, String)>> {
-        let dir = self.pages.create(l.key, l.uid)?;
+    pub fn prepare(
+        &self,
+        l: &MsgLaunch,
+    ) -> std::io::Result<(Vec<(String, String)>, std::os::fd::OwnedFd)> {
+        use std::os::fd::AsRawFd;
+        let (dir, state_fd) = self.pages.create(l.key, l.uid)?;
         self.controls
             .start(Arc::clone(&self.spaces), &dir, l.key, l.uid)?;
-        Ok(vec![
+        let env = vec![
             (msg_env::PART.to_string(), l.part.clone()),
             (msg_env::MSG_DIR.to_string(), dir.display().to_string()),
+            (
+                msg_env::STATE_FD.to_string(),
+                state_fd.as_raw_fd().to_string(),
+            ),
             (msg_env::HOST_ID.to_string(), self.host_id.clone()),
             (msg_env::MSG_CONTEXT.to_string(), l.context.to_string()),
-        ])
+        ];
+        Ok((env, state_fd))
     }
 
     /// Register a PMIx rank with the node's PMIx server (started now if it is not yet);

@@ -3,10 +3,14 @@
 //! rank only reads, and the state page, which the rank writes (blocked since, counters,
 //! quiesce timings) and the agent reads for the switch thread and the heartbeat.
 //!
-//! The directory (0700) and the state page (0600) belong to the rank's user; the table
-//! page stays the agent's (0644).
+//! The directory (0700) belongs to the rank's user; the table page stays the agent's
+//! (0644). The state page is not a file: it is sealed memory (a memfd that cannot be
+//! shrunk or grown) the rank inherits as `GANG_STATE_FD`, so nothing the rank's user can
+//! do makes the agent's reads of it fault (a state page file the user could truncate
+//! killed the agent with SIGBUS at its next heartbeat).
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -83,8 +87,13 @@ impl Pages {
     }
 
     /// Make the rank's directory and pages, owned by `uid` (the rank's user and group;
-    /// None: the agent's). Returns the directory.
-    pub fn create(&self, key: RankKey, uid: Option<(u32, u32)>) -> std::io::Result<PathBuf> {
+    /// None: the agent's). Returns the directory and the state page's descriptor, for
+    /// the rank to inherit.
+    pub fn create(
+        &self,
+        key: RankKey,
+        uid: Option<(u32, u32)>,
+    ) -> std::io::Result<(PathBuf, OwnedFd)> {
         if !self.node_dir.is_dir() {
             // Traversable by every user (a umask such as systemd's 0077 would not make
             // it so), listable by none: each rank knows its own path.
@@ -106,13 +115,9 @@ impl Pages {
             std::fs::Permissions::from_mode(0o644),
         )?;
         table.write_offset(self.clock.offset_ns());
-        let state_path = dir.join(files::STATE_PAGE);
-        let state = StatePage::create(&state_path)?;
-        std::fs::set_permissions(&state_path, std::fs::Permissions::from_mode(0o600))?;
+        let (state, state_fd) = StatePage::create_sealed()?;
         if let Some((uid, gid)) = uid {
-            for p in [&dir, &state_path] {
-                chown(p, Some(uid), Some(gid))?;
-            }
+            chown(&dir, Some(uid), Some(gid))?;
         }
         self.ranks.lock().unwrap().insert(
             key,
@@ -122,7 +127,7 @@ impl Pages {
                 since: Mutex::new((0, 0)),
             },
         );
-        Ok(dir)
+        Ok((dir, state_fd))
     }
 
     /// The rank is gone: its directory too, whatever of it was made.

@@ -28,6 +28,9 @@ pub mod env {
     pub const PART: &str = "GANG_PART";
     /// A directory private to this rank (mode 0700, owned by the job's user).
     pub const MSG_DIR: &str = "GANG_MSG_DIR";
+    /// The descriptor of the rank's state page, inherited from the agent (a sealed
+    /// memfd); without it, the rank maps `state.page` in `GANG_MSG_DIR`.
+    pub const STATE_FD: &str = "GANG_STATE_FD";
     /// Host identity: ranks with equal ids share a host and talk over Unix sockets.
     pub const HOST_ID: &str = "GANG_HOST_ID";
     /// `resident` (default) or `save-restore`.
@@ -54,7 +57,8 @@ pub mod files {
     pub const CTL_SOCK: &str = "ctl.sock";
     /// Written by the agent, mapped read-only by the rank.
     pub const TABLE_PAGE: &str = "table.page";
-    /// Created (zeroed) by the agent, written by the rank, read by the agent.
+    /// Written by the rank, read by the agent: where a test or tool without an agent
+    /// puts it (the agent passes sealed memory instead, `GANG_STATE_FD`).
     pub const STATE_PAGE: &str = "state.page";
     /// The rank's own listener for peers on the same host, created by the rank.
     pub const PEER_SOCK: &str = "peer.sock";

@@ -5,6 +5,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering::*, fence};
@@ -154,6 +155,46 @@ impl Mapping {
         })();
         unsafe { libc::close(fd) };
         res
+    }
+
+    /// A page of memory (a memfd) that cannot be shrunk or grown, read-write: the agent
+    /// maps it and hands the descriptor to the rank. A page in a file the rank can write
+    /// could be truncated under the agent's mapping, and the agent's next read of it
+    /// would die of SIGBUS; no size change is possible here, whoever holds the fd.
+    fn sealed(name: &str) -> io::Result<(Mapping, OwnedFd)> {
+        let c = CString::new(name).map_err(io::Error::other)?;
+        let raw = unsafe {
+            libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        if unsafe { libc::ftruncate(raw, PAGE_SIZE as libc::off_t) } != 0
+            || unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        let map = Self::map(raw, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)?;
+        Ok((map, fd))
+    }
+
+    /// Map a page passed as a descriptor (the rank's side of [`Mapping::sealed`]),
+    /// refusing one shorter than a page.
+    fn from_fd(fd: RawFd) -> io::Result<Mapping> {
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if (st.st_size as usize) < PAGE_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("descriptor {fd} is shorter than a page"),
+            ));
+        }
+        Self::map(fd, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)
     }
 
     fn anonymous() -> io::Result<Mapping> {
@@ -321,6 +362,23 @@ impl StatePage {
         })
     }
 
+    /// Agent: a zeroed page in sealed memory, and its descriptor for the rank to
+    /// inherit (`GANG_STATE_FD`). Its size is fixed for good, so reading it never faults,
+    /// whatever the rank does with the descriptor.
+    pub fn create_sealed() -> io::Result<(StatePage, OwnedFd)> {
+        let (map, fd) = Mapping::sealed("gang-state-page")?;
+        Ok((StatePage { map }, fd))
+    }
+
+    /// Rank: map the page the agent passed as `fd` and stamp it.
+    pub fn open_write_fd(fd: RawFd) -> io::Result<StatePage> {
+        let page = StatePage {
+            map: Mapping::from_fd(fd)?,
+        };
+        page.stamp();
+        Ok(page)
+    }
+
     /// Agent: map a rank's page read-only.
     pub fn open_read(path: &Path) -> io::Result<StatePage> {
         Ok(StatePage {
@@ -430,6 +488,25 @@ mod tests {
             (snap.pid, snap.posted_sends, snap.wait_src),
             (std::process::id(), 3, -1)
         );
+    }
+
+    #[test]
+    fn a_sealed_state_page_cannot_change_size() {
+        use std::os::fd::AsRawFd;
+        let (agent, fd) = StatePage::create_sealed().unwrap();
+        let rank = StatePage::open_write_fd(fd.as_raw_fd()).unwrap();
+        rank.layout().delivered.fetch_add(7, SeqCst);
+        for len in [0, 1, PAGE_SIZE as libc::off_t * 1024] {
+            let r = unsafe { libc::ftruncate(fd.as_raw_fd(), len) };
+            assert_eq!(r, -1, "ftruncate to {len} was allowed");
+            assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+        }
+        // Nor can the seals be changed (F_SEAL_SEAL).
+        let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
+        assert_eq!(r, -1);
+        let snap = agent.snapshot();
+        assert!(snap.ready);
+        assert_eq!(snap.delivered, 7);
     }
 
     #[test]

@@ -1,0 +1,75 @@
+//! A hostile user on a shared machine: every test performs an attack through the real
+//! binaries, as an ordinary Unix user (made for the test), against a real local cluster
+//! whose master and agents run as root, and checks that the agent, the master and other
+//! users' jobs come through. Runs as root (useradd); without it each test says so and
+//! passes, as the trust suite does.
+//!
+//! The README's "Hostile users" table lists each attack, the expected answer and the test
+//! that performs it.
+
+// Shared with the trust suite; not every helper of it is used here.
+#[allow(dead_code)]
+#[path = "../trust/accounts.rs"]
+mod accounts;
+mod pages_and_descriptors;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Output;
+use std::time::Duration;
+
+use accounts::{Accounts, TestUser, command_as, output_within};
+use gang_e2e::{bin_dir, options};
+use gang_local::{LocalCluster, LocalClusterOptions};
+
+/// The longest any one command may take.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Useradd needs root; without it a test says so and passes.
+fn root() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        eprintln!("skipped: needs root (useradd)");
+    }
+    root
+}
+
+/// A cluster whose master socket is in a directory every user may traverse (as
+/// /run/gang is), with `change` applied to the options. Returns the directory too, which
+/// must outlive the cluster.
+fn shared_cluster(
+    w: u32,
+    h: u32,
+    change: impl FnOnce(&mut LocalClusterOptions),
+) -> (LocalCluster, tempfile::TempDir) {
+    let sockets = tempfile::Builder::new()
+        .prefix("gang-hostile-sock-")
+        .tempdir()
+        .expect("temporary directory");
+    std::fs::set_permissions(sockets.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod the socket directory");
+    let mut opts = options(&[]);
+    opts.socket = Some(sockets.path().join("master.sock"));
+    change(&mut opts);
+    let c = LocalCluster::start((w, h), opts).expect("local cluster starts");
+    (c, sockets)
+}
+
+/// `prun` or `gangctl` run by `u` against `c`'s socket.
+fn as_user(c: &LocalCluster, u: &TestUser, bin: &str, args: &[&str]) -> Output {
+    let mut cmd = command_as(&bin_dir().join(bin), u);
+    cmd.env("GANG_MASTER", c.master_addr()).args(args);
+    output_within(&mut cmd, LIMIT)
+}
+
+/// Declared first in a test, dropped last: after the cluster and the ranks of its users.
+fn accounts() -> Accounts {
+    Accounts::new()
+}
