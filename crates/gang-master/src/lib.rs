@@ -10,6 +10,7 @@ pub mod job;
 pub mod metrics;
 pub mod notify;
 pub mod output;
+pub mod placements;
 pub mod server;
 pub mod service;
 pub mod shim;

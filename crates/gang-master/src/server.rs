@@ -204,6 +204,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let tokens = AuthServiceServer::new(Tokens { auth });
     let registry = AgentRegistryServer::new(Registry {
         handle: handle.clone(),
+        placements: crate::placements::Placements::start(handle.clone()),
         output,
         stats,
         metrics: metrics.clone(),

@@ -105,12 +105,17 @@ impl Config {
         }
         let state_fd = match var(env::STATE_FD) {
             None => None,
-            Some(v) => Some(v.parse::<i32>().ok().filter(|fd| *fd >= 0).ok_or_else(|| {
-                Error::Env {
-                    var: env::STATE_FD,
-                    reason: format!("{v:?} is not a descriptor number"),
-                }
-            })?),
+            Some(v) => {
+                Some(
+                    v.parse::<i32>()
+                        .ok()
+                        .filter(|fd| *fd >= 0)
+                        .ok_or_else(|| Error::Env {
+                            var: env::STATE_FD,
+                            reason: format!("{v:?} is not a descriptor number"),
+                        })?,
+                )
+            }
         };
         let context = match var(env::MSG_CONTEXT).as_deref() {
             None | Some("resident") => ContextMode::Resident,

@@ -193,3 +193,85 @@ fn agents_and_certificates() {
     assert!(out.status.success(), "{}", stderr(&out));
     c.shutdown().unwrap();
 }
+
+/// A node's certificate speaks for the ranks on that node only: it cannot end another
+/// node's rank (an exit report) nor write another node's job output, nor output of a job
+/// that was never placed. (Found by the hostile-user review: node (1,1)'s certificate
+/// marked a job on (0,0) completed; node (0,1)'s replaced a job's output on (1,0).)
+#[test]
+fn a_node_speaks_only_for_the_ranks_it_holds() {
+    let c = cluster_with(2, 2, |_| {});
+    let pki = c.pki();
+    let ca = pki.ca();
+    let agents = c.agents_addr().expect("the agent port");
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "1",
+            "--detach",
+            "--",
+            "sh",
+            "-c",
+            "echo mine; sleep 600",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    let job = wait_state(&c, id, "running", T);
+    let sm = &job["submesh"];
+    let (x, y) = (
+        sm["x"].as_u64().unwrap() as u32,
+        sm["y"].as_u64().unwrap() as u32,
+    );
+    let (ox, oy) = (1 - x, 1 - y);
+    wait_for(T, "the job's first output", || {
+        (stdout(&gangctl(&c, &["output", &id.to_string()])) == "mine\n").then_some(())
+    });
+    let other = pki.files(&PeerName::Node { x: ox, y: oy });
+    let rt = runtime();
+    rt.block_on(async {
+        let mut registry =
+            AgentRegistryClient::new(tls::mtls(agents, &ca, Some(&other), "master.gang"));
+        let e = registry
+            .report_exit(RankExit {
+                job_id: id,
+                rank: 0,
+                x: ox,
+                y: oy,
+                how: Some(gang_proto::v1::rank_exit::How::Code(0)),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_denied(&e, &format!("node ({ox},{oy}) holds no rank 0 of job {id}"));
+        let forged = |job_id: u64| gang_proto::v1::OutputBatch {
+            job_id,
+            chunks: vec![gang_proto::v1::Output {
+                rank: 0,
+                stream: gang_proto::v1::Stream::Stdout as i32,
+                data: b"forged\n".to_vec(),
+                offset: Some(0),
+            }],
+        };
+        let e = registry.push_output(forged(id)).await.unwrap_err();
+        assert_denied(&e, &format!("node ({ox},{oy}) holds no rank 0 of job {id}"));
+        // A job not yet submitted has no rank anywhere.
+        let e = registry.push_output(forged(id + 100)).await.unwrap_err();
+        assert_denied(
+            &e,
+            &format!("node ({ox},{oy}) holds no rank 0 of job {}", id + 100),
+        );
+    });
+    // The job runs on, its output its own.
+    assert_eq!(job_json(&c, id)["state"], "running");
+    assert_eq!(stdout(&gangctl(&c, &["output", &id.to_string()])), "mine\n");
+    let out = gangctl(&c, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.shutdown().unwrap();
+}
+
+fn job_json(c: &LocalCluster, id: u64) -> serde_json::Value {
+    gangctl_json(c, &["job", &id.to_string()]).unwrap()
+}

@@ -10,12 +10,15 @@ use crate::auth::{agent_node, any_node};
 use crate::error::MasterError;
 use crate::metrics::Metrics;
 use crate::output::OutputHub;
+use crate::placements::Placements;
 use crate::service::convert;
 use crate::switch_stats::SwitchStats;
 
 pub struct Registry {
     pub handle: Handle,
     pub output: Arc<OutputHub>,
+    /// Which node holds which rank: an agent speaks only for its own.
+    pub placements: Arc<Placements>,
     pub stats: Arc<Mutex<SwitchStats>>,
     pub metrics: Arc<Metrics>,
 }
@@ -49,7 +52,8 @@ impl AgentRegistry for Registry {
         req: Request<v1::RankExit>,
     ) -> Result<Response<v1::RankExitAck>, Status> {
         let r = req.get_ref();
-        agent_node(&req, (r.x, r.y))?;
+        let node = agent_node(&req, (r.x, r.y))?;
+        self.placements.check(node, r.job_id, [r.rank]).await?;
         // The agent pushed all of the rank's output before this report: what the log
         // lacks of what the rank wrote now is lost for good.
         let lost = self
@@ -68,8 +72,11 @@ impl AgentRegistry for Registry {
         &self,
         req: Request<v1::OutputBatch>,
     ) -> Result<Response<v1::OutputAck>, Status> {
-        any_node(&req)?;
+        let node = any_node(&req)?;
         let b = req.into_inner();
+        self.placements
+            .check(node, b.job_id, b.chunks.iter().map(|c| c.rank))
+            .await?;
         // Straight to the log: output never queues behind scheduling work.
         self.output
             .append(b.job_id, &b.chunks)

@@ -370,6 +370,11 @@ impl MasterState {
             warn!(job = %id, "exit report for an unknown job");
             return;
         };
+        // The gRPC layer refuses these; the core does not rely on it.
+        if !super::messaging::runs_there(job, exit.rank, exit.node) {
+            warn!(job = %id, rank = exit.rank, node = ?exit.node, "exit report for a rank that does not run there: ignored");
+            return;
+        }
         let Some(slot) = job.ranks.get_mut(exit.rank as usize) else {
             return;
         };

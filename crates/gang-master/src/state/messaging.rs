@@ -30,7 +30,7 @@ pub(super) fn state_word(s: State) -> &'static str {
 }
 
 /// Whether `node` is where `rank` of `job` runs.
-fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
+pub(super) fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
     rank < job.size() && job.node_of(rank) == Some(node)
 }
 
@@ -128,10 +128,18 @@ impl MasterState {
         } = arrival;
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
         if !job.record.state.is_placed() || job.failure.is_some() || job.cancelled.is_some() {
-            return Err(MasterError::NotRunning {
-                job: id,
-                state: state_word(job.record.state),
-            });
+            // A placed job with a failure or a cancel is ending, though its state still
+            // says running until its ranks are gone.
+            let state = if job.record.state.is_placed() {
+                if job.cancelled.is_some() {
+                    "being cancelled"
+                } else {
+                    "failing"
+                }
+            } else {
+                state_word(job.record.state)
+            };
+            return Err(MasterError::NotRunning { job: id, state });
         }
         if !runs_there(job, rank, node) {
             return Err(MasterError::Forbidden(format!(

@@ -163,9 +163,8 @@ impl Mapping {
     /// would die of SIGBUS; no size change is possible here, whoever holds the fd.
     fn sealed(name: &str) -> io::Result<(Mapping, OwnedFd)> {
         let c = CString::new(name).map_err(io::Error::other)?;
-        let raw = unsafe {
-            libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
+        let raw =
+            unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
