@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use tracing::debug;
 
+use super::as_user::with_fs_identity;
 use super::failure::Failure;
 use super::mpi::{MpiPlan, serve};
 use super::plan::{LaunchPlan, NodeFacts, SearchPath};
@@ -40,7 +41,6 @@ pub struct Found {
 pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<Found, Failure> {
     let req = &plan.req;
     let cwd = Path::new(&req.cwd);
-    check_cwd(cwd).map_err(Failure::Cwd)?;
     let agent_path;
     let path = match &plan.search {
         SearchPath::Request(path) => Some(OsStr::new(path)),
@@ -50,12 +50,19 @@ pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<
             agent_path.as_deref()
         }
     };
-    let program = resolve_program(&req.argv[0], path, cwd).map_err(Failure::Start)?;
-    // `none` is the user's word, and the only choice that reads nothing of the program.
-    let links = match req.mpi {
-        Mpi::None => ProgramMpi::NoMpi,
-        _ => mpi_program::inspect(&program),
-    };
+    // What the user could not see must not be answered for them (see `as_user`).
+    let (program, links) = with_fs_identity(&plan.run_as, || {
+        check_cwd(cwd).map_err(Failure::Cwd)?;
+        let program = resolve_program(&req.argv[0], path, cwd).map_err(Failure::Start)?;
+        // `none` is the user's word, and the only choice that reads nothing of the
+        // program.
+        let links = match req.mpi {
+            Mpi::None => ProgramMpi::NoMpi,
+            _ => mpi_program::inspect(&program),
+        };
+        Ok((program, links))
+    })
+    .map_err(Failure::Start)??;
     let mpi = serve(plan, &links, facts).map_err(Failure::Mpi)?;
     debug!(
         job_id = req.key.job_id,

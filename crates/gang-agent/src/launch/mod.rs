@@ -11,7 +11,8 @@
 //!
 //! - `plan`: the request and the node's facts in, the plan or a refusal out; no I/O, no
 //!   clock.
-//! - `lookup`: what the plan needs of the file system, before anything is taken.
+//! - `lookup`: what the plan needs of the file system, before anything is taken, looked
+//!   up as the submitting user (`as_user`).
 //! - `mpi`: the second pure step, what the rank is served for MPI once `lookup` has read
 //!   what its program links (`--mpi auto`).
 //! - `rollback`: the side effects, under one guard; `commit` hands them on.
@@ -23,6 +24,7 @@
 //! The pipeline is given the node's parts it works with (`NodeParts`), not the node:
 //! this module stays below `node` in the module graph.
 
+mod as_user;
 pub mod command;
 mod failure;
 mod lookup;

@@ -12,6 +12,7 @@
 #[path = "../trust/accounts.rs"]
 mod accounts;
 mod pages_and_descriptors;
+mod paths;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
