@@ -54,6 +54,7 @@ mod ready;
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -292,10 +293,17 @@ impl LocalCluster {
     }
 
     fn command(&self, bin: &Path, log: &Path) -> Result<Command> {
+        // The daemons log every job's argv and working directory: for whoever started
+        // the cluster only, whatever the umask or the directory's mode.
         let out = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(log)
+            .and_then(|f| {
+                f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+                Ok(f)
+            })
             .with_context(|| format!("cannot open {}", log.display()))?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(bin);

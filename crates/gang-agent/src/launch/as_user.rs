@@ -120,7 +120,10 @@ mod tests {
         };
         let errno = |p: &std::path::Path| std::fs::metadata(p).err().and_then(|e| e.raw_os_error());
         let seen = with_fs_identity(&nobody, || {
-            (errno(&private.join("there")), errno(&private.join("missing")))
+            (
+                errno(&private.join("there")),
+                errno(&private.join("missing")),
+            )
         })
         .unwrap();
         // As the user, both answer the same: the directory is closed to them.

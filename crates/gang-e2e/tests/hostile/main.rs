@@ -11,6 +11,7 @@
 #[allow(dead_code)]
 #[path = "../trust/accounts.rs"]
 mod accounts;
+mod logs;
 mod pages_and_descriptors;
 mod paths;
 
