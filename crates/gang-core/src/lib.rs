@@ -24,6 +24,7 @@
 pub mod alloc;
 pub mod clock;
 pub mod deadlock;
+pub mod fair_share;
 pub mod gang_mode;
 pub mod grid;
 pub mod matrix;

@@ -147,6 +147,7 @@ pub fn replay(
                 id: j.id,
                 shape: j.shape,
                 estimate: j.estimate,
+                user: 0,
             };
             sched.submit(j.submit.max(now), spec)?
         } else {

@@ -68,6 +68,13 @@ pub struct Config {
     pub switch_overhead: f64,
     /// How many queued jobs behind the head one backfill pass examines at most.
     pub backfill_depth: usize,
+    /// Order the queue by fair share between users (see `fair_share`); false: FCFS.
+    #[serde(default = "fair_share_by_default")]
+    pub fair_share: bool,
+}
+
+fn fair_share_by_default() -> bool {
+    true
 }
 
 impl Default for Config {
@@ -80,6 +87,7 @@ impl Default for Config {
             slice_choice: SliceChoice::First,
             switch_overhead: 0.0,
             backfill_depth: 1000,
+            fair_share: true,
         }
     }
 }
@@ -92,6 +100,9 @@ pub struct JobSpec {
     /// Requested run time in seconds (at full speed), if the user gave one. EASY needs it:
     /// a job without one is never backfilled and never ends in a reservation's forecast.
     pub estimate: Option<f64>,
+    /// Whose it is (a uid): the queue shares turns between users (`fair_share`).
+    #[serde(default)]
+    pub user: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -123,6 +134,7 @@ struct Progress {
     /// Seconds of full-speed work done so far.
     work: f64,
     estimate: Option<f64>,
+    user: u32,
 }
 
 /// Why a queued job waits (Slurm's pending reasons, in the terms of this scheduler).
@@ -157,6 +169,10 @@ pub struct Scheduler {
     /// The head found blocked by the last pass: while no nodes are freed it stays blocked,
     /// so the next pass need not search for it again.
     blocked_head: Option<JobId>,
+    /// Jobs started so far, and the count when each user last had one started (fair
+    /// share's turns).
+    starts: u64,
+    last_start: std::collections::HashMap<u32, u64>,
 }
 
 impl Scheduler {
@@ -183,6 +199,8 @@ impl Scheduler {
             now: f64::NEG_INFINITY,
             last_reservation: None,
             blocked_head: None,
+            starts: 0,
+            last_start: Default::default(),
         })
     }
 
@@ -411,12 +429,15 @@ impl Scheduler {
 
     fn start(&mut self, spec: &JobSpec, slice: SliceId, sm: Submesh, out: &mut Vec<Decision>) {
         self.matrix.start(spec.id, slice, sm, out);
+        self.starts += 1;
+        self.last_start.insert(spec.user, self.starts);
         self.progress.insert(
             spec.id,
             Progress {
                 started: self.now,
                 work: 0.0,
                 estimate: spec.estimate,
+                user: spec.user,
             },
         );
     }
@@ -436,6 +457,13 @@ impl Scheduler {
 
     fn schedule(&mut self) -> Plan {
         let mut out = vec![];
+        if self.cfg.fair_share {
+            let mut running: std::collections::HashMap<u32, usize> = Default::default();
+            for p in self.progress.values() {
+                *running.entry(p.user).or_default() += 1;
+            }
+            crate::fair_share::order(&mut self.queue, &running, &self.last_start);
+        }
         let alloc = self.allocator();
         let unchanged = !self.matrix.has_fresh_space()
             && self.head_index().map(|h| self.queue[h].id) == self.blocked_head;

@@ -198,6 +198,7 @@ mod tests {
             id: JobId(id),
             shape: Shape::new(4, 4),
             estimate: None,
+            user: 0,
         }
     }
 

@@ -205,6 +205,7 @@ mod tests {
             id: JobId(id),
             shape: Shape::new(w, h),
             estimate: None,
+            user: 0,
         };
         s.submit(0.0, spec(1, 2, 4)).unwrap();
         s.submit(0.0, spec(2, 2, 4)).unwrap();
@@ -245,6 +246,7 @@ mod tests {
             id: JobId(id),
             shape: Shape::new(2, 1),
             estimate: None,
+            user: 0,
         };
         for id in 1..=3 {
             s.submit(0.0, spec(id)).unwrap();

@@ -32,6 +32,7 @@ impl Harness {
                     id: JobId(id),
                     shape,
                     estimate,
+                    user: 0,
                 },
             )
             .unwrap();
@@ -306,6 +307,7 @@ fn bad_requests_are_refused_with_the_reason() {
         id: JobId(id),
         shape,
         estimate: None,
+        user: 0,
     };
     let e = h.sched.submit(0.0, spec(1, s(2, 4))).unwrap_err();
     assert_eq!(
@@ -394,6 +396,7 @@ fn config() -> impl Strategy<Value = Config> {
                 slice_choice,
                 switch_overhead,
                 backfill_depth: 1000,
+                fair_share: true,
             },
         )
 }
@@ -507,6 +510,7 @@ fn adopt_puts_running_jobs_back_where_they_run() {
         id: JobId(id),
         shape,
         estimate: None,
+        user: 0,
     };
     h.sched
         .adopt(0.0, spec(1, s(2, 2)), Submesh::new(2, 2, 2, 2))
@@ -591,7 +595,7 @@ proptest! {
             let plan = match op {
                 Op::Submit(w, h, e) => {
                     next += 1;
-                    let spec = JobSpec { id: JobId(next), shape: Shape::new(w, h), estimate: e.map(f64::from) };
+                    let spec = JobSpec { id: JobId(next), shape: Shape::new(w, h), estimate: e.map(f64::from), user: (next % 3) as u32 };
                     sched.submit(now, spec).unwrap()
                 }
                 Op::Finish(i) => {

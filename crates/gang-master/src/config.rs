@@ -23,6 +23,7 @@ pub struct FileConfig {
     pub mpl: Option<u32>,
     pub allocator: Option<String>,
     pub backfill: Option<String>,
+    pub queue_order: Option<String>,
     pub heartbeat_ms: Option<u32>,
     pub node_timeout_ms: Option<u32>,
     pub kill_grace_ms: Option<u32>,
@@ -148,6 +149,9 @@ pub struct MasterConfig {
     pub mpl: u32,
     pub allocator: AllocatorKind,
     pub backfill: Backfill,
+    /// Order the queue by fair share between users (gang-core's `fair_share`); false:
+    /// FCFS.
+    pub fair_share: bool,
     pub heartbeat_ms: u32,
     /// A node whose agent is silent this long is down and its jobs fail.
     pub node_timeout_ms: u32,
@@ -211,6 +215,7 @@ impl MasterConfig {
             mpl: 1,
             allocator: AllocatorKind::AdaptiveScan,
             backfill: Backfill::Easy,
+            fair_share: true,
             heartbeat_ms: 200,
             node_timeout_ms: 2000,
             kill_grace_ms: 2000,

@@ -56,6 +56,10 @@ struct Args {
     allocator: Option<String>,
     #[arg(long, value_parser = ["none", "easy"])]
     backfill: Option<String>,
+    /// The queue's order between users: fair-share (default: users take turns, those
+    /// running less first) or fcfs (submission order only).
+    #[arg(long, value_parser = ["fair-share", "fcfs"])]
+    queue_order: Option<String>,
     /// How often agents heartbeat.
     #[arg(long)]
     heartbeat_ms: Option<u32>,
@@ -203,6 +207,13 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         mpl,
         allocator,
         backfill,
+        fair_share: match a.queue_order.or(f.queue_order).as_deref() {
+            None | Some("fair-share") => true,
+            Some("fcfs") => false,
+            Some(other) => anyhow::bail!(
+                "queue_order = {other:?} in the config file: expected fair-share or fcfs"
+            ),
+        },
         heartbeat_ms: a.heartbeat_ms.or(f.heartbeat_ms).unwrap_or(500),
         node_timeout_ms: a.node_timeout_ms.or(f.node_timeout_ms).unwrap_or(3000),
         kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),

@@ -11,6 +11,7 @@
 #[allow(dead_code)]
 #[path = "../trust/accounts.rs"]
 mod accounts;
+mod fair_share;
 mod logs;
 mod pages_and_descriptors;
 mod paths;

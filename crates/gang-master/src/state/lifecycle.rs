@@ -112,6 +112,7 @@ impl MasterState {
                 id,
                 shape,
                 estimate,
+                user: new.owner.uid,
             },
         )?;
         let spec = new.resolve(Defaults {

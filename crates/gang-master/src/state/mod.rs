@@ -114,6 +114,7 @@ impl MasterState {
             mpl: cfg.mpl,
             allocator: cfg.allocator,
             backfill: cfg.backfill,
+            fair_share: cfg.fair_share,
             ..CoreConfig::default()
         };
         let sched = Scheduler::new(cfg.mesh, core_cfg)?;

@@ -61,6 +61,7 @@ impl MasterState {
                 id,
                 shape: Shape::new(job.record.w, job.record.h),
                 estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
+                user: job.record.spec.owner.uid,
             };
             match job.record.state {
                 State::Queued => {
