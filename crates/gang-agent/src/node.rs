@@ -73,9 +73,9 @@ impl Node {
 
     /// Launch one rank: the pure plan, then its start; returns its pid. Must run in a
     /// task on a runtime worker thread (see `launch::command::command`).
-    pub fn launch_rank(&self, req: RankRequest) -> Result<u32, AgentError> {
+    pub async fn launch_rank(&self, req: RankRequest) -> Result<u32, AgentError> {
         let plan = launch::plan(req, &self.parts.facts)?;
-        launch::start(plan, &self.parts)
+        launch::start(plan, &self.parts).await
     }
 
     /// SIGCONT+SIGTERM to the job's ranks here, SIGKILL after `grace`. Whether any were here.

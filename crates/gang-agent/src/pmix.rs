@@ -7,6 +7,12 @@
 //! rank here are registered (job size, one rank per node, the node map), and the
 //! variables `PMIx_server_setup_fork` gives go into the rank's environment.
 //!
+//! The server is called from no runtime thread: `gang_pmix` runs every call into the
+//! library on a thread of its own, and a registration is awaited here at most
+//! [`CALL_TIMEOUT`]. A library that stalls (a client holding its progress thread) then
+//! fails the launches that need it, naming the node and "PMIx server not answering",
+//! while the agent's other launches, switching and heartbeats go on.
+//!
 //! A fence: the library hands up the local rank's blob (its packing of what the rank
 //! put). It goes through the job's fence at the master as one put, `pmix.E.R` (fence
 //! epoch E, rank R; base64), and the master's answer, every rank's put, is cut down to
@@ -24,6 +30,10 @@ use tracing::{debug, info, warn};
 use crate::error::Coord;
 use crate::pmi::{Abort, Fencer};
 use crate::ranks::RankKey;
+
+/// The longest a PMIx registration is waited for. It takes milliseconds; a loaded 2-core
+/// host running a 16-node local cluster has been seen to take well under a second.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The job's PMIx namespace (the name PMI-1 gives its key-value space too).
 pub fn nspace(job_id: u64) -> String {
@@ -119,7 +129,7 @@ impl<F> std::fmt::Debug for PmixNode<F> {
 
 impl<F: Fencer> PmixNode<F> {
     /// Start the server with its files in `dir`. Must run inside the runtime (fences are
-    /// gathered by tasks).
+    /// gathered by tasks), and may wait up to [`CALL_TIMEOUT`]: not on a worker thread.
     pub fn start(hub: &Arc<F>, dir: std::path::PathBuf, node: Coord) -> Result<Self, String> {
         if !gang_pmix::AVAILABLE {
             return Err(gang_pmix::Error::NotBuilt.to_string());
@@ -146,6 +156,7 @@ impl<F: Fencer> PmixNode<F> {
             node_name: node_name(node.x, node.y),
             server_nspace: format!("gang-agent-{}-{}", node.x, node.y),
             server_rank: 0,
+            call_timeout: CALL_TIMEOUT,
         };
         let started = std::time::Instant::now();
         let server =
@@ -155,16 +166,19 @@ impl<F: Fencer> PmixNode<F> {
         Ok(PmixNode { server, host, node })
     }
 
-    /// Register the rank's job and the rank; the variables for its environment.
-    pub fn prepare(&self, l: &PmixLaunch) -> Result<Vec<(String, String)>, String> {
+    /// Register the rank's job and the rank; the variables for its environment. Awaits
+    /// the server's thread at most its call timeout.
+    pub async fn prepare(&self, l: &PmixLaunch) -> Result<Vec<(String, String)>, String> {
         let ns = nspace(l.key.job_id);
-        let nodes = node_names(l.part, l.size, self.node, l.key.rank);
-        let job = gang_pmix::Job {
-            nspace: &ns,
+        let reg = gang_pmix::Registration {
+            nspace: ns.clone(),
             size: l.size,
             my_rank: l.key.rank,
-            nodes: &nodes,
+            nodes: node_names(l.part, l.size, self.node, l.key.rank),
+            uid: l.uid,
+            gid: l.gid,
         };
+        let what = format!("registering rank {} of {ns}", l.key.rank);
         self.host.ranks.lock().unwrap().insert(
             ns.clone(),
             Local {
@@ -173,12 +187,26 @@ impl<F: Fencer> PmixNode<F> {
                 pgid: None,
             },
         );
-        let env = self
-            .server
-            .register(&job, l.uid, l.gid)
-            .and_then(|()| self.server.setup_fork(&ns, l.key.rank));
-        match env {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let waited = self.server.call_timeout();
+        let answer = match self.server.prepare(reg, move |r| {
+            let _ = tx.send(r);
+        }) {
+            Err(e) => Err(e),
+            Ok(()) => match tokio::time::timeout(waited, rx).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(gang_pmix::Error::Pmix("its thread has ended".into())),
+                Err(_) => Err(gang_pmix::Error::NotAnswering { what, waited }),
+            },
+        };
+        match answer {
             Ok(env) => Ok(client_env(env)),
+            // The registration may still be made when the library gets to it: `remove`
+            // (the launch's rollback) then queues its undoing after it.
+            Err(e @ gang_pmix::Error::NotAnswering { .. }) => {
+                warn!(job_id = l.key.job_id, rank = l.key.rank, "{e}");
+                Err(e.to_string())
+            }
             Err(e) => {
                 self.host.ranks.lock().unwrap().remove(&ns);
                 Err(e.to_string())
@@ -205,13 +233,8 @@ impl<F: Fencer> PmixNode<F> {
             return;
         }
         self.host.aborts.lock().unwrap().remove(&key);
-        // Deregistering waits on the library's thread: not on a runtime worker.
-        let me = Arc::clone(self);
-        let work = move || me.server.deregister(&ns, key.rank);
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(work)),
-            Err(_) => work(),
-        }
+        // Queued for the server's thread: nothing waits on it here.
+        self.server.deregister(&ns, key.rank);
     }
 }
 
@@ -335,6 +358,10 @@ impl<F: Fencer> gang_pmix::Host for Host<F> {
 
     fn client(&self, ns: &str, rank: u32, finalized: bool) {
         debug!(nspace = ns, rank, finalized, "PMIx client");
+    }
+
+    fn refused(&self, why: &str) {
+        warn!("PMIx gate refused {why}");
     }
 }
 

@@ -94,7 +94,7 @@ impl NodeAgent for AgentService {
         let RankKey { job_id, rank } = req.key;
         // Spawned right here, in this handler's task on a runtime worker thread (see
         // `launch::command::command` for why not spawn_blocking).
-        match self.node.launch_rank(req) {
+        match self.node.launch_rank(req).await {
             Ok(pid) => Ok(Response::new(LaunchResponse { pid })),
             Err(e) => {
                 warn!(job_id, rank, "launch failed: {e}");

@@ -4,12 +4,29 @@
 //! puts the variables `PMIx_server_setup_fork` gives into the rank's environment, and
 //! completes the library's upcalls: a fence with every node's data, an abort.
 //!
-//! `unsafe` lives in this file only: the calls into the C shim (`shim.c`) and the
+//! Two guards stand between the library and the users of the node (see the README):
+//! - **One thread owns the library.** Every call into it (start, register, setup_fork,
+//!   deregister) runs on the `pmix-server` thread, fed by a channel; a caller waits for
+//!   its answer at most [`ServerConfig::call_timeout`], and once one call has taken longer
+//!   than that, every new one fails at once with [`Error::NotAnswering`]: a stalled
+//!   library costs the launches that need it, never the caller's other work.
+//! - **The gate owns the listener** (`gate.rs`): only a complete handshake of a
+//!   registered rank, from a socket of that rank's user, reaches the library.
+//!
+//! `unsafe` lives in `ffi.rs` only: the calls into the C shim (`shim.c`) and the
 //! callbacks it makes back. Built without the library (pkg-config finds no `pmix`, or
 //! `GANG_NO_PMIX=1`), [`Server::start`] fails with [`Error::NotBuilt`] and nothing else
 //! changes.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+#[cfg(gang_pmix)]
+mod ffi;
+#[cfg(gang_pmix)]
+mod gate;
+#[cfg(gang_pmix)]
+mod owner;
 
 /// Whether this build links the PMIx server library.
 pub const AVAILABLE: bool = cfg!(gang_pmix);
@@ -24,6 +41,9 @@ pub enum Error {
     Pmix(String),
     /// A name with a NUL in it, or too long for PMIx (nspaces are 255 bytes).
     BadName(String),
+    /// The library did not answer in time: what was asked, and how long it was waited
+    /// for (or how long the call before it has been running).
+    NotAnswering { what: String, waited: Duration },
 }
 
 impl std::fmt::Display for Error {
@@ -37,14 +57,20 @@ impl std::fmt::Display for Error {
             }
             Error::Pmix(what) => write!(f, "PMIx server: {what}"),
             Error::BadName(what) => write!(f, "PMIx server: {what}"),
+            Error::NotAnswering { what, waited } => write!(
+                f,
+                "PMIx server not answering: {what} got no answer within {} s",
+                waited.as_secs_f64().round()
+            ),
         }
     }
 }
 
 impl std::error::Error for Error {}
 
-/// What the library asks of its host. Called on the library's progress thread: each
-/// must return at once (queue the work) and never call back into [`Server`] there.
+/// What the library asks of its host. Called on the library's progress thread (and
+/// `refused` on the gate's): each must return at once (queue the work) and never call
+/// back into [`Server`] there.
 pub trait Host: Send + Sync + 'static {
     /// The local ranks of `nspace` reached a fence, with `blob` (the library's packing of
     /// what they put). Complete `done` with every node's blob, concatenated, in any
@@ -54,6 +80,8 @@ pub trait Host: Send + Sync + 'static {
     fn abort(&self, nspace: &str, rank: u32, status: i32, message: String);
     /// A rank connected (`finalized` false) or finalized.
     fn client(&self, nspace: &str, rank: u32, finalized: bool);
+    /// The gate closed a connection before the library saw it, and why.
+    fn refused(&self, _why: &str) {}
 }
 
 /// A fence the library waits on. Dropped without [`FenceDone::complete`], it completes
@@ -78,7 +106,10 @@ impl FenceDone {
         if req.is_null() {
             return;
         }
-        imp::fence_done(req, result);
+        #[cfg(gang_pmix)]
+        ffi::fence_done(req, result);
+        #[cfg(not(gang_pmix))]
+        let _ = result;
     }
 }
 
@@ -86,11 +117,6 @@ impl Drop for FenceDone {
     fn drop(&mut self) {
         self.finish(Err(()));
     }
-}
-
-/// The process's PMIx server.
-pub struct Server {
-    _started: (),
 }
 
 /// Where and as what the server runs.
@@ -103,56 +129,123 @@ pub struct ServerConfig {
     /// The server's own PMIx name.
     pub server_nspace: String,
     pub server_rank: u32,
+    /// The longest a call into the library is waited for (registration takes
+    /// milliseconds; a library that takes longer is stalled).
+    pub call_timeout: Duration,
 }
 
-/// One job as registered on this node: rank `my_rank` of `size` runs here; rank r runs
-/// on `nodes[r]` (one rank a node).
-#[derive(Debug, Clone)]
-pub struct Job<'a> {
-    pub nspace: &'a str,
+/// One job's rank as registered on this node: rank `my_rank` of `size` runs here, as
+/// `uid`:`gid`; rank r runs on `nodes[r]` (one rank a node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub nspace: String,
     pub size: u32,
     pub my_rank: u32,
-    pub nodes: &'a [String],
+    pub nodes: Vec<String>,
+    pub uid: u32,
+    pub gid: u32,
 }
 
-impl Server {
-    /// Start the library's server (once per process).
-    pub fn start(config: &ServerConfig, host: Arc<dyn Host>) -> Result<Server, Error> {
-        imp::start(config, host)?;
-        Ok(Server { _started: () })
-    }
-
-    /// Register a job and its local rank (blocking: the library answers on its thread).
-    pub fn register(&self, job: &Job<'_>, uid: u32, gid: u32) -> Result<(), Error> {
-        if job.nodes.len() != job.size as usize {
+impl Registration {
+    /// What the library would refuse, or take wrongly, refused before it sees it.
+    fn check(&self) -> Result<(), Error> {
+        cstring(&self.nspace)?;
+        if self.nodes.len() != self.size as usize {
             return Err(Error::BadName(format!(
                 "{} node names for {} ranks",
-                job.nodes.len(),
-                job.size
+                self.nodes.len(),
+                self.size
             )));
         }
-        if let Some(bad) = job.nodes.iter().find(|n| n.is_empty() || n.contains(',')) {
+        if let Some(bad) = self.nodes.iter().find(|n| n.is_empty() || n.contains(',')) {
             return Err(Error::BadName(format!(
                 "node name {bad:?} is empty or has a comma"
             )));
         }
-        imp::register_job(job)?;
-        if let Err(e) = imp::register_client(job.nspace, job.my_rank, uid, gid) {
-            imp::deregister(job.nspace, job.my_rank);
-            return Err(e);
-        }
         Ok(())
     }
+}
 
-    /// The variables the rank needs to reach this server (`PMIX_NAMESPACE`, `PMIX_RANK`,
-    /// `PMIX_SERVER_URI*`, ...).
-    pub fn setup_fork(&self, nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Error> {
-        imp::setup_fork(nspace, rank)
+/// The rank's variables (`PMIX_NAMESPACE`, `PMIX_RANK`, `PMIX_SERVER_URI*`, ...), or why
+/// not.
+pub type Prepared = Result<Vec<(String, String)>, Error>;
+
+/// The process's PMIx server: a handle on the thread that owns the library.
+pub struct Server {
+    #[cfg(gang_pmix)]
+    owner: owner::Owner,
+}
+
+impl Server {
+    /// Start the library's server (once per process) on a thread of its own, and put the
+    /// gate in front of its listener. Waits at most `call_timeout`.
+    pub fn start(config: &ServerConfig, host: Arc<dyn Host>) -> Result<Server, Error> {
+        #[cfg(gang_pmix)]
+        return Ok(Server {
+            owner: owner::Owner::start(config, host)?,
+        });
+        #[cfg(not(gang_pmix))]
+        {
+            let _ = (config, host);
+            Err(Error::NotBuilt)
+        }
     }
 
-    /// The rank is gone: forget it and its job here.
+    /// Register the rank and its job, then `done` with its variables, on the server's
+    /// thread. Fails at once (and `done` is never called) if the registration is refused
+    /// before the library sees it, or if the server is stalled: a call has been running
+    /// longer than `call_timeout`. The caller times its wait for `done` itself.
+    pub fn prepare(
+        &self,
+        reg: Registration,
+        done: impl FnOnce(Prepared) + Send + 'static,
+    ) -> Result<(), Error> {
+        reg.check()?;
+        #[cfg(gang_pmix)]
+        return self.owner.prepare(reg, Box::new(done));
+        #[cfg(not(gang_pmix))]
+        {
+            let _ = done;
+            Err(Error::NotBuilt)
+        }
+    }
+
+    /// `prepare`, waiting for its answer at most `call_timeout`.
+    pub fn prepare_blocking(&self, reg: Registration) -> Prepared {
+        let what = format!("registering rank {} of {}", reg.my_rank, reg.nspace);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.prepare(reg, move |r| {
+            let _ = tx.send(r);
+        })?;
+        let waited = self.call_timeout();
+        rx.recv_timeout(waited)
+            .map_err(|_| Error::NotAnswering { what, waited })?
+    }
+
+    /// The rank is gone: the gate stops letting it in at once, and the library forgets it
+    /// and its job when its thread gets to it (after any registration asked before).
     pub fn deregister(&self, nspace: &str, rank: u32) {
-        imp::deregister(nspace, rank)
+        #[cfg(gang_pmix)]
+        self.owner.deregister(nspace, rank);
+        #[cfg(not(gang_pmix))]
+        let _ = (nspace, rank);
+    }
+
+    /// How long a call is waited for.
+    pub fn call_timeout(&self) -> Duration {
+        #[cfg(gang_pmix)]
+        return self.owner.call_timeout();
+        #[cfg(not(gang_pmix))]
+        Duration::ZERO
+    }
+
+    /// The Unix socket the library accepts on, behind the gate (in a directory only the
+    /// server's user may enter): for tests that stall the library on purpose.
+    pub fn inner_socket(&self) -> std::path::PathBuf {
+        #[cfg(gang_pmix)]
+        return self.owner.inner_socket();
+        #[cfg(not(gang_pmix))]
+        std::path::PathBuf::new()
     }
 }
 
@@ -167,255 +260,13 @@ fn cstring(s: &str) -> Result<std::ffi::CString, Error> {
     std::ffi::CString::new(s).map_err(|_| Error::BadName(format!("{s:?} contains NUL")))
 }
 
-#[cfg(gang_pmix)]
-mod imp {
-    use super::{Error, Host, Job, ServerConfig, cstring};
-    use std::ffi::{CStr, c_char, c_int, c_void};
-    use std::os::unix::ffi::OsStrExt;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    type FenceFn = extern "C" fn(*mut c_void, *const c_char, *const c_char, usize, *mut c_void);
-    type AbortFn = extern "C" fn(*mut c_void, *const c_char, u32, c_int, *const c_char);
-    type ClientFn = extern "C" fn(*mut c_void, *const c_char, u32, c_int);
-
-    unsafe extern "C" {
-        fn gp_init(
-            tmpdir: *const c_char,
-            hostname: *const c_char,
-            server_nspace: *const c_char,
-            server_rank: u32,
-            ctx: *mut c_void,
-            fence: FenceFn,
-            abort: AbortFn,
-            client: ClientFn,
-            err: *mut c_char,
-            errlen: usize,
-        ) -> c_int;
-        fn gp_register_job(
-            nspace: *const c_char,
-            size: u32,
-            my_rank: u32,
-            nodes: *const c_char,
-            err: *mut c_char,
-            errlen: usize,
-        ) -> c_int;
-        fn gp_register_client(
-            nspace: *const c_char,
-            rank: u32,
-            uid: u32,
-            gid: u32,
-            err: *mut c_char,
-            errlen: usize,
-        ) -> c_int;
-        fn gp_setup_fork(
-            nspace: *const c_char,
-            rank: u32,
-            env: *mut *mut *mut c_char,
-            err: *mut c_char,
-            errlen: usize,
-        ) -> c_int;
-        fn gp_free_env(env: *mut *mut c_char);
-        fn gp_deregister(nspace: *const c_char, rank: u32);
-        fn gp_fence_done(req: *mut c_void, status: c_int, data: *const c_char, ndata: usize);
-    }
-
-    static STARTED: AtomicBool = AtomicBool::new(false);
-    const ERRLEN: usize = 512;
-
-    /// Run a shim call that reports failures in an error buffer.
-    fn call(f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), Error> {
-        let mut err = [0 as c_char; ERRLEN];
-        let rc = f(err.as_mut_ptr(), ERRLEN);
-        if rc == 0 {
-            return Ok(());
-        }
-        // SAFETY: the shim writes a NUL-terminated string within ERRLEN (snprintf), or
-        // nothing, and the buffer starts zeroed.
-        let what = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-        Err(Error::Pmix(if what.is_empty() {
-            format!("status {rc}")
-        } else {
-            what.into_owned()
-        }))
-    }
-
-    /// The host, as the callbacks see it: leaked on start, since the library may call
-    /// up to the end of the process (the server is never finalized).
-    fn host<'a>(ctx: *mut c_void) -> &'a Arc<dyn Host> {
-        // SAFETY: ctx is the Box<Arc<dyn Host>> leaked in `start`, never freed.
-        unsafe { &*(ctx as *const Arc<dyn Host>) }
-    }
-
-    fn text(p: *const c_char) -> String {
-        if p.is_null() {
-            return String::new();
-        }
-        // SAFETY: the library passes NUL-terminated strings (nspaces, messages) valid
-        // for the duration of the upcall; they are copied here.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
-
-    extern "C" fn on_fence(
-        ctx: *mut c_void,
-        nspace: *const c_char,
-        data: *const c_char,
-        ndata: usize,
-        req: *mut c_void,
-    ) {
-        let blob = if data.is_null() || ndata == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the library's buffer of ndata bytes, valid during this upcall.
-            unsafe { std::slice::from_raw_parts(data as *const u8, ndata) }.to_vec()
-        };
-        let done = super::FenceDone { req };
-        // A panic must not unwind into C: the fence then fails (FenceDone's drop).
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            host(ctx).fence(&text(nspace), blob, done)
-        }));
-    }
-
-    extern "C" fn on_abort(
-        ctx: *mut c_void,
-        nspace: *const c_char,
-        rank: u32,
-        status: c_int,
-        msg: *const c_char,
-    ) {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            host(ctx).abort(&text(nspace), rank, status, text(msg))
-        }));
-    }
-
-    extern "C" fn on_client(ctx: *mut c_void, nspace: *const c_char, rank: u32, fin: c_int) {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            host(ctx).client(&text(nspace), rank, fin != 0)
-        }));
-    }
-
-    pub fn start(config: &ServerConfig, host: Arc<dyn Host>) -> Result<(), Error> {
-        if STARTED.swap(true, Ordering::SeqCst) {
-            return Err(Error::AlreadyStarted);
-        }
-        let tmpdir = std::ffi::CString::new(config.tmpdir.as_os_str().as_bytes())
-            .map_err(|_| Error::BadName(format!("{:?} contains NUL", config.tmpdir)))?;
-        let name = cstring(&config.node_name)?;
-        let nspace = cstring(&config.server_nspace)?;
-        let ctx = Box::into_raw(Box::new(host)) as *mut c_void;
-        let r = call(|err, len| {
-            // SAFETY: valid C strings for the call's duration (the library copies them);
-            // ctx lives for the process; the callbacks match the shim's typedefs.
-            unsafe {
-                gp_init(
-                    tmpdir.as_ptr(),
-                    name.as_ptr(),
-                    nspace.as_ptr(),
-                    config.server_rank,
-                    ctx,
-                    on_fence,
-                    on_abort,
-                    on_client,
-                    err,
-                    len,
-                )
-            }
-        });
-        if r.is_err() {
-            STARTED.store(false, Ordering::SeqCst);
-        }
-        r
-    }
-
-    pub fn register_job(job: &Job<'_>) -> Result<(), Error> {
-        let nspace = cstring(job.nspace)?;
-        let nodes = std::ffi::CString::new(job.nodes.join(","))
-            .map_err(|_| Error::BadName("a node name contains NUL".into()))?;
-        // SAFETY: valid C strings for the call's duration; the shim blocks until the
-        // library has copied what it keeps.
-        call(|err, len| unsafe {
-            gp_register_job(
-                nspace.as_ptr(),
-                job.size,
-                job.my_rank,
-                nodes.as_ptr(),
-                err,
-                len,
-            )
-        })
-    }
-
-    pub fn register_client(nspace: &str, rank: u32, uid: u32, gid: u32) -> Result<(), Error> {
-        let nspace = cstring(nspace)?;
-        // SAFETY: as in register_job.
-        call(|err, len| unsafe { gp_register_client(nspace.as_ptr(), rank, uid, gid, err, len) })
-    }
-
-    pub fn setup_fork(nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Error> {
-        let nspace = cstring(nspace)?;
-        let mut env: *mut *mut c_char = std::ptr::null_mut();
-        // SAFETY: the shim sets env to a NULL-terminated array of "K=V" strings (or
-        // NULL), which is read here and then freed by the shim's own free.
-        call(|err, len| unsafe { gp_setup_fork(nspace.as_ptr(), rank, &mut env, err, len) })?;
-        let mut vars = Vec::new();
-        if !env.is_null() {
-            let mut i = 0;
-            loop {
-                // SAFETY: within the NULL-terminated array.
-                let p = unsafe { *env.add(i) };
-                if p.is_null() {
-                    break;
-                }
-                let kv = text(p);
-                if let Some((k, v)) = kv.split_once('=') {
-                    vars.push((k.to_string(), v.to_string()));
-                }
-                i += 1;
-            }
-            // SAFETY: the array setup_fork made, freed once.
-            unsafe { gp_free_env(env) };
-        }
-        Ok(vars)
-    }
-
-    pub fn deregister(nspace: &str, rank: u32) {
-        if let Ok(nspace) = cstring(nspace) {
-            // SAFETY: a valid C string; the shim blocks until the library is done.
-            unsafe { gp_deregister(nspace.as_ptr(), rank) }
-        }
-    }
-
-    pub fn fence_done(req: *mut c_void, result: Result<&[u8], ()>) {
-        // PMIX_SUCCESS is 0; any other status fails the fence.
-        let (status, data, len) = match result {
-            Ok(d) => (0, d.as_ptr() as *const c_char, d.len()),
-            Err(()) => (-1, std::ptr::null(), 0),
-        };
-        // SAFETY: req came from the shim's fence_nb and is completed once (FenceDone
-        // nulls it); data is copied before the call returns.
-        unsafe { gp_fence_done(req, status, data, len) }
-    }
-}
-
-#[cfg(not(gang_pmix))]
-mod imp {
-    use super::{Error, Host, Job, ServerConfig};
-    use std::sync::Arc;
-
-    pub fn start(_: &ServerConfig, _: Arc<dyn Host>) -> Result<(), Error> {
-        Err(Error::NotBuilt)
-    }
-    pub fn register_job(_: &Job<'_>) -> Result<(), Error> {
-        Err(Error::NotBuilt)
-    }
-    pub fn register_client(_: &str, _: u32, _: u32, _: u32) -> Result<(), Error> {
-        Err(Error::NotBuilt)
-    }
-    pub fn setup_fork(_: &str, _: u32) -> Result<Vec<(String, String)>, Error> {
-        Err(Error::NotBuilt)
-    }
-    pub fn deregister(_: &str, _: u32) {}
-    pub fn fence_done(_: *mut std::ffi::c_void, _: Result<&[u8], ()>) {}
+/// One job as the library registers it.
+#[cfg_attr(not(gang_pmix), allow(dead_code))]
+struct Job<'a> {
+    nspace: &'a str,
+    size: u32,
+    my_rank: u32,
+    nodes: &'a [String],
 }
 
 #[cfg(test)]
@@ -430,6 +281,32 @@ mod tests {
         assert_eq!(
             Error::NotBuilt.to_string(),
             "this agent was built without PMIx: install libpmix-dev and rebuild"
+        );
+        let reg = Registration {
+            nspace: "gang-9".into(),
+            size: 2,
+            my_rank: 1,
+            nodes: vec!["a".into()],
+            uid: 1,
+            gid: 1,
+        };
+        assert!(matches!(reg.check(), Err(Error::BadName(_))));
+        let reg = Registration {
+            nodes: vec!["a".into(), "b,c".into()],
+            ..reg
+        };
+        assert!(matches!(reg.check(), Err(Error::BadName(_))));
+    }
+
+    #[test]
+    fn a_stalled_server_is_named_with_what_was_waited_for() {
+        let e = Error::NotAnswering {
+            what: "registering rank 0 of gang-7".into(),
+            waited: Duration::from_secs(15),
+        };
+        assert_eq!(
+            e.to_string(),
+            "PMIx server not answering: registering rank 0 of gang-7 got no answer within 15 s"
         );
     }
 }

@@ -10,10 +10,16 @@
  * concatenation (gp_fence_done), which is what the library expects from a host.
  */
 #define _GNU_SOURCE /* asprintf */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include <pmix.h>
@@ -187,16 +193,16 @@ static pmix_server_module_t module = {
 
 /* ---- calls from Rust ---- */
 
-int gp_init(const char *tmpdir, const char *hostname, const char *server_nspace,
-            uint32_t server_rank, void *ctx, gp_fence_fn fence, gp_abort_fn abortf,
+int gp_init(const char *tmpdir, const char *uri_file, const char *hostname,
+            const char *server_nspace, uint32_t server_rank, void *ctx, gp_fence_fn fence, gp_abort_fn abortf,
             gp_client_fn client, char *err, size_t errlen) {
     g_ctx = ctx;
     g_fence = fence;
     g_abort = abortf;
     g_client = client;
     pmix_info_t *info;
-    size_t n = 0, ninfo = 6;
-    bool no = false;
+    size_t n = 0, ninfo = 8;
+    bool no = false, yes = true;
     pmix_rank_t rank = server_rank;
     PMIX_INFO_CREATE(info, ninfo);
     /* Many agents may share a host (a local test cluster): each keeps its files in its
@@ -208,6 +214,10 @@ int gp_init(const char *tmpdir, const char *hostname, const char *server_nspace,
     PMIX_INFO_LOAD(&info[n++], PMIX_HOSTNAME, hostname, PMIX_STRING);
     PMIX_INFO_LOAD(&info[n++], PMIX_SERVER_NSPACE, server_nspace, PMIX_STRING);
     PMIX_INFO_LOAD(&info[n++], PMIX_SERVER_RANK, &rank, PMIX_PROC_RANK);
+    /* One IPv4 listener on loopback, whose URI (and so port) goes to a file: the gate
+     * (gate.rs) finds the listener by that port and takes it over (gp_gate_listener). */
+    PMIX_INFO_LOAD(&info[n++], PMIX_TCP_DISABLE_IPV6, &yes, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[n++], PMIX_TCP_REPORT_URI, uri_file, PMIX_STRING);
     pmix_status_t rc = PMIx_server_init(&module, info, n);
     PMIX_INFO_FREE(info, ninfo);
     if (rc != PMIX_SUCCESS) {
@@ -367,4 +377,59 @@ void gp_deregister(const char *nspace, uint32_t rank) {
     wait_init(&w);
     PMIx_server_deregister_nspace(nspace, op_done, &w);
     wait_for(&w, PMIX_SUCCESS);
+}
+
+/* Put the gate in front of the library's listener. The library accepts on its listening
+ * socket (127.0.0.1:port) from its own thread and reads each connection's handshake on its
+ * progress thread with blocking reads and no deadline, and over TCP it believes the uid a
+ * client claims: anyone who can connect can stall or fool it. So the listening socket's
+ * descriptor number is made to name `unix_fd` (a Unix socket only the agent's user can
+ * reach), and the TCP listener moves to a new descriptor, returned in *tcp_fd, for the
+ * gate to accept on. The library's listen thread picks the new socket up at its next
+ * select (at most 2 s; nobody is registered to connect before then). */
+int gp_gate_listener(int port, int unix_fd, int *tcp_fd, char *err, size_t errlen) {
+    int found = -1;
+    int max = (int)sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536) {
+        max = 65536;
+    }
+    for (int fd = 0; fd < max; fd++) {
+        int listening = 0;
+        socklen_t len = sizeof listening;
+        if (fd == unix_fd ||
+            getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) {
+            continue;
+        }
+        struct sockaddr_in sin;
+        len = sizeof sin;
+        if (getsockname(fd, (struct sockaddr *)&sin, &len) != 0 || sin.sin_family != AF_INET ||
+            ntohs(sin.sin_port) != port || sin.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) {
+            continue;
+        }
+        if (found >= 0) {
+            snprintf(err, errlen, "two listening sockets on 127.0.0.1:%d (%d and %d)", port,
+                     found, fd);
+            return -1;
+        }
+        found = fd;
+    }
+    if (found < 0) {
+        snprintf(err, errlen, "no listening socket on 127.0.0.1:%d in this process", port);
+        return -1;
+    }
+    int moved = fcntl(found, F_DUPFD_CLOEXEC, 0);
+    if (moved < 0) {
+        snprintf(err, errlen, "dup of the PMIx listener: %s", strerror(errno));
+        return -1;
+    }
+    /* The library made it non-blocking; the gate's accept loop blocks. */
+    int flags = fcntl(moved, F_GETFL, 0);
+    if (flags < 0 || fcntl(moved, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        dup3(unix_fd, found, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "taking over the PMIx listener: %s", strerror(errno));
+        close(moved);
+        return -1;
+    }
+    *tcp_fd = moved;
+    return 0;
 }

@@ -41,7 +41,7 @@ impl<'a> Rollback<'a> {
     /// take, in order: its messaging directory, the MPI servers `mpi` gives it (its PMI
     /// socketpair, its PMIx registration) and its place in the switcher (a FREEZE rank's
     /// cgroup, made before the fork).
-    pub fn take(
+    pub async fn take(
         plan: &LaunchPlan,
         parts: &'a NodeParts,
         mpi: &MpiPlan,
@@ -85,7 +85,7 @@ impl<'a> Rollback<'a> {
         // MPICH program runs under `--mpi pmix`.
         if let Some(pmix) = &mpi.pmix {
             taken.pmix = true;
-            match parts.msg.pmix_prepare(&pmix.launch) {
+            match parts.msg.pmix_prepare(&pmix.launch).await {
                 Ok(vars) => {
                     gang_env.extend(vars);
                     gang_env.extend(pmix.open_mpi.iter().cloned());

@@ -12,14 +12,17 @@ use super::rollback::Rollback;
 use crate::error::AgentError;
 
 /// Start the planned rank; its pid. Must run in a task on a runtime worker thread (see
-/// `command::command`).
-pub fn start(plan: LaunchPlan, parts: &NodeParts) -> Result<u32, AgentError> {
-    carry_out(&plan, parts).map_err(|failure| failure.word(&plan))
+/// `command::command`): it awaits only the PMIx registration (answered by the PMIx
+/// server's own thread, within its timeout), and forks on a worker thread after it.
+pub async fn start(plan: LaunchPlan, parts: &NodeParts) -> Result<u32, AgentError> {
+    carry_out(&plan, parts)
+        .await
+        .map_err(|failure| failure.word(&plan))
 }
 
-fn carry_out(plan: &LaunchPlan, parts: &NodeParts) -> Result<u32, Failure> {
+async fn carry_out(plan: &LaunchPlan, parts: &NodeParts) -> Result<u32, Failure> {
     let mut found = look_up(plan, parts.msg.base(), &parts.facts)?;
-    let (taken, given) = Rollback::take(plan, parts, &found.mpi, found.preload.take())?;
+    let (taken, given) = Rollback::take(plan, parts, &found.mpi, found.preload.take()).await?;
     let spawned = spawn_rank(plan, &parts.facts.policy.env_allow, found, given)?;
     Ok(taken.commit(plan, spawned))
 }

@@ -127,8 +127,8 @@ impl MsgHub {
 
     /// Register a PMIx rank with the node's PMIx server (started now if it is not yet);
     /// the variables for its environment. Must run inside the runtime.
-    pub fn pmix_prepare(&self, l: &PmixLaunch) -> Result<Vec<(String, String)>, String> {
-        self.mpi.pmix_prepare(&self.spaces, l)
+    pub async fn pmix_prepare(&self, l: &PmixLaunch) -> Result<Vec<(String, String)>, String> {
+        self.mpi.pmix_prepare(&self.spaces, l).await
     }
 
     /// Undo `pmix_prepare`: the PMIx server forgets the rank.

@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::unistd::Pid;
 use tokio::net::UnixStream;
+use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 
 use super::space::Spaces;
@@ -28,7 +29,7 @@ pub struct MpiServers {
     /// The ranks' PMI servers; each ends with the abort message, if any.
     pmi: Mutex<HashMap<RankKey, JoinHandle<Option<Abort>>>>,
     /// The node's PMIx server (or why it could not start).
-    pmix: OnceLock<Result<Arc<PmixNode<Spaces>>, String>>,
+    pmix: OnceCell<Result<Arc<PmixNode<Spaces>>, String>>,
 }
 
 impl MpiServers {
@@ -37,7 +38,7 @@ impl MpiServers {
             node,
             pmix_dir,
             pmi: Mutex::new(HashMap::new()),
-            pmix: OnceLock::new(),
+            pmix: OnceCell::new(),
         }
     }
 
@@ -51,16 +52,25 @@ impl MpiServers {
     }
 
     /// Register a PMIx rank with the node's PMIx server (started now if it is not yet);
-    /// the variables for its environment. Must run inside the runtime.
-    pub fn pmix_prepare(
+    /// the variables for its environment. Must run inside the runtime. Neither waits on
+    /// the library on this task's thread: starting it waits on a blocking-pool thread,
+    /// registering is awaited; both at most the server's call timeout.
+    pub async fn pmix_prepare(
         &self,
         spaces: &Arc<Spaces>,
         l: &PmixLaunch,
     ) -> Result<Vec<(String, String)>, String> {
-        let server = self.pmix.get_or_init(|| {
-            PmixNode::start(spaces, self.pmix_dir.clone(), self.node).map(Arc::new)
-        });
-        server.as_ref().map_err(Clone::clone)?.prepare(l)
+        let server = self
+            .pmix
+            .get_or_init(|| async {
+                let (spaces, dir, node) = (Arc::clone(spaces), self.pmix_dir.clone(), self.node);
+                tokio::task::spawn_blocking(move || PmixNode::start(&spaces, dir, node))
+                    .await
+                    .map_err(|e| format!("the PMIx server's start failed: {e}"))
+                    .and_then(|r| r.map(Arc::new))
+            })
+            .await;
+        server.as_ref().map_err(Clone::clone)?.prepare(l).await
     }
 
     /// The PMIx rank runs as the group `pgid`.

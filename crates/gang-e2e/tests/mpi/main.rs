@@ -10,4 +10,5 @@ mod check;
 mod mpich;
 mod openmpi;
 mod pmi2;
+mod pmix_gate;
 mod programs;
