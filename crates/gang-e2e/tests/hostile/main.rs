@@ -13,6 +13,7 @@
 mod accounts;
 mod fair_share;
 mod logs;
+mod neighbours;
 mod pages_and_descriptors;
 mod paths;
 
