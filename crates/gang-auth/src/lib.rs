@@ -5,7 +5,8 @@
 //!   and the DNS names servers are verified by (`master.gang`, `node-3-2.gang`).
 //! - [`pki`]: the cluster CA and the certificates it signs (`gangctl certs init`).
 //! - [`peer`]: the name in a peer's certificate, as a TLS server sees it.
-//! - [`token`]: signed, expiring tokens the master issues to users it identified locally.
+//! - [`token`]: signed, expiring tokens the master issues to users it identified locally;
+//!   each names its user (looked up again at every use) and has an id to be revoked by.
 //! - [`users`]: Unix users and their groups.
 //!
 //! No cryptography is written here: certificates come from `rcgen`, parsing from

@@ -17,11 +17,15 @@ pub struct Identity {
 impl Identity {
     /// The user with this uid, from the password database.
     pub fn of_uid(uid: u32) -> Result<Identity, String> {
-        match User::from_uid(Uid::from_raw(uid)) {
-            Ok(Some(u)) => Ok(identity(u)),
-            Ok(None) => Err(format!("uid {uid} is not a user on this host")),
-            Err(e) => Err(format!("cannot look up uid {uid}: {e}")),
-        }
+        Identity::lookup_uid(uid)?.ok_or_else(|| format!("uid {uid} is not a user on this host"))
+    }
+
+    /// The user with this uid now, or `None` if there is none (a lookup that fails is an
+    /// error, not an absent user: a broken NSS must not read as a deleted account).
+    pub fn lookup_uid(uid: u32) -> Result<Option<Identity>, String> {
+        User::from_uid(Uid::from_raw(uid))
+            .map(|u| u.map(identity))
+            .map_err(|e| format!("cannot look up uid {uid}: {e}"))
     }
 
     /// The user with this name.
@@ -63,5 +67,6 @@ mod tests {
                 .unwrap_err()
                 .contains("not a user")
         );
+        assert_eq!(Identity::lookup_uid(4_000_000_000), Ok(None));
     }
 }

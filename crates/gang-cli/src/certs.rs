@@ -1,17 +1,12 @@
-//! `gangctl certs` and `gangctl token`: the cluster's certificates, and tokens for remote
-//! use.
+//! `gangctl certs`: the cluster's certificates.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gang_auth::PeerName;
 use gang_auth::names::valid_user;
 use gang_auth::pki::{Pki, TlsFiles};
-use gang_proto::v1::IssueTokenRequest;
 
-use crate::client_config;
-use crate::connect::{self, CliError};
+use crate::connect::CliError;
 
 fn pki_error(e: gang_auth::pki::PkiError) -> CliError {
     CliError::other(e.to_string())
@@ -47,41 +42,4 @@ pub fn issue(dir: &Path, who: &PeerName, days: i64) -> Result<String, CliError> 
     }
     let f = Pki::open(dir).issue(who, days).map_err(pki_error)?;
     Ok(describe(who, &f))
-}
-
-/// A token from the master at `master` (its Unix socket), printed or saved.
-pub async fn token(master: &str, ttl_s: u64, save: bool) -> Result<String, CliError> {
-    let mut client = connect::auth_client(master).await?;
-    let t = client
-        .issue_token(IssueTokenRequest { ttl_s })
-        .await?
-        .into_inner();
-    if save {
-        let path = client_config::default_token_file()
-            .ok_or_else(|| CliError::other("HOME is not set: cannot save the token"))?;
-        write_private(&path, &t.token)?;
-        return Ok(format!(
-            "token for {} (uid {}) saved to {}; valid until {}",
-            t.user,
-            t.uid,
-            path.display(),
-            crate::output::format::fmt_time_ns(t.expires_ns)
-        ));
-    }
-    Ok(t.token)
-}
-
-fn write_private(path: &PathBuf, text: &str) -> Result<(), CliError> {
-    let err = |e: std::io::Error| CliError::other(format!("{}: {e}", path.display()));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(err)?;
-    f.write_all(text.as_bytes()).map_err(err)
 }

@@ -11,6 +11,8 @@
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
 //! - [`attach`]: the attach loop of `prun` and `gangctl attach` (stdin, output, signals,
 //!   reconnection); [`job_output`]: `gangctl attach` and `gangctl output`.
+//! - [`tokens`]: `gangctl token` (get one on the socket, save it) and `gangctl token
+//!   revoke`.
 //! - [`timeouts`]: how long both wait for the master (`--timeout`, `GANG_TIMEOUT`).
 //! - [`signals`]: `gangctl start`'s SIGINT, SIGTERM and SIGHUP, taken by a thread of their
 //!   own; [`strays`]: orphans adopted by `gangctl start` (a child subreaper), reaped and
@@ -37,6 +39,7 @@ pub mod slices_watch;
 pub mod start;
 pub mod strays;
 pub mod timeouts;
+pub mod tokens;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -270,6 +270,17 @@ fn gangctl_usage_errors() {
 
     let o = run(GANGCTL, &[]);
     assert_eq!(o.status.code(), Some(2));
+
+    // `token revoke` takes exactly one of TOKEN, --id, --user, and no flags of `token`.
+    for args in [
+        &["token", "revoke"][..],
+        &["token", "revoke", "TOKEN", "--user", "alice"],
+        &["token", "revoke", "--id", "ab", "--user", "alice"],
+        &["token", "--ttl", "1h", "revoke", "--user", "alice"],
+    ] {
+        let o = run(GANGCTL, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
 }
 
 #[test]

@@ -125,9 +125,10 @@ pub struct AuthPolicy {
     pub token_max_ttl_s: u64,
 }
 
-/// Tokens last 12 hours unless asked otherwise, a week at most.
-pub const DEFAULT_TOKEN_TTL_S: u64 = 12 * 3600;
-pub const DEFAULT_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
+/// Tokens last an hour unless asked otherwise, a day at most: a token that leaks is good
+/// for little, and a revocation is kept no longer than the longest lifetime.
+pub const DEFAULT_TOKEN_TTL_S: u64 = 3600;
+pub const DEFAULT_TOKEN_MAX_TTL_S: u64 = 24 * 3600;
 /// Where local clients find the master unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/gang/master.sock";
 

@@ -63,6 +63,9 @@ pub enum MasterError {
     NotSaved(String),
     #[error("output log of job {job}: {source}")]
     Output { job: u64, source: std::io::Error },
+    /// The master itself failed (no system randomness for a token id).
+    #[error("{0}")]
+    Internal(String),
     #[error("the master is shutting down")]
     ShuttingDown,
     /// A user's cancel of a job that has ended: Slurm's scancel says "already completing

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod notify;
 pub mod output;
 pub mod placements;
+pub mod revocations;
 pub mod server;
 pub mod service;
 pub mod shim;

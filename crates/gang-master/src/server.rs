@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use gang_auth::token::TokenKey;
 use gang_proto::v1::admin_service_server::AdminServiceServer;
 use gang_proto::v1::agent_registry_server::AgentRegistryServer;
 use gang_proto::v1::auth_service_server::AuthServiceServer;
@@ -140,8 +139,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         "the master's TLS files (make a cluster's with `gangctl certs init DIR --mesh WxH`, \
          or bring your own: deploy/README.md)"
     })?;
-    let tokens = TokenKey::load_or_create(&cfg.token_key)?;
-    let auth = Arc::new(Authenticator::new(cfg.auth.clone(), tokens));
+    let auth = Arc::new(Authenticator::open(cfg.auth.clone(), &cfg.token_key)?);
     let metrics = Arc::new(Metrics::default());
     let agents = Arc::new(AgentPool::new(tls.clone()));
     let output = Arc::new(OutputHub::new(

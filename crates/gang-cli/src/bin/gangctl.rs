@@ -17,6 +17,7 @@ use gang_cli::output::views::{
 };
 use gang_cli::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
 use gang_cli::signals::{StopSignals, catch_stop_signals};
+use gang_cli::tokens;
 use gang_local::check_mesh;
 use gang_proto::v1::{
     CancelRequest, GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest,
@@ -193,14 +194,21 @@ enum Cmd {
 
     /// Get a token to reach the master from elsewhere (over TLS). Run it on a cluster host:
     /// the master's Unix socket tells it who you are. Prints the token, or with --save
-    /// keeps it in ~/.config/gang/token (mode 0600), where prun and gangctl find it.
+    /// keeps it in ~/.config/gang/token (mode 0600), where prun and gangctl find it, and
+    /// prints its id.
+    ///
+    /// A token names you only: the master looks you up at every use (your groups then; a
+    /// deleted account's tokens are refused). `gangctl token revoke` ends tokens early.
+    #[command(args_conflicts_with_subcommands = true)]
     Token {
-        /// How long it is valid: 90s, 30m, 12h, 7d (default: the master's, 12h; at most
-        /// its limit, 7 days).
+        /// How long it is valid: 90s, 30m, 12h, 1d (default: the master's, 1h; at most
+        /// its limit, 24h).
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         ttl: Option<u64>,
         #[arg(long)]
         save: bool,
+        #[command(subcommand)]
+        revoke: Option<TokenCmd>,
     },
 
     /// Follow a job's output until it ends, as prun shows it.
@@ -248,6 +256,29 @@ enum Cmd {
         /// Prefix every line with the rank that wrote it ("3: hello").
         #[arg(short, long)]
         label: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCmd {
+    /// Revoke tokens, at once and across restarts of the master: a token you hold (`-`:
+    /// read it from stdin), one by its id (admins; the master logs each token's id, user
+    /// and expiry when it issues it), or every token of a user issued until now (that
+    /// user, or an admin). Works on the socket and over TLS.
+    #[command(
+        group(clap::ArgGroup::new("what").required(true).args(["token", "id", "user"])),
+        after_help = "Examples:\n  gangctl token revoke - < ~/.config/gang/token\n  gangctl token revoke --user alice\n  gangctl token revoke --id 3f0c9a1e5b7d4c2a8e6f1b3d5a7c9e0f"
+    )]
+    Revoke {
+        /// The token (as `gangctl token` printed it), or `-` to read it from stdin.
+        #[arg(value_name = "TOKEN")]
+        token: Option<String>,
+        /// The id of the token to revoke (32 hex digits).
+        #[arg(long)]
+        id: Option<String>,
+        /// Revoke every token of this user issued until now.
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
     },
 }
 
@@ -473,8 +504,28 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             }
             Ok(0)
         }
-        Cmd::Token { ttl, save } => {
-            println!("{}", certs::token(&master, ttl.unwrap_or(0), save).await?);
+        Cmd::Token {
+            ttl,
+            save,
+            revoke: None,
+        } => {
+            println!("{}", tokens::token(&master, ttl.unwrap_or(0), save).await?);
+            Ok(0)
+        }
+        Cmd::Token {
+            revoke: Some(TokenCmd::Revoke { token, id, user }),
+            ..
+        } => {
+            // The argument group lets exactly one through.
+            let what = match (token, id, user) {
+                (Some(t), _, _) => tokens::Revoke::Token(t),
+                (_, Some(id), _) => tokens::Revoke::Id(id),
+                (_, _, Some(u)) => tokens::Revoke::User(u),
+                (None, None, None) => {
+                    return Err(CliError::other("say what to revoke: TOKEN, --id or --user"));
+                }
+            };
+            println!("{}", tokens::revoke(&master, what).await?);
             Ok(0)
         }
         Cmd::Attach {

@@ -92,12 +92,26 @@ impl Accounts {
 
     /// A user with a home directory and a group of their own, and also in `extra`.
     pub fn user(&mut self, tag: &str, extra: &[&TestGroup]) -> TestUser {
+        self.make_user(tag, extra, None)
+    }
+
+    /// A user given `uid` (one freed by [`delete_user`](Self::delete_user)), as an
+    /// administrator reusing a uid would make them.
+    pub fn user_with_uid(&mut self, tag: &str, uid: u32) -> TestUser {
+        self.make_user(tag, &[], Some(uid))
+    }
+
+    fn make_user(&mut self, tag: &str, extra: &[&TestGroup], uid: Option<u32>) -> TestUser {
         let name = format!("{}{tag}", self.prefix);
         let extra: Vec<&str> = extra.iter().map(|g| g.name.as_str()).collect();
         let mut args = vec!["--create-home", "--user-group", "--shell", "/bin/sh"];
         let list = extra.join(",");
         if !extra.is_empty() {
             args.extend(["--groups", &list]);
+        }
+        let uid = uid.map(|u| u.to_string());
+        if let Some(u) = &uid {
+            args.extend(["--uid", u]);
         }
         args.push(&name);
         let out = admin("useradd", &args);
@@ -123,6 +137,32 @@ impl Accounts {
             groups,
             home: u.dir,
         }
+    }
+}
+
+impl Accounts {
+    /// Take `u` out of `g` (`gpasswd -d`), as an administrator would.
+    pub fn remove_from_group(&self, u: &TestUser, g: &TestGroup) {
+        let out = admin("gpasswd", &["-d", &u.name, &g.name]);
+        assert!(
+            out.status.success(),
+            "gpasswd -d {} {}: {}",
+            u.name,
+            g.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Delete `u` now (`userdel --remove`), as an administrator would.
+    pub fn delete_user(&mut self, u: &TestUser) {
+        let out = admin("userdel", &["--remove", &u.name]);
+        assert!(
+            out.status.success(),
+            "userdel {}: {}",
+            u.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.users.retain(|n| *n != u.name);
     }
 }
 
@@ -180,7 +220,12 @@ pub fn command_as(bin: &Path, u: &TestUser) -> Command {
 
 /// Run `cmd` to the end, killing it (and failing) if it takes longer than `limit`.
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
-    cmd.stdin(Stdio::null())
+    output_within_stdin(cmd, Stdio::null(), limit)
+}
+
+/// As [`output_within`], with `stdin` (a file, say) as the command's standard input.
+pub fn output_within_stdin(cmd: &mut Command, stdin: Stdio, limit: Duration) -> Output {
+    cmd.stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?} runs: {e}"));

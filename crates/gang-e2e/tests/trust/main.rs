@@ -10,6 +10,7 @@ mod netns;
 mod output_files;
 mod remote;
 mod tls;
+mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -18,10 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use accounts::{Accounts, TestUser, channel_as, command_as, on_thread_as, output_within};
+use accounts::{
+    Accounts, TestUser, channel_as, command_as, on_thread_as, output_within, output_within_stdin,
+};
 use gang_auth::PeerName;
 use gang_auth::token::TokenKey;
-use gang_auth::users::Identity;
 use gang_e2e::{bin_dir, gangctl, gangctl_json, options, prun, rank_pids, wait_for, wait_state};
 use gang_local::{LocalCluster, LocalClusterOptions, log_tail};
 use gang_proto::v1::admin_service_client::AdminServiceClient;

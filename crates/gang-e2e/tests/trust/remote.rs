@@ -111,11 +111,14 @@ fn remote_identity_tokens_and_certificates() {
     }
     // Expired: signed with the master's own key, so its age is all that is wrong.
     let key = TokenKey::load_or_create(&c.dir().join("token.key")).expect("the master's key");
-    let now = SystemTime::now()
+    let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
-        .as_secs();
-    let expired = key.issue(&Identity::of_name(&a.name).unwrap(), now - 7200, 3600);
+        .as_millis() as u64;
+    let expired = key
+        .issue(&a.name, a.uid, now_ms - 7_200_000, 3600)
+        .expect("a token")
+        .token;
     let out = remote(&[], Some(&expired), &["jobs"]);
     refused(
         &out,

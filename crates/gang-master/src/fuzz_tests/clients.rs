@@ -25,6 +25,7 @@ use crate::auth::Authenticator;
 use crate::config::{AuthPolicy, DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S};
 use crate::error::MasterError;
 use crate::job::State;
+use crate::revocations::Revocations;
 use crate::service::convert;
 use crate::service::tokens::Tokens;
 use crate::state::events::Caller;
@@ -562,8 +563,16 @@ fn fuzz_proto_issue_token() {
         token_max_ttl_s: DEFAULT_TOKEN_MAX_TTL_S,
         ..AuthPolicy::default()
     };
+    // Issuing writes no revocation: a path in a directory that goes with the test.
+    let dir = tempfile::tempdir().unwrap();
+    let revoked = Revocations::load(&dir.path().join("revoked"), 0, DEFAULT_TOKEN_MAX_TTL_S)
+        .expect("no revocations yet");
     let service = Arc::new(Tokens {
-        auth: Arc::new(Authenticator::new(policy, TokenKey::from_bytes(KEY))),
+        auth: Arc::new(Authenticator::new(
+            policy,
+            TokenKey::from_bytes(KEY),
+            revoked,
+        )),
     });
     gang_fuzz::run("proto_issue_token", 400, input, move |reqs| {
         for bytes in &reqs {
@@ -587,11 +596,12 @@ fn fuzz_proto_issue_token() {
                 "{req:?} -> {res:?}"
             );
             let claims = TokenKey::from_bytes(KEY)
-                .verify(&res.token, t1)
+                .verify(&res.token, t1 * 1000, DEFAULT_TOKEN_MAX_TTL_S)
                 .map_err(|e| {
                     TestCaseError::fail(format!("the token issued does not verify: {e}"))
                 })?;
             prop_assert_eq!((claims.uid, &claims.sub), (res.uid, &res.user));
+            prop_assert_eq!(&claims.jti, &res.id);
             reply(&res)?;
         }
         Ok(reqs.len() as u64)

@@ -52,7 +52,7 @@ impl From<MasterError> for Status {
             MasterError::NotRunning { .. } | MasterError::AlreadyEnded { .. } => {
                 Status::failed_precondition(msg)
             }
-            MasterError::Output { .. } => Status::internal(msg),
+            MasterError::Output { .. } | MasterError::Internal(_) => Status::internal(msg),
             MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
         }
     }
