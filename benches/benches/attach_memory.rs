@@ -36,7 +36,7 @@ fn main() {
     let config = dir.path().join("master.toml");
     std::fs::write(
         &config,
-        format!("[limits]\nmax_output_bytes = {}\n", 2 * log_mib << 20),
+        format!("[limits]\nmax_output_bytes = {}\n", (2 * log_mib) << 20),
     )
     .expect("write the master's config");
     let opts = LocalClusterOptions {

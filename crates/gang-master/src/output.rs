@@ -379,7 +379,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let text = |hub: &OutputHub| {
             let len = *hub.follow(1).unwrap().borrow();
-            let chunks = records(&hub, 1, 0, len);
+            let chunks = records(hub, 1, 0, len);
             String::from_utf8(chunks.into_iter().flat_map(|c| c.data).collect()).unwrap()
         };
         let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
