@@ -14,10 +14,11 @@ use gang_auth::peer::peer_name;
 use gang_auth::token::{Issued, TokenError, TokenKey};
 use gang_auth::users::Identity;
 use tonic::Request;
-use tonic::transport::server::UdsConnectInfo;
+use tonic::transport::server::TlsConnectInfo;
 use tracing::info;
 
 use crate::config::AuthPolicy;
+use crate::connections::{ConnInfo, Peer};
 use crate::error::{MasterError, Result};
 use crate::revocations::{Revocation, Revocations};
 use crate::state::events::{Caller, Owner};
@@ -60,7 +61,12 @@ pub struct Granted {
 
 /// The certificate the TLS handshake verified, if any (the leaf comes first).
 fn peer<T>(req: &Request<T>) -> Option<PeerName> {
-    let certs = req.peer_certs()?;
+    // The listeners wrap their connections (`connections/`), so tonic's `peer_certs`,
+    // which knows only its own TCP type, finds nothing: look inside our own.
+    let certs = req
+        .extensions()
+        .get::<TlsConnectInfo<ConnInfo>>()?
+        .peer_certs()?;
     peer_name(certs.first()?.as_ref())
 }
 
@@ -96,9 +102,17 @@ impl Authenticator {
         }
     }
 
+    /// Whether the user `uid` is root or an admin (for the socket's admin reserve); a uid
+    /// with no user is not.
+    pub fn is_admin_uid(&self, uid: u32) -> bool {
+        uid == 0 || Identity::of_uid(uid).is_ok_and(|id| self.caller_of(id).admin)
+    }
+
     /// A local caller, by the peer credentials of the Unix socket (`None`: not local).
     fn local<T>(&self, req: &Request<T>) -> Option<Result<Identity>> {
-        let uds = req.extensions().get::<UdsConnectInfo>()?;
+        let Peer::Unix(uds) = &req.extensions().get::<ConnInfo>()?.peer else {
+            return None;
+        };
         let Some(cred) = uds.peer_cred else {
             return Some(Err(MasterError::Unauthenticated(
                 "the socket gave no peer credentials".into(),

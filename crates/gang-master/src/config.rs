@@ -7,6 +7,8 @@ use gang_auth::pki::TlsFiles;
 use gang_core::{AllocatorKind, Backfill, DeadlockPolicy, GangMode, Request, Shape};
 use serde::Deserialize;
 
+use crate::connections::{ConnLimits, ConnectionsSection};
+
 /// Slices by default: Slurm's gang scheduler also shares a node four ways by default.
 pub const DEFAULT_MPL: u32 = 4;
 /// The default quantum (see README: gang overhead against quantum).
@@ -49,6 +51,7 @@ pub struct FileConfig {
     pub token_ttl_s: Option<u64>,
     pub token_max_ttl_s: Option<u64>,
     pub limits: Option<LimitsSection>,
+    pub connections: Option<ConnectionsSection>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -181,6 +184,8 @@ pub struct MasterConfig {
     /// The key tokens are signed with (made on first start).
     pub token_key: PathBuf,
     pub limits: Limits,
+    /// Connections and streams per listener and per peer, and their deadlines.
+    pub connections: ConnLimits,
 }
 
 impl MasterConfig {
@@ -209,6 +214,7 @@ impl MasterConfig {
             },
             token_key: dir.join("token.key"),
             limits: Limits::default(),
+            connections: ConnLimits::default(),
             listen: "127.0.0.1:0".parse().expect("literal"),
             metrics_listen: "127.0.0.1:0".parse().expect("literal"),
             mesh,

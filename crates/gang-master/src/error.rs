@@ -54,6 +54,15 @@ pub enum MasterError {
         queued: usize,
         limit: usize,
     },
+    #[error(
+        "{user} already has {open} attach streams open (prun, gangctl output); the limit is \
+         {limit} (connections.max_attaches_per_user)"
+    )]
+    TooManyAttaches {
+        user: String,
+        open: usize,
+        limit: usize,
+    },
     #[error(transparent)]
     Sched(#[from] SchedError),
     #[error("state database: {0}")]

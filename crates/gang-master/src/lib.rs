@@ -5,6 +5,7 @@ pub mod actor;
 pub mod agents;
 pub mod auth;
 pub mod config;
+pub mod connections;
 pub mod error;
 pub mod job;
 pub mod metrics;

@@ -11,6 +11,7 @@ use gang_master::config::{
     AuthPolicy, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
     DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits, MasterConfig, parse_mesh,
 };
+use gang_master::connections::{ConnLimits, ConnectionsSection};
 use gang_master::notify;
 use tracing::error;
 
@@ -100,6 +101,68 @@ struct Args {
     admins: Vec<String>,
     #[arg(long, value_parser = ["human", "json"])]
     log_format: Option<String>,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// `[connections]` of the config file, as flags (the file's keys, with dashes).
+#[derive(clap::Args, Debug)]
+#[command(next_help_heading = "Connection limits ([connections] in the config)")]
+struct ConnArgs {
+    /// Client connections, socket and TCP together [default: what the open-file limit
+    /// allows, less a reserve].
+    #[arg(long)]
+    max_client_connections: Option<usize>,
+    /// Of those, kept for root and admins on the socket [default: 64].
+    #[arg(long)]
+    admin_reserve: Option<usize>,
+    /// Connections one user may hold on the socket (admins: no limit) [default: 256].
+    #[arg(long)]
+    max_per_user: Option<usize>,
+    /// Connections one address may hold on the client TCP port [default: 256].
+    #[arg(long)]
+    max_per_ip: Option<usize>,
+    /// Agent connections [default: 4 per node + 64].
+    #[arg(long)]
+    max_agent_connections: Option<usize>,
+    /// Connections one address may hold on the agent port [default: all the agent pool].
+    #[arg(long)]
+    max_agent_per_ip: Option<usize>,
+    /// A connection with no request this long after its accept is closed [default: 10000].
+    #[arg(long)]
+    handshake_timeout_ms: Option<u64>,
+    /// A connection with no open stream this long is closed [default: 300000].
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
+    /// HTTP/2 keepalive ping interval, to find dead peers [default: 60000].
+    #[arg(long)]
+    keepalive_interval_ms: Option<u64>,
+    /// A peer that does not answer a ping this long is dropped [default: 20000].
+    #[arg(long)]
+    keepalive_timeout_ms: Option<u64>,
+    /// Attach streams (prun, gangctl output) one user may hold open [default: 128].
+    #[arg(long)]
+    max_attaches_per_user: Option<usize>,
+}
+
+/// The connection limits: defaults, then the file's `[connections]`, then the flags.
+fn connections(a: &ConnArgs, f: &FileConfig) -> ConnLimits {
+    let flags = ConnectionsSection {
+        max_client_connections: a.max_client_connections,
+        admin_reserve: a.admin_reserve,
+        max_per_user: a.max_per_user,
+        max_per_ip: a.max_per_ip,
+        max_agent_connections: a.max_agent_connections,
+        max_agent_per_ip: a.max_agent_per_ip,
+        handshake_timeout_ms: a.handshake_timeout_ms,
+        idle_timeout_ms: a.idle_timeout_ms,
+        keepalive_interval_ms: a.keepalive_interval_ms,
+        keepalive_timeout_ms: a.keepalive_timeout_ms,
+        max_attaches_per_user: a.max_attaches_per_user,
+    };
+    ConnLimits::default()
+        .with(&f.connections.clone().unwrap_or_default())
+        .with(&flags)
 }
 
 fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
@@ -107,6 +170,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
+    let connections = connections(&a.conn, &f);
     let mesh = match (a.mesh, &f.mesh) {
         (Some(m), _) => m,
         (None, Some(m)) => parse_mesh(m).map_err(anyhow::Error::msg)?,
@@ -238,6 +302,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         auth,
         token_key,
         limits: Limits::default().with(&f.limits.clone().unwrap_or_default()),
+        connections,
     };
     let log = a
         .log_format

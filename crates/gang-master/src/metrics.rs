@@ -17,8 +17,29 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// A listener ("socket", "clients", "agents") and why a connection was refused or closed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnLabel {
+    pub listener: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
 pub struct Metrics {
     pub registry: Registry,
+    /// Connections open now, per listener (`connections/`).
+    pub connections_open: Family<ListenerLabel, Gauge>,
+    /// Connections closed at accept: a limit reached (`peer_limit`, `pool_full`) or no
+    /// descriptor to accept with (`accept_failed`).
+    pub connections_refused: Family<ConnLabel, Counter>,
+    /// Connections closed by a deadline (`handshake`, `idle`).
+    pub connections_expired: Family<ConnLabel, Counter>,
+    /// Attach streams refused by `max_attaches_per_user`.
+    pub attaches_refused: Counter,
     pub jobs_submitted: Counter,
     /// Jobs found deadlocked (every rank blocked in a receive, nothing in flight).
     pub jobs_deadlocked: Counter,
@@ -125,8 +146,36 @@ impl Default for Metrics {
             "Time from placing a job to all its ranks running",
             launch_seconds.clone(),
         );
+        let connections_open = Family::<ListenerLabel, Gauge>::default();
+        let connections_refused = Family::<ConnLabel, Counter>::default();
+        let connections_expired = Family::<ConnLabel, Counter>::default();
+        let attaches_refused = Counter::default();
+        registry.register(
+            "connections_open",
+            "Connections open, per listener",
+            connections_open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at accept, per listener and reason (peer_limit, pool_full, accept_failed)",
+            connections_refused.clone(),
+        );
+        registry.register(
+            "connections_expired",
+            "Connections closed by a deadline, per listener and deadline (handshake, idle)",
+            connections_expired.clone(),
+        );
+        registry.register(
+            "attaches_refused",
+            "Attach streams refused: the user held max_attaches_per_user already",
+            attaches_refused.clone(),
+        );
         Metrics {
             registry,
+            connections_open,
+            connections_refused,
+            connections_expired,
+            attaches_refused,
             jobs_submitted,
             jobs_deadlocked,
             msg_switch_outs_flushed,

@@ -40,9 +40,14 @@ pub struct OutputHub {
 const HEADER: usize = 9;
 /// The stream byte of the master's own notices.
 const NOTICE: u8 = 255;
-/// The most a reader gets of a log at once (a follower far behind must not read the
-/// whole rest of a large log into memory).
-pub const READ_MAX: u64 = 1024 * 1024;
+/// The most output data a reader gets of a log at once, a record split if need be. The
+/// relay of an Attach holds at most a few such pieces per stream (read, queued, being
+/// encoded), so N open attaches cost O(N x piece), whatever the size of the log or of its
+/// records (an agent's push may carry a 1 MiB record).
+pub const READ_MAX: u64 = 64 * 1024;
+/// The most records a reader gets at once: many tiny records must not cost more in
+/// `Output` messages than `READ_MAX` of data does.
+const READ_RECORDS: usize = 256;
 /// Above this many open logs, idle ones are closed (each holds a file descriptor).
 const MAX_OPEN_LOGS: usize = 256;
 
@@ -203,25 +208,41 @@ impl OutputHub {
         Ok(l.notify.subscribe())
     }
 
-    /// The records from `from` (a record boundary) up to `to`, at most about `READ_MAX`
-    /// bytes of them (always at least one whole record), and where the next read starts.
-    pub fn read(&self, job: u64, from: u64, to: u64) -> std::io::Result<(Vec<v1::Output>, u64)> {
-        if to <= from {
+    /// The output from `from` up to `to` (a record boundary), at most `max` bytes of data
+    /// (at least one byte, or one empty record): whole records, the last one cut if it does
+    /// not fit; and where the next read starts.
+    pub fn read(
+        &self,
+        job: u64,
+        from: Cursor,
+        to: u64,
+        max: u64,
+    ) -> std::io::Result<(Vec<v1::Output>, Cursor)> {
+        if to <= from.record {
             return Ok((vec![], from));
         }
         let log = self.log(job)?;
         let l = log.lock().expect("job log lock");
-        read_records(&l.file, from, to)
+        read_records(&l.file, from, to, max.max(1))
     }
+}
+
+/// Where a reader is in a log: the record it is in (its offset) and how many bytes of that
+/// record's data it has had already.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub record: u64,
+    pub taken: u64,
 }
 
 #[cfg(test)]
 impl OutputHub {
     /// The whole log up to `len`, read as a follower reads it.
     pub fn read_all(&self, job: u64, len: u64) -> std::io::Result<Vec<v1::Output>> {
-        let (mut all, mut from) = (vec![], 0);
-        while from < len {
-            let (chunks, next) = self.read(job, from, len)?;
+        let (mut all, mut from) = (vec![], Cursor::default());
+        while from.record < len {
+            // No bound: records come whole, as they were appended.
+            let (chunks, next) = self.read(job, from, len, u64::MAX)?;
             if next == from {
                 return Err(std::io::Error::other("no progress"));
             }
@@ -261,22 +282,29 @@ fn scan_records(file: &File, len: u64) -> std::io::Result<Vec<RecordHead>> {
     Ok(out)
 }
 
-/// Parse the records from `from` (a record boundary) toward `to`: whole records, about
-/// `READ_MAX` bytes of them, at least one. Returns them and the offset after the last.
-fn read_records(file: &File, from: u64, to: u64) -> std::io::Result<(Vec<v1::Output>, u64)> {
+/// Parse the output from `from` toward `to`: whole records, the first one from where the
+/// reader left it, the last one cut at `max` bytes of data in all. Returns them and where
+/// the next read starts.
+fn read_records(
+    file: &File,
+    from: Cursor,
+    to: u64,
+    max: u64,
+) -> std::io::Result<(Vec<v1::Output>, Cursor)> {
     let mut out = vec![];
     let mut at = from;
     let mut taken = 0u64;
     let mut h = [0u8; HEADER];
-    while at + HEADER as u64 <= to {
-        file.read_exact_at(&mut h, at)?;
+    while at.record + HEADER as u64 <= to && taken < max && out.len() < READ_RECORDS {
+        file.read_exact_at(&mut h, at.record)?;
         let r = head(&h);
-        let end = at + HEADER as u64 + r.len;
-        if end > to || (!out.is_empty() && taken + r.len > READ_MAX) {
+        let end = at.record + HEADER as u64 + r.len;
+        if end > to {
             break;
         }
-        let mut data = vec![0u8; r.len as usize];
-        file.read_exact_at(&mut data, at + HEADER as u64)?;
+        let want = (r.len - at.taken.min(r.len)).min(max - taken);
+        let mut data = vec![0u8; want as usize];
+        file.read_exact_at(&mut data, at.record + HEADER as u64 + at.taken)?;
         out.push(v1::Output {
             rank: r.rank,
             // The master's notices read as the rank's stderr.
@@ -288,8 +316,18 @@ fn read_records(file: &File, from: u64, to: u64) -> std::io::Result<(Vec<v1::Out
             data,
             offset: None,
         });
-        taken += HEADER as u64 + r.len;
-        at = end;
+        taken += want;
+        at = if at.taken + want < r.len {
+            Cursor {
+                record: at.record,
+                taken: at.taken + want,
+            }
+        } else {
+            Cursor {
+                record: end,
+                taken: 0,
+            }
+        };
     }
     Ok((out, at))
 }
@@ -308,6 +346,15 @@ fn truncation_notice(job: u64, max: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whole records from `from` (a record boundary) to `to`.
+    fn records(hub: &OutputHub, job: u64, from: u64, to: u64) -> Vec<v1::Output> {
+        let from = Cursor {
+            record: from,
+            taken: 0,
+        };
+        hub.read(job, from, to, u64::MAX).unwrap().0
+    }
 
     fn chunk(rank: u32, stream: v1::Stream, data: &str) -> v1::Output {
         v1::Output {
@@ -332,7 +379,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let text = |hub: &OutputHub| {
             let len = *hub.follow(1).unwrap().borrow();
-            let chunks = hub.read(1, 0, len).unwrap().0;
+            let chunks = records(hub, 1, 0, len);
             String::from_utf8(chunks.into_iter().flat_map(|c| c.data).collect()).unwrap()
         };
         let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
@@ -363,10 +410,7 @@ mod tests {
         .unwrap();
         hub.append(1, &[at(0, "one\n")]).unwrap();
         let len = *hub.follow(1).unwrap().borrow();
-        let text: Vec<u8> = hub
-            .read(1, 0, len)
-            .unwrap()
-            .0
+        let text: Vec<u8> = records(&hub, 1, 0, len)
             .into_iter()
             .flat_map(|c| c.data)
             .collect();
@@ -397,7 +441,7 @@ mod tests {
         .unwrap();
         let len = *hub.follow(0).unwrap().borrow();
         assert_eq!(len, cap, "the data, then the notice, fill the cap exactly");
-        let recs = hub.read(0, 0, len).unwrap().0;
+        let recs = records(&hub, 0, 0, len);
         assert_eq!(recs.len(), 2);
         assert!(String::from_utf8_lossy(&recs[1].data).contains("truncated"));
     }
@@ -417,10 +461,7 @@ mod tests {
         // A closed log reopens with what it had: a retried push is still deduplicated.
         hub.append(5, &[at(0, "x\n"), at(2, "z\n")]).unwrap();
         let len = *hub.follow(5).unwrap().borrow();
-        let text: Vec<u8> = hub
-            .read(5, 0, len)
-            .unwrap()
-            .0
+        let text: Vec<u8> = records(&hub, 5, 0, len)
             .into_iter()
             .flat_map(|c| c.data)
             .collect();
@@ -441,7 +482,7 @@ mod tests {
         )
         .unwrap();
         let len = *rx.borrow();
-        let got = hub.read(7, 0, len).unwrap().0;
+        let got = records(&hub, 7, 0, len);
         assert_eq!(
             got,
             vec![
@@ -454,7 +495,7 @@ mod tests {
         hub.append(7, &[chunk(1, v1::Stream::Stdout, "d")]).unwrap();
         let len2 = *hub.follow(7).unwrap().borrow();
         assert_eq!(
-            hub.read(7, len, len2).unwrap().0,
+            records(&hub, 7, len, len2),
             vec![chunk(1, v1::Stream::Stdout, "d")]
         );
     }
@@ -470,7 +511,7 @@ mod tests {
         }
         let len = *hub.follow(5).unwrap().borrow();
         assert!(len <= 200, "the log stays under the cap: {len}");
-        let recs = hub.read(5, 0, len).unwrap().0;
+        let recs = records(&hub, 5, 0, len);
         let last = recs.last().unwrap();
         assert_eq!(last.stream, v1::Stream::Stderr as i32);
         assert!(String::from_utf8_lossy(&last.data).contains("truncated"));
@@ -512,35 +553,46 @@ mod tests {
         assert_eq!(hub.lost(9, 0, 13, 0).unwrap(), vec![(OutStream::Stdout, 7)]);
     }
 
-    /// A reader far behind gets the log a bounded piece at a time, whole records only.
+    /// A reader far behind gets the log a bounded piece at a time, records larger than the
+    /// bound in several pieces, and the pieces put together are the log.
     #[test]
-    fn reads_are_bounded_and_end_on_record_boundaries() {
+    fn reads_are_bounded_and_pieces_make_up_the_records() {
         let dir = tempfile::tempdir().unwrap();
         let hub = OutputHub::new(dir.path().to_path_buf(), u64::MAX).unwrap();
-        let piece = "p".repeat(300 * 1024);
+        let piece = "p".repeat(30 * 1024);
         for i in 0..10u64 {
             hub.append(4, &[at(i * piece.len() as u64, &piece)])
                 .unwrap();
         }
+        let big = "b".repeat(3 * READ_MAX as usize + 5);
+        hub.append(4, &[chunk(1, v1::Stream::Stderr, &big)])
+            .unwrap();
         let len = *hub.follow(4).unwrap().borrow();
-        let (mut from, mut reads, mut bytes) = (0, 0, 0);
-        while from < len {
-            let (chunks, next) = hub.read(4, from, len).unwrap();
-            assert!(next - from <= READ_MAX || chunks.len() == 1);
-            bytes += chunks.iter().map(|c| c.data.len()).sum::<usize>();
+        let (mut from, mut reads) = (Cursor::default(), 0);
+        // What each rank's stream got, put together.
+        let mut got: HashMap<(u32, i32), Vec<u8>> = HashMap::new();
+        while from.record < len {
+            let (chunks, next) = hub.read(4, from, len, READ_MAX).unwrap();
+            let bytes: usize = chunks.iter().map(|c| c.data.len()).sum();
+            assert!(bytes as u64 <= READ_MAX, "{bytes} bytes in one read");
+            assert_ne!(next, from, "every read moves on");
+            for c in chunks {
+                got.entry((c.rank, c.stream)).or_default().extend(c.data);
+            }
             from = next;
             reads += 1;
         }
-        assert_eq!(bytes, 10 * piece.len());
-        assert!(reads >= 3, "{reads} reads");
-        // A record larger than the bound still comes, whole, alone.
-        let big = "b".repeat(READ_MAX as usize + 5);
-        hub.append(4, &[at(10 * piece.len() as u64, &big)]).unwrap();
-        let len2 = *hub.follow(4).unwrap().borrow();
-        let (chunks, next) = hub.read(4, len, len2).unwrap();
         assert_eq!(
-            (chunks.len(), chunks[0].data.len(), next),
-            (1, big.len(), len2)
+            from,
+            Cursor {
+                record: len,
+                taken: 0
+            }
         );
+        assert!(reads >= 8, "{reads} reads");
+        let out = &got[&(0, v1::Stream::Stdout as i32)];
+        assert_eq!(out, piece.repeat(10).as_bytes());
+        let err = &got[&(1, v1::Stream::Stderr as i32)];
+        assert_eq!(err, big.as_bytes(), "the big record, whole again");
     }
 }

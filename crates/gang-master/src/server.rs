@@ -21,18 +21,20 @@ use gang_proto::v1::auth_service_server::AuthServiceServer;
 use gang_proto::v1::job_service_server::JobServiceServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::server::NamedService;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::actor;
 use crate::agents::AgentPool;
 use crate::auth::Authenticator;
 use crate::config::MasterConfig;
-use crate::metrics::{self, Metrics};
+use crate::connections::accept::{Admitting, TcpIncoming, UnixIncoming};
+use crate::connections::admission::{PerPeer, Pool};
+use crate::connections::{self, StreamCountLayer};
+use crate::metrics::{self, ListenerLabel, Metrics};
 use crate::output::OutputHub;
+use crate::service::attach_slots::AttachSlots;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 use crate::switch_stats::SwitchStats;
 
@@ -122,18 +124,6 @@ async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::Tc
         .with_context(|| format!("cannot listen on {addr} for {what}"))
 }
 
-/// Serving our own listeners, tonic's tcp_nodelay does not apply: without it, small
-/// replies wait for delayed ACKs (40 ms on Linux) and every prun pays for it.
-fn nodelay(
-    l: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    TcpListenerStream::new(l).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    })
-}
-
 pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let tls = cfg.tls.read().with_context(|| {
         "the master's TLS files (make a cluster's with `gangctl certs init DIR --mesh WxH`, \
@@ -162,6 +152,24 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // Boundaries settle 1 s after their deadline: agents report every 250 ms.
     let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
     let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let limits = cfg.connections.clone();
+    let nofile = connections::raise_fd_limit();
+    let sizes = limits.plan(nofile, mesh.area());
+    if !sizes.fits {
+        warn!(
+            nofile,
+            clients = sizes.clients,
+            agents = sizes.agents,
+            "the open-file limit is too low for these connection pools and the master's own \
+             files: raise LimitNOFILE (the unit sets 65536) or lower [connections]"
+        );
+    }
+    info!(
+        nofile,
+        clients = sizes.clients,
+        agents = sizes.agents,
+        "connection pools"
+    );
     // Recovery happens here: nothing is served before the state is back.
     let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
 
@@ -190,6 +198,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         output: output.clone(),
         agents,
         auth: auth.clone(),
+        attaches: AttachSlots::new(limits.max_attaches_per_user),
+        metrics: metrics.clone(),
     })
     .max_decoding_message_size(max_msg);
     let admin = AdminServiceServer::new(Admin {
@@ -199,7 +209,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         quantum_ns,
     })
     .max_decoding_message_size(max_msg);
-    let tokens = AuthServiceServer::new(Tokens { auth });
+    let tokens = AuthServiceServer::new(Tokens { auth: auth.clone() });
     let registry = AgentRegistryServer::new(Registry {
         handle: handle.clone(),
         placements: crate::placements::Placements::start(handle.clone()),
@@ -215,18 +225,62 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let until = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.changed().await;
     };
-    let clients = || {
+    // Every listener: keepalive pings find dead peers; the layer counts each
+    // connection's open streams for its idle deadline (`connections/deadlines.rs`).
+    let server = || {
         Server::builder()
-            .add_service(health.clone())
-            .add_service(reflection_v1.clone())
-            .add_service(reflection_v1alpha.clone())
-            .add_service(jobs.clone())
-            .add_service(admin.clone())
-            .add_service(tokens.clone())
+            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+            .layer(StreamCountLayer)
     };
-    let local = clients()
-        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), until(stopped.clone()));
-    let remote = Server::builder()
+    let gauge = |pool: &str| {
+        metrics
+            .connections_open
+            .get_or_create(&ListenerLabel {
+                listener: pool.to_string(),
+            })
+            .clone()
+    };
+    // The socket and the client port share a pool, so the admins' reserve is one reserve
+    // whichever way users come; agents have their own.
+    let per_peer = PerPeer {
+        uid: limits.max_per_user,
+        ip: limits.max_per_ip,
+    };
+    let client_pool = Pool::new(
+        sizes.clients,
+        limits.admin_reserve,
+        per_peer,
+        gauge("clients"),
+    );
+    let agent_pool = Pool::new(
+        sizes.agents,
+        0,
+        PerPeer {
+            uid: 0,
+            ip: sizes.agent_per_ip,
+        },
+        gauge("agents"),
+    );
+    let admitting = |name, pool: &Arc<Pool>| {
+        Admitting::new(name, pool.clone(), limits.deadlines(), metrics.clone())
+    };
+    let is_admin = {
+        let auth = auth.clone();
+        Box::new(move |uid| auth.is_admin_uid(uid))
+    };
+    let local = server()
+        .add_service(health.clone())
+        .add_service(reflection_v1.clone())
+        .add_service(reflection_v1alpha.clone())
+        .add_service(jobs.clone())
+        .add_service(admin.clone())
+        .add_service(tokens.clone())
+        .serve_with_incoming_shutdown(
+            UnixIncoming::new(unix, admitting("socket", &client_pool), is_admin),
+            until(stopped.clone()),
+        );
+    let remote = server()
         .tls_config(
             ServerTlsConfig::new()
                 .identity(identity.clone())
@@ -239,11 +293,17 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .add_service(jobs.clone())
         .add_service(admin.clone())
         .add_service(tokens.clone())
-        .serve_with_incoming_shutdown(nodelay(client_tcp), until(stopped.clone()));
-    let for_agents = Server::builder()
+        .serve_with_incoming_shutdown(
+            TcpIncoming::new(client_tcp, admitting("tcp", &client_pool)),
+            until(stopped.clone()),
+        );
+    let for_agents = server()
         .tls_config(ServerTlsConfig::new().identity(identity).client_ca_root(ca))?
         .add_service(registry)
-        .serve_with_incoming_shutdown(nodelay(agent_tcp), until(stopped));
+        .serve_with_incoming_shutdown(
+            TcpIncoming::new(agent_tcp, admitting("agents", &agent_pool)),
+            until(stopped),
+        );
     let servers = tokio::spawn(async move {
         tokio::try_join!(local, remote, for_agents)?;
         Ok(())

@@ -580,7 +580,8 @@ fn fuzz_proto_issue_token() {
                 continue;
             };
             let mut call = tonic::Request::new(req);
-            call.extensions_mut().insert(local_connection());
+            call.extensions_mut()
+                .insert(crate::connections::ConnInfo::unix(local_connection()));
             let t0 = unix_now_s();
             let res = now_or_never(service.issue_token(call))
                 .map_err(|s| TestCaseError::fail(format!("a local caller was refused: {s:?}")))?

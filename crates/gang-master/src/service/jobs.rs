@@ -15,7 +15,8 @@ use crate::actor::{Cmd, Handle};
 use crate::agents::AgentPool;
 use crate::auth::Authenticator;
 use crate::error::MasterError;
-use crate::output::OutputHub;
+use crate::output::{Cursor, OutputHub, READ_MAX};
+use crate::service::attach_slots::{AttachSlot, AttachSlots};
 use crate::service::{convert, watch};
 use crate::state::events::Caller;
 use crate::state::views::{Coord, JobView, Rank0};
@@ -25,7 +26,14 @@ pub struct Jobs {
     pub output: Arc<OutputHub>,
     pub agents: Arc<AgentPool>,
     pub auth: Arc<Authenticator>,
+    pub attaches: Arc<AttachSlots>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
+
+/// Attach responses queued per stream ahead of the client: with pieces of at most
+/// `READ_MAX` bytes, the bound on what an unread stream holds in the master (beside what
+/// tonic is encoding and h2 has buffered beyond the client's window, about a piece each).
+const ATTACH_QUEUE: usize = 4;
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -105,6 +113,11 @@ impl JobService for Jobs {
         req: Request<Streaming<v1::AttachRequest>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let caller = self.auth.caller(&req)?;
+        // Counted from here to the end of the relay: a stream that is never read holds its
+        // slot until its client goes.
+        let slot = self.attaches.take(&caller).inspect_err(|_| {
+            self.metrics.attaches_refused.inc();
+        })?;
         let mut inbound = req.into_inner();
         let first = inbound.message().await?.ok_or_else(|| {
             MasterError::Invalid("the attach stream ended before naming a job".into())
@@ -116,7 +129,7 @@ impl JobService for Jobs {
         let stdin_events = self.handle.events();
         let c = caller.clone();
         let info = self.handle.call(|tx| Cmd::GetJob(id, c, tx)).await?;
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(ATTACH_QUEUE);
         let follow = !first.no_follow;
         // A reader of the output so far sends no stdin: nothing may wait on rank 0 for it.
         if follow {
@@ -135,7 +148,7 @@ impl JobService for Jobs {
             (id, caller, follow),
             info,
             events,
-            tx,
+            (tx, slot),
         ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -149,7 +162,7 @@ async fn relay_output(
     (id, caller, live): (JobId, Caller, bool),
     info: JobView,
     mut events: broadcast::Receiver<JobView>,
-    tx: mpsc::Sender<Result<v1::AttachResponse, Status>>,
+    (tx, _slot): (mpsc::Sender<Result<v1::AttachResponse, Status>>, AttachSlot),
 ) {
     use v1::attach_response::Event;
     let send = |e: Event| {
@@ -173,7 +186,7 @@ async fn relay_output(
             return;
         }
     };
-    let mut sent = 0u64;
+    let mut sent = Cursor::default();
     let mut finished = info.state.is_final().then(|| info.clone());
     let mut started = info.state == crate::job::State::Running;
     if started && !send(Event::Started(convert::job_info(&info))).await {
@@ -239,33 +252,47 @@ async fn relay_output(
     }
 }
 
-/// Send the log from `sent` up to `len`, a bounded read at a time, waiting for the client
-/// to take each (a slow reader holds the relay here, never the job or the master's
-/// memory). `Ok(false)`: the client is gone.
+/// Send the log from `sent` up to `len`, a piece of at most `READ_MAX` bytes at a time, read
+/// from the file only when the stream has room for it: a reader that does not read holds
+/// the relay here with a piece or two, never the log in the master's memory. `Ok(false)`:
+/// the client is gone.
 async fn relay_log(
     hub: &OutputHub,
     id: JobId,
-    sent: &mut u64,
+    sent: &mut Cursor,
     len: u64,
     tx: &mpsc::Sender<Result<v1::AttachResponse, Status>>,
 ) -> std::io::Result<bool> {
     use v1::attach_response::Event;
-    while *sent < len {
-        let (chunks, next) = hub.read(id.0, *sent, len)?;
+    while sent.record < len {
+        // Wait for room before reading, so nothing is read ahead of the client.
+        let Ok(permit) = tx.reserve().await else {
+            return Ok(false);
+        };
+        let (chunks, next) = hub.read(id.0, *sent, len, READ_MAX)?;
         if next == *sent {
             return Err(std::io::Error::other(format!(
-                "the output log is damaged at byte {next}"
+                "the output log is damaged at byte {}",
+                next.record
             )));
         }
+        *sent = next;
+        let mut permit = Some(permit);
         for c in chunks {
-            let e = v1::AttachResponse {
+            let e = Ok(v1::AttachResponse {
                 event: Some(Event::Output(c)),
-            };
-            if tx.send(Ok(e)).await.is_err() {
-                return Ok(false);
+            });
+            match permit.take() {
+                Some(p) => {
+                    p.send(e);
+                }
+                None => {
+                    if tx.send(e).await.is_err() {
+                        return Ok(false);
+                    }
+                }
             }
         }
-        *sent = next;
     }
     Ok(true)
 }

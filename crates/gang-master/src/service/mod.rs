@@ -2,6 +2,7 @@
 //! (`convert.rs`), and answers and errors go back as protobuf.
 
 pub mod admin;
+pub mod attach_slots;
 pub mod convert;
 pub mod jobs;
 pub mod registry;

@@ -1,0 +1,194 @@
+//! Connection limits of the master's listeners, so that no user can take the master's
+//! file descriptors or its attention from the others (`[connections]` in the config):
+//!
+//! - **Pools.** The client listeners (Unix socket and TCP) share one pool of connections,
+//!   the agent port has its own: a flood of clients never locks agents out, nor the
+//!   reverse. Both stay below the open-file limit (raised to its hard limit at start) by
+//!   `FD_RESERVE` and a descriptor per node, so the master's own files (SQLite, output
+//!   logs, its calls to agents) never find the table full.
+//! - **Per peer.** On the socket, a user (peer credentials) holds at most `max_per_user`;
+//!   on TCP, an address at most `max_per_ip` (`admission::peer_ip`). Root and admins have
+//!   no per-user limit on the socket and alone may use the last `admin_reserve` places of
+//!   the pool: an admin is answered however many connections users hold.
+//! - **Deadlines** (`deadlines.rs`): a connection with no request `handshake_timeout_ms`
+//!   after its accept, or none open for `idle_timeout_ms`, is closed; HTTP/2 keepalive
+//!   pings find dead peers.
+//!
+//! A refused connection is accepted and closed at once: the peer sees its connection
+//! closed before any answer. Refusals are logged (at most one line per listener every
+//! 10 s, with the count since) and counted in `gang_connections_refused_total`.
+
+pub mod accept;
+pub mod admission;
+pub mod deadlines;
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use accept::raise_fd_limit;
+pub use deadlines::{ConnInfo, Deadlines, Peer, StreamCountLayer};
+
+/// Descriptors kept for the master's own files beside the per-node ones: SQLite and its
+/// journal, up to 256 idle output logs (`output::MAX_OPEN_LOGS`), the logs being followed,
+/// its listeners, and stdio.
+pub const FD_RESERVE: u64 = 1024;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsSection {
+    pub max_client_connections: Option<usize>,
+    pub admin_reserve: Option<usize>,
+    pub max_per_user: Option<usize>,
+    pub max_per_ip: Option<usize>,
+    pub max_agent_connections: Option<usize>,
+    pub max_agent_per_ip: Option<usize>,
+    pub handshake_timeout_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+    pub keepalive_interval_ms: Option<u64>,
+    pub keepalive_timeout_ms: Option<u64>,
+    pub max_attaches_per_user: Option<usize>,
+}
+
+/// The limits as configured; 0 for a pool size means "from the open-file limit".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Client connections (socket and TCP together); 0: what the descriptors allow.
+    pub max_client_connections: usize,
+    /// Of those, kept for root and admins on the socket.
+    pub admin_reserve: usize,
+    /// Connections one user may hold on the socket (admins: no limit).
+    pub max_per_user: usize,
+    /// Connections one address may hold on the client TCP port.
+    pub max_per_ip: usize,
+    /// Agent connections; 0: 4 per node and 64.
+    pub max_agent_connections: usize,
+    /// Connections one address may hold on the agent port; 0: the agent pool (a cluster
+    /// on one host has every agent behind one address).
+    pub max_agent_per_ip: usize,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    /// Attach streams (prun, gangctl output) one user may hold open (admins: no limit).
+    pub max_attaches_per_user: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_client_connections: 0,
+            // Room for a few admins' sessions and scripts at once.
+            admin_reserve: 64,
+            // Every attached prun holds a connection: a user may run this many at once
+            // from one host; a flood from one user fills 256 places, not the master.
+            max_per_user: 256,
+            max_per_ip: 256,
+            max_agent_connections: 0,
+            max_agent_per_ip: 0,
+            // A TLS handshake on a loaded host takes milliseconds; 10 s leaves room for a
+            // slow network and still frees a silent connection soon.
+            handshake_timeout: Duration::from_secs(10),
+            // A client between calls may reuse its connection for a while; after 5 min
+            // with nothing open, it reconnects (its channel does so by itself).
+            idle_timeout: Duration::from_secs(300),
+            keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
+            // An unread stream costs a few 64 KiB pieces: 128 of them, some tens of MB.
+            max_attaches_per_user: 128,
+        }
+    }
+}
+
+impl ConnLimits {
+    pub fn with(self, f: &ConnectionsSection) -> ConnLimits {
+        let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+        ConnLimits {
+            max_client_connections: f
+                .max_client_connections
+                .unwrap_or(self.max_client_connections),
+            admin_reserve: f.admin_reserve.unwrap_or(self.admin_reserve),
+            max_per_user: f.max_per_user.unwrap_or(self.max_per_user),
+            max_per_ip: f.max_per_ip.unwrap_or(self.max_per_ip),
+            max_agent_connections: f
+                .max_agent_connections
+                .unwrap_or(self.max_agent_connections),
+            max_agent_per_ip: f.max_agent_per_ip.unwrap_or(self.max_agent_per_ip),
+            handshake_timeout: ms(f.handshake_timeout_ms, self.handshake_timeout),
+            idle_timeout: ms(f.idle_timeout_ms, self.idle_timeout),
+            keepalive_interval: ms(f.keepalive_interval_ms, self.keepalive_interval),
+            keepalive_timeout: ms(f.keepalive_timeout_ms, self.keepalive_timeout),
+            max_attaches_per_user: f
+                .max_attaches_per_user
+                .unwrap_or(self.max_attaches_per_user),
+        }
+    }
+
+    pub fn deadlines(&self) -> Deadlines {
+        Deadlines {
+            handshake: self.handshake_timeout,
+            idle: self.idle_timeout,
+        }
+    }
+
+    /// The pool sizes for `nodes` agents under an open-file limit of `nofile`.
+    pub fn plan(&self, nofile: u64, nodes: u64) -> PoolSizes {
+        let agents = match self.max_agent_connections {
+            0 => (4 * nodes + 64) as usize,
+            n => n,
+        };
+        let fds_left = nofile.saturating_sub(FD_RESERVE + nodes + agents as u64) as usize;
+        // Below this the master serves too few clients to be of use; the warning in
+        // `server.rs` says to raise the limit.
+        const FLOOR: usize = 128;
+        let clients = match self.max_client_connections {
+            0 => fds_left.max(FLOOR),
+            n => n,
+        };
+        PoolSizes {
+            clients,
+            agents,
+            agent_per_ip: match self.max_agent_per_ip {
+                0 => agents,
+                n => n,
+            },
+            fits: clients <= fds_left,
+        }
+    }
+}
+
+/// What `ConnLimits::plan` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSizes {
+    pub clients: usize,
+    pub agents: usize,
+    pub agent_per_ip: usize,
+    /// Whether the pools fit under the open-file limit with the reserve.
+    pub fits: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_stay_under_the_descriptor_limit_with_the_reserve() {
+        let l = ConnLimits::default();
+        let p = l.plan(20_000, 16);
+        assert_eq!(p.agents, 128);
+        assert_eq!(p.agent_per_ip, 128);
+        assert_eq!(p.clients, 20_000 - 1024 - 16 - 128);
+        assert!(p.fits);
+        // A limit too small for anything: a floor, and it says it does not fit.
+        let p = l.plan(1024, 16);
+        assert_eq!(p.clients, 128);
+        assert!(!p.fits);
+        let set = ConnLimits {
+            max_client_connections: 500,
+            max_agent_per_ip: 8,
+            ..l
+        };
+        let p = set.plan(20_000, 16);
+        assert_eq!((p.clients, p.agent_per_ip, p.fits), (500, 8, true));
+    }
+}
