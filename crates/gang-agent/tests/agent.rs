@@ -119,6 +119,7 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
         "GANG_NODE",
         "GANG_PART",
         "GANG_MSG_DIR",
+        "GANG_STATE_FD",
         "GANG_HOST_ID",
         "GANG_MSG_CONTEXT",
         "PMI_FD",
