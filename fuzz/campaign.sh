@@ -28,6 +28,7 @@ proto_issue_token|-p gang-master --lib
 proto_register|-p gang-master --lib
 proto_heartbeat|-p gang-master --lib
 proto_rank_exit|-p gang-master --lib
+proto_fence|-p gang-master --lib
 proto_output_batch|-p gang-master --lib
 output_retries|-p gang-master --lib
 proto_switch_report|-p gang-master --lib
@@ -38,6 +39,13 @@ target|-p gang-proto --test fuzz
 cli_duration|-p gang-cli --lib
 cli_node|-p gang-cli --lib
 cli_mesh|-p gang-cli --lib
+pmi1_wire|-p gang-agent --lib
+pmi2_wire|-p gang-agent --lib
+ctl_frame|-p gang-agent --lib
+proto_launch|-p gang-agent --lib
+proto_node_table|-p gang-agent --lib
+proto_signal|-p gang-agent --lib
+proto_stdin|-p gang-agent --lib
 "
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

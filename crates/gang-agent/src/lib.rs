@@ -51,6 +51,9 @@ pub mod session_thread;
 pub mod switch;
 pub mod tls;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, Flags, LogFormat};
 pub use error::{AgentError, Coord};

@@ -20,7 +20,7 @@ use crate::ranks::RankKey;
 use crate::request::{Mpi, RankRequest, Submitter};
 
 /// The request in the agent's terms.
-fn rank_request(req: LaunchRequest) -> RankRequest {
+pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
     RankRequest {
         key: RankKey {
             job_id: req.job_id,

@@ -38,24 +38,35 @@ impl SlotGrid {
     }
 
     /// The slot containing `t_ns` (negative before the epoch).
+    ///
+    /// Grids come from the network (an agent's slice tables), so the arithmetic here and
+    /// below never overflows: it is exact wherever the times are (within ±146 years of
+    /// each other, at any quantum), and saturates at the ends of `i64` beyond.
     pub fn slot_at(&self, t_ns: i64) -> i64 {
-        (t_ns - self.epoch_ns).div_euclid(self.quantum_ns)
+        let k =
+            (i128::from(t_ns) - i128::from(self.epoch_ns)).div_euclid(i128::from(self.quantum_ns));
+        k.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
     /// Where slot `k` starts.
     pub fn slot_start(&self, k: i64) -> i64 {
-        self.epoch_ns + k * self.quantum_ns
+        let t = i128::from(self.epoch_ns) + i128::from(k) * i128::from(self.quantum_ns);
+        t.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
     /// The first boundary at or after `t_ns` (`t_ns` itself if it is one).
     pub fn boundary_at_or_after(&self, t_ns: i64) -> i64 {
         let b = self.slot_start(self.slot_at(t_ns));
-        if b == t_ns { b } else { b + self.quantum_ns }
+        if b == t_ns {
+            b
+        } else {
+            b.saturating_add(self.quantum_ns)
+        }
     }
 
-    /// The first boundary strictly after `t_ns`.
+    /// The first boundary strictly after `t_ns` (`i64::MAX` if there is none before).
     pub fn boundary_after(&self, t_ns: i64) -> i64 {
-        self.slot_start(self.slot_at(t_ns) + 1)
+        self.slot_start(self.slot_at(t_ns).saturating_add(1))
     }
 
     /// The row of `rows` running at `t_ns` (slot k runs row k mod rows): `None` before the
@@ -68,13 +79,28 @@ impl SlotGrid {
     /// When a change published at `now_ns` can take effect: the first boundary at least
     /// `lead_ns` ahead (the time every agent needs to receive it), never before the epoch.
     pub fn effective_from(&self, now_ns: i64, lead_ns: i64) -> i64 {
-        self.boundary_at_or_after((now_ns + lead_ns.max(0)).max(self.epoch_ns))
+        self.boundary_at_or_after(now_ns.saturating_add(lead_ns.max(0)).max(self.epoch_ns))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slice table's grid at the ends of `i64` (fuzz target `proto_node_table`): the
+    /// arithmetic overflowed, a panic of the agent's SetTable handler in debug builds.
+    #[test]
+    fn grids_at_the_ends_of_time_saturate() {
+        let g = SlotGrid::new(-1, i64::MAX);
+        assert_eq!(g.slot_at(i64::MIN), -1);
+        assert_eq!(g.boundary_after(i64::MAX), i64::MAX);
+        let g = SlotGrid::new(i64::MIN, 100_000_000);
+        assert_eq!(g.boundary_after(i64::MAX), i64::MAX);
+        assert_eq!(g.boundary_at_or_after(i64::MIN), i64::MIN);
+        let b = g.slot_start(g.slot_at(0));
+        assert!(b <= 0 && b > -100_000_000, "{b}");
+        assert_eq!(g.effective_from(i64::MAX, i64::MAX), i64::MAX);
+    }
 
     #[test]
     fn slots_and_boundaries() {

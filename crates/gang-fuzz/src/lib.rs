@@ -403,6 +403,70 @@ pub fn run<S>(
     }
 }
 
+/// A global allocator that notes the largest single allocation each thread asks for, so a
+/// target can check that no input makes the code under test allocate past a bound. A test
+/// binary installs it with
+/// `#[global_allocator] static ALLOC: gang_fuzz::PeakAlloc = gang_fuzz::PeakAlloc;`
+/// and measures with [`largest_alloc`].
+pub struct PeakAlloc;
+
+thread_local! {
+    /// The largest allocation (or reallocation's new size) on this thread since the last
+    /// reset. Constant-initialized and without a destructor: the allocator may use it
+    /// at any time, even while the thread is being set up or torn down.
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = PEAK.try_with(|p| {
+        if size > p.get() {
+            p.set(size)
+        }
+    });
+}
+
+// SAFETY: every call is passed to the system allocator unchanged; noting the size touches
+// only a thread-local cell.
+unsafe impl std::alloc::GlobalAlloc for PeakAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        note(new);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+/// Run `f` on this thread; its result and the largest single allocation it made. Panics
+/// if the binary has not installed [`PeakAlloc`] (the figure would be 0, a false pass).
+pub fn largest_alloc<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    PEAK.with(|p| p.set(0));
+    let probe = std::hint::black_box(Vec::<u8>::with_capacity(3));
+    drop(probe);
+    assert!(
+        PEAK.with(Cell::get) >= 3,
+        "largest_alloc needs `#[global_allocator] static A: gang_fuzz::PeakAlloc = gang_fuzz::PeakAlloc;`"
+    );
+    PEAK.with(|p| p.set(0));
+    let r = f();
+    (r, PEAK.with(Cell::get))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

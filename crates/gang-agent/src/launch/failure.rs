@@ -91,6 +91,7 @@ mod tests {
         };
         let req = RankRequest {
             key: RankKey { job_id: 7, rank: 3 },
+            size: 4,
             argv: vec!["prog".into()],
             cwd: "/data".into(),
             submitter: Submitter {

@@ -12,6 +12,10 @@ use crate::error::{AgentError, Coord};
 use crate::msg::MsgLaunch;
 use crate::request::{Mpi, RankRequest};
 
+/// Most ranks a job may have, as a Launch request states them: far beyond any mesh, yet a
+/// bound on what a rank's registration builds per rank (the PMIx node map).
+pub const MAX_RANKS: u32 = 1 << 20;
+
 /// What Launch requests this node accepts (the agent's configuration).
 #[derive(Debug, Clone, Default)]
 pub struct LaunchPolicy {
@@ -119,6 +123,40 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
         Some(argv0) if argv0.is_empty() => return Err(invalid("argv[0] is empty".into())),
         Some(_) => {}
     }
+    if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
+        return Err(invalid(format!("argv[{i}] contains a NUL byte")));
+    }
+    if req.size == 0 || req.size > MAX_RANKS {
+        return Err(invalid(format!(
+            "job size {} is outside 1..={MAX_RANKS}",
+            req.size
+        )));
+    }
+    if req.key.rank >= req.size {
+        return Err(invalid(format!(
+            "rank {} of a job of {} ranks",
+            req.key.rank, req.size
+        )));
+    }
+    if let Some(p) = req.part {
+        let fits = p.w > 0
+            && p.h > 0
+            && p.x.checked_add(p.w).is_some()
+            && p.y.checked_add(p.h).is_some()
+            && p.area() >= u64::from(req.size);
+        if !fits {
+            return Err(invalid(format!(
+                "the job's rectangle {}x{} at ({},{}) cannot hold its {} ranks",
+                p.w, p.h, p.x, p.y, req.size
+            )));
+        }
+    }
+    if req.cwd.contains('\0') {
+        return Err(invalid(format!(
+            "working directory {:?} contains a NUL byte",
+            req.cwd
+        )));
+    }
     if !Path::new(&req.cwd).is_absolute() {
         return Err(invalid(format!(
             "working directory {:?} is not an absolute path",
@@ -129,6 +167,23 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
         return Err(invalid(format!(
             "environment variable name {name:?} is not valid (empty, or contains '=' or NUL)"
         )));
+    }
+    if let Some(name) = req
+        .env
+        .iter()
+        .find(|(_, v)| v.contains('\0'))
+        .map(|(k, _)| k)
+    {
+        return Err(invalid(format!(
+            "environment variable {name}'s value contains a NUL byte"
+        )));
+    }
+    for (what, pattern) in [("--output", &req.output), ("--error", &req.error)] {
+        if pattern.contains('\0') {
+            return Err(invalid(format!(
+                "{what} pattern {pattern:?} contains a NUL byte"
+            )));
+        }
     }
     let who = &req.submitter;
     let run_as = run_as(

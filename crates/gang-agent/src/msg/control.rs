@@ -8,7 +8,9 @@ use std::os::unix::fs::chown;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use gang_msg::abi::{CtlReply, CtlRequest, MAX_CTL_FRAME, files};
+use gang_msg::abi::{
+    CTL_KEY_MAX, CTL_PUTS_MAX, CTL_VALUE_MAX, CtlReply, CtlRequest, MAX_CTL_FRAME, files,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
@@ -65,10 +67,7 @@ fn allowed(rank_uid: Option<u32>, peer: Option<u32>) -> bool {
 
 /// Serve a rank's control socket, one connection after the other.
 async fn serve(spaces: Arc<Spaces>, listener: UnixListener, key: RankKey, uid: Option<u32>) {
-    // Everything the rank put, sent whole with each fence (a restarted master rebuilds
-    // the job's space from them).
-    let mut puts = BTreeMap::new();
-    let mut epoch = 0u32;
+    let mut rank = RankCtl::default();
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
             return;
@@ -83,18 +82,12 @@ async fn serve(spaces: Arc<Spaces>, listener: UnixListener, key: RankKey, uid: O
             );
             continue;
         }
-        converse(&spaces, &mut conn, key, &mut puts, &mut epoch).await;
+        converse(&spaces, &mut conn, key, &mut rank).await;
     }
 }
 
 /// One connection's requests, until it closes or sends a bad frame.
-async fn converse(
-    spaces: &Spaces,
-    conn: &mut UnixStream,
-    key: RankKey,
-    puts: &mut BTreeMap<String, String>,
-    epoch: &mut u32,
-) {
+async fn converse(spaces: &Spaces, conn: &mut UnixStream, key: RankKey, rank: &mut RankCtl) {
     loop {
         let req: CtlRequest = match read(conn).await {
             Ok(Some(r)) => r,
@@ -104,6 +97,47 @@ async fn converse(
                 return;
             }
         };
+        let reply = match rank.take(key, req) {
+            CtlStep::Nothing => continue,
+            CtlStep::Refuse(message) => CtlReply::Error { message },
+            CtlStep::Fence(epoch) => match spaces.fence(key, epoch, &rank.puts).await {
+                Ok(kvs) => CtlReply::FenceDone { kvs },
+                Err(message) => CtlReply::Error { message },
+            },
+        };
+        if write(conn, &reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What the agent keeps of a rank's control socket across its connections: everything
+/// the rank put, sent whole with each fence (a restarted master rebuilds the job's space
+/// from them), within limits.
+#[derive(Debug, Default)]
+pub(crate) struct RankCtl {
+    pub(crate) puts: BTreeMap<String, String>,
+    /// Bytes of the keys and values in `puts` (at most `CTL_PUTS_MAX`).
+    pub(crate) held: usize,
+    pub(crate) epoch: u32,
+    /// A put dropped since the last fence: the next fence is refused with this.
+    refused: Option<String>,
+}
+
+/// What to do for a request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum CtlStep {
+    /// No reply.
+    Nothing,
+    /// The fence of this epoch, with `puts`; reply with its answer.
+    Fence(u32),
+    /// Reply with this error.
+    Refuse(String),
+}
+
+impl RankCtl {
+    /// Take a decoded request (the pure part of the conversation).
+    pub(crate) fn take(&mut self, key: RankKey, req: CtlRequest) -> CtlStep {
         match req {
             CtlRequest::Hello { pid, rank } => {
                 info!(
@@ -113,28 +147,61 @@ async fn converse(
                     said_rank = rank,
                     "messaging library started"
                 );
+                CtlStep::Nothing
             }
             CtlRequest::Put { key: k, value } => {
-                puts.insert(k, value);
+                if let Err(why) = self.put(k, value) {
+                    warn!(
+                        job_id = key.job_id,
+                        rank = key.rank,
+                        "control socket: {why}"
+                    );
+                    self.refused.get_or_insert(why);
+                }
+                CtlStep::Nothing
             }
             CtlRequest::Fence => {
-                *epoch += 1;
-                let reply = match spaces.fence(key, *epoch, puts).await {
-                    Ok(kvs) => CtlReply::FenceDone { kvs },
-                    Err(message) => CtlReply::Error { message },
-                };
-                if write(conn, &reply).await.is_err() {
-                    return;
+                if let Some(why) = self.refused.take() {
+                    return CtlStep::Refuse(why);
                 }
+                self.epoch = self.epoch.saturating_add(1);
+                CtlStep::Fence(self.epoch)
             }
             CtlRequest::Abort { code, message } => {
                 warn!(job_id = key.job_id, rank = key.rank, code, %message, "the rank aborted");
+                CtlStep::Nothing
             }
         }
     }
+
+    fn put(&mut self, k: String, value: String) -> Result<(), String> {
+        if k.len() > CTL_KEY_MAX || value.len() > CTL_VALUE_MAX {
+            return Err(format!(
+                "a put of a {}-byte key and a {}-byte value was dropped: keys are at most \
+                 {CTL_KEY_MAX} bytes, values at most {CTL_VALUE_MAX}",
+                k.len(),
+                value.len()
+            ));
+        }
+        let old = self.puts.get(&k).map_or(0, |v| k.len() + v.len());
+        let held = self.held - old + k.len() + value.len();
+        if held > CTL_PUTS_MAX {
+            return Err(format!(
+                "a put of key {k:?} was dropped: the rank's puts would hold {held} bytes, \
+                 over the limit of {CTL_PUTS_MAX}"
+            ));
+        }
+        self.puts.insert(k, value);
+        self.held = held;
+        Ok(())
+    }
 }
 
-async fn read(conn: &mut UnixStream) -> std::io::Result<Option<CtlRequest>> {
+/// One request from the rank: `Ok(None)` at a clean end; the frame's body is allocated
+/// only once its length is known to be within `MAX_CTL_FRAME`.
+pub(crate) async fn read<R: tokio::io::AsyncRead + Unpin>(
+    conn: &mut R,
+) -> std::io::Result<Option<CtlRequest>> {
     let mut len = [0u8; 4];
     match conn.read_exact(&mut len).await {
         Ok(_) => {}
@@ -145,8 +212,18 @@ async fn read(conn: &mut UnixStream) -> std::io::Result<Option<CtlRequest>> {
     if len > MAX_CTL_FRAME {
         return Err(std::io::Error::other(format!("a frame of {len} bytes")));
     }
-    let mut body = vec![0u8; len as usize];
-    conn.read_exact(&mut body).await?;
+    // Grown as bytes arrive: a length alone (a peer that then goes quiet) costs nothing.
+    let mut body = Vec::new();
+    (&mut *conn)
+        .take(u64::from(len))
+        .read_to_end(&mut body)
+        .await?;
+    if body.len() < len as usize {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("the connection ended inside a frame of {len} bytes"),
+        ));
+    }
     serde_json::from_slice(&body)
         .map(Some)
         .map_err(std::io::Error::other)

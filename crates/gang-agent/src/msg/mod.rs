@@ -13,7 +13,7 @@
 //! `MsgHub` owns one of each and only passes a rank's key between them. A rank that does
 //! not link the library never touches any of it.
 
-mod control;
+pub(crate) mod control;
 mod mpi;
 mod pages;
 mod space;

@@ -15,8 +15,8 @@
 //! once every rank of the job arrived, with everything any rank put; gets then answer
 //! from that space. Both wires share that state ([`Session`]).
 
-mod v1;
-mod v2;
+pub(crate) mod v1;
+pub(crate) mod v2;
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -47,7 +47,11 @@ pub const KEYLEN_MAX: usize = 64;
 pub const VALLEN_MAX: usize = 1024;
 /// Longest line or frame accepted: a put of the longest key and value, and room for the
 /// words (a value of nothing but `;` is twice as long on the PMI-2 wire).
-const LINE_MAX: usize = 64 + KVSNAME_MAX + KEYLEN_MAX + 2 * VALLEN_MAX;
+pub(crate) const LINE_MAX: usize = 64 + KVSNAME_MAX + KEYLEN_MAX + 2 * VALLEN_MAX;
+/// Most a rank may keep in its server (keys and values of its puts and node attributes):
+/// every put goes to the master at each barrier, and the server is the agent's memory.
+/// Far above what an MPI library puts (an address or two per rank).
+pub const PUTS_MAX_BYTES: usize = 1 << 20;
 
 /// The job as the rank's PMI server sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +170,8 @@ pub struct Session {
     /// PMI-2 node attributes: every rank of a job has a node of its own, so they are
     /// the rank's own.
     node_attrs: BTreeMap<String, String>,
+    /// Bytes of keys and values in `puts` and `node_attrs` (bounded by `PUTS_MAX_BYTES`).
+    held: usize,
     epoch: u32,
     /// Set by `abort`: the exit code the rank asked for and what the job's failure
     /// reason says.
@@ -180,6 +186,7 @@ impl Session {
             puts: BTreeMap::new(),
             space: BTreeMap::new(),
             node_attrs: BTreeMap::new(),
+            held: 0,
             epoch: 0,
             aborted: None,
         }
@@ -200,14 +207,17 @@ impl Session {
 
     /// Keep a put, within the limits the rank was told.
     fn put(&mut self, key: &str, value: &str) -> Result<(), &'static str> {
-        if key.is_empty() {
-            Err("no key")
-        } else if key.len() > KEYLEN_MAX || value.len() > VALLEN_MAX {
-            Err("key or value too long")
-        } else {
-            self.puts.insert(key.to_string(), value.to_string());
-            Ok(())
-        }
+        keep(&mut self.puts, &mut self.held, key, value)
+    }
+
+    /// Keep a PMI-2 node attribute, within the same limits as a put.
+    fn put_node_attr(&mut self, key: &str, value: &str) -> Result<(), &'static str> {
+        keep(&mut self.node_attrs, &mut self.held, key, value)
+    }
+
+    /// Bytes this rank keeps in its server (at most `PUTS_MAX_BYTES`).
+    pub fn held_bytes(&self) -> usize {
+        self.held
     }
 
     /// The fence's next epoch and the puts to send.
@@ -224,6 +234,31 @@ impl Session {
             Wire::V2 => v2::barrier_reply(result),
         }
     }
+}
+
+/// Keep `key` = `value` in `map`, `held` counting the bytes of every map of the session:
+/// a key of at most `KEYLEN_MAX` bytes, a value of at most `VALLEN_MAX`, and no more than
+/// `PUTS_MAX_BYTES` in all.
+fn keep(
+    map: &mut BTreeMap<String, String>,
+    held: &mut usize,
+    key: &str,
+    value: &str,
+) -> Result<(), &'static str> {
+    if key.is_empty() {
+        return Err("no key");
+    }
+    if key.len() > KEYLEN_MAX || value.len() > VALLEN_MAX {
+        return Err("key or value too long");
+    }
+    let old = map.get(key).map_or(0, |v| key.len() + v.len());
+    let now = *held - old + key.len() + value.len();
+    if now > PUTS_MAX_BYTES {
+        return Err("too many puts");
+    }
+    map.insert(key.to_string(), value.to_string());
+    *held = now;
+    Ok(())
 }
 
 /// Serve the rank's PMI socket until it closes; the abort message, if the rank aborted.
@@ -288,7 +323,7 @@ pub async fn serve<F: Fencer>(
 }
 
 /// What a read from the PMI-1 wire gives.
-enum Turn {
+pub(crate) enum Turn {
     Step(Step),
     /// Nothing to answer yet (a line inside a multi-line spawn).
     Skip,
@@ -313,6 +348,11 @@ async fn read_v1(
         }
     };
     debug!(job_id = key.job_id, rank = key.rank, line = text, "PMI <");
+    on_v1_line(session, spawn_lines, &text)
+}
+
+/// One PMI-1 line (without its newline), handled.
+pub(crate) fn on_v1_line(session: &mut Session, spawn_lines: &mut bool, text: &str) -> Turn {
     if *spawn_lines {
         if text == "endcmd" {
             *spawn_lines = false;
@@ -320,7 +360,7 @@ async fn read_v1(
         }
         return Turn::Skip;
     }
-    match parse(&text) {
+    match parse(text) {
         Some(line) if line.cmd == "spawn" && text.starts_with("mcmd=") => {
             *spawn_lines = true;
             Turn::Skip
@@ -372,8 +412,8 @@ async fn barrier<F: Fencer>(hub: &F, session: &mut Session) -> String {
 
 /// One PMI-1 line without its newline (a NUL some clients send after it is dropped);
 /// None at the end of the stream.
-async fn read_line(
-    rd: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+pub(crate) async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
+    rd: &mut R,
 ) -> std::io::Result<Option<String>> {
     let mut buf = String::new();
     if (&mut *rd).take(LINE_MAX as u64).read_line(&mut buf).await? == 0 {

@@ -73,6 +73,15 @@ impl Session {
             "get" => {
                 let k = arg("key");
                 match self.lookup(k) {
+                    // Put by a rank on the PMI-2 wire (or through the master): on this
+                    // wire it would end the word or the line, and the client would read
+                    // a reply that was never sent.
+                    Some(v) if v.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                        Step::Reply(format!(
+                            "cmd=get_result rc=-1 msg=the_value_of_key_{}_has_spaces_or_control_characters,_which_PMI-1_cannot_carry",
+                            word(k)
+                        ))
+                    }
                     Some(v) => Step::Reply(format!("cmd=get_result rc=0 value={v}")),
                     None => Step::Reply(format!(
                         "cmd=get_result rc=-1 msg=key_{}_not_found",
@@ -105,7 +114,7 @@ pub fn barrier_reply(result: Result<(), String>) -> String {
 }
 
 /// A value safe in one word of the protocol.
-fn word(s: &str) -> String {
+pub(crate) fn word(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_whitespace() || c == '=' {

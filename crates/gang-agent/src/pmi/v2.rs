@@ -50,7 +50,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 }
 
 /// `message` framed for the wire.
-pub fn frame(message: &str) -> String {
+pub(crate) fn frame(message: &str) -> String {
     format!("{:<width$}{message}", message.len(), width = LEN_WIDTH)
 }
 
@@ -97,9 +97,10 @@ impl Command {
     }
 }
 
-/// A reply: `cmd=NAME;` and the pairs, values escaped.
+/// A reply: `cmd=NAME;` and the pairs, values (the name too: it may echo the rank's
+/// command) escaped.
 fn reply(cmd: &str, pairs: &[(&str, &str)]) -> String {
-    let mut out = format!("cmd={cmd};");
+    let mut out = format!("cmd={};", cmd.replace(';', ";;"));
     for (k, v) in pairs {
         out.push_str(k);
         out.push('=');
@@ -180,11 +181,13 @@ impl Session {
                 };
                 Step::Reply(found("info-getjobattr-response", value))
             }
-            "info-putnodeattr" => {
-                self.node_attrs
-                    .insert(arg("key").to_string(), arg("value").to_string());
-                Step::Reply(reply("info-putnodeattr-response", &[("rc", "0")]))
-            }
+            "info-putnodeattr" => match self.put_node_attr(arg("key"), arg("value")) {
+                Ok(()) => Step::Reply(reply("info-putnodeattr-response", &[("rc", "0")])),
+                Err(e) => Step::Reply(error(
+                    "info-putnodeattr-response",
+                    &format!("{e} (keys up to {KEYLEN_MAX} bytes, values up to {VALLEN_MAX})"),
+                )),
+            },
             // The rank is alone on its node: nobody else could put it, so waiting for it
             // would never end.
             "info-getnodeattr" => Step::Reply(found(

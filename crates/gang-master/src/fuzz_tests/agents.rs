@@ -121,15 +121,41 @@ fn fuzz_proto_register() {
 
 // ----------------------------------------------------------------------------- Heartbeat
 
+/// Activity reports of ranks: of the fixture's jobs (on the node reporting or another)
+/// and of unknown ones, with any counts.
+fn activity() -> impl Strategy<Value = Vec<v1::RankActivity>> {
+    vec(
+        (
+            (job_id(), rank(), edge_i64()),
+            (prop_oneof![Just(-1i32), 0..4, any::<i32>()], any::<i32>()),
+            (edge_u64(), edge_u64()),
+        )
+            .prop_map(
+                |((job_id, rank, blocked_since_ns), (source, tag), (posted, delivered))| {
+                    v1::RankActivity {
+                        job_id,
+                        rank,
+                        blocked_since_ns,
+                        source,
+                        tag,
+                        posted,
+                        delivered,
+                    }
+                },
+            ),
+        0..5,
+    )
+}
+
 fn heartbeat_request() -> impl Strategy<Value = v1::HeartbeatRequest> {
     (
-        (coord(), coord(), rank_refs()),
+        (coord(), coord(), rank_refs(), activity()),
         (edge_i64(), edge_i64(), any::<bool>()),
         prop_oneof![0u64..=3, edge_u64()],
     )
         .prop_map(
             |(
-                (x, y, running),
+                (x, y, running, activity),
                 (clock_offset_ns, clock_error_ns, clock_from_host),
                 table_version,
             )| {
@@ -141,7 +167,7 @@ fn heartbeat_request() -> impl Strategy<Value = v1::HeartbeatRequest> {
                     clock_error_ns,
                     clock_from_host,
                     table_version,
-                    activity: vec![],
+                    activity,
                 }
             },
         )
@@ -158,6 +184,17 @@ fn heartbeat(w: &mut World, bytes: &[u8]) -> Result<(), TestCaseError> {
         (req.clock_offset_ns, req.clock_error_ns, req.clock_from_host)
     );
     prop_assert_eq!(hb.running.len(), req.running.len());
+    let kept: Vec<(u64, u32, u64, u64)> = hb
+        .activity
+        .iter()
+        .map(|(j, a)| (j.0, a.rank, a.posted, a.delivered))
+        .collect();
+    let sent: Vec<(u64, u32, u64, u64)> = req
+        .activity
+        .iter()
+        .map(|a| (a.job_id, a.rank, a.posted, a.delivered))
+        .collect();
+    prop_assert_eq!(kept, sent);
     let known = w.step(|st, fx, now| reactor::on_heartbeat(st, fx, now, hb));
     // Every agent of the fixture is up (and keeps heartbeating while time passes).
     prop_assert_eq!(known, on_mesh(req.x, req.y));
@@ -171,6 +208,122 @@ fn fuzz_proto_heartbeat() {
     let input = with_time("proto_heartbeat", heartbeat_request());
     gang_fuzz::run("proto_heartbeat", 150, input, |reqs| {
         through_world(&reqs, heartbeat)
+    });
+}
+
+// --------------------------------------------------------------------------------- Fence
+
+fn fence_request() -> impl Strategy<Value = v1::FenceRequest> {
+    let epoch =
+        prop_oneof![4 => 0u32..=3, 1 => (0u32..3).prop_map(|d| u32::MAX - d), 1 => any::<u32>()];
+    (
+        (coord(), coord(), job_id(), rank()),
+        (
+            epoch.clone(),
+            vec((short_text(), short_text()), 0..3),
+            epoch,
+        ),
+    )
+        .prop_map(
+            |((x, y, job_id, rank), (epoch, puts, known_epoch))| v1::FenceRequest {
+                x,
+                y,
+                job_id,
+                rank,
+                epoch,
+                puts: puts.into_iter().collect(),
+                known_epoch,
+            },
+        )
+}
+
+/// Where rank `rank` of `job` runs, if the job is placed and has that rank.
+fn rank_node(w: &World, job: u64, rank: u32) -> Option<(u32, u32)> {
+    let view = w.st.view(JobId(job), w.now).ok()?;
+    let sm = view.record.submesh?;
+    (u64::from(rank) < sm.area()).then(|| (sm.x + rank % sm.w, sm.y + rank / sm.w))
+}
+
+/// A fence arrival (`at_home`: sent from the rank's own node, as an honest agent does).
+fn fence(w: &mut World, bytes: &[u8], at_home: bool) -> Result<(), TestCaseError> {
+    let Some(mut req) = decode::<v1::FenceRequest>(bytes)? else {
+        return Ok(());
+    };
+    let home = rank_node(w, req.job_id, req.rank);
+    if let (true, Some((x, y))) = (at_home, home) {
+        (req.x, req.y) = (x, y);
+    }
+    let arrival = convert::fence_arrival(req.clone());
+    prop_assert_eq!(
+        (arrival.node, arrival.job.0, arrival.rank, arrival.epoch),
+        ((req.x, req.y), req.job_id, req.rank, req.epoch)
+    );
+    prop_assert_eq!(arrival.puts.len(), req.puts.len());
+    let known = w.st.view(JobId(req.job_id), w.now).is_ok();
+    let there = home == Some((req.x, req.y));
+    let before = saved(w);
+    match w.step(|st, fx, _| reactor::on_fence(st, fx, arrival)) {
+        Ok(answer) => {
+            prop_assert!(
+                there,
+                "a fence of a rank not on node ({},{}) was taken",
+                req.x,
+                req.y
+            );
+            if let Some(space) = answer {
+                let (kvs, delta) = space.answer(req.known_epoch);
+                reply(&v1::FenceResponse {
+                    kvs: kvs.into_iter().collect(),
+                    delta,
+                })?;
+            }
+        }
+        Err(e) if req.epoch == 0 || req.epoch == u32::MAX => {
+            refused(e, &[Code::InvalidArgument], &["fence epoch"])?
+        }
+        Err(e) if !known => refused(e, &[Code::NotFound], &["unknown job"])?,
+        Err(e) => {
+            let not_there = matches!(e, crate::error::MasterError::Forbidden(_));
+            prop_assert!(
+                !not_there || !there,
+                "a rank on its own node was refused: {}",
+                e
+            );
+            refused(
+                e,
+                &[
+                    Code::PermissionDenied,
+                    Code::FailedPrecondition,
+                    Code::Unavailable,
+                ],
+                &["does not run on node", "is not running", "ahead of the job"],
+            )?;
+        }
+    }
+    prop_assert_eq!(saved(w), before, "a fence changed what is saved");
+    Ok(())
+}
+
+#[test]
+fn fuzz_proto_fence() {
+    let input = vec(
+        (
+            encoded("proto_fence", fence_request()),
+            prop::bool::weighted(0.7),
+            prop::bool::weighted(0.2),
+        ),
+        1..=4,
+    );
+    gang_fuzz::run("proto_fence", 150, input, |reqs| {
+        let mut w = world();
+        for (bytes, at_home, wait) in &reqs {
+            fence(&mut w, bytes, *at_home)?;
+            if *wait {
+                w.tick_after_ms(700);
+            }
+        }
+        finish(w)?;
+        Ok(reqs.len() as u64)
     });
 }
 

@@ -334,6 +334,16 @@ fn agent_seeds() {
             ),
         ],
     );
+    let activity =
+        |job_id, rank, blocked_since_ns, source, tag, posted, delivered| v1::RankActivity {
+            job_id,
+            rank,
+            blocked_since_ns,
+            source,
+            tag,
+            posted,
+            delivered,
+        };
     let heartbeat = |x, y, running: &[(u64, u32)]| v1::HeartbeatRequest {
         x,
         y,
@@ -368,6 +378,45 @@ fn agent_seeds() {
             ),
             ("stray", heartbeat(3, 3, &[(99, 0), (3, 0)])),
             ("off-mesh", heartbeat(0, 7, &[])),
+            (
+                "activity",
+                v1::HeartbeatRequest {
+                    activity: vec![
+                        // A rank of job 1 blocked in a receive, as its node reports it.
+                        activity(1, 0, 1_700_000_000_000_000_000, -1, 5, 10, 9),
+                        // Ranks of another node, of an unknown job, past the job's size.
+                        activity(1, 3, 1, 0, 0, 1, 1),
+                        activity(99, 0, 0, 0, 0, 0, 0),
+                        activity(2, 400, i64::MIN, i32::MIN, i32::MAX, u64::MAX, 0),
+                    ],
+                    ..heartbeat(0, 0, &[(1, 0)])
+                },
+            ),
+        ],
+    );
+    let fence = |x, y, job_id, rank, epoch, puts: &[(&str, &str)]| v1::FenceRequest {
+        x,
+        y,
+        job_id,
+        rank,
+        epoch,
+        puts: puts
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        known_epoch: epoch.saturating_sub(1),
+    };
+    seeds(
+        "proto_fence",
+        vec![
+            ("first", fence(0, 0, 1, 0, 1, &[("ep-0", "10.0.0.1:5000")])),
+            ("other-node", fence(3, 3, 1, 0, 1, &[])),
+            ("rank-past-size", fence(0, 0, 1, 9, 1, &[])),
+            ("unknown-job", fence(0, 0, 99, 0, 1, &[])),
+            ("queued-job", fence(0, 0, 4, 0, 1, &[])),
+            ("epoch-max", fence(0, 0, 3, 0, u32::MAX, &[("k", "v")])),
+            ("epoch-zero", fence(0, 0, 1, 0, 0, &[("", "")])),
+            ("off-mesh", fence(9, 0, 1, 0, 1, &[])),
         ],
     );
     use v1::rank_exit::How;
@@ -535,6 +584,7 @@ fn seeds_decode() {
     all::<v1::RegisterRequest>("proto_register");
     all::<v1::HeartbeatRequest>("proto_heartbeat");
     all::<v1::RankExit>("proto_rank_exit");
+    all::<v1::FenceRequest>("proto_fence");
     all::<v1::OutputBatch>("proto_output_batch");
     all::<v1::SwitchReport>("proto_switch_report");
     all::<v1::ClockProbeRequest>("proto_clock_probe");

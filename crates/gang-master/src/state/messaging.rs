@@ -126,6 +126,14 @@ impl MasterState {
             epoch,
             puts,
         } = arrival;
+        if epoch == 0 || epoch == u32::MAX {
+            // Agents number a rank's fences from 1; the last number is kept out so that the
+            // fence after it has one (it overflowed: a panic of the state task).
+            return Err(MasterError::Invalid(format!(
+                "fence epoch {epoch} of job {id}: epochs run from 1 to {}",
+                u32::MAX - 1
+            )));
+        }
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
         if !job.record.state.is_placed() || job.failure.is_some() || job.cancelled.is_some() {
             // A placed job with a failure or a cancel is ending, though its state still

@@ -11,12 +11,22 @@ use serde::{Deserialize, Serialize};
 /// 200-byte endpoints is ~250 KiB.
 pub const MAX_CTL_FRAME: u32 = 16 << 20;
 
+/// Longest key a `Put` may have (the library's keys are a few bytes).
+pub const CTL_KEY_MAX: usize = 256;
+/// Longest value a `Put` may have (an endpoint is a few hundred bytes).
+pub const CTL_VALUE_MAX: usize = 64 << 10;
+/// Most a rank may keep in the agent through `Put` (keys and values, all of them): they
+/// go to the master with each fence, and they are the agent's memory.
+pub const CTL_PUTS_MAX: usize = 1 << 20;
+
 /// Rank to agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CtlRequest {
     /// First message on the connection. No reply.
     Hello { pid: u32, rank: u32 },
-    /// Store `key` = `value` in the job's KVS. No reply.
+    /// Store `key` = `value` in the job's KVS. No reply; a put over the limits
+    /// (`CTL_KEY_MAX`, `CTL_VALUE_MAX`, `CTL_PUTS_MAX`) is dropped, and the next fence is
+    /// answered with an `Error` that says so.
     Put { key: String, value: String },
     /// Replied with `FenceDone` once every rank of the job has fenced; the
     /// reply holds every key put by any rank before its fence.
@@ -67,8 +77,15 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
             format!("control frame of {len} bytes"),
         ));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
+    // Grown as bytes arrive: a length alone (a peer that then goes quiet) costs nothing.
+    let mut body = Vec::new();
+    r.take(u64::from(len)).read_to_end(&mut body)?;
+    if body.len() < len as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the stream ended inside a frame of {len} bytes"),
+        ));
+    }
     serde_json::from_slice(&body)
         .map(Some)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))

@@ -8,7 +8,10 @@
 mod ctl;
 mod pages;
 
-pub use ctl::{CtlReply, CtlRequest, MAX_CTL_FRAME, read_frame, write_frame};
+pub use ctl::{
+    CTL_KEY_MAX, CTL_PUTS_MAX, CTL_VALUE_MAX, CtlReply, CtlRequest, MAX_CTL_FRAME, read_frame,
+    write_frame,
+};
 pub use pages::{PAGE_SIZE, StatePage, StateSnapshot, TablePage, TableSnapshot, state_layout};
 pub use pages::{STATE_MAGIC, STATE_VERSION, TABLE_MAGIC, TABLE_VERSION};
 

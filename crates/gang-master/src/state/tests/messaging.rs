@@ -211,6 +211,14 @@ fn a_fence_completes_once_every_rank_arrived_from_its_own_node() {
     unknown.job = JobId(9);
     let r = w.step(|st, fx, _| reactor::on_fence(st, fx, unknown));
     assert!(matches!(r, Err(MasterError::UnknownJob(_))), "{r:?}");
+    // Epochs out of the agents' numbering (fuzz target `proto_fence`: the last one
+    // overflowed the next fence's number when it completed).
+    for epoch in [0, u32::MAX] {
+        let mut bad = arrive((0, 0), 0, "x");
+        bad.epoch = epoch;
+        let r = w.step(|st, fx, _| reactor::on_fence(st, fx, bad));
+        assert!(matches!(r, Err(MasterError::Invalid(_))), "{r:?}");
+    }
 }
 
 #[test]
