@@ -382,7 +382,7 @@ fn slices_are_numbered_from_zero_and_tables_counted() {
     let d = detach(&c, &["-n", "2x2", "--", "sleep", "60"]);
     wait_job(&c, d, "running", |j| j["state"] == "running");
     let deadline = Instant::now() + T;
-    let m = loop {
+    let mut m = loop {
         let m = json(&c, &["slices"]);
         if m["table_seq"].as_u64() > Some(0) && m["row_slices"].as_array().unwrap().len() == 2 {
             break m;
@@ -398,8 +398,21 @@ fn slices_are_numbered_from_zero_and_tables_counted() {
         .collect();
     assert!(slice_ids.iter().any(|&s| s >= 2), "ids climbed: {m}");
     assert!(m["table_seq"].as_u64().unwrap() < 100, "{m}");
-    let o = run(GANGCTL, &c, &["slices"]);
-    let t = text(&o.stdout);
+    // The text and the JSON read at one table: a newer one may be published between two
+    // reads (the same slices, a new version), so read until the JSON is the same before
+    // and after the text.
+    let (m, t) = loop {
+        let t = text(&run(GANGCTL, &c, &["slices"]).stdout);
+        let after = json(&c, &["slices"]);
+        if after["table_seq"] == m["table_seq"] {
+            break (after, t);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the table kept changing: {after}"
+        );
+        m = after;
+    };
     assert!(
         t.contains("slice 0 (1 job)") && t.contains("slice 1 (1 job)"),
         "{t}"
