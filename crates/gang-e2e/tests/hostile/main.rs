@@ -77,3 +77,38 @@ fn as_user(c: &LocalCluster, u: &TestUser, bin: &str, args: &[&str]) -> Output {
 fn accounts() -> Accounts {
     Accounts::new()
 }
+
+/// A 1-node job submitted through the API as `u` (what a portal or script of theirs
+/// would send), with the working directory `cwd`: its id.
+fn submit_as(socket: &std::path::Path, u: &TestUser, argv: &[&str], cwd: &str) -> u64 {
+    use gang_proto::v1::job_service_client::JobServiceClient;
+    use gang_proto::v1::{JobSpec, SubmitRequest};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut jobs = JobServiceClient::new(accounts::channel_as(socket, u).await);
+        jobs.submit(SubmitRequest {
+            spec: Some(JobSpec {
+                shape: "1".into(),
+                argv: argv.iter().map(|s| s.to_string()).collect(),
+                cwd: cwd.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("the submission is accepted")
+        .into_inner()
+        .job
+        .expect("the job")
+        .id
+    })
+}
+
+/// After an attack: every daemon alive, node (0,0)'s agent the same process as before
+/// (`agent`), and `u`'s next job runs there.
+fn assert_agent_carries_on(c: &mut LocalCluster, agent: u32, u: &TestUser) {
+    c.check_alive().expect("every daemon is alive");
+    assert_eq!(c.agent_pid(0, 0), Some(agent), "the agent was replaced");
+    let out = as_user(c, u, "prun", &["-n", "1", "--", "echo", "next"]);
+    assert_eq!(stdout(&out), "next\n", "{}", stderr(&out));
+}

@@ -152,10 +152,7 @@ print("alive")
         "{}",
         stderr(&out)
     );
-    c.check_alive().expect("every daemon is alive");
-    assert_eq!(c.agent_pid(0, 0), Some(agent));
-    let out = as_user(&c, &mallory, "prun", &["-n", "1", "--", "echo", "next"]);
-    assert_eq!(stdout(&out), "next\n", "{}", stderr(&out));
+    assert_agent_carries_on(&mut c, agent, &mallory);
 }
 
 /// A request far over the master's message limit is refused with a clear error and

@@ -34,10 +34,7 @@ fn a_rank_cannot_shrink_its_state_page_under_the_agent() {
         stderr(&out)
     );
     // The agent is the same process, and still runs the next job.
-    c.check_alive().expect("every daemon is alive");
-    assert_eq!(c.agent_pid(0, 0), Some(agent));
-    let out = as_user(&c, &mallory, "prun", &["-n", "1", "--", "echo", "next"]);
-    assert_eq!(stdout(&out), "next\n", "{}", stderr(&out));
+    assert_agent_carries_on(&mut c, agent, &mallory);
 }
 
 /// Finding: ranks inherited descriptors the agent had inherited from whatever started it

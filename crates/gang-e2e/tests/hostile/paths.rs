@@ -3,8 +3,6 @@
 //! may not look.
 
 use super::*;
-use gang_proto::v1::job_service_client::JobServiceClient;
-use gang_proto::v1::{JobSpec, SubmitRequest};
 
 /// Finding: the agent checked a job's working directory as root, so `/root/nonexistent`
 /// failed with "No such file" and `/root` with "Permission denied": any user could probe
@@ -25,27 +23,9 @@ fn a_working_directory_the_user_may_not_enter_reveals_nothing() {
     std::fs::create_dir(&there).unwrap();
     let missing = private.path().join("missing");
     let socket = sockets.path().join("master.sock");
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let mut reasons = Vec::new();
     for cwd in [&there, &missing] {
-        let id = rt.block_on(async {
-            let mut jobs = JobServiceClient::new(accounts::channel_as(&socket, &mallory).await);
-            jobs.submit(SubmitRequest {
-                spec: Some(JobSpec {
-                    shape: "1".into(),
-                    argv: vec!["true".into()],
-                    cwd: cwd.display().to_string(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .expect("the submission is accepted")
-            .into_inner()
-            .job
-            .expect("the job")
-            .id
-        });
+        let id = submit_as(&socket, &mallory, &["true"], &cwd.display().to_string());
         let job = gang_e2e::wait_state(&c, id, "failed", Duration::from_secs(30));
         let reason = job["reason"].as_str().unwrap().to_string();
         reasons.push(reason.replace(&cwd.display().to_string(), "DIR"));
