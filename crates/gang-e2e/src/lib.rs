@@ -305,6 +305,32 @@ pub fn is_stopped(state: char) -> bool {
     matches!(state, 'T' | 't' | 'D')
 }
 
+/// A SIGSTOP sent to `pid` that it has not acted on yet. A process waiting for a CPU
+/// acts on a stop only once it gets one, which on a loaded host can take a while: it
+/// shows as runnable all that time, yet it will run none of its own code until
+/// continued. Whoever judges a switch by process states counts it stopped.
+pub fn stop_pending(pid: i32) -> bool {
+    const SIGSTOP_BIT: u64 = 1 << (libc::SIGSTOP - 1);
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    text.lines()
+        .filter_map(|l| {
+            l.strip_prefix("ShdPnd:")
+                .or_else(|| l.strip_prefix("SigPnd:"))
+        })
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & SIGSTOP_BIT != 0)
+}
+
+/// How many of `pids` are running: alive, not stopped, nor about to stop (a SIGSTOP
+/// pending while they wait for a CPU, see [`stop_pending`]).
+pub fn running(pids: &[i32]) -> usize {
+    pids.iter()
+        .filter(|&&p| proc_stat(p).is_some_and(|(st, _)| !is_stopped(st)) && !stop_pending(p))
+        .count()
+}
+
 /// A shell loop that writes its pid to `DIR/pid.RANK` and then burns CPU forever.
 pub fn busy_script(dir: &Path) -> String {
     format!(

@@ -30,14 +30,6 @@ fn start_busy(c: &gang_local::LocalCluster, shape: &str, n: usize) -> Job {
     Job { id, pids }
 }
 
-/// How many of `pids` are not stopped.
-fn running(pids: &[i32]) -> usize {
-    pids.iter()
-        .filter_map(|&p| proc_stat(p))
-        .filter(|(st, _)| !is_stopped(*st))
-        .count()
-}
-
 /// CPU time used so far by `pids`, ns.
 fn cpu(pids: &[i32]) -> u64 {
     pids.iter().filter_map(|&p| cpu_ns(p)).sum()

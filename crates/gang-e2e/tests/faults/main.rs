@@ -119,13 +119,6 @@ fn cpu(pids: &[i32]) -> u64 {
     pids.iter().filter_map(|&p| cpu_ns(p)).sum()
 }
 
-fn running(pids: &[i32]) -> usize {
-    pids.iter()
-        .filter_map(|&p| proc_stat(p))
-        .filter(|(st, _)| !is_stopped(st.to_owned()))
-        .count()
-}
-
 /// Turns taken by two jobs over `span`: as in `tests/gang.rs`, a turn is a change of the
 /// job running alone, sampled on a thread of its own at real-time priority where
 /// permitted. A job ran in a sample interval (5 ms) if its ranks used a twentieth of a
