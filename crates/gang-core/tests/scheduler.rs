@@ -667,3 +667,41 @@ fn a_queued_job_says_why_it_waits() {
     assert_eq!(h.sched.pending(JobId(2)), None);
     assert_eq!(h.sched.pending(JobId(9)), None);
 }
+
+fn started_by(plan: &Plan) -> Vec<u64> {
+    plan.decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Start { job, .. } => Some(job.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Fair share: on a full machine, the other user's job is the next to start, and then
+/// the flooder's again in submission order.
+#[test]
+fn the_scheduler_starts_the_other_users_job_next() {
+    let cfg = Config {
+        mpl: 1,
+        ..Config::default()
+    };
+    let mut s = Scheduler::new(Mesh::new(1, 1), cfg).unwrap();
+    let job = |id: u64, user: u32| JobSpec {
+        id: JobId(id),
+        shape: Shape::new(1, 1),
+        estimate: None,
+        user,
+    };
+    for id in 1..=40 {
+        s.submit(id as f64, job(id, 7)).unwrap();
+    }
+    s.submit(41.0, job(41, 8)).unwrap();
+    let plan = s.finish(42.0, JobId(1)).unwrap();
+    assert_eq!(started_by(&plan), [41]);
+    s.check_invariants().unwrap();
+    // Then the flooder again, in submission order.
+    let plan = s.finish(43.0, JobId(41)).unwrap();
+    assert_eq!(started_by(&plan), [2]);
+    s.check_invariants().unwrap();
+}

@@ -13,6 +13,7 @@
 mod agents;
 mod clients;
 mod corpus;
+mod output_log;
 
 use std::fmt::Debug;
 
