@@ -198,11 +198,7 @@ fn inflight(flush: &str, switches: usize) -> serde_json::Value {
     );
     std::fs::write(&stop, b"").unwrap();
     job.expect_success(Duration::from_secs(60));
-    let wire: Vec<u64> = job
-        .switches
-        .iter()
-        .map(|r| r.bytes_in_flight().max(0) as u64)
-        .collect();
+    let wire: Vec<u64> = job.switches.iter().map(|r| r.wire_bytes()).collect();
     let unacked: Vec<u64> = job.switches.iter().map(|r| r.unacked_bytes()).collect();
     let quiesced = job.switches.iter().filter(|r| r.all_quiesced()).count();
     let (wm, wp) = percentiles(&wire);

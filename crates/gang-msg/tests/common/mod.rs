@@ -7,6 +7,8 @@
 //! and SIGCONTs them later.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -141,6 +143,8 @@ pub struct SwitchRecord {
     pub stop_late_ns: u64,
     /// How late after the boundary every rank was seen stopped.
     pub stopped_late_ns: u64,
+    /// Each rank's connected sockets and their kernel queues, read while stopped.
+    pub sockets: Vec<Vec<wire::SocketQueue>>,
 }
 
 impl SwitchRecord {
@@ -158,12 +162,18 @@ impl SwitchRecord {
             .any(|s| s.last_boundary_ns >= self.boundary)
     }
 
-    /// Bytes written by some rank's transport and not yet read by its peer.
+    /// Bytes written by some rank's transport and not yet read by its peer,
+    /// by the ranks' counters: these may lag a stop by one write (see `wire`).
     pub fn bytes_in_flight(&self) -> i64 {
         self.states
             .iter()
             .map(|s| s.bytes_written as i64 - s.bytes_read as i64)
             .sum()
+    }
+
+    /// Bytes the kernel held on the wire between the stopped ranks.
+    pub fn wire_bytes(&self) -> u64 {
+        wire::wire_bytes(self.sockets.iter().flatten())
     }
 
     pub fn unacked_bytes(&self) -> u64 {
@@ -381,11 +391,19 @@ impl Job {
         let all: Vec<usize> = (0..self.size()).collect();
         self.wait_stopped(&all, Duration::from_secs(5));
         let stopped_late = self.master_now_ns().saturating_sub(b);
+        let sockets = (0..self.size())
+            .map(|r| match self.children[r] {
+                Some(_) => wire::socket_queues(self.pids[r])
+                    .unwrap_or_else(|e| panic!("rank {r}'s sockets: {e}")),
+                None => Vec::new(),
+            })
+            .collect();
         let rec = SwitchRecord {
             boundary: b,
             states: self.snapshots(),
             stop_late_ns: late,
             stopped_late_ns: stopped_late,
+            sockets,
         };
         std::thread::sleep(stopped);
         for r in 0..self.size() {
