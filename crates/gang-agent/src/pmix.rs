@@ -35,11 +35,6 @@ use crate::ranks::RankKey;
 /// host running a 16-node local cluster has been seen to take well under a second.
 pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// The job's PMIx namespace (the name PMI-1 gives its key-value space too).
-pub fn nspace(job_id: u64) -> String {
-    format!("gang-{job_id}")
-}
-
 /// A node's name in jobs' node maps: its coordinate (the agents of a local cluster share
 /// one host name, and the library takes nodes of one name for one node).
 pub fn node_name(x: u32, y: u32) -> String {
@@ -87,6 +82,8 @@ pub fn open_mpi_defaults(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PmixLaunch {
     pub key: RankKey,
+    /// The job's namespace (`RankRequest::namespace`).
+    pub nspace: String,
     pub size: u32,
     pub part: Option<(u32, u32, u32, u32)>,
     /// The rank's user and group.
@@ -169,7 +166,7 @@ impl<F: Fencer> PmixNode<F> {
     /// Register the rank's job and the rank; the variables for its environment. Awaits
     /// the server's thread at most its call timeout.
     pub async fn prepare(&self, l: &PmixLaunch) -> Result<Vec<(String, String)>, String> {
-        let ns = nspace(l.key.job_id);
+        let ns = l.nspace.clone();
         let reg = gang_pmix::Registration {
             nspace: ns.clone(),
             size: l.size,
@@ -216,7 +213,14 @@ impl<F: Fencer> PmixNode<F> {
 
     /// The rank runs as the group `pgid` (what an abort kills).
     pub fn started(&self, key: RankKey, pgid: Pid) {
-        if let Some(l) = self.host.ranks.lock().unwrap().get_mut(&nspace(key.job_id)) {
+        if let Some(l) = self
+            .host
+            .ranks
+            .lock()
+            .unwrap()
+            .values_mut()
+            .find(|l| l.key == key)
+        {
             l.pgid = Some(pgid);
         }
     }
@@ -228,10 +232,18 @@ impl<F: Fencer> PmixNode<F> {
 
     /// The rank is gone: the library forgets it and its job (one rank a job a node).
     pub fn remove(self: &Arc<Self>, key: RankKey) {
-        let ns = nspace(key.job_id);
-        if self.host.ranks.lock().unwrap().remove(&ns).is_none() {
-            return;
-        }
+        let ns = {
+            let mut ranks = self.host.ranks.lock().unwrap();
+            let Some(ns) = ranks
+                .iter()
+                .find(|(_, l)| l.key == key)
+                .map(|(ns, _)| ns.clone())
+            else {
+                return;
+            };
+            ranks.remove(&ns);
+            ns
+        };
         self.host.aborts.lock().unwrap().remove(&key);
         // Queued for the server's thread: nothing waits on it here.
         self.server.deregister(&ns, key.rank);

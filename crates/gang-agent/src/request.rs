@@ -75,4 +75,18 @@ pub struct RankRequest {
     /// `prun --output/--error` patterns, unexpanded; empty: piped to the master.
     pub output: String,
     pub error: String,
+    /// The job's name for MPI libraries as the master sent it (`gang-CLUSTER-JOB`);
+    /// empty from an older master (see [`RankRequest::namespace`]).
+    pub namespace: String,
+}
+
+impl RankRequest {
+    /// The job's name for MPI libraries: PMI's kvsname and jobid, PMIx's namespace.
+    pub fn namespace(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("gang-{}", self.key.job_id)
+        } else {
+            self.namespace.clone()
+        }
+    }
 }

@@ -48,6 +48,7 @@ pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
         mpi_check: req.mpi_check,
         output: req.output,
         error: req.error,
+        namespace: req.namespace,
     }
 }
 
@@ -201,8 +202,10 @@ mod tests {
             mpi_check: true,
             output: "%j.out".into(),
             error: "%j.err".into(),
+            namespace: "gang-0a1b2c3d-7".into(),
         };
         let got = rank_request(req);
+        assert_eq!(got.namespace(), "gang-0a1b2c3d-7");
         assert_eq!(got.key, RankKey { job_id: 7, rank: 3 });
         assert_eq!(got.size, 4);
         assert_eq!(got.argv, ["prog"]);

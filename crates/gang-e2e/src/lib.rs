@@ -152,11 +152,27 @@ fn run_prun(
     });
     let out = child.wait_with_output().expect("prun ends");
     let killed = watchdog.join().unwrap_or(false);
-    assert!(
-        !killed,
-        "prun {args:?} did not end within {PRUN_DEADLINE:?}; stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if killed {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let tail: String = stdout
+            .chars()
+            .rev()
+            .take(2000)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let jobs = Command::new(bin_dir().join("gangctl"))
+            .args(["jobs", "--all"])
+            .env("GANG_MASTER", c.master_addr())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        panic!(
+            "prun {args:?} did not end within {PRUN_DEADLINE:?}; stderr: {}\nstdout (end): {tail}\njobs:\n{jobs}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     out
 }
 

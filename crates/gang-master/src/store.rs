@@ -57,6 +57,23 @@ fn private(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Random bytes from the kernel (a time-based fallback where /dev/urandom is missing).
+fn getrandom_bytes(out: &mut [u8]) {
+    use std::io::Read;
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(out))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id());
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = (t >> (8 * (i % 8))) as u8;
+        }
+    }
+}
+
 impl Store {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         private(path).with_context(|| format!("state database {}", path.display()))?;
@@ -84,6 +101,29 @@ impl Store {
             [mesh],
         )?;
         Ok(())
+    }
+
+    /// This database's cluster id: made once, at the first open, and kept (jobs' MPI
+    /// namespaces are named after it, `LaunchRequest.namespace`).
+    pub fn cluster_id(&self) -> rusqlite::Result<String> {
+        let get = || {
+            self.conn
+                .query_row("SELECT value FROM meta WHERE key = 'cluster_id'", [], |r| {
+                    r.get::<_, String>(0)
+                })
+                .optional()
+        };
+        if let Some(id) = get()? {
+            return Ok(id);
+        }
+        let mut bytes = [0u8; 4];
+        getrandom_bytes(&mut bytes);
+        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        self.conn.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('cluster_id', ?1)",
+            [&id],
+        )?;
+        Ok(get()?.unwrap_or(id))
     }
 
     /// The last slice table version published (0 for a new database). Agents keep the
@@ -227,6 +267,27 @@ mod tests {
         for f in files.iter().filter(|f| f.exists()) {
             assert_eq!(mode(f), 0o600, "{}", f.display());
         }
+    }
+
+    #[test]
+    fn a_database_keeps_its_cluster_id_and_another_gets_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Store::open(&dir.path().join("a.db"))
+            .unwrap()
+            .cluster_id()
+            .unwrap();
+        assert_eq!(id.len(), 8, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        let again = Store::open(&dir.path().join("a.db"))
+            .unwrap()
+            .cluster_id()
+            .unwrap();
+        assert_eq!(id, again);
+        let other = Store::open(&dir.path().join("b.db"))
+            .unwrap()
+            .cluster_id()
+            .unwrap();
+        assert_ne!(id, other);
     }
 
     /// Rows as masters wrote them: one flat JSON object a job, with its live part while it

@@ -251,6 +251,7 @@ fn launch() -> Vec<(String, Vec<u8>)> {
         mpi_check: true,
         output: "%j.%r.out".into(),
         error: String::new(),
+        namespace: "gang-0a1b2c3d-7".into(),
     };
     let with = |f: &dyn Fn(&mut LaunchRequest)| {
         let mut r = ok.clone();

@@ -72,6 +72,7 @@ fn job() -> PmiJob {
     PmiJob {
         key: RankKey { job_id: 7, rank: 1 },
         size: 4,
+        namespace: "gang-7".into(),
     }
 }
 

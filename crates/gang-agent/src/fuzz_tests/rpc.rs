@@ -118,14 +118,14 @@ fn launch_request() -> impl Strategy<Value = LaunchRequest> {
             text(),
         ),
         (any::<bool>(), -1i32..8, part, -1i32..5, -1i32..7),
-        (any::<bool>(), text(), text()),
+        (any::<bool>(), text(), text(), text()),
     )
         .prop_map(
             |(
                 (job_id, rank, size, argv, cwd),
                 (env, uid, gid, groups, user),
                 (stdin, gang, part, msg_context, mpi),
-                (mpi_check, output, error),
+                (mpi_check, output, error, namespace),
             )| LaunchRequest {
                 job_id,
                 rank,
@@ -145,6 +145,7 @@ fn launch_request() -> impl Strategy<Value = LaunchRequest> {
                 mpi_check,
                 output,
                 error,
+                namespace,
             },
         )
 }

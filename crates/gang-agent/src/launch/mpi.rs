@@ -103,9 +103,10 @@ pub fn serve(
         (Mpi::Auto, ProgramMpi::Unseen(_)) => facts.pmix_built.then_some(false),
         (Mpi::Auto, ProgramMpi::Mpich(_) | ProgramMpi::NoMpi) => None,
     };
-    let pmi = (req.mpi != Mpi::None).then_some(PmiJob {
+    let pmi = (req.mpi != Mpi::None).then(|| PmiJob {
         key: req.key,
         size: req.size,
+        namespace: req.namespace(),
     });
     let pmix = pmix.map(|required| {
         let (uid, gid) = match plan.run_as {
@@ -114,6 +115,7 @@ pub fn serve(
         };
         let launch = PmixLaunch {
             key: req.key,
+            nspace: req.namespace(),
             size: req.size,
             part: req.part.map(|p| (p.x, p.y, p.w, p.h)),
             uid,

@@ -15,6 +15,8 @@ use crate::request::{Mpi, RankRequest};
 /// Most ranks a job may have, as a Launch request states them: far beyond any mesh, yet a
 /// bound on what a rank's registration builds per rank (the PMIx node map).
 pub const MAX_RANKS: u32 = 1 << 20;
+/// The longest job namespace accepted (PMIx allows 255 bytes).
+pub const MAX_NAMESPACE: usize = 200;
 
 /// What Launch requests this node accepts (the agent's configuration).
 #[derive(Debug, Clone, Default)]
@@ -136,6 +138,14 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
         return Err(invalid(format!(
             "rank {} of a job of {} ranks",
             req.key.rank, req.size
+        )));
+    }
+    // It goes into ranks' environments and is PMIx's namespace (at most 255 bytes).
+    let ns_ok = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
+    if req.namespace.len() > MAX_NAMESPACE || !req.namespace.bytes().all(ns_ok) {
+        return Err(invalid(format!(
+            "namespace {:?}: at most {MAX_NAMESPACE} letters, digits, '-', '_' or '.'",
+            req.namespace.chars().take(64).collect::<String>()
         )));
     }
     if let Some(p) = req.part {
@@ -290,6 +300,22 @@ mod tests {
 
     fn refusal(req: RankRequest, facts: &NodeFacts) -> String {
         plan(req, facts).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_masters_namespace_names_the_job_and_a_bad_one_is_refused() {
+        let mut req = request();
+        assert_eq!(req.namespace(), "gang-7");
+        req.namespace = "gang-0a1b2c3d-7".into();
+        assert_eq!(req.namespace(), "gang-0a1b2c3d-7");
+        assert!(plan(req.clone(), &facts(0)).is_ok());
+        for bad in ["gang 7", "gang-7;rm", &"x".repeat(MAX_NAMESPACE + 1)] {
+            req.namespace = bad.to_string();
+            assert!(
+                refusal(req.clone(), &facts(0)).contains("namespace"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

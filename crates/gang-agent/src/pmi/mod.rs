@@ -58,11 +58,13 @@ pub const PUTS_MAX_BYTES: usize = 1 << 20;
 pub struct PmiJob {
     pub key: RankKey,
     pub size: u32,
+    /// The job's name (`RankRequest::namespace`): PMI-1's kvsname, PMI-2's jobid.
+    pub namespace: String,
 }
 
 impl PmiJob {
     pub fn kvsname(&self) -> String {
-        format!("gang-{}", self.key.job_id)
+        self.namespace.clone()
     }
 
     /// The environment MPICH's simple PMI client reads: the fd, its rank and the size.

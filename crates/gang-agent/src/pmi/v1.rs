@@ -135,6 +135,7 @@ mod tests {
         PmiJob {
             key: RankKey { job_id: 7, rank: 1 },
             size: 4,
+            namespace: "gang-7".into(),
         }
     }
 

@@ -224,6 +224,7 @@ mod tests {
         let mut s = Session::new(PmiJob {
             key: RankKey { job_id: 7, rank: 1 },
             size: 4,
+            namespace: "gang-7".into(),
         });
         s.wire = Wire::V2;
         s

@@ -502,6 +502,7 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         mpi_check: false,
         output: String::new(),
         error: String::new(),
+        namespace: String::new(),
     }
 }
 

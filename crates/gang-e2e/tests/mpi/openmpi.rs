@@ -261,3 +261,45 @@ fn hpcc_runs_to_completion_under_prun_pmix() {
     assert!(report.contains("\nHPL_N=500\n"), "{report}");
     c.shutdown().unwrap();
 }
+
+/// Two clusters on one host each run their job 1: the MPI libraries are given different
+/// names for them (PMI's jobid, PMIx's namespace), made from each master's state database.
+/// Open MPI names its session directory and shared-memory files after the namespace, and
+/// two jobs that shared one (`gang-1` of two test clusters running side by side) broke
+/// each other's `MPI_Init` ("PML add procs failed ... Not found") or hung.
+#[test]
+fn jobs_of_two_clusters_on_one_host_never_share_an_mpi_namespace() {
+    let clusters = [cluster(1, 1, &[]), cluster(1, 1, &[])];
+    let mut names = Vec::new();
+    for c in &clusters {
+        for (mpi, var) in [("pmi1", "PMI_JOBID"), ("pmix", "PMIX_NAMESPACE")] {
+            let script = format!("echo ${var}");
+            let out = prun(
+                c,
+                &["-n", "1", "--mpi", mpi, "--", "sh", "-c", &script],
+                None,
+            );
+            let (stdout, err) = text(&out);
+            assert!(out.status.success(), "{mpi}: {stdout}\n{err}");
+            names.push((mpi, stdout.trim().to_string()));
+        }
+    }
+    // Jobs 1 and 2 of the first cluster, then of the second.
+    let shape = |n: &str, job: u32| {
+        let id = n
+            .strip_prefix("gang-")
+            .and_then(|r| r.strip_suffix(&format!("-{job}")));
+        id.is_some_and(|id| id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    for (i, (mpi, n)) in names.iter().enumerate() {
+        assert!(
+            shape(n, i as u32 % 2 + 1),
+            "{mpi}: {n:?} is not gang-CLUSTER-JOB"
+        );
+    }
+    assert_eq!(names[0].1[..13], names[1].1[..13], "one cluster, one id");
+    assert_ne!(names[0].1, names[2].1, "job 1 of two clusters: {names:?}");
+    for c in clusters {
+        c.shutdown().unwrap();
+    }
+}

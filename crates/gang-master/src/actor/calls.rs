@@ -19,12 +19,13 @@ pub fn launch(
     tx: &mpsc::Sender<Cmd>,
     node: Coord,
     addr: &str,
+    cluster_id: &str,
     order: LaunchOrder,
 ) {
     let client = agents.client(node, addr);
     let tx = tx.clone();
     let (job, rank) = (order.job, order.rank);
-    let req = launch_request(order);
+    let req = launch_request(order, cluster_id);
     tokio::spawn(async move {
         let result = match client {
             Ok(mut c) => c
@@ -80,9 +81,10 @@ pub fn set_table(
     });
 }
 
-fn launch_request(o: LaunchOrder) -> v1::LaunchRequest {
+fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequest {
     let s = &*o.spec;
     v1::LaunchRequest {
+        namespace: format!("gang-{cluster_id}-{}", o.job.0),
         job_id: o.job.0,
         rank: o.rank,
         size: o.size,

@@ -17,7 +17,14 @@ impl Actor {
                     node,
                     address,
                     order,
-                } => calls::launch(&self.agents, &self.handle.tx, node, &address, order),
+                } => calls::launch(
+                    &self.agents,
+                    &self.handle.tx,
+                    node,
+                    &address,
+                    &self.cluster_id,
+                    order,
+                ),
                 Effect::Signal {
                     node,
                     address,

@@ -117,6 +117,7 @@ pub fn start(
         Some(_) => {}
         None => store.set_mesh(&mesh)?,
     }
+    let cluster_id: Arc<str> = store.cluster_id()?.into();
     let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
     let persisted = Persisted {
         next_job_id: store.next_job_id()?,
@@ -132,6 +133,7 @@ pub fn start(
         st: MasterState::new(cfg, &persisted)?,
         store,
         agents,
+        cluster_id,
         metrics,
         handle: Handle {
             tx: tx.clone(),
@@ -171,6 +173,8 @@ struct Actor {
     st: MasterState,
     store: Store,
     agents: Arc<AgentPool>,
+    /// This state database's id, in jobs' MPI namespace names.
+    cluster_id: Arc<str>,
     metrics: Arc<Metrics>,
     handle: Handle,
     /// The origin of the monotonic clock (`Now::mono_ns`).
