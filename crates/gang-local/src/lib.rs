@@ -44,6 +44,7 @@
 
 mod bins;
 mod ceiling;
+pub mod hosts;
 mod logs;
 mod options;
 mod poll;
