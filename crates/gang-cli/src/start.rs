@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gang_core::GangMode;
+use gang_local::hosts::{EmulatedHosts, HostsOptions, MAX_HOSTS};
 use gang_local::{DEFAULT_MAX_AGENTS, Interrupted, LocalCluster, LocalClusterOptions};
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
@@ -43,13 +44,30 @@ pub struct StartArgs {
 
     /// An extra gang-master flag (repeat for each word: --master-arg=--table-lead-ms
     /// --master-arg=40).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        conflicts_with = "hosts"
+    )]
     pub master_arg: Vec<String>,
 
     /// An extra flag for every gang-agent (repeat for each word: --agent-arg=--clock
     /// --agent-arg=host).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        conflicts_with = "hosts"
+    )]
     pub agent_arg: Vec<String>,
+
+    /// Emulated hosts: K separate hosts on this machine, each with its own network,
+    /// mounts, hostname, machine-id and systemd as PID 1, running the agents from
+    /// deploy/gang-agent.service; the master on a host of its own from
+    /// deploy/gang-master.service. The mesh is split over the K hosts. Root only.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_HOSTS)))]
+    pub hosts: Option<u32>,
 
     /// Keep the temporary directory (state, logs) after the cluster stops.
     #[arg(long)]
@@ -92,18 +110,50 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
         master_args.extend(["--gang-mode".to_string(), g.as_str().to_string()]);
     }
     master_args.extend(args.master_arg.iter().cloned());
-    let opts = LocalClusterOptions {
-        mpl: args.mpl,
-        master_args,
-        agent_args: args.agent_arg.clone(),
-        dir: args.dir.clone(),
-        keep: args.keep,
-        bin_dir: args.bin_dir.clone(),
-        interrupt: Some(interrupted.clone()),
-        max_agents: args.max_agents,
-        ..Default::default()
+    let mut starting = match args.hosts {
+        None => {
+            let opts = LocalClusterOptions {
+                mpl: args.mpl,
+                master_args,
+                agent_args: args.agent_arg.clone(),
+                dir: args.dir.clone(),
+                keep: args.keep,
+                bin_dir: args.bin_dir.clone(),
+                interrupt: Some(interrupted.clone()),
+                max_agents: args.max_agents,
+                ..Default::default()
+            };
+            tokio::task::spawn_blocking(move || {
+                LocalCluster::start((w, h), opts).map(|c| Cluster::Local(Box::new(c)))
+            })
+        }
+        Some(k) => {
+            let mut opts = HostsOptions {
+                hosts: k,
+                bin_dir: args.bin_dir.clone(),
+                dir: args.dir.clone(),
+                keep: args.keep,
+                interrupt: Some(interrupted.clone()),
+                ..Default::default()
+            };
+            let key = |k: &str, v: i64| (k.to_string(), toml::Value::Integer(v));
+            opts.image
+                .master_keys
+                .extend(args.mpl.map(|m| key("mpl", m.into())));
+            opts.image
+                .master_keys
+                .extend(args.quantum_ms.map(|q| key("quantum_ms", q.into())));
+            opts.image.master_keys.extend(args.gang_mode.map(|g| {
+                (
+                    "gang_mode".to_string(),
+                    toml::Value::String(g.as_str().to_string()),
+                )
+            }));
+            tokio::task::spawn_blocking(move || {
+                EmulatedHosts::start((w, h), opts).map(|c| Cluster::Hosts(Box::new(c)))
+            })
+        }
     };
-    let mut starting = tokio::task::spawn_blocking(move || LocalCluster::start((w, h), opts));
     let mut stopped_by: Option<Caught> = None;
     let started = loop {
         tokio::select! {
@@ -148,12 +198,8 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
         }
     };
 
-    let master = cluster.master_addr().to_string();
-    eprintln!(
-        "gangctl: cluster up: {w}x{h} mesh, master at {master}, metrics at {}, logs in {}",
-        cluster.metrics_url(),
-        cluster.dir().display()
-    );
+    let master = cluster.master_addr();
+    eprintln!("gangctl: {}", cluster.describe());
     // Other terminals find this cluster with nothing set (see local_master).
     let recorded = match crate::local_master::write(&master) {
         Ok(path) => {
@@ -287,10 +333,97 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
     Ok(stopped_by.map_or(code, |c| c.exit_code()))
 }
 
+/// What `gangctl start` runs: a local cluster, or emulated hosts (`--hosts`).
+enum Cluster {
+    Local(Box<LocalCluster>),
+    Hosts(Box<EmulatedHosts>),
+}
+
+impl Cluster {
+    fn master_addr(&self) -> String {
+        match self {
+            Cluster::Local(c) => c.master_addr().to_string(),
+            Cluster::Hosts(c) => c.master_addr(),
+        }
+    }
+
+    fn dir(&self) -> PathBuf {
+        match self {
+            Cluster::Local(c) => c.dir().to_path_buf(),
+            Cluster::Hosts(c) => c.dir().to_path_buf(),
+        }
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            Cluster::Local(c) => c.pids(),
+            Cluster::Hosts(c) => c.pids(),
+        }
+    }
+
+    fn check_alive(&mut self) -> Result<(), String> {
+        match self {
+            Cluster::Local(c) => c.check_alive(),
+            Cluster::Hosts(c) => c.check_alive(),
+        }
+        .map_err(|e| format!("{e:#}"))
+    }
+
+    fn shutdown(self) -> Result<(), String> {
+        match self {
+            Cluster::Local(c) => c.shutdown(),
+            Cluster::Hosts(c) => c.shutdown(),
+        }
+        .map_err(|e| format!("{e:#}"))
+    }
+
+    /// The "cluster up" lines.
+    fn describe(&self) -> String {
+        match self {
+            Cluster::Local(c) => {
+                let (w, h) = c.mesh();
+                format!(
+                    "cluster up: {w}x{h} mesh, master at {}, metrics at {}, logs in {}",
+                    c.master_addr(),
+                    c.metrics_url(),
+                    c.dir().display()
+                )
+            }
+            Cluster::Hosts(c) => {
+                let (w, h) = c.layout().mesh;
+                let mut s = format!(
+                    "cluster up on {} emulated hosts: {w}x{h} mesh, master at {}, files in {}",
+                    c.layout().hosts.len(),
+                    c.master_addr(),
+                    c.dir().display()
+                );
+                for (i, plan) in c.layout().hosts.iter().enumerate() {
+                    let what = if i == 0 {
+                        "gang-master.service".to_string()
+                    } else {
+                        plan.nodes
+                            .iter()
+                            .map(|((x, y), _)| format!("({x},{y})"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    };
+                    s.push_str(&format!(
+                        "\n  {:<8} {:<12} {what}   (enter: nsenter -t {} -a; logs: journalctl there)",
+                        plan.name,
+                        plan.addr,
+                        c.init_pid(i)
+                    ));
+                }
+                s
+            }
+        }
+    }
+}
+
 /// Tear the cluster down (signals meanwhile wait in their channel: the teardown is
 /// bounded by the shutdown grace).
-async fn stop_cluster(cluster: LocalCluster, keep: bool) {
-    let dir = cluster.dir().to_path_buf();
+async fn stop_cluster(cluster: Cluster, keep: bool) {
+    let dir = cluster.dir();
     match tokio::task::spawn_blocking(move || cluster.shutdown()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => eprintln!("gangctl: stopping the cluster: {e:#}"),

@@ -24,6 +24,8 @@ mod network;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -51,6 +53,11 @@ pub struct HostsOptions {
     pub image: ImageOptions,
     /// How long the hosts may take to boot and every node to come up.
     pub boot_timeout: Duration,
+    /// Keep the temporary directory after the teardown.
+    pub keep: bool,
+    /// Set from elsewhere to abort a pending start (it fails with [`crate::Interrupted`]
+    /// after tearing down what it made).
+    pub interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl Default for HostsOptions {
@@ -64,6 +71,8 @@ impl Default for HostsOptions {
                 master_keys: Vec::new(),
             },
             boot_timeout: Duration::from_secs(90),
+            keep: false,
+            interrupt: None,
         }
     }
 }
@@ -91,6 +100,8 @@ pub struct EmulatedHosts {
     switch_ns: PathBuf,
     hosts: Vec<Host>,
     spawner: Spawner,
+    keep: bool,
+    interrupt: Option<Arc<AtomicBool>>,
 }
 
 /// Why this machine cannot run emulated hosts, if it cannot.
@@ -141,12 +152,20 @@ fn netns_of(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
 }
 
-/// Wait until `cond` holds, or fail naming `what` past `limit`.
-fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> Result<bool>) -> Result<()> {
+/// Wait until `cond` holds, or fail naming `what` past `limit` or once `interrupt` is set.
+fn wait_for(
+    interrupt: &Option<Arc<AtomicBool>>,
+    limit: Duration,
+    what: &str,
+    mut cond: impl FnMut() -> Result<bool>,
+) -> Result<()> {
     let deadline = Instant::now() + limit;
     loop {
         if cond()? {
             return Ok(());
+        }
+        if interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) {
+            return Err(crate::Interrupted { kept_dir: None }.into());
         }
         if Instant::now() > deadline {
             bail!("timed out after {limit:?} waiting for {what}");
@@ -208,12 +227,17 @@ impl EmulatedHosts {
             switch_ns,
             hosts: Vec::new(),
             spawner,
+            keep: opts.keep,
+            interrupt: opts.interrupt.clone(),
         };
         let ours = netns_of(std::process::id());
         let pid = me.switch.as_ref().map(|s| s.id()).unwrap_or(0);
-        wait_for(Duration::from_secs(10), "the switch's namespace", || {
-            Ok(netns_of(pid).is_some_and(|n| Some(&n) != ours.as_ref()))
-        })?;
+        wait_for(
+            &me.interrupt,
+            Duration::from_secs(10),
+            "the switch's namespace",
+            || Ok(netns_of(pid).is_some_and(|n| Some(&n) != ours.as_ref())),
+        )?;
         network::make_bridge(&me.switch_ns)?;
         for plan in layout.hosts.clone() {
             let host = me
@@ -261,41 +285,56 @@ impl EmulatedHosts {
             }
             Ok(false)
         };
-        wait_for(Duration::from_secs(10), "its namespaces", || {
-            died(&mut outer)?;
-            Ok(netns_of(pid).is_some_and(|n| Some(&n) != ours.as_ref()))
-        })?;
+        wait_for(
+            &self.interrupt,
+            Duration::from_secs(10),
+            "its namespaces",
+            || {
+                died(&mut outer)?;
+                Ok(netns_of(pid).is_some_and(|n| Some(&n) != ours.as_ref()))
+            },
+        )?;
         network::plug(&self.switch_ns, plan.index, pid, plan.addr)?;
         // The init script opens the fifo for reading once its mounts are made.
-        wait_for(Duration::from_secs(30), "its mounts", || {
-            died(&mut outer)?;
-            use std::os::unix::fs::OpenOptionsExt;
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&go)
-            {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    f.write_all(b"go\n")?;
-                    Ok(true)
+        wait_for(
+            &self.interrupt,
+            Duration::from_secs(30),
+            "its mounts",
+            || {
+                died(&mut outer)?;
+                use std::os::unix::fs::OpenOptionsExt;
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&go)
+                {
+                    Ok(mut f) => {
+                        use std::io::Write;
+                        f.write_all(b"go\n")?;
+                        Ok(true)
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(false),
+                    Err(e) => Err(e.into()),
                 }
-                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(false),
-                Err(e) => Err(e.into()),
-            }
-        })?;
+            },
+        )?;
         let mut init_pid = 0;
-        wait_for(Duration::from_secs(10), "its PID 1", || {
-            died(&mut outer)?;
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            init_pid = children
-                .split_whitespace()
-                .next()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            Ok(init_pid != 0)
-        })?;
+        wait_for(
+            &self.interrupt,
+            Duration::from_secs(10),
+            "its PID 1",
+            || {
+                died(&mut outer)?;
+                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default();
+                init_pid = children
+                    .split_whitespace()
+                    .next()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                Ok(init_pid != 0)
+            },
+        )?;
         Ok(Host {
             plan: plan.clone(),
             dir,
@@ -308,7 +347,8 @@ impl EmulatedHosts {
     fn wait_booted(&mut self, i: usize, limit: Duration) -> Result<()> {
         let name = self.hosts[i].plan.name.clone();
         let mut last = String::new();
-        wait_for(limit, &format!("{name} to boot"), || {
+        let interrupt = self.interrupt.clone();
+        wait_for(&interrupt, limit, &format!("{name} to boot"), || {
             if let Some(status) = self.hosts[i].outer.poll()? {
                 bail!("{name}'s systemd ended ({status})");
             }
@@ -335,7 +375,7 @@ impl EmulatedHosts {
         let (w, h) = self.layout.mesh;
         let url = self.master_addr();
         let mut last = String::new();
-        wait_for(limit, "every node up", || {
+        wait_for(&self.interrupt, limit, "every node up", || {
             match block_on(list_nodes(url.clone())) {
                 Ok(nodes) => {
                     let up = nodes
@@ -501,11 +541,30 @@ impl EmulatedHosts {
         if let Some(mut s) = self.switch.take() {
             let _ = s.kill();
         }
+        if self.keep
+            && let Some(t) = self._tempdir.take()
+        {
+            let _ = t.keep();
+        }
         if errors.is_empty() {
             Ok(())
         } else {
             Err(anyhow!(errors.join("; ")))
         }
+    }
+
+    /// An error if a host's systemd has ended or the master's unit is not active.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for h in &mut self.hosts {
+            if let Some(status) = h.outer.poll()? {
+                bail!("host {} is down ({status})", h.plan.name);
+            }
+        }
+        let state = self.unit_property(0, "gang-master.service", "ActiveState")?;
+        if state != "active" && state != "activating" && state != "reloading" {
+            bail!("gang-master.service on host master is {state}");
+        }
+        Ok(())
     }
 
     /// Where host `i`'s files and console log are on this machine.

@@ -7,7 +7,7 @@
 //! use; `tc netem` is how a link is delayed or made to lose packets).
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 pub const BRIDGE: &str = "gangbr0";
 
 /// Run `args` (a program and its arguments) in the network namespace `ns`.
-pub fn in_netns(ns: &PathBuf, args: &[&str]) -> Result<String> {
+pub fn in_netns(ns: &Path, args: &[&str]) -> Result<String> {
     let out = Command::new("nsenter")
         .arg(format!("--net={}", ns.display()))
         .arg("--")
@@ -40,7 +40,7 @@ pub fn switch_port(index: u32) -> String {
 }
 
 /// Make the bridge in the switch namespace `ns`.
-pub fn make_bridge(ns: &PathBuf) -> Result<()> {
+pub fn make_bridge(ns: &Path) -> Result<()> {
     in_netns(ns, &["ip", "link", "set", "lo", "up"])?;
     in_netns(ns, &["ip", "link", "add", BRIDGE, "type", "bridge"])?;
     in_netns(ns, &["ip", "link", "set", BRIDGE, "up"])?;
@@ -49,7 +49,7 @@ pub fn make_bridge(ns: &PathBuf) -> Result<()> {
 
 /// Link host `index` (network namespace of process `host_pid`) to the bridge, and give
 /// it `addr`/24 on its `eth0`.
-pub fn plug(switch: &PathBuf, index: u32, host_pid: u32, addr: Ipv4Addr) -> Result<()> {
+pub fn plug(switch: &Path, index: u32, host_pid: u32, addr: Ipv4Addr) -> Result<()> {
     let port = switch_port(index);
     let pid = host_pid.to_string();
     in_netns(
@@ -73,7 +73,7 @@ pub fn plug(switch: &PathBuf, index: u32, host_pid: u32, addr: Ipv4Addr) -> Resu
 }
 
 /// Cut (`up` false) or restore host `index`'s link.
-pub fn set_link(switch: &PathBuf, index: u32, up: bool) -> Result<()> {
+pub fn set_link(switch: &Path, index: u32, up: bool) -> Result<()> {
     let state = if up { "up" } else { "down" };
     in_netns(switch, &["ip", "link", "set", &switch_port(index), state])?;
     Ok(())
@@ -81,12 +81,12 @@ pub fn set_link(switch: &PathBuf, index: u32, up: bool) -> Result<()> {
 
 /// Delay and loss on the switch's end of host `index`'s link (traffic towards the host;
 /// `None` removes them).
-pub fn set_netem(switch: &PathBuf, index: u32, netem: Option<&str>) -> Result<()> {
+pub fn set_netem(switch: &Path, index: u32, netem: Option<&str>) -> Result<()> {
     set_netem_dev(switch, &switch_port(index), netem)
 }
 
 /// `tc netem` on device `dev` of namespace `ns` (`None` removes it).
-pub fn set_netem_dev(ns: &PathBuf, dev: &str, netem: Option<&str>) -> Result<()> {
+pub fn set_netem_dev(ns: &Path, dev: &str, netem: Option<&str>) -> Result<()> {
     match netem {
         Some(spec) => {
             let mut args = vec!["tc", "qdisc", "replace", "dev", dev, "root", "netem"];
