@@ -9,6 +9,24 @@ use anyhow::{Context, Result, bail};
 use gang_local::{LocalCluster, LocalClusterOptions, default_bin_dir};
 use gang_proto::v1;
 
+/// Whatever clients reach a master through: a local cluster, emulated hosts.
+pub trait Master {
+    /// `GANG_MASTER` for a client on this machine.
+    fn master(&self) -> String;
+}
+
+impl Master for LocalCluster {
+    fn master(&self) -> String {
+        self.master_addr().to_string()
+    }
+}
+
+impl Master for gang_local::hosts::EmulatedHosts {
+    fn master(&self) -> String {
+        self.master_addr()
+    }
+}
+
 /// The binaries a cluster needs; built on demand when a test runs alone
 /// (`cargo test --workspace` has built them already).
 pub fn bin_dir() -> PathBuf {
@@ -91,13 +109,13 @@ pub fn options(extra_master: &[&str]) -> LocalClusterOptions {
 }
 
 /// Run `prun ARGS` against `c`, with `stdin` fed to it.
-pub fn prun(c: &LocalCluster, args: &[&str], stdin: Option<&[u8]>) -> Output {
+pub fn prun(c: &impl Master, args: &[&str], stdin: Option<&[u8]>) -> Output {
     prun_env(c, args, stdin, &[])
 }
 
 /// [`prun`] with more environment (which prun hands to the job).
 pub fn prun_env(
-    c: &LocalCluster,
+    c: &impl Master,
     args: &[&str],
     stdin: Option<&[u8]>,
     env: &[(&str, &str)],
@@ -107,12 +125,12 @@ pub fn prun_env(
 
 /// [`prun`] started in `dir`, which becomes the job's working directory: a program
 /// named as a user at a shell names it (`./a.out`) is found there.
-pub fn prun_in(c: &LocalCluster, dir: &Path, args: &[&str]) -> Output {
+pub fn prun_in(c: &impl Master, dir: &Path, args: &[&str]) -> Output {
     run_prun(c, args, None, &[], Some(dir))
 }
 
 fn run_prun(
-    c: &LocalCluster,
+    c: &impl Master,
     args: &[&str],
     stdin: Option<&[u8]>,
     env: &[(&str, &str)],
@@ -120,7 +138,7 @@ fn run_prun(
 ) -> Output {
     let mut cmd = Command::new(bin_dir().join("prun"));
     cmd.args(args)
-        .env("GANG_MASTER", c.master_addr())
+        .env("GANG_MASTER", c.master())
         .envs(env.iter().copied());
     if let Some(dir) = dir {
         cmd.current_dir(dir);
@@ -164,7 +182,7 @@ fn run_prun(
             .collect();
         let jobs = Command::new(bin_dir().join("gangctl"))
             .args(["jobs", "--all"])
-            .env("GANG_MASTER", c.master_addr())
+            .env("GANG_MASTER", c.master())
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
@@ -180,7 +198,7 @@ fn run_prun(
 pub const PRUN_DEADLINE: Duration = Duration::from_secs(60);
 
 /// `gangctl --output json ARGS`, parsed.
-pub fn gangctl_json(c: &LocalCluster, args: &[&str]) -> Result<serde_json::Value> {
+pub fn gangctl_json(c: &impl Master, args: &[&str]) -> Result<serde_json::Value> {
     let out = gangctl(c, &[&["--output", "json"], args].concat());
     if !out.status.success() {
         bail!(
@@ -191,10 +209,10 @@ pub fn gangctl_json(c: &LocalCluster, args: &[&str]) -> Result<serde_json::Value
     serde_json::from_slice(&out.stdout).context("gangctl printed JSON")
 }
 
-pub fn gangctl(c: &LocalCluster, args: &[&str]) -> Output {
+pub fn gangctl(c: &impl Master, args: &[&str]) -> Output {
     Command::new(bin_dir().join("gangctl"))
         .args(args)
-        .env("GANG_MASTER", c.master_addr())
+        .env("GANG_MASTER", c.master())
         .output()
         .expect("gangctl runs")
 }
@@ -215,12 +233,12 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
 }
 
 /// A job as `gangctl job ID --output json` shows it.
-pub fn job(c: &LocalCluster, id: u64) -> serde_json::Value {
+pub fn job(c: &impl Master, id: u64) -> serde_json::Value {
     gangctl_json(c, &["job", &id.to_string()]).expect("gangctl job")
 }
 
 /// Wait until job `id` is in `state` ("running", "completed", ...).
-pub fn wait_state(c: &LocalCluster, id: u64, state: &str, timeout: Duration) -> serde_json::Value {
+pub fn wait_state(c: &impl Master, id: u64, state: &str, timeout: Duration) -> serde_json::Value {
     wait_for(timeout, &format!("job {id} to be {state}"), || {
         let j = job(c, id);
         (j["state"] == state).then_some(j)
@@ -228,7 +246,7 @@ pub fn wait_state(c: &LocalCluster, id: u64, state: &str, timeout: Duration) -> 
 }
 
 /// Submit with `prun --detach` and return the job id.
-pub fn submit(c: &LocalCluster, shape: &str, cmd: &[&str]) -> u64 {
+pub fn submit(c: &impl Master, shape: &str, cmd: &[&str]) -> u64 {
     let out = prun(c, &[&["-n", shape, "--detach", "--"], cmd].concat(), None);
     assert!(
         out.status.success(),

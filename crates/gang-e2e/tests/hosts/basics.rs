@@ -1,6 +1,8 @@
 //! A cluster of four hosts comes up under systemd and runs a job across them.
 
-use crate::{hosts, prun};
+use gang_e2e::prun;
+
+use crate::hosts;
 
 #[test]
 fn four_hosts_boot_under_systemd_and_a_job_spans_them() {
@@ -26,6 +28,7 @@ fn four_hosts_boot_under_systemd_and_a_job_spans_them() {
             "-c",
             "echo $(hostname) $(cat /etc/machine-id)",
         ],
+        None,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

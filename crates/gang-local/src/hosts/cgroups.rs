@@ -5,7 +5,8 @@
 //! and makes `init.scope`, `system.slice`, ... there, not beside another host's (or the
 //! machine's own).
 //!
-//! Subtrees are named `gang-host-PID-N` (PID: the harness's process), so a start
+//! Subtrees are named `gang-host-PID-H-N` (PID: the harness's process, H: the harness
+//! in that process, N: the host), so a start
 //! removes those a dead harness left behind: cgroups that are empty of processes only
 //! (rmdir refuses any other).
 
@@ -42,9 +43,10 @@ pub struct HostCgroups {
 }
 
 impl HostCgroups {
-    /// Make the subtrees of host `index` of this harness.
-    pub fn create(index: u32) -> std::io::Result<HostCgroups> {
-        let name = format!("{PREFIX}{}-{index}", std::process::id());
+    /// Make the subtrees of host `index` of harness `harness` (unique in this process:
+    /// two harnesses of one process, such as two tests, must not share a subtree).
+    pub fn create(harness: u32, index: u32) -> std::io::Result<HostCgroups> {
+        let name = format!("{PREFIX}{}-{harness}-{index}", std::process::id());
         let mut dirs = Vec::new();
         for h in hierarchies() {
             let dir = h.join(&name);
@@ -112,6 +114,11 @@ fn inherit_cpuset(parent: &Path, dir: &Path) {
         if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
             let _ = std::fs::write(dir.join(f), v.trim());
         }
+    }
+    // And so does every cgroup the host's systemd makes below (a service whose process
+    // cannot join its cpuset fails with status 219/CGROUP).
+    if dir.join("cpuset.cpus").exists() {
+        let _ = std::fs::write(dir.join("cgroup.clone_children"), "1");
     }
 }
 

@@ -262,8 +262,11 @@ mkdir -p "$H/rw"
 mount -t tmpfs -o mode=755 tmpfs "$H/rw"
 mkdir "$H/rw/upper" "$H/rw/work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$H/rw/upper,workdir=$H/rw/work" /etc
-# A clean host: none of the machine's own units are enabled here.
+# A clean host: none of the machine's own units are enabled here, and no login prompt on
+# a console that is a log file.
 rm -rf /etc/systemd/system/*
+ln -s /dev/null /etc/systemd/system/console-getty.service
+ln -s /dev/null /etc/systemd/system/getty.target
 cp -a "$H/files/etc/." /etc/
 "#
         .replace("CGROUPS\n", cgroup_mounts()),

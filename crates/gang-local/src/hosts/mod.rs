@@ -102,6 +102,8 @@ pub struct EmulatedHosts {
     spawner: Spawner,
     keep: bool,
     interrupt: Option<Arc<AtomicBool>>,
+    /// This harness among those of this process (its cgroup subtrees' names).
+    serial: u32,
 }
 
 /// Why this machine cannot run emulated hosts, if it cannot.
@@ -229,6 +231,10 @@ impl EmulatedHosts {
             spawner,
             keep: opts.keep,
             interrupt: opts.interrupt.clone(),
+            serial: {
+                static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                NEXT.fetch_add(1, Ordering::SeqCst)
+            },
         };
         let ours = netns_of(std::process::id());
         let pid = me.switch.as_ref().map(|s| s.id()).unwrap_or(0);
@@ -258,7 +264,7 @@ impl EmulatedHosts {
         let init = image::write_host(&dir, &self.layout, plan, &self.pki, bin_dir, image)?;
         let go = dir.join("go");
         nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
-        let cgroups = HostCgroups::create(plan.index)?;
+        let cgroups = HostCgroups::create(self.serial, plan.index)?;
         let console = std::fs::File::create(dir.join("console.log"))?;
         let script = format!(
             "{}exec unshare --pid --fork --kill-child=SIGKILL --mount --uts --net --ipc --cgroup -- /bin/sh {}",
@@ -359,10 +365,12 @@ impl EmulatedHosts {
                 "degraded" => {
                     let failed =
                         self.exec(i, &["systemctl", "--failed", "--no-legend", "--plain"])?;
-                    bail!(
-                        "{name} booted degraded: {}",
-                        String::from_utf8_lossy(&failed.stdout).trim()
-                    )
+                    let failed = String::from_utf8_lossy(&failed.stdout).into_owned();
+                    let mut why = String::new();
+                    for unit in failed.lines().filter_map(|l| l.split_whitespace().next()) {
+                        why.push_str(&self.journal(i, unit));
+                    }
+                    bail!("{name} booted degraded: {}\n{why}", failed.trim())
                 }
                 _ => Ok(false),
             }
