@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gang_core::GangMode;
-use gang_local::hosts::{EmulatedHosts, HostsOptions, MAX_HOSTS};
+use gang_local::hosts::{ClockSkew, EmulatedHosts, HostsOptions, MAX_HOSTS};
 use gang_local::{DEFAULT_MAX_AGENTS, Interrupted, LocalCluster, LocalClusterOptions};
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
@@ -68,6 +68,23 @@ pub struct StartArgs {
     /// deploy/gang-master.service. The mesh is split over the K hosts. Root only.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_HOSTS)))]
     pub hosts: Option<u32>,
+
+    /// With --hosts: each host's wall clock off the real one, the master's host first
+    /// (e.g. 0,+40ms,-25ms; ns, us, ms or s; hosts past the list's end keep the real
+    /// time). Every process of a host sees it, in reads and absolute timers alike.
+    #[arg(long, value_name = "LIST", requires = "hosts", value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_host_offset)]
+    pub host_clock_offsets: Vec<i64>,
+
+    /// With --hosts: how fast each host's clock runs off the real one, in parts per
+    /// million, the master's host first (e.g. 0,50,-30).
+    #[arg(
+        long,
+        value_name = "LIST",
+        requires = "hosts",
+        value_delimiter = ',',
+        allow_hyphen_values = true
+    )]
+    pub host_drift_ppm: Vec<f64>,
 
     /// Keep the temporary directory (state, logs) after the cluster stops.
     #[arg(long)]
@@ -143,6 +160,17 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
             opts.image
                 .master_keys
                 .extend(args.quantum_ms.map(|q| key("quantum_ms", q.into())));
+            let n = args.host_clock_offsets.len().max(args.host_drift_ppm.len());
+            if n > 0 {
+                opts.clocks = Some(
+                    (0..n)
+                        .map(|i| ClockSkew {
+                            offset_ns: args.host_clock_offsets.get(i).copied().unwrap_or(0),
+                            drift_ppm: args.host_drift_ppm.get(i).copied().unwrap_or(0.0),
+                        })
+                        .collect(),
+                );
+            }
             opts.image.master_keys.extend(args.gang_mode.map(|g| {
                 (
                     "gang_mode".to_string(),
@@ -418,6 +446,10 @@ impl Cluster {
             }
         }
     }
+}
+
+fn parse_host_offset(s: &str) -> Result<i64, String> {
+    gang_local::hosts::parse_offset(s)
 }
 
 /// Tear the cluster down (signals meanwhile wait in their channel: the teardown is

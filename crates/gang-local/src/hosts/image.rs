@@ -158,9 +158,13 @@ pub fn write_host(
     pki: &Pki,
     bin_dir: &Path,
     opts: &ImageOptions,
+    preload: Option<&str>,
 ) -> Result<PathBuf> {
     let files = dir.join("files");
     let etc = files.join("etc");
+    if let Some(lines) = preload {
+        write(&etc.join("ld.so.preload"), lines, 0o644)?;
+    }
     std::fs::create_dir_all(dir.join("bin-src"))?;
     write(&etc.join("hostname"), &format!("{}\n", host.name), 0o644)?;
     write(&etc.join("hosts"), &layout.etc_hosts(host), 0o644)?;

@@ -18,6 +18,7 @@
 //!   root: `unix:/proc/PID/root/run/gang/master.sock`.
 
 mod cgroups;
+mod clock;
 mod image;
 mod layout;
 mod network;
@@ -32,6 +33,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use gang_auth::pki::Pki;
 use nix::sys::signal::Signal;
 
+pub use clock::{ClockSkew, parse_offset};
 pub use image::{ImageOptions, agent_unit};
 pub use layout::{HostPlan, Layout, LayoutError, MAX_HOSTS};
 
@@ -55,6 +57,11 @@ pub struct HostsOptions {
     pub boot_timeout: Duration,
     /// Keep the temporary directory after the teardown.
     pub keep: bool,
+    /// Each host's wall clock (host 0 the master's; hosts past the list's end keep the
+    /// machine's). `Some` preloads the clock shim into every host (`clock.rs`), so that
+    /// [`EmulatedHosts::set_clock`] can move any host's clock later; `None` leaves every
+    /// host on the machine's clock, untouched.
+    pub clocks: Option<Vec<ClockSkew>>,
     /// Set from elsewhere to abort a pending start (it fails with [`crate::Interrupted`]
     /// after tearing down what it made).
     pub interrupt: Option<Arc<AtomicBool>>,
@@ -73,6 +80,7 @@ impl Default for HostsOptions {
             boot_timeout: Duration::from_secs(90),
             keep: false,
             interrupt: None,
+            clocks: None,
         }
     }
 }
@@ -246,8 +254,12 @@ impl EmulatedHosts {
         )?;
         network::make_bridge(&me.switch_ns)?;
         for plan in layout.hosts.clone() {
+            let skew = opts
+                .clocks
+                .as_ref()
+                .map(|c| c.get(plan.index as usize).copied().unwrap_or_default());
             let host = me
-                .boot(&plan, &bin_dir, &opts.image)
+                .boot(&plan, &bin_dir, &opts.image, skew)
                 .with_context(|| format!("host {} did not start", plan.name))?;
             me.hosts.push(host);
         }
@@ -258,10 +270,28 @@ impl EmulatedHosts {
         Ok(me)
     }
 
-    fn boot(&self, plan: &HostPlan, bin_dir: &Path, image: &ImageOptions) -> Result<Host> {
+    fn boot(
+        &self,
+        plan: &HostPlan,
+        bin_dir: &Path,
+        image: &ImageOptions,
+        clock: Option<ClockSkew>,
+    ) -> Result<Host> {
         let dir = self.dir.join(&plan.name);
         std::fs::create_dir_all(&dir)?;
-        let init = image::write_host(&dir, &self.layout, plan, &self.pki, bin_dir, image)?;
+        let preload = match clock {
+            Some(skew) => Some(clock::install(&dir, skew)?),
+            None => None,
+        };
+        let init = image::write_host(
+            &dir,
+            &self.layout,
+            plan,
+            &self.pki,
+            bin_dir,
+            image,
+            preload.as_deref(),
+        )?;
         let go = dir.join("go");
         nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
         let cgroups = HostCgroups::create(self.serial, plan.index)?;
@@ -559,6 +589,16 @@ impl EmulatedHosts {
         } else {
             Err(anyhow!(errors.join("; ")))
         }
+    }
+
+    /// Set host `i`'s wall clock now (a jump to `skew.offset_ns`, drifting from there).
+    /// Only where the hosts were started with [`HostsOptions::clocks`].
+    pub fn set_clock(&self, i: usize, skew: ClockSkew) -> Result<()> {
+        let dir = &self.hosts[i].dir;
+        if !dir.join("clock").exists() {
+            bail!("the hosts run on the machine's clock: start them with clocks to move one");
+        }
+        clock::set(dir, skew)
     }
 
     /// An error if a host's systemd has ended or the master's unit is not active.
