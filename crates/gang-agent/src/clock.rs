@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use gang_core::clock::{ClockEstimator, Probe};
+use gang_core::clock::{Added, ClockEstimator, Probe};
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
@@ -127,11 +127,22 @@ where
     let mut estimator = ClockEstimator::new(WINDOW);
     let mut answered = 0usize;
     let mut failures = 0u32;
+    // Probes left to send BURST_GAP apart (at start, and after a step).
+    let mut burst = BURST;
     loop {
         match probe().await {
             Ok(p) => {
                 failures = 0;
-                if estimator.add(p)
+                let added = estimator.add_probe(p);
+                if let Added::Stepped { by_ns } = added {
+                    warn!(
+                        step_ms = by_ns as f64 / 1e6,
+                        "clock: this host's clock and the master's disagree by {:.1} ms more than they did (a clock was stepped: settimeofday, an NTP step, a resumed VM); following the new offset and probing in a burst",
+                        by_ns as f64 / 1e6
+                    );
+                    burst = BURST;
+                }
+                if added != Added::Ignored
                     && let Some(est) = estimator.estimate()
                 {
                     let moved_by = clock.publish(est.offset_ns, est.error_ns);
@@ -170,7 +181,12 @@ where
                 }
             }
         }
-        let gap = if answered < BURST { BURST_GAP } else { PERIOD };
+        let gap = if burst > 0 {
+            burst -= 1;
+            BURST_GAP
+        } else {
+            PERIOD
+        };
         tokio::time::sleep(gap).await;
     }
 }

@@ -45,6 +45,7 @@ pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
 pub mod request;
+pub mod rt_budget;
 pub mod rt_priority;
 pub mod service;
 pub mod session_thread;

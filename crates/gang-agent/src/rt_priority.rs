@@ -19,9 +19,27 @@ pub fn request_fifo(who: &str, priority: i32) -> bool {
     // SAFETY: pid 0 is the calling thread; a valid parameter pointer. RESET_ON_FORK: a
     // child of this thread would not inherit it (ranks are forked elsewhere, but never
     // let a rank start real-time by accident).
-    let r = unsafe {
+    let set = || unsafe {
         libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
     };
+    let mut r = set();
+    if r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+        // Root, refused: a cgroup without a real-time budget (crate::rt_budget).
+        match crate::rt_budget::grant() {
+            Ok(changed) if !changed.is_empty() => {
+                for (dir, us) in &changed {
+                    info!(
+                        cgroup = %dir.display(),
+                        rt_runtime_us = us,
+                        "gave the agent's cgroup a real-time budget (the kernel schedules real-time threads by cgroup)"
+                    );
+                }
+                r = set();
+            }
+            Ok(_) => {}
+            Err(e) => info!("no real-time budget for the agent's cgroup: {e}"),
+        }
+    }
     if r == 0 {
         info!(priority, "{who} running SCHED_FIFO");
         true

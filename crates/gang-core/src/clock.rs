@@ -39,6 +39,28 @@ impl Probe {
 pub struct ClockEstimator {
     window: usize,
     probes: VecDeque<Probe>,
+    /// Consecutive probes that contradict the window's estimate (a step is suspected).
+    contradicting: usize,
+}
+
+/// How far a probe's offset may stray from the estimate beyond both error bounds
+/// before it contradicts it: what the two clocks may drift apart over a window (16
+/// probes a second apart at 100 ppm is 1.6 ms).
+pub const STEP_SLACK_NS: i64 = 2_000_000;
+/// Consecutive contradicting probes that make a step: one could be a fluke.
+pub const STEP_PROBES: usize = 2;
+
+/// What a probe did to the estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// Inconsistent timestamps: not used.
+    Ignored,
+    /// Taken into the window.
+    Kept,
+    /// It and the probes before it contradict the window: one of the clocks stepped
+    /// (settimeofday, an NTP step, a VM resumed). The window now holds only them, and the
+    /// estimate moved by `by_ns`.
+    Stepped { by_ns: i64 },
 }
 
 /// An offset and its error bound, nanoseconds.
@@ -53,20 +75,55 @@ impl ClockEstimator {
         ClockEstimator {
             window: window.max(1),
             probes: VecDeque::new(),
+            contradicting: 0,
         }
     }
 
     /// Record a probe; probes whose timestamps are inconsistent (a negative round trip,
     /// the clock stepped mid-probe) are ignored. Returns whether it was kept.
     pub fn add(&mut self, p: Probe) -> bool {
+        self.add_probe(p) != Added::Ignored
+    }
+
+    /// Record a probe, and say whether it revealed a step of one of the clocks: the
+    /// minimum-delay rule alone would hold on to a pre-step probe for a whole window.
+    pub fn add_probe(&mut self, p: Probe) -> Added {
         if p.t4 < p.t1 || p.t3 < p.t2 || p.delay() < 0 {
-            return false;
+            return Added::Ignored;
         }
+        let before = self.estimate();
+        let contradicts = before.is_some_and(|e| {
+            (p.offset() - e.offset_ns).abs() > p.error() + e.error_ns + STEP_SLACK_NS
+        });
+        self.contradicting = if contradicts {
+            self.contradicting + 1
+        } else {
+            0
+        };
         if self.probes.len() == self.window {
             self.probes.pop_front();
         }
         self.probes.push_back(p);
-        true
+        // Enough probes against the window, or one so tight that its bound excludes the
+        // old estimate and it took over: a step either way. The window keeps only the
+        // probes since.
+        let took_over = contradicts
+            && self.estimate()
+                == Some(Estimate {
+                    offset_ns: p.offset(),
+                    error_ns: p.error(),
+                });
+        if self.contradicting >= STEP_PROBES || took_over {
+            let keep = self.contradicting.clamp(1, self.probes.len());
+            self.probes.drain(..self.probes.len() - keep);
+            self.contradicting = 0;
+            let by_ns = match (before, self.estimate()) {
+                (Some(b), Some(a)) => a.offset_ns - b.offset_ns,
+                _ => 0,
+            };
+            return Added::Stepped { by_ns };
+        }
+        Added::Kept
     }
 
     /// From the minimum-delay probe of the window.
@@ -92,6 +149,46 @@ mod tests {
             t2,
             t3,
             t4: t3 - offset + back,
+        }
+    }
+
+    #[test]
+    fn a_step_is_followed_after_two_contradicting_probes_and_a_fluke_is_not() {
+        let mut e = ClockEstimator::new(16);
+        let mut t = 0;
+        let mut next = |e: &mut ClockEstimator, offset: i64, delay: i64| {
+            t += 1_000_000_000;
+            e.add_probe(probe(t, offset, delay / 2, delay / 2, 10_000))
+        };
+        for _ in 0..5 {
+            assert_eq!(next(&mut e, 40_000_000, 200_000), Added::Kept);
+        }
+        // One probe far off (a delay spike would widen its error instead): not yet.
+        assert_eq!(next(&mut e, -960_000_000, 400_000), Added::Kept);
+        assert_eq!(e.estimate().unwrap().offset_ns, 40_000_000);
+        assert_eq!(next(&mut e, 40_000_000, 200_000), Added::Kept);
+        // The clock jumped by a second: two probes agree on it.
+        assert_eq!(next(&mut e, -960_000_000, 400_000), Added::Kept);
+        match next(&mut e, -960_000_000, 400_000) {
+            Added::Stepped { by_ns } => assert_eq!(by_ns, -1_000_000_000),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(e.estimate().unwrap().offset_ns, -960_000_000);
+        // A probe tighter than the window's best that excludes its offset: a step at once.
+        match next(&mut e, -460_000_000, 100_000) {
+            Added::Stepped { by_ns } => assert_eq!(by_ns, 500_000_000),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(e.estimate().unwrap().offset_ns, -460_000_000);
+        for _ in 0..16 {
+            next(&mut e, -960_000_000, 200_000);
+        }
+        // Drift within the slack is no step.
+        for i in 0..20 {
+            assert_eq!(
+                next(&mut e, -960_000_000 + i * 50_000, 200_000),
+                Added::Kept
+            );
         }
     }
 

@@ -1,0 +1,236 @@
+//! Hosts whose wall clocks disagree (the clock shim of gang-local's hosts): the agents'
+//! probes find each host's offset, jobs still switch together as seen from outside on
+//! the machine's monotonic clock, and a host whose clock jumps is followed again within
+//! a few probes, with a line in its log.
+
+use std::time::{Duration, Instant};
+
+use gang_e2e::{gangctl_json, submit, wait_for, wait_state};
+use gang_local::hosts::{ClockSkew, EmulatedHosts, HostsOptions};
+
+use crate::hosts_with;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const MS: i64 = 1_000_000;
+
+fn skewed(offsets_ms: &[i64]) -> HostsOptions {
+    HostsOptions {
+        clocks: Some(
+            offsets_ms
+                .iter()
+                .map(|&o| ClockSkew {
+                    offset_ns: o * MS,
+                    drift_ppm: 0.0,
+                })
+                .collect(),
+        ),
+        ..HostsOptions::default()
+    }
+}
+
+/// Each node's estimate of (master clock - its clock), from `gangctl nodes`.
+fn offsets(c: &EmulatedHosts) -> Vec<((u32, u32), i64)> {
+    let v = gangctl_json(c, &["nodes"]).unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                (
+                    n["x"].as_u64().unwrap() as u32,
+                    n["y"].as_u64().unwrap() as u32,
+                ),
+                n["clock_offset_ns"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Wait until every node's estimate is within 3 ms of the truth: the master's host's
+/// offset minus the node's host's.
+fn wait_estimates(c: &EmulatedHosts, offsets_ms: &[i64]) {
+    let truth = |node: (u32, u32)| {
+        let host = c.layout().host_of(node).unwrap().index as usize;
+        (offsets_ms[0] - offsets_ms.get(host).copied().unwrap_or(0)) * MS
+    };
+    wait_for(LIMIT, "every agent's clock estimate", || {
+        offsets(c)
+            .iter()
+            .all(|&(n, o)| (o - truth(n)).abs() < 3 * MS)
+            .then_some(())
+    });
+}
+
+/// A directory every host sees (the hosts' /tmp is their own).
+fn shared_dir() -> tempfile::TempDir {
+    let base = gang_e2e::bin_dir().join("host-tests");
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::Builder::new()
+        .prefix("clocks-")
+        .tempdir_in(base)
+        .unwrap()
+}
+
+/// A rank that sleeps 1 ms at a time and writes the machine's monotonic time whenever it
+/// wakes after a gap (it was switched out): when its agent let it run again.
+const RECORDER: &str = r#"
+import os, sys, time
+out = open(os.path.join(sys.argv[1], "resume." + os.environ["GANG_RANK"]), "w")
+last = time.monotonic_ns()
+while True:
+    time.sleep(0.001)
+    now = time.monotonic_ns()
+    if now - last > 15_000_000:
+        out.write(f"{now}\n")
+        out.flush()
+    last = now
+"#;
+
+/// For each switch-in seen by rank 0, the spread of the same switch-in over all ranks
+/// (ns); switch-ins some rank missed are left out.
+fn resume_spreads(dir: &std::path::Path, ranks: usize) -> Vec<i64> {
+    let read = |r: usize| -> Vec<i64> {
+        std::fs::read_to_string(dir.join(format!("resume.{r}")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    let all: Vec<Vec<i64>> = (0..ranks).map(read).collect();
+    let mut spreads = Vec::new();
+    for &t0 in &all[0] {
+        let mut times = vec![t0];
+        for other in &all[1..] {
+            if let Some(&t) = other.iter().min_by_key(|&&t| (t - t0).abs())
+                && (t - t0).abs() < 20 * MS
+            {
+                times.push(t);
+            }
+        }
+        if times.len() == ranks {
+            spreads.push(times.iter().max().unwrap() - times.iter().min().unwrap());
+        }
+    }
+    spreads
+}
+
+/// Each rank's median lag behind rank 0 at the same switch-in (rank 0's is 0): what a
+/// clock estimate that is off shows as, whatever the noise of single switch-ins.
+fn host_lags(dir: &std::path::Path, ranks: usize) -> Vec<i64> {
+    let read = |r: usize| -> Vec<i64> {
+        std::fs::read_to_string(dir.join(format!("resume.{r}")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    let all: Vec<Vec<i64>> = (0..ranks).map(read).collect();
+    (0..ranks)
+        .map(|r| {
+            let d: Vec<i64> = all[0]
+                .iter()
+                .filter_map(|&t0| all[r].iter().map(|&t| t - t0).min_by_key(|x| x.abs()))
+                .filter(|x| x.abs() < 20 * MS)
+                .collect();
+            if d.is_empty() { 0 } else { quantile(&d, 0.5) }
+        })
+        .collect()
+}
+
+fn quantile(v: &[i64], q: f64) -> i64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s[((s.len() - 1) as f64 * q).round() as usize]
+}
+
+#[test]
+fn jobs_switch_together_on_hosts_whose_clocks_disagree() {
+    let clocks = [0, 40, -25, 15, -35];
+    let c = hosts_with(2, 2, 4, skewed(&clocks));
+    wait_estimates(&c, &clocks);
+    let dir = shared_dir();
+    let script = dir.path().join("recorder.py");
+    std::fs::write(&script, RECORDER).unwrap();
+    let recorder = submit(
+        &c,
+        "2x2",
+        &[
+            "python3",
+            script.to_str().unwrap(),
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    // A second job takes the other slice: the recorder is switched out every other slot.
+    let busy = submit(&c, "2x2", &["sh", "-c", "while :; do :; done"]);
+    wait_state(&c, recorder, "running", LIMIT);
+    wait_state(&c, busy, "running", LIMIT);
+    let spreads = wait_for(LIMIT, "60 switch-ins seen by every rank", || {
+        let s = resume_spreads(dir.path(), 4);
+        (s.len() >= 60).then_some(s)
+    });
+    let (p50, p99) = (quantile(&spreads, 0.5), quantile(&spreads, 0.99));
+    let lag = host_lags(dir.path(), 4);
+    let stats = gangctl_json(&c, &["stats"]).unwrap();
+    eprintln!(
+        "clocks {clocks:?} ms: switch-in spread from outside p50 {} us p99 {} us over {}; each rank's median lag behind rank 0 {:?} us; gangctl stats skew {}",
+        p50 / 1000,
+        p99 / 1000,
+        spreads.len(),
+        lag.iter().map(|l| l / 1000).collect::<Vec<_>>(),
+        stats["skew"]
+    );
+    // Uncorrected, the hosts would switch 75 ms apart (+40 and -35), every time: a slot
+    // and a half. What is left is each rank's own wake-up on 2 busy cores (a few ms,
+    // the same on hosts whose clocks agree) around a systematic lag of well under 1 ms.
+    let systematic = lag.iter().max().unwrap() - lag.iter().min().unwrap();
+    assert!(systematic < 2 * MS, "ranks' median lags {lag:?} ns");
+    assert!(p99 < 25 * MS, "switch-in spread p99 {p99} ns: {spreads:?}");
+    // The master's own figure, from the agents' reports on their estimates of its clock.
+    let reported_p99 = stats["skew"]["p99_ns"].as_i64().unwrap();
+    assert!(
+        reported_p99 < 5 * MS,
+        "gangctl stats says skew p99 {reported_p99} ns"
+    );
+    c.shutdown().unwrap();
+}
+
+#[test]
+fn a_host_whose_clock_jumps_is_followed_within_a_few_probes_and_says_so() {
+    let c = hosts_with(2, 1, 2, skewed(&[0, 0, 0]));
+    wait_estimates(&c, &[0, 0, 0]);
+    let before = submit(&c, "2x1", &["sleep", "600"]);
+    wait_state(&c, before, "running", LIMIT);
+    let t = Instant::now();
+    c.set_clock(
+        1,
+        ClockSkew {
+            offset_ns: 1_000 * MS,
+            drift_ppm: 0.0,
+        },
+    )
+    .unwrap();
+    wait_estimates(&c, &[0, 1000, 0]);
+    let took = t.elapsed();
+    eprintln!("a 1 s jump of host-1's clock followed after {took:?}");
+    for l in c
+        .journal(1, "gang-agent.service")
+        .lines()
+        .filter(|l| l.contains("clock"))
+    {
+        eprintln!("{l}");
+    }
+    // Two contradicting probes a second apart, then a burst, then a heartbeat.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // The journal takes the line a moment after the agent wrote it.
+    wait_for(LIMIT, "the agent's log of the step", || {
+        c.journal(1, "gang-agent.service")
+            .contains("a clock was stepped")
+            .then_some(())
+    });
+    // Nothing else was disturbed: the node stayed up and its job runs on.
+    assert_eq!(gang_e2e::job(&c, before)["state"], "running");
+    let next = submit(&c, "2x1", &["true"]);
+    wait_state(&c, next, "completed", LIMIT);
+    c.shutdown().unwrap();
+}
