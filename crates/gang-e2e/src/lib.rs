@@ -9,6 +9,8 @@ use anyhow::{Context, Result, bail};
 use gang_local::{LocalCluster, LocalClusterOptions, default_bin_dir};
 use gang_proto::v1;
 
+pub mod switch_in;
+
 /// Whatever clients reach a master through: a local cluster, emulated hosts.
 pub trait Master {
     /// `GANG_MASTER` for a client on this machine.

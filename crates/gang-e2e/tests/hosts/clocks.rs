@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use gang_e2e::{gangctl_json, submit, wait_for, wait_state};
+use gang_e2e::{gangctl_json, submit, switch_in, wait_for, wait_state};
 use gang_local::hosts::{ClockSkew, EmulatedHosts, HostsOptions};
 
 use crate::hosts_with;
@@ -72,78 +72,6 @@ fn shared_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
-/// A rank that sleeps 1 ms at a time and writes the machine's monotonic time whenever it
-/// wakes after a gap (it was switched out): when its agent let it run again.
-const RECORDER: &str = r#"
-import os, sys, time
-out = open(os.path.join(sys.argv[1], "resume." + os.environ["GANG_RANK"]), "w")
-last = time.monotonic_ns()
-while True:
-    time.sleep(0.001)
-    now = time.monotonic_ns()
-    if now - last > 15_000_000:
-        out.write(f"{now}\n")
-        out.flush()
-    last = now
-"#;
-
-/// For each switch-in seen by rank 0, the spread of the same switch-in over all ranks
-/// (ns); switch-ins some rank missed are left out.
-fn resume_spreads(dir: &std::path::Path, ranks: usize) -> Vec<i64> {
-    let read = |r: usize| -> Vec<i64> {
-        std::fs::read_to_string(dir.join(format!("resume.{r}")))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.parse().ok())
-            .collect()
-    };
-    let all: Vec<Vec<i64>> = (0..ranks).map(read).collect();
-    let mut spreads = Vec::new();
-    for &t0 in &all[0] {
-        let mut times = vec![t0];
-        for other in &all[1..] {
-            if let Some(&t) = other.iter().min_by_key(|&&t| (t - t0).abs())
-                && (t - t0).abs() < 20 * MS
-            {
-                times.push(t);
-            }
-        }
-        if times.len() == ranks {
-            spreads.push(times.iter().max().unwrap() - times.iter().min().unwrap());
-        }
-    }
-    spreads
-}
-
-/// Each rank's median lag behind rank 0 at the same switch-in (rank 0's is 0): what a
-/// clock estimate that is off shows as, whatever the noise of single switch-ins.
-fn host_lags(dir: &std::path::Path, ranks: usize) -> Vec<i64> {
-    let read = |r: usize| -> Vec<i64> {
-        std::fs::read_to_string(dir.join(format!("resume.{r}")))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.parse().ok())
-            .collect()
-    };
-    let all: Vec<Vec<i64>> = (0..ranks).map(read).collect();
-    (0..ranks)
-        .map(|r| {
-            let d: Vec<i64> = all[0]
-                .iter()
-                .filter_map(|&t0| all[r].iter().map(|&t| t - t0).min_by_key(|x| x.abs()))
-                .filter(|x| x.abs() < 20 * MS)
-                .collect();
-            if d.is_empty() { 0 } else { quantile(&d, 0.5) }
-        })
-        .collect()
-}
-
-fn quantile(v: &[i64], q: f64) -> i64 {
-    let mut s = v.to_vec();
-    s.sort_unstable();
-    s[((s.len() - 1) as f64 * q).round() as usize]
-}
-
 #[test]
 fn jobs_switch_together_on_hosts_whose_clocks_disagree() {
     let clocks = [0, 40, -25, 15, -35];
@@ -151,7 +79,7 @@ fn jobs_switch_together_on_hosts_whose_clocks_disagree() {
     wait_estimates(&c, &clocks);
     let dir = shared_dir();
     let script = dir.path().join("recorder.py");
-    std::fs::write(&script, RECORDER).unwrap();
+    std::fs::write(&script, switch_in::RECORDER).unwrap();
     let recorder = submit(
         &c,
         "2x2",
@@ -166,11 +94,14 @@ fn jobs_switch_together_on_hosts_whose_clocks_disagree() {
     wait_state(&c, recorder, "running", LIMIT);
     wait_state(&c, busy, "running", LIMIT);
     let spreads = wait_for(LIMIT, "60 switch-ins seen by every rank", || {
-        let s = resume_spreads(dir.path(), 4);
+        let s = switch_in::spreads(dir.path(), 4);
         (s.len() >= 60).then_some(s)
     });
-    let (p50, p99) = (quantile(&spreads, 0.5), quantile(&spreads, 0.99));
-    let lag = host_lags(dir.path(), 4);
+    let (p50, p99) = (
+        switch_in::quantile(&spreads, 0.5),
+        switch_in::quantile(&spreads, 0.99),
+    );
+    let lag = switch_in::lags(dir.path(), 4);
     let stats = gangctl_json(&c, &["stats"]).unwrap();
     eprintln!(
         "clocks {clocks:?} ms: switch-in spread from outside p50 {} us p99 {} us over {}; each rank's median lag behind rank 0 {:?} us; gangctl stats skew {}",
