@@ -10,6 +10,7 @@ PACKAGES="
 systemd
 passwd
 iproute2
+procps
 mpich
 libmpich-dev
 libpmi2-0-dev
@@ -22,12 +23,15 @@ python3
 python3-venv
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
-#   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs). Installing it starts
-#   nothing in a container.
+#   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs); and PID 1 of every
+#   emulated host, which runs deploy/'s units (crates/gang-e2e/tests/hosts). Installing
+#   it starts nothing in a container.
 # passwd: useradd, userdel, groupadd, groupdel for real throwaway users
 #   (crates/gang-e2e/tests/trust).
 # iproute2: ip netns and veth pairs, an agent cut off from the master
-#   (crates/gang-e2e/tests/trust).
+#   (crates/gang-e2e/tests/trust); the emulated hosts' bridge, links and tc netem, ss
+#   (crates/gang-local/src/hosts, crates/gang-e2e/tests/hosts).
+# procps: pgrep, the ranks left on an emulated host (crates/gang-e2e/tests/hosts).
 # mpich, libmpich-dev: MPICH and mpicc.mpich, MPI programs built by the test and run
 #   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/mpich.rs), and
 #   read by the agent's --mpi auto (crates/gang-agent/src/mpi_program.rs).
