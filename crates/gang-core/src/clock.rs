@@ -47,6 +47,10 @@ pub struct ClockEstimator {
 /// before it contradicts it: what the two clocks may drift apart over a window (16
 /// probes a second apart at 100 ppm is 1.6 ms).
 pub const STEP_SLACK_NS: i64 = 2_000_000;
+/// How fast two clocks are taken to drift apart at most, in ns per ms (parts per million):
+/// a probe's error bound grows by this much for every ms it ages.
+pub const DRIFT_PPM: i64 = 100;
+
 /// Consecutive contradicting probes that make a step: one could be a fluke.
 pub const STEP_PROBES: usize = 2;
 
@@ -127,11 +131,17 @@ impl ClockEstimator {
     }
 
     /// From the minimum-delay probe of the window.
+    ///
+    /// A probe's bound grows with its age at the rate two clocks may drift apart
+    /// ([`DRIFT_PPM`], as NTP's dispersion does): a tight probe from the start of the
+    /// window is not preferred to a nearly as tight fresh one on clocks that drift.
     pub fn estimate(&self) -> Option<Estimate> {
-        let best = self.probes.iter().min_by_key(|p| p.delay())?;
+        let newest = self.probes.back()?.t4;
+        let bound = |p: &Probe| p.error() + (newest - p.t4).max(0) / 1_000_000 * DRIFT_PPM;
+        let best = self.probes.iter().min_by_key(|p| bound(p))?;
         Some(Estimate {
             offset_ns: best.offset(),
-            error_ns: best.error(),
+            error_ns: bound(best),
         })
     }
 }
@@ -190,6 +200,27 @@ mod tests {
                 Added::Kept
             );
         }
+    }
+
+    #[test]
+    fn on_drifting_clocks_a_fresh_probe_beats_an_old_slightly_tighter_one() {
+        let mut e = ClockEstimator::new(16);
+        // 200 us round trip at t = 1 s, offset 0; then 300 us round trips a second apart
+        // while the clocks drift apart by 100 us a second.
+        e.add(probe(1_000_000_000, 0, 100_000, 100_000, 10_000));
+        for i in 2..=10 {
+            e.add(probe(
+                i * 1_000_000_000,
+                (i - 1) * 100_000,
+                150_000,
+                150_000,
+                10_000,
+            ));
+        }
+        let est = e.estimate().unwrap();
+        assert_eq!(est.offset_ns, 900_000, "{est:?}");
+        // Its bound: half the round trip, aged by nothing.
+        assert_eq!(est.error_ns, 150_000);
     }
 
     #[test]

@@ -165,3 +165,47 @@ fn a_host_whose_clock_jumps_is_followed_within_a_few_probes_and_says_so() {
     wait_state(&c, next, "completed", LIMIT);
     c.shutdown().unwrap();
 }
+
+#[test]
+fn a_host_whose_clock_drifts_is_followed_as_it_drifts() {
+    let c = hosts_with(2, 1, 2, skewed(&[0, 0, 0]));
+    wait_estimates(&c, &[0, 0, 0]);
+    // 100 ppm: a tenth of a millisecond a second, what the estimator allows for (a bad
+    // crystal drifts 50). Faster drift is followed as a series of steps.
+    let t = Instant::now();
+    c.set_clock(
+        1,
+        ClockSkew {
+            offset_ns: 0,
+            drift_ppm: 100.0,
+        },
+    )
+    .unwrap();
+    // Outside its own error bound by this much at most (ns), and the worst miss.
+    let mut beyond = i64::MIN;
+    let mut worst = 0;
+    while t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(500));
+        let v = gangctl_json(&c, &["nodes"]).unwrap();
+        let node = &v["nodes"][0];
+        let (est, err) = (
+            node["clock_offset_ns"].as_i64().unwrap(),
+            node["clock_error_ns"].as_i64().unwrap(),
+        );
+        let truth = -(t.elapsed().as_nanos() as i64) / 10_000;
+        worst = worst.max((est - truth).abs());
+        beyond = beyond.max((est - truth).abs() - err);
+    }
+    eprintln!(
+        "100 ppm drift over 20 s followed within {} us (at most {} us past the agent's own bound)",
+        worst / 1000,
+        beyond / 1000
+    );
+    // The truth stays within the agent's bound, give or take what it drifts between a
+    // heartbeat and this read (500 ms: 50 us).
+    assert!(beyond < MS / 2, "{beyond} ns past the agent's error bound");
+    // Drift is no step.
+    let log = c.journal(1, "gang-agent.service");
+    assert!(!log.contains("a clock was stepped"), "{log}");
+    c.shutdown().unwrap();
+}
