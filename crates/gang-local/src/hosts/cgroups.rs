@@ -44,7 +44,11 @@ pub struct HostCgroups {
 impl HostCgroups {
     /// Make the subtrees of host `index` of this harness.
     pub fn create(index: u32) -> std::io::Result<HostCgroups> {
-        let name = format!("{PREFIX}{}-{index}", std::process::id());
+        // Unique in this process too: two harnesses of one process (parallel tests)
+        // must not share a host's cgroup, whose teardown waits for it to empty.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{PREFIX}{}-{n}-{index}", std::process::id());
         let mut dirs = Vec::new();
         for h in hierarchies() {
             let dir = h.join(&name);
