@@ -159,6 +159,14 @@ pub fn build_with(mpicc: &str, name: &str, source: &str) -> PathBuf {
         .tempdir()
         .expect("temp dir")
         .keep();
+    let exe = compile(mpicc, &dir, name, source);
+    built.insert(key, exe.clone());
+    exe
+}
+
+/// Build `source` as `dir/name` with the compiler wrapper `mpicc`, every time (`dir` is
+/// the caller's: one the ranks' hosts see, for emulated hosts).
+pub fn compile(mpicc: &str, dir: &std::path::Path, name: &str, source: &str) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
     let exe = dir.join(name);
@@ -177,7 +185,6 @@ pub fn build_with(mpicc: &str, name: &str, source: &str) -> PathBuf {
         "{mpicc} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    built.insert(key, exe.clone());
     exe
 }
 
