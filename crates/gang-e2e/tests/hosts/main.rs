@@ -7,6 +7,7 @@ use std::time::Duration;
 use gang_local::hosts::{EmulatedHosts, HostsOptions};
 
 mod basics;
+mod faults;
 mod systemd;
 
 /// Boot `hosts` hosts for a `w`x`h` mesh, the binaries of this build installed.

@@ -53,7 +53,10 @@ impl HostCgroups {
             match std::fs::create_dir(&dir) {
                 // A v1 cpuset starts with no CPUs and no memory nodes, and takes no
                 // process until given some: its parent's.
-                Ok(()) => inherit_cpuset(&h, &dir),
+                Ok(()) => {
+                    inherit_cpuset(&h, &dir);
+                    allow_realtime(&dir);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => {
                     let made = HostCgroups { dirs };
@@ -119,6 +122,23 @@ fn inherit_cpuset(parent: &Path, dir: &Path) {
     // cannot join its cpuset fails with status 219/CGROUP).
     if dir.join("cpuset.cpus").exists() {
         let _ = std::fs::write(dir.join("cgroup.clone_children"), "1");
+    }
+}
+
+/// Real-time time a host's v1 cpu cgroup may use per period (µs, per CPU).
+const RT_RUNTIME_US: u32 = 20_000;
+
+/// With real-time group scheduling (v1 `cpu.rt_runtime_us`), a new cgroup gets no
+/// real-time time at all: SCHED_FIFO is refused (EPERM) to every process in it, and so
+/// to the agents' switch and session threads, which on a real host run SCHED_FIFO in
+/// the root cgroup (systemd leaves services there in the cpu hierarchy). Give each host
+/// a share: 2% of a CPU, far more than those threads use, and 47 hosts' worth of the
+/// kernel's default 95%. If the machine has none left to give, the host runs without
+/// (its agents log that they run at normal priority).
+fn allow_realtime(dir: &Path) {
+    let f = dir.join("cpu.rt_runtime_us");
+    if f.exists() {
+        let _ = std::fs::write(f, RT_RUNTIME_US.to_string());
     }
 }
 
