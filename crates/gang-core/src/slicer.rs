@@ -18,6 +18,8 @@ use crate::table::SliceTable;
 pub struct Slicer {
     quantum_ns: i64,
     lead_ns: i64,
+    /// What the network adds to `lead_ns` (see [`Slicer::set_network_lead`]).
+    network_lead_ns: i64,
     /// Fixed by the first table (or kept from the last master run).
     grid: Option<SlotGrid>,
     version: u64,
@@ -42,6 +44,7 @@ impl Slicer {
         Slicer {
             quantum_ns,
             lead_ns: lead_ns.max(0),
+            network_lead_ns: 0,
             grid: epoch_ns.map(|e| SlotGrid::new(e, quantum_ns)),
             version,
             tables: VecDeque::new(),
@@ -67,6 +70,18 @@ impl Slicer {
     /// The slot grid, once a table was made.
     pub fn grid(&self) -> Option<SlotGrid> {
         self.grid
+    }
+
+    /// The time a table now takes to reach the farthest agent (the longest round trip
+    /// the agents see): added to the configured lead for the tables made from now on, so
+    /// that an agent behind a slow link still has each before it takes effect.
+    pub fn set_network_lead(&mut self, ns: i64) {
+        self.network_lead_ns = ns.max(0);
+    }
+
+    /// The lead the next table gets: the configured one plus the network's.
+    pub fn lead_ns(&self) -> i64 {
+        self.lead_ns.saturating_add(self.network_lead_ns)
     }
 
     /// The last version published.
@@ -100,7 +115,7 @@ impl Slicer {
         parked: &BTreeSet<JobId>,
         now_ns: i64,
     ) -> Option<(i64, &SliceTable)> {
-        let (lead, quantum) = (self.lead_ns, self.quantum_ns);
+        let (lead, quantum) = (self.lead_ns(), self.quantum_ns);
         let grid = *self
             .grid
             .get_or_insert_with(|| SlotGrid::starting_at_or_after(now_ns + lead, quantum));
@@ -122,8 +137,8 @@ impl Slicer {
             self.seqs.pop_front();
         }
         self.seqs.push_back((version, self.published));
-        let at = now_ns + self.lead_ns;
-        let effective = grid.effective_from(now_ns, self.lead_ns);
+        let at = now_ns + lead;
+        let effective = grid.effective_from(now_ns, lead);
         match self.tables.back() {
             Some((e, _)) if *e >= at => {
                 let e = *e;
@@ -232,6 +247,23 @@ mod tests {
         sl.prune(7 * Q);
         assert_eq!(sl.tables.len(), 1);
         assert_eq!(sl.in_force(7 * Q).unwrap().1.version, 20_001);
+    }
+
+    #[test]
+    fn a_slow_network_pushes_new_tables_further_ahead() {
+        let mut s = sched();
+        let mut sl = Slicer::new(Q, 2 * Q, 0, Some(0));
+        s.submit(0.0, spec(1)).unwrap();
+        // A round trip of 5 quanta to the farthest agent: 2 + 5 quanta ahead.
+        sl.set_network_lead(5 * Q);
+        assert_eq!(sl.lead_ns(), 7 * Q);
+        let (e, _) = sl.update(s.matrix(), &BTreeSet::new(), Q + 1).unwrap();
+        assert_eq!(e, 9 * Q);
+        // Back to a fast network: the configured lead alone (a bogus negative is none).
+        sl.set_network_lead(-1);
+        s.submit(0.0, spec(2)).unwrap();
+        let (e, _) = sl.update(s.matrix(), &BTreeSet::new(), 20 * Q + 1).unwrap();
+        assert_eq!(e, 23 * Q);
     }
 
     #[test]

@@ -171,7 +171,7 @@ pub struct MasterConfig {
     /// What the agents serve MPI libraries of jobs that do not choose (`prun --mpi`).
     pub mpi: crate::job::Mpi,
     /// How far ahead of its first slot a new slice table is published, so that every
-    /// agent has it in time.
+    /// agent has it in time (the agents' round trips are added: `state/tables.rs`).
     pub table_lead_ms: u32,
     /// Local clients' Unix socket (mode 0666: anyone may connect, and is identified by
     /// the socket's peer credentials).

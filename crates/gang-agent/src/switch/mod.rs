@@ -181,7 +181,7 @@ impl Switcher {
     /// A table from the master. Returns the version now held, or why it is refused.
     pub fn set_table(&self, t: NodeTable) -> Result<u64, String> {
         let table = Table::from_proto(t)?;
-        let (version, rows) = (table.version, table.rows.clone());
+        let (version, rows, effective_ns) = (table.version, table.rows.clone(), table.effective_ns);
         let mut inputs = self.lock();
         let now = self.shared.clock.master_now_ns();
         match inputs.tables.offer(table, now) {
@@ -189,7 +189,7 @@ impl Switcher {
                 if late {
                     warn!(
                         version,
-                        late_by_ns = now - from_ns,
+                        late_by_ns = now - effective_ns,
                         "slice table arrived after its effective time: applying it at the next boundary"
                     );
                 }

@@ -8,6 +8,7 @@ use gang_local::hosts::{EmulatedHosts, HostsOptions, ImageOptions};
 
 mod basics;
 mod clocks;
+mod faults;
 mod mpi;
 mod ranks;
 mod systemd;

@@ -137,6 +137,13 @@ fn inherit_cpuset(parent: &Path, dir: &Path) {
     }
 }
 
+/// With real-time group scheduling (v1 `cpu.rt_runtime_us`), a new cgroup gets no
+/// real-time time at all: SCHED_FIFO is refused (EPERM) to every process in it, and so
+/// to the agents' switch and session threads, which on a real host run SCHED_FIFO in
+/// the root cgroup (systemd leaves services there in the cpu hierarchy). Give each host
+/// a share: 2% of a CPU, far more than those threads use, and 47 hosts' worth of the
+/// kernel's default 95%. If the machine has none left to give, the host runs without
+/// (its agents log that they run at normal priority).
 /// Every directory under `dir`, children before their parent.
 fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) {
     if let Ok(entries) = std::fs::read_dir(dir) {

@@ -10,8 +10,9 @@
 //!   (`cgroups.rs`) and the harness's directory: the bridge lives in a network namespace
 //!   of its own (`network.rs`), every host's mounts in its own mount namespace.
 //! - Torn down completely by [`EmulatedHosts::shutdown`], on drop, and if the owner dies
-//!   (the hosts' first processes get SIGTERM from `PR_SET_PDEATHSIG`, their systemd
-//!   SIGKILL from `unshare --kill-child`, and with PID 1 every process of a host goes):
+//!   (the hosts' first processes get SIGKILL from `PR_SET_PDEATHSIG`, set by `setpriv`
+//!   as `unshare --fork` ignores SIGTERM, their systemd SIGKILL from `unshare
+//!   --kill-child`, and with PID 1 every process of a host goes):
 //!   no namespace, mount, cgroup or process is left.
 //! - Host 0 runs the master; hosts 1..=K the agents (`layout.rs`). Clients on this
 //!   machine reach the master through its Unix socket, seen through the master host's
@@ -20,13 +21,15 @@
 mod cgroups;
 mod clock;
 mod image;
+mod impair;
 mod layout;
 mod network;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -35,6 +38,7 @@ use nix::sys::signal::Signal;
 
 pub use clock::{ClockSkew, parse_offset};
 pub use image::{ImageOptions, agent_unit};
+pub use impair::LinkCounts;
 pub use layout::{HostPlan, Layout, LayoutError, MAX_HOSTS};
 
 use crate::POLL;
@@ -112,6 +116,8 @@ pub struct EmulatedHosts {
     interrupt: Option<Arc<AtomicBool>>,
     /// This harness among those of this process (its cgroup subtrees' names).
     serial: u32,
+    /// Links carried in user space (`impair.rs`), by host, where the kernel has no netem.
+    impaired: Mutex<HashMap<usize, impair::Impaired>>,
 }
 
 /// Why this machine cannot run emulated hosts, if it cannot.
@@ -122,7 +128,7 @@ pub fn check_support() -> Result<()> {
              network, and systemd as its PID 1 (run as root, or use a local cluster without --hosts)"
         );
     }
-    for tool in ["unshare", "nsenter", "ip", "tc"] {
+    for tool in ["unshare", "nsenter", "setpriv", "ip", "tc"] {
         if which(tool).is_none() {
             bail!("emulated hosts need `{tool}` (util-linux, iproute2), which is not on PATH");
         }
@@ -243,6 +249,7 @@ impl EmulatedHosts {
                 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
                 NEXT.fetch_add(1, Ordering::SeqCst)
             },
+            impaired: Mutex::new(HashMap::new()),
         };
         let ours = netns_of(std::process::id());
         let pid = me.switch.as_ref().map(|s| s.id()).unwrap_or(0);
@@ -297,7 +304,7 @@ impl EmulatedHosts {
         let cgroups = HostCgroups::create(self.serial, plan.index)?;
         let console = std::fs::File::create(dir.join("console.log"))?;
         let script = format!(
-            "{}exec unshare --pid --fork --kill-child=SIGKILL --mount --uts --net --ipc --cgroup -- /bin/sh {}",
+            "{}exec setpriv --pdeathsig KILL unshare --pid --fork --kill-child=SIGKILL --mount --uts --net --ipc --cgroup -- /bin/sh {}",
             cgroups.enter_script(),
             init.display()
         );
@@ -523,12 +530,45 @@ impl EmulatedHosts {
     }
 
     /// `tc netem` parameters on host `i`'s link, both ways (e.g. "delay 50ms loss 1%");
-    /// `None` removes them.
+    /// `None` removes them. Where the kernel has no netem qdisc, delay and loss are
+    /// emulated in this process instead (`impair.rs`), with the same meaning: the delay
+    /// and the loss apply to each direction.
     pub fn set_netem(&self, i: usize, netem: Option<&str>) -> Result<()> {
         let h = &self.hosts[i];
-        network::set_netem(&self.switch_ns, h.plan.index, netem)?;
+        let mut impaired = self.impaired.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(link) = impaired.remove(&i) {
+            match netem {
+                Some(spec) => {
+                    link.set(impair::Impairment::parse(spec)?);
+                    impaired.insert(i, link);
+                }
+                None => link.stop()?,
+            }
+            return Ok(());
+        }
+        match network::set_netem(&self.switch_ns, h.plan.index, netem) {
+            Err(e) if netem.is_some() && e.to_string().contains("qdisc kind is unknown") => {
+                let imp = impair::Impairment::parse(netem.unwrap_or_default())
+                    .context("this kernel has no netem qdisc")?;
+                let link = impair::Impaired::start(&self.switch_ns, h.plan.index, imp)
+                    .context("this kernel has no netem qdisc, and its emulation failed")?;
+                impaired.insert(i, link);
+                return Ok(());
+            }
+            r => r?,
+        }
         let ns: PathBuf = format!("/proc/{}/ns/net", h.outer.id()).into();
         network::set_netem_dev(&ns, "eth0", netem)
+    }
+
+    /// Frames host `i`'s link carried and dropped, where this process emulates its delay
+    /// and loss (a kernel without netem); `None` where tc netem does it, or nothing.
+    pub fn link_counts(&self, i: usize) -> Option<LinkCounts> {
+        self.impaired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&i)
+            .map(|l| l.counts())
     }
 
     /// Every process of every host (none after shutdown).
@@ -544,6 +584,11 @@ impl EmulatedHosts {
 
     fn teardown(&mut self) -> Result<()> {
         let mut errors = Vec::new();
+        // The links carried here stop; their ports go with the switch.
+        self.impaired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         // Agents first, then the master: their last reports reach it.
         for h in self.hosts.iter().rev() {
             // SIGRTMIN+4: systemd's poweroff, which in a container ends PID 1 (nix's

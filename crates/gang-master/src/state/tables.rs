@@ -13,6 +13,10 @@ use crate::job::Job;
 use crate::state::effects::{Effect, Effects, Metric, NodeTable, Save};
 use crate::state::{MasterState, Now};
 
+/// The most a slow network adds to the table lead: past it, a link is too slow to
+/// co-schedule over, and a longer lead would only delay every job's start.
+const MAX_NETWORK_LEAD_NS: i64 = 1_000_000_000;
+
 /// How often accumulated run times are written (a crash loses at most this much of them).
 const RUN_SAVE_EVERY_NS: i64 = 5_000_000_000;
 
@@ -86,6 +90,7 @@ impl MasterState {
     pub(super) fn publish_table(&mut self, fx: &mut Effects, now: Now) {
         // A new table takes effect after `now`, so run times accounted so far stay right.
         let parked = self.parked_jobs();
+        self.slicer.set_network_lead(self.network_lead_ns());
         let Some((effective, table)) =
             self.slicer
                 .update(self.sched.matrix(), &parked, now.wall_ns)
@@ -106,6 +111,26 @@ impl MasterState {
                 self.send_table(fx, now, i);
             }
         }
+    }
+
+    /// How long a table sent now may take to reach the farthest agent that is up: two of
+    /// the longest round trips its clock probes see (each twice the error bound an agent
+    /// reports). One way may take a whole round trip; and the master's connection to an
+    /// agent is idle between tables and launches, so TCP starts it again with a small
+    /// window, and a table behind the launches of a job starting (their environments)
+    /// waits one more round trip. On a LAN a fraction of a millisecond, which the
+    /// configured lead covers; behind a slow link (50 ms each way: 208 ms) it is what
+    /// keeps a new table from arriving after it took effect, which leaves that agent a slot
+    /// behind the others. A frame lost on the way costs a retransmission (200 ms and
+    /// more) that no lead covers. An agent that trusts its host clock reports no round
+    /// trip: the configured lead is all it gets. The agents' word, so bounded.
+    fn network_lead_ns(&self) -> i64 {
+        self.nodes
+            .iter()
+            .filter(|n| n.up && !n.clock.from_host)
+            .map(|n| n.clock.error_ns.clamp(0, MAX_NETWORK_LEAD_NS / 4) * 4)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Node `i`'s view of the newest table.

@@ -306,6 +306,8 @@ pub struct World {
     pub held: BTreeMap<Coord, u64>,
     /// What each agent's messaging-library ranks report in its heartbeats.
     pub activity: BTreeMap<Coord, Vec<(JobId, Activity)>>,
+    /// Each agent's clock estimate in its heartbeats (default: offset and error 0).
+    pub clocks: BTreeMap<Coord, ClockReport>,
 }
 
 impl World {
@@ -335,6 +337,7 @@ impl World {
             running: BTreeMap::new(),
             held: BTreeMap::new(),
             activity: BTreeMap::new(),
+            clocks: BTreeMap::new(),
         };
         w.batch(|st, fx, now| reactor::on_recover(st, fx, now, records, &drained))
             .expect("recovers");
@@ -433,7 +436,7 @@ impl World {
                     .flatten()
                     .copied()
                     .collect(),
-                clock: ClockReport::default(),
+                clock: self.clocks.get(&node).copied().unwrap_or_default(),
                 table_version: self.held.get(&node).copied().unwrap_or(0),
                 activity: self.activity.get(&node).cloned().unwrap_or_default(),
             };

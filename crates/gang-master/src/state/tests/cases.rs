@@ -613,3 +613,63 @@ fn slices_have_ids_that_climb_and_places_that_do_not() {
     let t = m.table.expect("a table in force");
     assert!(t.seq >= 1 && t.seq < 10, "a short count: {t:?}");
 }
+
+/// A new slice table takes effect the configured lead ahead plus two of the longest round
+/// trips the agents' clock probes see (twice the error bound each reports), so that an
+/// agent behind a slow link has it in time; the lead shrinks back when the link is fast.
+#[test]
+fn tables_take_effect_further_ahead_while_an_agent_is_behind_a_slow_link() {
+    use crate::state::events::ClockReport;
+    use crate::state::testkit::{LEAD_MS, QUANTUM_MS, new_job};
+    let mut w = World::new(config(2, 1, 4));
+    w.register_all();
+    let ms = 1_000_000;
+    let lead_of_next_table = |w: &mut World| {
+        let job = new_job("1x1", 1000, 0);
+        w.step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, job))
+            .unwrap();
+        let tables = w.fx.take_tables();
+        let (_, t) = tables.last().expect("a new table");
+        t.effective_ns - w.now.wall_ns
+    };
+    let fast = lead_of_next_table(&mut w);
+    assert!(fast >= i64::from(LEAD_MS) * ms, "{fast}");
+    assert!(fast < i64::from(LEAD_MS + QUANTUM_MS) * ms, "{fast}");
+    // A 100 ms round trip to (1,0): error bound 50 ms.
+    w.clocks.insert(
+        (1, 0),
+        ClockReport {
+            offset_ns: 0,
+            error_ns: 50 * ms,
+            from_host: false,
+        },
+    );
+    w.heartbeats();
+    let slow = lead_of_next_table(&mut w);
+    assert!(slow >= i64::from(LEAD_MS) * ms + 200 * ms, "{slow}");
+    assert!(
+        slow < i64::from(LEAD_MS + QUANTUM_MS) * ms + 200 * ms,
+        "{slow}"
+    );
+    // An agent's bogus error is bounded: a table is never more than a second later.
+    w.clocks.insert(
+        (1, 0),
+        ClockReport {
+            offset_ns: 0,
+            error_ns: i64::MAX,
+            from_host: false,
+        },
+    );
+    w.heartbeats();
+    let bogus = lead_of_next_table(&mut w);
+    assert!(
+        bogus < i64::from(LEAD_MS + QUANTUM_MS) * ms + 1000 * ms,
+        "{bogus}"
+    );
+    // Fast again (once the pending table took effect: until then a new one would replace
+    // it at its instant, agents holding at most one table ahead).
+    w.clocks.clear();
+    w.tick_after_ms(1500);
+    let fast = lead_of_next_table(&mut w);
+    assert!(fast < i64::from(LEAD_MS + QUANTUM_MS) * ms, "{fast}");
+}
