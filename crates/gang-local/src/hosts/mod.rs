@@ -660,6 +660,12 @@ impl EmulatedHosts {
         Ok(())
     }
 
+    /// The names of this harness's cgroup subtrees begin with this (`gang-host-PID-H-`),
+    /// in every hierarchy under /sys/fs/cgroup.
+    pub fn cgroup_prefix(&self) -> String {
+        format!("gang-host-{}-{}-", std::process::id(), self.serial)
+    }
+
     /// Where host `i`'s files and console log are on this machine.
     pub fn host_dir(&self, i: usize) -> &Path {
         &self.hosts[i].dir
