@@ -86,19 +86,7 @@ pub fn prun_env(c: &EmulatedHosts, args: &[&str], env: &[(&str, &str)]) -> std::
 
 /// `gangctl --output json ARGS` against the hosts' master, parsed.
 pub fn gangctl_json(c: &EmulatedHosts, args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(gang_e2e::bin_dir().join("gangctl"))
-        .args(["--output", "json"])
-        .args(args)
-        .env("GANG_MASTER", c.master_addr())
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("gangctl runs");
-    assert!(
-        out.status.success(),
-        "gangctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("gangctl printed JSON")
+    gang_e2e::gangctl_json(c, args).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// A fresh directory every host sees at the same path: under the build's target
