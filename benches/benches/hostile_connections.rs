@@ -4,8 +4,9 @@
 //! on its Unix socket as an unprivileged uid, half on its TLS port from loopback, none of
 //! which ever speaks; the attacker reconnects each one the master closes (a refusal at
 //! the limit, the handshake deadline), so 20,000 stay held on its side throughout. Root's
-//! `gangctl jobs` is timed `HOSTILE_CALLS` times (200 by default) before the attack and
-//! during it: median and p99 side by side.
+//! `gangctl jobs`, and that of an ordinary user who is not the attacker (`nobody`), are
+//! timed `HOSTILE_CALLS` times each (200 by default) before the attack and during it:
+//! median and p99 side by side.
 //!
 //! The master runs with the open-file limit it inherits (20,000 here, as in the review).
 //! One process cannot hold 20,000 connections under that same limit (and root here may
@@ -30,6 +31,8 @@ use gang_benches::{env_or, median_p99, prebuilt_release_bins};
 use gang_local::{LocalCluster, LocalClusterOptions};
 
 const ATTACKER: u32 = 54_321;
+/// `nobody`: an ordinary user who is neither root nor the attacker.
+const BYSTANDER: u32 = 65_534;
 
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
@@ -127,7 +130,10 @@ fn spawn_attacker(
     child
 }
 
-fn time_calls(bins: &Path, c: &LocalCluster, calls: usize) -> (f64, f64, usize) {
+/// `calls` timed `gangctl jobs --all`, as `uid` (root, or an ordinary user who is not the
+/// attacker: the one the review asked about, served from the common pool).
+fn time_calls(bins: &Path, c: &LocalCluster, calls: usize, uid: u32) -> (f64, f64, usize) {
+    use std::os::unix::process::CommandExt;
     let mut ms = vec![];
     let mut failed = 0;
     for _ in 0..calls {
@@ -135,6 +141,7 @@ fn time_calls(bins: &Path, c: &LocalCluster, calls: usize) -> (f64, f64, usize) 
         let out = Command::new(bins.join("gangctl"))
             .args(["jobs", "--all"])
             .env("GANG_MASTER", c.master_addr())
+            .uid(uid)
             .output()
             .expect("gangctl runs");
         if !out.status.success() {
@@ -171,7 +178,9 @@ fn main() {
         .find(|l| l.starts_with("Max open files"))
         .and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
         .unwrap_or_default();
-    let (base_median, base_p99, base_failed) = time_calls(&bins, &c, calls);
+    let (base_median, base_p99, base_failed) = time_calls(&bins, &c, calls, 0);
+    let (base_user_median, base_user_p99, base_user_failed) =
+        time_calls(&bins, &c, calls, BYSTANDER);
     let fds_before = open_fds(pid);
 
     let socket = c.master_addr().trim_start_matches("unix:").to_string();
@@ -191,7 +200,8 @@ fn main() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (att_median, att_p99, att_failed) = time_calls(&bins, &c, calls);
+    let (att_median, att_p99, att_failed) = time_calls(&bins, &c, calls, 0);
+    let (att_user_median, att_user_p99, att_user_failed) = time_calls(&bins, &c, calls, BYSTANDER);
     let fds_during = open_fds(pid);
     let rss_during = rss_kb(pid, "VmRSS:");
     let held = held_unix.load(Ordering::Relaxed) + held_tcp.load(Ordering::Relaxed);
@@ -209,6 +219,10 @@ fn main() {
         "gangctl_jobs_calls": calls,
         "no_attack_ms": {"median": base_median, "p99": base_p99, "failed": base_failed},
         "under_attack_ms": {"median": att_median, "p99": att_p99, "failed": att_failed},
+        "other_user_no_attack_ms":
+            {"median": base_user_median, "p99": base_user_p99, "failed": base_user_failed},
+        "other_user_under_attack_ms":
+            {"median": att_user_median, "p99": att_user_p99, "failed": att_user_failed},
         "master_fds": {"before": fds_before, "during": fds_during},
         "master_rss_kb_during": rss_during,
         "attacker_reconnects": reconnects,
