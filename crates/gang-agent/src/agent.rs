@@ -112,6 +112,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         LaunchPolicy {
             allow_root: cfg.allow_root,
             env_allow: cfg.env_allow.clone(),
+            emulate: cfg.emulate,
         },
         Arc::clone(&switch),
         Arc::clone(&clock),

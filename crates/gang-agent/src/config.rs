@@ -66,6 +66,16 @@ pub struct Flags {
     /// Let ranks run as root (uid 0) [default: refused].
     #[arg(long, action = ArgAction::SetTrue)]
     pub allow_root: bool,
+    /// A test tool for fleets larger than the machine: play ranks instead of running them
+    /// (no process is started; see the agent README, "Emulated nodes"). The clock is then
+    /// the host's and no thread runs at real-time priority.
+    #[arg(long, action = ArgAction::SetTrue)]
+    pub emulate: bool,
+    /// With --emulate: run the WxH block of nodes starting at (--x, --y) in this one
+    /// process; --tls-cert and --tls-key then name each node's files with {x} and {y}
+    /// (at most 4096 nodes a process).
+    #[arg(long, value_name = "WxH", requires = "emulate", value_parser = parse_block)]
+    pub emulate_nodes: Option<(u32, u32)>,
     /// Pass on this variable, which the environment policy drops (repeatable, or
     /// comma-separated).
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
@@ -173,6 +183,8 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Whether ranks may run as root.
     pub allow_root: bool,
+    /// Ranks are played, not run (`launch/emulated.rs`).
+    pub emulate: bool,
     /// Variables the environment policy drops that this node passes on all the same.
     pub env_allow: BTreeSet<String>,
     pub kill_grace: Duration,
@@ -204,6 +216,7 @@ impl AgentConfig {
             ready_file: None,
             tls,
             allow_root: false,
+            emulate: false,
             env_allow: BTreeSet::new(),
             kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
             log_format: LogFormat::Human,
@@ -244,6 +257,31 @@ impl FileConfig {
             message: e.to_string().trim_end().to_owned(),
         })
     }
+}
+
+/// The most emulated nodes one process runs: each holds a few descriptors and two
+/// threads, and a process has 20,000 descriptors on a usual host.
+pub const MAX_EMULATED_PER_PROCESS: u32 = 4096;
+
+/// `WxH` of `--emulate-nodes`: both at least 1, at most [`MAX_EMULATED_PER_PROCESS`] nodes.
+fn parse_block(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("{s:?}: expected WxH, e.g. 32x32"))?;
+    let n = |v: &str| {
+        v.parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{s:?}: {v:?} is not a positive number"))
+    };
+    let (w, h) = (n(w)?, n(h)?);
+    if u64::from(w) * u64::from(h) > u64::from(MAX_EMULATED_PER_PROCESS) {
+        return Err(format!(
+            "{w}x{h} is {} nodes: at most {MAX_EMULATED_PER_PROCESS} emulated nodes a process",
+            u64::from(w) * u64::from(h)
+        ));
+    }
+    Ok((w, h))
 }
 
 impl Flags {
@@ -320,6 +358,7 @@ impl Flags {
             ready_file: self.ready_file.or(file.ready_file),
             tls,
             allow_root: self.allow_root || file.allow_root.unwrap_or(false),
+            emulate: self.emulate,
             env_allow: env_allow.into_iter().collect(),
             kill_grace: Duration::from_millis(u64::from(grace)),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),

@@ -31,6 +31,7 @@ pub mod config;
 pub mod env_policy;
 pub mod error;
 pub mod fence;
+pub mod fleet;
 pub mod guard;
 pub mod launch;
 pub mod mpi_check;

@@ -17,17 +17,21 @@ fn main() -> ExitCode {
     gang_proto::memory::keep_freed_memory();
     // Bad flags: clap prints the usage and exits 2.
     let flags = Flags::parse();
-    let cfg = match flags.resolve() {
+    let block = flags.emulate_nodes;
+    let cfgs = match flags.resolve() {
+        // Emulated nodes start no process: no guard.
+        Ok(cfg) if cfg.emulate => gang_agent::fleet::node_configs(&cfg, block.unwrap_or((1, 1))),
         Ok(mut cfg) => {
             // Ranks' process groups outlive a killed agent unless its guard kills them.
             cfg.guard_exe = std::env::current_exe().ok();
-            cfg
+            vec![cfg]
         }
         Err(e) => {
             eprintln!("gang-agent: {e}");
             return ExitCode::from(2);
         }
     };
+    let cfg = &cfgs[0];
     init_logging(cfg.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -39,7 +43,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cfg))
+    runtime.block_on(run(cfgs))
 }
 
 fn init_logging(format: LogFormat) {
@@ -55,7 +59,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn run(cfg: AgentConfig) -> ExitCode {
+async fn run(cfgs: Vec<AgentConfig>) -> ExitCode {
     // Install the handlers before any rank exists, so that no SIGTERM can end the agent
     // the default way and leave ranks behind.
     let (mut term, mut int) = match (
@@ -68,28 +72,49 @@ async fn run(cfg: AgentConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (coord, master) = (cfg.coord, cfg.master.clone());
-    let agent = match gang_agent::start(cfg).await {
-        Ok(agent) => agent,
+    let (coord, master, n) = (cfgs[0].coord, cfgs[0].master.clone(), cfgs.len());
+    let ready_file = cfgs[0].ready_file.clone();
+    let emulated = cfgs[0].emulate;
+    let agents = match gang_agent::fleet::start(cfgs).await {
+        Ok(agents) => agents,
         Err(e) => {
             notify::status(&format!("cannot start: {e:#}"));
             error!("{e:#}");
             return ExitCode::FAILURE;
         }
     };
-    let serving = format!("node {coord}: NodeAgent on {}, master {master}", agent.addr);
+    let serving = if n == 1 {
+        format!(
+            "node {coord}: NodeAgent on {}, master {master}",
+            agents[0].addr
+        )
+    } else {
+        format!("{n} emulated nodes from {coord}, master {master}")
+    };
+    if emulated && let Some(path) = &ready_file {
+        // One file for the whole block, once every node is bound.
+        if let Err(e) = gang_agent::agent::write_ready_file(path, agents[0].addr) {
+            error!("cannot write the ready file {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
     notify::ready(&serving);
-    let watchdog = notify::spawn_watchdog(agent.node.ranks.clone(), serving);
+    let watchdog = notify::spawn_watchdog(agents[0].node.ranks.clone(), serving);
     tokio::select! {
         _ = term.recv() => info!("SIGTERM: shutting down"),
         _ = int.recv() => info!("SIGINT: shutting down"),
     }
-    notify::stopping(agent.node.ranks.len());
+    notify::stopping(agents.iter().map(|a| a.node.ranks.len()).sum());
     // systemd stops watching when the unit leaves the running state (STOPPING=1 or its
     // own stop), and TimeoutStopSec= bounds the rest; pinging on would only be noise.
     if let Some(w) = watchdog {
         w.abort();
     }
-    agent.shutdown().await;
+    // Side by side: each waits up to seconds for its master to hear its last reports.
+    let mut stopping = tokio::task::JoinSet::new();
+    for agent in agents {
+        stopping.spawn(agent.shutdown());
+    }
+    while stopping.join_next().await.is_some() {}
     ExitCode::SUCCESS
 }

@@ -75,6 +75,9 @@ impl Node {
     /// task on a runtime worker thread (see `launch::command::command`).
     pub async fn launch_rank(&self, req: RankRequest) -> Result<u32, AgentError> {
         let plan = launch::plan(req, &self.parts.facts)?;
+        if self.parts.facts.policy.emulate {
+            return launch::emulated::start(plan, &self.parts);
+        }
         launch::start(plan, &self.parts).await
     }
 

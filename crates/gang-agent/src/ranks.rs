@@ -4,7 +4,8 @@
 //! bookkeeping (and at most a few non-blocking `kill(2)` calls) and returns.
 //!
 //! A rank's life: `Starting` (reserved by a Launch that is spawning it) -> `Running` (its
-//! process group exists; signals go to it) -> `Exited` (reaped; its exit report is queued)
+//! process group exists; signals go to it; `Simulated` on an emulated node, where a task
+//! plays the rank) -> `Exited` (reaped; its exit report is queued)
 //! -> removed once the master has acknowledged the exit. Keeping `Exited` entries until the
 //! ack makes a re-Launch of the same (job, rank) a duplicate and lets a late Stdin to a
 //! finished rank succeed quietly instead of failing as an unknown job.
@@ -43,6 +44,10 @@ enum Phase {
     Starting { pending_kill: Option<Duration> },
     /// The process group `pgid` (= the rank's pid) is ours to signal.
     Running { pgid: Pid },
+    /// A simulated rank of an emulated node (no process): signals go to its task.
+    Simulated {
+        signals: mpsc::UnboundedSender<Signal>,
+    },
     /// Reaped; waiting for the master to acknowledge the exit report.
     Exited,
 }
@@ -172,6 +177,30 @@ impl Ranks {
         }
     }
 
+    /// A simulated rank's task runs (an emulated node): it is told of signals through
+    /// `signals`, and applies a Signal that arrived while it was being started.
+    pub fn started_simulated(&self, key: RankKey, signals: mpsc::UnboundedSender<Signal>) {
+        let mut inner = self.lock();
+        let closing = inner.closing;
+        let Some(entry) = inner.entries.get_mut(&key) else {
+            return;
+        };
+        let pending = match entry.phase {
+            Phase::Starting { pending_kill } => pending_kill,
+            _ => None,
+        };
+        if closing {
+            let _ = signals.send(Signal::SIGKILL);
+        } else if let Some(grace) = pending {
+            let _ = signals.send(if grace.is_zero() {
+                Signal::SIGKILL
+            } else {
+                Signal::SIGTERM
+            });
+        }
+        entry.phase = Phase::Simulated { signals };
+    }
+
     /// The rank was reaped. From now on its pgid is not ours: never signal it again
     /// (except the supervisor's own sweep of leftover group members, done right after).
     pub fn mark_exited(&self, key: RankKey) {
@@ -231,6 +260,14 @@ impl Ranks {
                     Phase::Starting { pending_kill } => {
                         *pending_kill = Some(pending_kill.map_or(grace, |g| g.min(grace)));
                     }
+                    // A simulated rank ends on SIGTERM, as `sleep` does: no grace needed.
+                    Phase::Simulated { signals } => {
+                        let _ = signals.send(if grace.is_zero() {
+                            Signal::SIGKILL
+                        } else {
+                            Signal::SIGTERM
+                        });
+                    }
                     Phase::Exited => {}
                 }
             }
@@ -286,6 +323,9 @@ impl Ranks {
         for entry in inner.entries.values_mut() {
             match &mut entry.phase {
                 Phase::Running { pgid } => signal_group(*pgid, Signal::SIGKILL),
+                Phase::Simulated { signals } => {
+                    let _ = signals.send(Signal::SIGKILL);
+                }
                 // `started` sees `closing` and kills it as soon as it exists.
                 Phase::Starting { .. } | Phase::Exited => {}
             }

@@ -29,6 +29,20 @@ pub struct StartArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_AGENTS, value_parser = parse_max_agents)]
     pub max_agents: usize,
 
+    /// Emulated nodes, a test tool for fleets larger than this machine: a real master and
+    /// real agent code, N nodes to a process (default 1024), whose ranks are played, not
+    /// run (true, false, sleep S, echo, hostname, sh -c 'sleep S; exit N'). Up to
+    /// 16,384 nodes; see the README, "Emulated fleets".
+    #[arg(
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "1024",
+        conflicts_with = "hosts",
+        value_parser = clap::value_parser!(u32).range(1..=4096)
+    )]
+    pub emulate: Option<u32>,
+
     /// Slices of the Ousterhout matrix (multiprogramming level); default: the master's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub mpl: Option<u32>,
@@ -138,6 +152,13 @@ pub async fn start(args: StartArgs, mut signals: StopSignals) -> Result<i32, Cli
                 bin_dir: args.bin_dir.clone(),
                 interrupt: Some(interrupted.clone()),
                 max_agents: args.max_agents,
+                emulate: args.emulate,
+                // Thousands of nodes register with one master on a small machine.
+                nodes_up_timeout: if args.emulate.is_some() {
+                    Duration::from_secs(600)
+                } else {
+                    LocalClusterOptions::default().nodes_up_timeout
+                },
                 ..Default::default()
             };
             tokio::task::spawn_blocking(move || {

@@ -13,6 +13,30 @@ pub const DEFAULT_MAX_AGENTS: usize = 64;
 /// The most agents any local cluster may run, however high the ceiling is set.
 pub const MAX_AGENTS_BOUND: usize = 1024;
 
+/// The most emulated nodes a local cluster may run (`LocalClusterOptions::emulate`): the
+/// master's fd limit (20,000 here) holds three connections a node.
+pub const MAX_EMULATED_NODES: u64 = 16_384;
+
+/// The most emulated nodes one agent process runs (`gang-agent --emulate-nodes`).
+pub const MAX_EMULATED_PER_PROCESS: u32 = 4096;
+
+/// Whether an emulated `mesh`, `per_process` nodes a process, is within the bounds.
+pub fn check_emulated(mesh: (u32, u32), per_process: u32) -> Result<(), String> {
+    let needed = u64::from(mesh.0) * u64::from(mesh.1);
+    if needed > MAX_EMULATED_NODES {
+        return Err(format!(
+            "a {}x{} mesh is {needed} emulated nodes; a local cluster emulates at most              {MAX_EMULATED_NODES}",
+            mesh.0, mesh.1
+        ));
+    }
+    if per_process == 0 || per_process > MAX_EMULATED_PER_PROCESS {
+        return Err(format!(
+            "{per_process} emulated nodes a process: 1 to {MAX_EMULATED_PER_PROCESS}"
+        ));
+    }
+    Ok(())
+}
+
 /// Why a mesh is refused before anything starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CeilingError {

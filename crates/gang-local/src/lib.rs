@@ -71,7 +71,10 @@ use nix::sys::signal::Signal;
 
 pub use bins::default_bin_dir;
 use bins::find_bin;
-pub use ceiling::{CeilingError, DEFAULT_MAX_AGENTS, MAX_AGENTS_BOUND, check_mesh, cores};
+pub use ceiling::{
+    CeilingError, DEFAULT_MAX_AGENTS, MAX_AGENTS_BOUND, MAX_EMULATED_NODES, check_emulated,
+    check_mesh, cores,
+};
 pub use logs::log_tail;
 use logs::{describe, with_tail};
 pub use options::{Interrupted, LocalClusterOptions};
@@ -127,7 +130,10 @@ impl LocalCluster {
         if mesh.0 == 0 || mesh.1 == 0 {
             bail!("the mesh must be at least 1x1, got {}x{}", mesh.0, mesh.1);
         }
-        check_mesh(mesh, opts.max_agents)?;
+        match opts.emulate {
+            Some(per) => ceiling::check_emulated(mesh, per).map_err(|e| anyhow!(e))?,
+            None => check_mesh(mesh, opts.max_agents)?,
+        }
         let bin_dir = match &opts.bin_dir {
             Some(d) => d.clone(),
             None => default_bin_dir()?,
@@ -193,10 +199,22 @@ impl LocalCluster {
                 .context("cannot make the cluster's certificates")?;
         }
         cluster.start_master()?;
-        for y in 0..mesh.1 {
-            for x in 0..mesh.0 {
-                cluster.check_interrupt()?;
-                cluster.spawn_agent(x, y)?;
+        match cluster.opts.emulate {
+            Some(per) => {
+                // Whole rows a process: its block is (0, y0) to (W-1, y0+rows-1).
+                let rows = (per / mesh.0).max(1);
+                for y0 in (0..mesh.1).step_by(rows as usize) {
+                    cluster.check_interrupt()?;
+                    cluster.spawn_emulated(y0, rows.min(mesh.1 - y0))?;
+                }
+            }
+            None => {
+                for y in 0..mesh.1 {
+                    for x in 0..mesh.0 {
+                        cluster.check_interrupt()?;
+                        cluster.spawn_agent(x, y)?;
+                    }
+                }
             }
         }
         let timeout = cluster.opts.nodes_up_timeout;
@@ -427,11 +445,8 @@ impl LocalCluster {
         }
     }
 
-    fn spawn_agent(&mut self, x: u32, y: u32) -> Result<()> {
-        let log = self.agent_log(x, y);
-        let ready = self.dir.join(format!("agent-{x}-{y}.ready"));
-        let _ = std::fs::remove_file(&ready);
-        let mut cmd = self.command(&self.agent_bin, &log)?;
+    /// The master's agent port, as an agent on this machine reaches it.
+    fn agent_port_on_loopback(&self) -> Result<SocketAddr> {
         let mut agents = self
             .agents_port
             .ok_or_else(|| anyhow!("the master's agent port is not known yet"))?;
@@ -441,6 +456,15 @@ impl LocalCluster {
                 IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
             });
         }
+        Ok(agents)
+    }
+
+    fn spawn_agent(&mut self, x: u32, y: u32) -> Result<()> {
+        let log = self.agent_log(x, y);
+        let ready = self.dir.join(format!("agent-{x}-{y}.ready"));
+        let _ = std::fs::remove_file(&ready);
+        let mut cmd = self.command(&self.agent_bin, &log)?;
+        let agents = self.agent_port_on_loopback()?;
         let tls = self.pki().files(&PeerName::Node { x, y });
         cmd.arg("--master")
             .arg(format!("https://{agents}"))
@@ -472,6 +496,48 @@ impl LocalCluster {
             .spawn(cmd)
             .with_context(|| format!("cannot run {}", self.agent_bin.display()))?;
         self.agents.insert((x, y), child);
+        Ok(())
+    }
+
+    /// Start the emulated nodes of rows `y0..y0+rows` in one agent process (keyed `(0, y0)`
+    /// among the agents: `agent_pid(0, y0)` is that process).
+    fn spawn_emulated(&mut self, y0: u32, rows: u32) -> Result<()> {
+        let log = self.dir.join(format!("agents-emulated-{y0}.log"));
+        let mut cmd = self.command(&self.agent_bin, &log)?;
+        let agents = self.agent_port_on_loopback()?;
+        let pki = self.pki();
+        let tls = pki.files(&PeerName::Node { x: 0, y: 0 });
+        let nodes = tls.cert.parent().map(Path::to_path_buf).unwrap_or_default();
+        cmd.arg("--master")
+            .arg(format!("https://{agents}"))
+            .arg("--tls-ca")
+            .arg(&tls.ca)
+            .arg("--tls-cert")
+            .arg(nodes.join("node-{x}-{y}.pem"))
+            .arg("--tls-key")
+            .arg(nodes.join("node-{x}-{y}-key.pem"))
+            .arg("--emulate")
+            .arg("--emulate-nodes")
+            .arg(format!("{}x{rows}", self.mesh.0))
+            .arg("--x")
+            .arg("0")
+            .arg("--y")
+            .arg(y0.to_string())
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--msg-dir")
+            .arg(&self.msg_dir)
+            .arg("--spool-dir")
+            .arg(self.dir.join("spool"))
+            .args(&self.opts.agent_args);
+        if self.opts.allow_root_jobs {
+            cmd.arg("--allow-root");
+        }
+        let child = self
+            .spawner
+            .spawn(cmd)
+            .with_context(|| format!("cannot run {}", self.agent_bin.display()))?;
+        self.agents.insert((0, y0), child);
         Ok(())
     }
 

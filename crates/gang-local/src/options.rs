@@ -44,6 +44,12 @@ pub struct LocalClusterOptions {
     /// The most agents (nodes) the mesh may have: every node is a process on this
     /// machine. Default [`DEFAULT_MAX_AGENTS`]; at most [`MAX_AGENTS_BOUND`](crate::MAX_AGENTS_BOUND).
     pub max_agents: usize,
+    /// Emulated nodes (`gang-agent --emulate`, a test tool for fleets larger than the
+    /// machine): `Some(n)` runs the mesh's nodes n to a process (rounded to whole rows),
+    /// whose ranks are played, not run; the mesh may then have up to
+    /// [`MAX_EMULATED_NODES`](crate::MAX_EMULATED_NODES) nodes. `None` (default): one
+    /// agent process per node, under [`max_agents`](Self::max_agents).
+    pub emulate: Option<u32>,
     /// Let jobs run as root (the master's `--allow-root-jobs` and the agents'
     /// `--allow-root`). Default: whether this process is root, so a root user's local
     /// cluster runs their jobs; a real cluster refuses them unless configured.
@@ -74,6 +80,7 @@ impl Default for LocalClusterOptions {
             shutdown_grace: Duration::from_secs(5),
             interrupt: None,
             max_agents: DEFAULT_MAX_AGENTS,
+            emulate: None,
             allow_root_jobs: nix::unistd::geteuid().is_root(),
             socket: None,
             agents_listen: None,

@@ -160,6 +160,7 @@ fn nodes() -> Vec<NodeFacts> {
         policy: LaunchPolicy {
             allow_root,
             env_allow: BTreeSet::new(),
+            emulate: false,
         },
         pmix_built,
     };

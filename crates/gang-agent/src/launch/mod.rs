@@ -26,6 +26,7 @@
 
 mod as_user;
 pub mod command;
+pub mod emulated;
 mod failure;
 mod lookup;
 pub mod mpi;

@@ -25,6 +25,9 @@ pub struct LaunchPolicy {
     pub allow_root: bool,
     /// Variables of `env_policy::DROPPED_ENV` to pass on all the same.
     pub env_allow: BTreeSet<String>,
+    /// An emulated node (`--emulate`): ranks are played by tasks (`emulated.rs`), no
+    /// process is started.
+    pub emulate: bool,
 }
 
 /// What the plan needs to know of this node, fixed when the agent starts.

@@ -358,11 +358,17 @@ fn main() {
     let mut signals = None;
     if let Cmd::Start(args) = &cli.command {
         // Before anything is started, or even looked for.
-        if let Err(e) = check_mesh(args.mesh, args.max_agents) {
+        let refused = match args.emulate {
+            Some(per) => gang_local::check_emulated(args.mesh, per).err(),
+            None => check_mesh(args.mesh, args.max_agents)
+                .err()
+                .map(|e| e.message("--max-agents")),
+        };
+        if let Some(message) = refused {
             mode.eprint(&ErrorView {
                 prog: "gangctl",
                 code: "USAGE",
-                message: e.message("--max-agents"),
+                message,
             });
             std::process::exit(2);
         }
