@@ -25,7 +25,7 @@ pub fn check_emulated(mesh: (u32, u32), per_process: u32) -> Result<(), String> 
     let needed = u64::from(mesh.0) * u64::from(mesh.1);
     if needed > MAX_EMULATED_NODES {
         return Err(format!(
-            "a {}x{} mesh is {needed} emulated nodes; a local cluster emulates at most              {MAX_EMULATED_NODES}",
+            "a {}x{} mesh is {needed} emulated nodes; a local cluster emulates at most {MAX_EMULATED_NODES}",
             mesh.0, mesh.1
         ));
     }

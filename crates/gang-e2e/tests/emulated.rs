@@ -1,0 +1,110 @@
+//! Emulated fleets: the real master, real agent code many nodes to a process, ranks played
+//! instead of run (`gang-agent --emulate`). What the emulation must keep of a real
+//! cluster: every node registers and is placed, output and exit codes come back as from
+//! real ranks, a cancel ends the played ranks, and no rank process is ever started.
+
+use std::time::Duration;
+
+use gang_e2e::*;
+use gang_local::{LocalCluster, LocalClusterOptions};
+
+const T: Duration = Duration::from_secs(60);
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every process under `pid` (its children, theirs, ...).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = vec![];
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let path = t.path().join("children");
+            let kids = std::fs::read_to_string(path).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                out.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
+    let opts = LocalClusterOptions {
+        emulate: Some(128),
+        ..options(&["--mpl", "2"])
+    };
+    let c = LocalCluster::start((16, 16), opts).expect("emulated cluster starts");
+    // The master and two agent processes of 128 nodes each.
+    assert_eq!(c.pids().len(), 3, "{:?}", c.pids());
+    let nodes = gangctl_json(&c, &["nodes"]).expect("gangctl nodes");
+    let up = nodes["nodes"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|n| n["state"] == "up")
+        .count();
+    assert_eq!(up, 256, "{nodes}");
+
+    // Every node runs its rank: 256 different names.
+    let out = prun(&c, &["-n", "16x16", "--", "hostname"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names: std::collections::BTreeSet<String> =
+        text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(names.len(), 256, "{names:?}");
+    assert!(names.contains("node-15-15") && names.contains("node-0-0"));
+
+    // An exit code comes back as prun's.
+    let out = prun(&c, &["-n", "4x4", "--", "sh", "-c", "exit 3"], None);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+
+    // What a node cannot play is the launch's error, naming what it can.
+    let out = prun(&c, &["-n", "2x2", "--", "./a.out"], None);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("an emulated node cannot play"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A long job sharing the mesh in time with another; a cancel ends its played ranks
+    // and frees its nodes for the next job.
+    let long = submit(&c, "16x16", &["sleep", "600"]);
+    wait_state(&c, long, "running", T);
+    let beside = submit(&c, "8x8", &["sleep", "1"]);
+    wait_state(&c, beside, "completed", T);
+    let out = gangctl(&c, &["cancel", &long.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_state(&c, long, "cancelled", T);
+    let out = prun(&c, &["-n", "16x16", "--", "true"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // Not one rank process was started: the agents' processes have no children.
+    let agents: Vec<u32> = c.pids().into_iter().skip(1).collect();
+    for a in agents {
+        assert_eq!(descendants(a), Vec::<u32>::new(), "agent process {a}");
+    }
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_fleet_past_the_emulation_bound_is_refused_before_anything_starts() {
+    let opts = LocalClusterOptions {
+        emulate: Some(1024),
+        ..options(&[])
+    };
+    let e = LocalCluster::start((200, 200), opts)
+        .err()
+        .expect("a 200x200 fleet is refused");
+    assert!(
+        e.to_string()
+            .contains("40000 emulated nodes; a local cluster emulates at most 16384"),
+        "{e}"
+    );
+}
