@@ -99,9 +99,9 @@ fn a_fleet_past_the_emulation_bound_is_refused_before_anything_starts() {
         emulate: Some(1024),
         ..options(&[])
     };
-    let e = LocalCluster::start((200, 200), opts)
-        .err()
-        .expect("a 200x200 fleet is refused");
+    let Err(e) = LocalCluster::start((200, 200), opts) else {
+        panic!("a 200x200 fleet is refused");
+    };
     assert!(
         e.to_string()
             .contains("40000 emulated nodes; a local cluster emulates at most 16384"),

@@ -13,8 +13,10 @@ pub const DEFAULT_MAX_AGENTS: usize = 64;
 /// The most agents any local cluster may run, however high the ceiling is set.
 pub const MAX_AGENTS_BOUND: usize = 1024;
 
-/// The most emulated nodes a local cluster may run (`LocalClusterOptions::emulate`): the
-/// master's fd limit (20,000 here) holds three connections a node.
+/// The most emulated nodes a local cluster may run (`LocalClusterOptions::emulate`). Not
+/// a promise that so many fit: the master holds three connections a node today, so its
+/// open-file limit (20,000 on this machine) is the bound in practice (README, "Emulated
+/// fleets").
 pub const MAX_EMULATED_NODES: u64 = 16_384;
 
 /// The most emulated nodes one agent process runs (`gang-agent --emulate-nodes`).
@@ -188,5 +190,15 @@ mod tests {
                 .starts_with("--max-agents 5000 is above 1024, the most a local cluster"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn emulated_fleets_are_bounded_by_nodes_and_per_process() {
+        assert_eq!(check_emulated((100, 100), 1024), Ok(()));
+        let e = check_emulated((129, 128), 1024).unwrap_err();
+        assert!(e.contains("16512 emulated nodes"), "{e}");
+        assert!(check_emulated((4, 4), 0).is_err());
+        let e = check_emulated((4, 4), 5000).unwrap_err();
+        assert!(e.contains("1 to 4096"), "{e}");
     }
 }

@@ -72,12 +72,22 @@ pub enum Save {
     },
 }
 
-/// A batch's effects, in the order the reactor emitted them.
+/// A batch's effects, in the order the reactor emitted them; a job saved twice in one
+/// batch is saved once, as it is last (a launch's thousands of rank exits in one batch
+/// wrote and serialized the whole job record once per rank).
 #[derive(Debug, Default)]
-pub struct Effects(Vec<Effect>);
+pub struct Effects(Vec<Effect>, std::collections::HashMap<u64, usize>);
 
 impl Effects {
     pub fn emit(&mut self, effect: Effect) {
+        if let Effect::Save(Save::Job(job)) = &effect {
+            let id = job.record.id.0;
+            if let Some(&at) = self.1.get(&id) {
+                self.0[at] = effect;
+                return;
+            }
+            self.1.insert(id, self.0.len());
+        }
         self.0.push(effect);
     }
 
@@ -136,4 +146,41 @@ pub enum Metric {
     TableVersion(u64),
     /// A job was found deadlocked.
     Deadlocked,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::testkit::record;
+
+    fn saved(id: u64, state: State) -> Effect {
+        let mut r = record(id);
+        r.state = state;
+        Effect::Save(Save::Job(Box::new(SavedJob {
+            record: r,
+            live: None,
+        })))
+    }
+
+    #[test]
+    fn a_job_saved_twice_in_a_batch_is_saved_once_as_it_is_last() {
+        let mut fx = Effects::default();
+        fx.emit(saved(1, State::Starting));
+        fx.emit(Effect::Save(Save::Drained {
+            node: (0, 0),
+            drained: true,
+        }));
+        fx.emit(saved(2, State::Queued));
+        fx.emit(saved(1, State::Running));
+        fx.emit(saved(1, State::Completed));
+        let jobs: Vec<(u64, State)> = fx
+            .saves()
+            .filter_map(|s| match s {
+                Save::Job(j) => Some((j.record.id.0, j.record.state)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(jobs, vec![(1, State::Completed), (2, State::Queued)]);
+        assert_eq!(fx.saves().count(), 3);
+    }
 }

@@ -1,0 +1,131 @@
+//! A real master and an emulated fleet ("10,000 nodes on one master"): `gang-agent
+//! --emulate` nodes, 1,024 to a process, their ranks played. For each mesh of
+//! `FLEET_MESHES` (default 32x32,64x64): the time until every node is up, the idle cost
+//! (the master's and the agent processes' CPU over `FLEET_IDLE_S` seconds, default 10),
+//! the master's memory and descriptors, and `prun -n WxH true` over the whole mesh
+//! `FLEET_LAUNCHES` times (default 10), median and p99, with the master's CPU per launch.
+//! Needs the release binaries, built beforehand:
+//! `cargo build --release -p gang-master -p gang-agent -p gang-cli`, then
+//! `cargo bench -p gang-benches --bench emulated_fleet`.
+//! `FLEET_MASTER_ARGS`: extra gang-master flags, space-separated (e.g. `--heartbeat-ms 2000
+//! --node-timeout-ms 10000`).
+//! Prints one JSON line `{"bench":"emulated_fleet",...}` per mesh.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gang_benches::{env_or, median_p99, prebuilt_release_bins};
+use gang_local::{LocalCluster, LocalClusterOptions};
+
+/// CPU time of a process (user + system), in seconds.
+fn cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(0.0, |(u, s)| (u + s) as f64 / ticks)
+}
+
+fn status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+fn main() {
+    let meshes: String = env_or("FLEET_MESHES", "32x32,64x64".to_string());
+    let idle_s: u64 = env_or("FLEET_IDLE_S", 10);
+    let launches: usize = env_or("FLEET_LAUNCHES", 10);
+    let per: u32 = env_or("FLEET_PER_PROCESS", 1024);
+    let master_args: Vec<String> = env_or("FLEET_MASTER_ARGS", String::new())
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl", "prun"]);
+    for mesh in meshes.split(',') {
+        let (w, h) = mesh
+            .split_once('x')
+            .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
+            .expect("FLEET_MESHES: WxH,WxH,...");
+        let opts = LocalClusterOptions {
+            bin_dir: Some(bins.clone()),
+            emulate: Some(per),
+            master_args: master_args.clone(),
+            nodes_up_timeout: Duration::from_secs(900),
+            env: vec![("RUST_LOG".into(), "warn".into())],
+            ..LocalClusterOptions::default()
+        };
+        let t = Instant::now();
+        let mut c = match LocalCluster::start((w, h), opts) {
+            Ok(c) => c,
+            Err(e) => {
+                let line = serde_json::json!({"bench": "emulated_fleet", "mesh": mesh,
+                    "error": format!("{e:#}").lines().take(6).collect::<Vec<_>>()});
+                println!("{line}");
+                continue;
+            }
+        };
+        let up_s = t.elapsed().as_secs_f64();
+        let master = c.master_pid().expect("master");
+        let agents: Vec<u32> = c.pids().into_iter().filter(|&p| p != master).collect();
+        let agents_cpu = || agents.iter().map(|&p| cpu_s(p)).sum::<f64>();
+
+        // Idle: nothing runs.
+        std::thread::sleep(Duration::from_secs(2));
+        let (m0, a0, t0) = (cpu_s(master), agents_cpu(), Instant::now());
+        std::thread::sleep(Duration::from_secs(idle_s));
+        let secs = t0.elapsed().as_secs_f64();
+        let idle_master = (cpu_s(master) - m0) / secs;
+        let idle_agents = (agents_cpu() - a0) / secs;
+
+        let mut ms = vec![];
+        let mut failed = 0;
+        let m1 = cpu_s(master);
+        for _ in 0..launches {
+            let t = Instant::now();
+            let out = Command::new(bins.join("prun"))
+                .args(["-n", mesh, "--", "true"])
+                .env("GANG_MASTER", c.master_addr())
+                .output()
+                .expect("prun runs");
+            if !out.status.success() {
+                failed += 1;
+                eprintln!("prun failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let master_cpu_per_launch_ms = (cpu_s(master) - m1) * 1e3 / launches as f64;
+        let (median, p99) = median_p99(&mut ms);
+        let line = serde_json::json!({
+            "bench": "emulated_fleet",
+            "mesh": mesh,
+            "nodes": w * h,
+            "master_args": master_args,
+            "agent_processes": agents.len(),
+            "all_up_s": up_s,
+            "idle_cpu_cores": {"master": idle_master, "agents": idle_agents},
+            "master": {"rss_kb": status_kb(master, "VmRSS:"), "fds": fds(master),
+                       "threads": status_kb(master, "Threads:")},
+            "prun_true_ms": {"median": median, "p99": p99, "runs": launches, "failed": failed},
+            "master_cpu_per_launch_ms": master_cpu_per_launch_ms,
+        });
+        println!("{line}");
+        c.shutdown().expect("shutdown");
+    }
+}
