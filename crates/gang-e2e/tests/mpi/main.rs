@@ -12,3 +12,4 @@ mod openmpi;
 mod pmi2;
 mod pmix_gate;
 mod programs;
+mod slow_fence;
