@@ -5,10 +5,9 @@
 
 use gang_e2e::*;
 
-/// A PMI-1 client in bash (dash takes one-digit descriptors only) on the rank's
-/// `PMI_FD`: init, put, barrier, get rank 1's put.
+/// A PMI-1 client in sh on the rank's `PMI_FD` (9): init, put, barrier, get rank 1's put.
 const CLIENT: &str = r#"
-pmi() { printf '%s\n' "$1" >&"$PMI_FD"; read -r reply <&"$PMI_FD"; }
+pmi() { printf '%s\n' "$1" >&9; read -r reply <&9; }
 pmi 'cmd=init pmi_version=1 pmi_subversion=1'
 pmi 'cmd=get_my_kvsname'; kvs=${reply##*kvsname=}
 [ "$GANG_RANK" = 1 ] && sleep 8
@@ -23,7 +22,7 @@ fn a_barrier_waits_for_a_rank_that_arrives_seconds_after_the_others() {
     let c = cluster(2, 1, &[]);
     let out = prun(
         &c,
-        &["-n", "2x1", "--mpi", "pmi1", "--", "bash", "-c", CLIENT],
+        &["-n", "2x1", "--mpi", "pmi1", "--", "sh", "-c", CLIENT],
         None,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
