@@ -104,25 +104,10 @@ impl Spaces {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
-                // The channel's per-call timeout (5 s, for a hung master) ended a fence
-                // that was only waiting for a slower rank: ask again, at once. The master
-                // takes a rank's second arrival at the same epoch as the first; a barrier
-                // waits as long as its slowest rank, as an MPI library expects.
-                Err(s) if waited_out(&s) => {}
                 Err(s) => return Err(s.message().to_string()),
             }
         }
     }
-}
-
-/// Whether a call ended because the client's own timeout expired (tonic reports it as
-/// CANCELLED, "Timeout expired"). The master never answers a fence so; if it ever did,
-/// the retry gets its definitive answer (a job that ended: FAILED_PRECONDITION).
-fn waited_out(s: &tonic::Status) -> bool {
-    matches!(
-        s.code(),
-        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
-    )
 }
 
 impl crate::pmi::Fencer for Spaces {

@@ -12,4 +12,3 @@ mod openmpi;
 mod pmi2;
 mod pmix_gate;
 mod programs;
-mod slow_fence;
