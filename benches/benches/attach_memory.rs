@@ -15,18 +15,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gang_benches::{env_or, prebuilt_release_bins};
+use gang_benches::{env_or, prebuilt_release_bins, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
-fn status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 fn main() {
     let streams: usize = env_or("ATTACH_STREAMS", 100);

@@ -14,7 +14,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gang_benches::{env_or, median_p99, prebuilt_release_bins};
+use gang_benches::{env_or, median_p99, open_fds, prebuilt_release_bins, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
 
 /// CPU time of a process (user + system), in seconds.
@@ -35,18 +35,7 @@ fn cpu_s(pid: u32) -> f64 {
         .map_or(0.0, |(u, s)| (u + s) as f64 / ticks)
 }
 
-fn status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
 
 fn main() {
     let meshes: String = env_or("FLEET_MESHES", "32x32,64x64".to_string());
@@ -120,7 +109,7 @@ fn main() {
             "agent_processes": agents.len(),
             "all_up_s": up_s,
             "idle_cpu_cores": {"master": idle_master, "agents": idle_agents},
-            "master": {"rss_kb": status_kb(master, "VmRSS:"), "fds": fds(master),
+            "master": {"rss_kb": status_kb(master, "VmRSS:"), "fds": open_fds(master),
                        "threads": status_kb(master, "Threads:")},
             "prun_true_ms": {"median": median, "p99": p99, "runs": launches, "failed": failed},
             "master_cpu_per_launch_ms": master_cpu_per_launch_ms,

@@ -27,25 +27,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use gang_benches::{env_or, median_p99, prebuilt_release_bins};
+use gang_benches::{env_or, median_p99, open_fds, prebuilt_release_bins, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
 
 const ATTACKER: u32 = 54_321;
 /// `nobody`: an ordinary user who is neither root nor the attacker.
 const BYSTANDER: u32 = 65_534;
 
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
 
-fn rss_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// Whether the peer has closed a connection (EOF or an error), without waiting.
 fn gone(s: &mut impl Read) -> bool {
@@ -203,7 +192,7 @@ fn main() {
     let (att_median, att_p99, att_failed) = time_calls(&bins, &c, calls, 0);
     let (att_user_median, att_user_p99, att_user_failed) = time_calls(&bins, &c, calls, BYSTANDER);
     let fds_during = open_fds(pid);
-    let rss_during = rss_kb(pid, "VmRSS:");
+    let rss_during = status_kb(pid, "VmRSS:");
     let held = held_unix.load(Ordering::Relaxed) + held_tcp.load(Ordering::Relaxed);
     let reconnects = re_unix.load(Ordering::Relaxed) + re_tcp.load(Ordering::Relaxed);
     for ch in children.iter_mut() {

@@ -155,3 +155,18 @@ pub fn alloc_cases(n: usize, seed: u64) -> Vec<(Occupancy, Shape)> {
         })
         .collect()
 }
+
+/// A `/proc/PID/status` field in kB (or a count, as `Threads:`); 0 if unreadable.
+pub fn status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many descriptors process `pid` holds open.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}

@@ -151,28 +151,13 @@ impl Ranks {
         pgid: Pid,
         stdin: Option<mpsc::Sender<StdinMsg>>,
     ) {
-        let pending = {
-            let mut inner = self.lock();
-            let closing = inner.closing;
-            let Some(entry) = inner.entries.get_mut(&key) else {
-                return;
-            };
-            let pending = match entry.phase {
-                Phase::Starting { pending_kill } => pending_kill,
-                _ => None,
-            };
-            entry.phase = Phase::Running { pgid };
+        let kill = self.begin(key, Phase::Running { pgid }, |entry| {
             entry.stdin = stdin;
             if let Some(g) = self.guard.get() {
                 g.watch(pgid);
             }
-            if closing {
-                Some(Duration::ZERO)
-            } else {
-                pending
-            }
-        };
-        if let Some(grace) = pending {
+        });
+        if let Some(Some(grace)) = kill {
             self.terminate(vec![(key, pgid)], grace);
         }
     }
@@ -180,25 +165,35 @@ impl Ranks {
     /// A simulated rank's task runs (an emulated node): it is told of signals through
     /// `signals`, and applies a Signal that arrived while it was being started.
     pub fn started_simulated(&self, key: RankKey, signals: mpsc::UnboundedSender<Signal>) {
+        let tell = signals.clone();
+        if let Some(Some(grace)) = self.begin(key, Phase::Simulated { signals }, |_| {}) {
+            let _ = tell.send(simulated_end(grace));
+        }
+    }
+
+    /// A reserved rank has started: it moves to `phase` (and `with` runs, under the same
+    /// lock). Returns None if it is no longer reserved, else the kill it owes now: a
+    /// Signal that arrived while it was starting (the shortest grace), or the shutdown's.
+    fn begin(
+        &self,
+        key: RankKey,
+        phase: Phase,
+        with: impl FnOnce(&mut Entry),
+    ) -> Option<Option<Duration>> {
         let mut inner = self.lock();
         let closing = inner.closing;
-        let Some(entry) = inner.entries.get_mut(&key) else {
-            return;
-        };
+        let entry = inner.entries.get_mut(&key)?;
         let pending = match entry.phase {
             Phase::Starting { pending_kill } => pending_kill,
             _ => None,
         };
-        if closing {
-            let _ = signals.send(Signal::SIGKILL);
-        } else if let Some(grace) = pending {
-            let _ = signals.send(if grace.is_zero() {
-                Signal::SIGKILL
-            } else {
-                Signal::SIGTERM
-            });
-        }
-        entry.phase = Phase::Simulated { signals };
+        entry.phase = phase;
+        with(entry);
+        Some(if closing {
+            Some(Duration::ZERO)
+        } else {
+            pending
+        })
     }
 
     /// The rank was reaped. From now on its pgid is not ours: never signal it again
@@ -260,13 +255,8 @@ impl Ranks {
                     Phase::Starting { pending_kill } => {
                         *pending_kill = Some(pending_kill.map_or(grace, |g| g.min(grace)));
                     }
-                    // A simulated rank ends on SIGTERM, as `sleep` does: no grace needed.
                     Phase::Simulated { signals } => {
-                        let _ = signals.send(if grace.is_zero() {
-                            Signal::SIGKILL
-                        } else {
-                            Signal::SIGTERM
-                        });
+                        let _ = signals.send(simulated_end(grace));
                     }
                     Phase::Exited => {}
                 }
@@ -370,6 +360,16 @@ impl Ranks {
     }
 }
 
+/// How a simulated rank ends when signalled: on SIGTERM, as `sleep` does (no grace is
+/// needed), or SIGKILL when there is none.
+fn simulated_end(grace: Duration) -> Signal {
+    if grace.is_zero() {
+        Signal::SIGKILL
+    } else {
+        Signal::SIGTERM
+    }
+}
+
 fn job_range(job_id: u64) -> std::ops::RangeInclusive<RankKey> {
     RankKey { job_id, rank: 0 }..=RankKey {
         job_id,
@@ -422,5 +422,18 @@ mod tests {
         assert!(!ranks.signal_job(8, Duration::ZERO));
         assert!(matches!(ranks.stdin_target(8), StdinTarget::UnknownJob));
         assert!(matches!(ranks.stdin_target(7), StdinTarget::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_simulated_rank_is_told_of_signals_that_came_while_it_started_and_after() {
+        let ranks = Ranks::new();
+        ranks.reserve(key(3, 0)).unwrap();
+        assert!(ranks.signal_job(3, Duration::from_secs(1)));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        ranks.started_simulated(key(3, 0), tx);
+        assert_eq!(rx.try_recv(), Ok(Signal::SIGTERM));
+        assert!(ranks.is_running(key(3, 0)));
+        ranks.kill_all();
+        assert_eq!(rx.try_recv(), Ok(Signal::SIGKILL));
     }
 }
