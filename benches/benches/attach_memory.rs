@@ -19,7 +19,6 @@ use gang_benches::{env_or, prebuilt_release_bins, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
-
 fn main() {
     let streams: usize = env_or("ATTACH_STREAMS", 100);
     let log_mib: u64 = env_or("ATTACH_LOG_MIB", 1024);

@@ -35,8 +35,6 @@ fn cpu_s(pid: u32) -> f64 {
         .map_or(0.0, |(u, s)| (u + s) as f64 / ticks)
 }
 
-
-
 fn main() {
     let meshes: String = env_or("FLEET_MESHES", "32x32,64x64".to_string());
     let idle_s: u64 = env_or("FLEET_IDLE_S", 10);

@@ -34,8 +34,6 @@ const ATTACKER: u32 = 54_321;
 /// `nobody`: an ordinary user who is neither root nor the attacker.
 const BYSTANDER: u32 = 65_534;
 
-
-
 /// Whether the peer has closed a connection (EOF or an error), without waiting.
 fn gone(s: &mut impl Read) -> bool {
     let mut b = [0u8; 256];
