@@ -321,7 +321,7 @@ fn a_mesh_over_the_ceiling_is_refused_at_once() {
             &["--mesh", "100x100"],
             &[
                 "gangctl: a 100x100 mesh needs 10000 agents, one process per node on this machine (",
-                "; the limit is 64 (--max-agents, at most 1024). A local cluster is for demos and tests: use a smaller mesh.\n",
+                "; the limit is 64 (--max-agents, at most 1024). A local cluster is for demos and tests: use a smaller mesh, or emulated nodes for a fleet test (`gangctl start --emulate`).\n",
             ],
         ),
         (

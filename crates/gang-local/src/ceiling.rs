@@ -111,7 +111,8 @@ impl CeilingError {
                 } else {
                     format!(
                         "{head}; the limit is {max_agents} ({knob}, at most {MAX_AGENTS_BOUND}). \
-                         A local cluster is for demos and tests: use a smaller mesh."
+                         A local cluster is for demos and tests: use a smaller mesh, or emulated \
+                         nodes for a fleet test (`gangctl start --emulate`)."
                     )
                 }
             }
@@ -153,7 +154,8 @@ mod tests {
             format!(
                 "a 100x100 mesh needs 10000 agents, one process per node on this machine \
                  ({cores}); the limit is 64 (--max-agents, at most 1024). A local cluster is \
-                 for demos and tests: use a smaller mesh."
+                 for demos and tests: use a smaller mesh, or emulated nodes for a fleet test \
+                 (`gangctl start --emulate`)."
             )
         );
         // Products beyond u32 do not wrap around into a small number.
