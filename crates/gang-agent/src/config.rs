@@ -259,8 +259,9 @@ impl FileConfig {
     }
 }
 
-/// The most emulated nodes one process runs: each holds a few descriptors and two
-/// threads, and a process has 20,000 descriptors on a usual host.
+/// The most emulated nodes one process runs. Each holds about nine descriptors and two
+/// threads: 4,096 of them need an open-file limit near 40,000 (1,024 a process, as
+/// `gangctl start --emulate` runs them, fit in 20,000).
 pub const MAX_EMULATED_PER_PROCESS: u32 = 4096;
 
 /// `WxH` of `--emulate-nodes`: both at least 1, at most [`MAX_EMULATED_PER_PROCESS`] nodes.
