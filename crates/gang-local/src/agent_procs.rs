@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, anyhow, bail};
 use gang_auth::PeerName;
 
-use crate::LocalCluster;
+use crate::{LocalCluster, tls_args};
 
 impl LocalCluster {
     /// The master's agent port, as an agent on this machine reaches it.
@@ -29,15 +29,8 @@ impl LocalCluster {
         let _ = std::fs::remove_file(&ready);
         let mut cmd = self.command(&self.agent_bin, &log)?;
         let agents = self.agent_port_on_loopback()?;
-        let tls = self.pki().files(&PeerName::Node { x, y });
-        cmd.arg("--master")
-            .arg(format!("https://{agents}"))
-            .arg("--tls-ca")
-            .arg(&tls.ca)
-            .arg("--tls-cert")
-            .arg(&tls.cert)
-            .arg("--tls-key")
-            .arg(&tls.key);
+        cmd.arg("--master").arg(format!("https://{agents}"));
+        tls_args(&mut cmd, &self.pki().files(&PeerName::Node { x, y }));
         if self.opts.allow_root_jobs {
             cmd.arg("--allow-root");
         }
@@ -69,18 +62,14 @@ impl LocalCluster {
         let log = self.dir.join(format!("agents-emulated-{y0}.log"));
         let mut cmd = self.command(&self.agent_bin, &log)?;
         let agents = self.agent_port_on_loopback()?;
-        let pki = self.pki();
-        let tls = pki.files(&PeerName::Node { x: 0, y: 0 });
+        // Each node's files, named by the agent from the {x} and {y} in these paths.
+        let mut tls = self.pki().files(&PeerName::Node { x: 0, y: 0 });
         let nodes = tls.cert.parent().map(Path::to_path_buf).unwrap_or_default();
-        cmd.arg("--master")
-            .arg(format!("https://{agents}"))
-            .arg("--tls-ca")
-            .arg(&tls.ca)
-            .arg("--tls-cert")
-            .arg(nodes.join("node-{x}-{y}.pem"))
-            .arg("--tls-key")
-            .arg(nodes.join("node-{x}-{y}-key.pem"))
-            .arg("--emulate")
+        tls.cert = nodes.join("node-{x}-{y}.pem");
+        tls.key = nodes.join("node-{x}-{y}-key.pem");
+        cmd.arg("--master").arg(format!("https://{agents}"));
+        tls_args(&mut cmd, &tls);
+        cmd.arg("--emulate")
             .arg("--emulate-nodes")
             .arg(format!("{}x{rows}", self.mesh.0))
             .arg("--x")

@@ -70,6 +70,16 @@ use gang_proto::client::{self, Target};
 use gang_proto::v1::{NodeInfo, NodeState};
 use nix::sys::signal::Signal;
 
+/// A daemon's `--tls-ca`, `--tls-cert` and `--tls-key`.
+fn tls_args(cmd: &mut Command, tls: &gang_auth::pki::TlsFiles) {
+    cmd.arg("--tls-ca")
+        .arg(&tls.ca)
+        .arg("--tls-cert")
+        .arg(&tls.cert)
+        .arg("--tls-key")
+        .arg(&tls.key);
+}
+
 pub use bins::default_bin_dir;
 use bins::find_bin;
 pub use ceiling::{
@@ -385,13 +395,8 @@ impl LocalCluster {
                     .unwrap_or_else(|| self.dir.join("master.sock")),
             )
             .arg("--token-key")
-            .arg(self.dir.join("token.key"))
-            .arg("--tls-ca")
-            .arg(&tls.ca)
-            .arg("--tls-cert")
-            .arg(&tls.cert)
-            .arg("--tls-key")
-            .arg(&tls.key);
+            .arg(self.dir.join("token.key"));
+        tls_args(&mut cmd, &tls);
         if self.opts.allow_root_jobs {
             cmd.arg("--allow-root-jobs");
         }
