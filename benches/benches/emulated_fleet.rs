@@ -14,26 +14,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gang_benches::{env_or, median_p99, open_fds, prebuilt_release_bins, status_kb};
+use gang_benches::{env_or, median_p99, open_fds, prebuilt_release_bins, proc_cpu, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
-
-/// CPU time of a process (user + system), in seconds.
-fn cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    f.get(11)
-        .zip(f.get(12))
-        .map_or(0.0, |(u, s)| (u + s) as f64 / ticks)
-}
 
 fn main() {
     let meshes: String = env_or("FLEET_MESHES", "32x32,64x64".to_string());
@@ -71,19 +53,19 @@ fn main() {
         let up_s = t.elapsed().as_secs_f64();
         let master = c.master_pid().expect("master");
         let agents: Vec<u32> = c.pids().into_iter().filter(|&p| p != master).collect();
-        let agents_cpu = || agents.iter().map(|&p| cpu_s(p)).sum::<f64>();
+        let agents_cpu = || agents.iter().map(|&p| proc_cpu(p).0).sum::<f64>();
 
         // Idle: nothing runs.
         std::thread::sleep(Duration::from_secs(2));
-        let (m0, a0, t0) = (cpu_s(master), agents_cpu(), Instant::now());
+        let (m0, a0, t0) = (proc_cpu(master).0, agents_cpu(), Instant::now());
         std::thread::sleep(Duration::from_secs(idle_s));
         let secs = t0.elapsed().as_secs_f64();
-        let idle_master = (cpu_s(master) - m0) / secs;
+        let idle_master = (proc_cpu(master).0 - m0) / secs;
         let idle_agents = (agents_cpu() - a0) / secs;
 
         let mut ms = vec![];
         let mut failed = 0;
-        let m1 = cpu_s(master);
+        let m1 = proc_cpu(master).0;
         for _ in 0..launches {
             let t = Instant::now();
             let out = Command::new(bins.join("prun"))
@@ -97,7 +79,7 @@ fn main() {
             }
             ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        let master_cpu_per_launch_ms = (cpu_s(master) - m1) * 1e3 / launches as f64;
+        let master_cpu_per_launch_ms = (proc_cpu(master).0 - m1) * 1e3 / launches as f64;
         let (median, p99) = median_p99(&mut ms);
         let line = serde_json::json!({
             "bench": "emulated_fleet",

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use gang_benches::{env_or, median_p99, prebuilt_release_bins};
+use gang_benches::{env_or, median_p99, prebuilt_release_bins, proc_cpu};
 use gang_local::{LocalCluster, LocalClusterOptions};
 
 const MIB: u64 = 1 << 20;
@@ -55,24 +55,6 @@ struct Cpu {
 struct Run {
     secs: f64,
     cpu: Cpu,
-}
-
-/// (own, reaped children) CPU seconds of a process, from `/proc/PID/stat`.
-fn proc_cpu(pid: u32) -> (f64, f64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    if f.len() < 15 {
-        return (0.0, 0.0);
-    }
-    // SAFETY: sysconf has no preconditions.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    // utime, stime, cutime, cstime are fields 14-17 (1-based); `rest` starts at field 3.
-    ((f[11] + f[12]) / tick, (f[13] + f[14]) / tick)
 }
 
 /// CPU seconds of this process's reaped children (each timed command is one when reaped).

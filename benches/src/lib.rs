@@ -170,3 +170,21 @@ pub fn status_kb(pid: u32, key: &str) -> u64 {
 pub fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
+
+/// (own, reaped children) CPU seconds of a process, from `/proc/PID/stat`.
+pub fn proc_cpu(pid: u32) -> (f64, f64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    if f.len() < 15 {
+        return (0.0, 0.0);
+    }
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // utime, stime, cutime, cstime are fields 14-17 (1-based); `rest` starts at field 3.
+    ((f[11] + f[12]) / tick, (f[13] + f[14]) / tick)
+}
