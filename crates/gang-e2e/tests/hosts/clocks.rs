@@ -131,11 +131,20 @@ fn jobs_switch_together_on_hosts_whose_clocks_disagree() {
     let systematic = lag.iter().max().unwrap() - lag.iter().min().unwrap();
     assert!(systematic < 2 * MS, "ranks' median lags {lag:?} ns");
     assert!(p99 < 25 * MS, "switch-in spread p99 {p99} ns: {spreads:?}");
-    // The master's own figure, from the agents' reports on their estimates of its clock.
+    // The master's own figure comes from the agents' reports, each on its estimate of the
+    // master clock: it is the real spread plus the difference of two agents' estimate
+    // errors, each within 3 ms or the agent's own bound (what `wait_estimates` holds to).
+    // A loaded 2-core host once put it at 5.6 ms beside a real p99 of 2.6 ms.
+    let worst_error = offsets(&c)
+        .iter()
+        .map(|&(_, _, e)| e.max(3 * MS))
+        .max()
+        .unwrap();
     let reported_p99 = stats["skew"]["p99_ns"].as_i64().unwrap();
     assert!(
-        reported_p99 < 5 * MS,
-        "gangctl stats says skew p99 {reported_p99} ns"
+        reported_p99 < p99.max(5 * MS) + 2 * worst_error,
+        "gangctl stats says skew p99 {reported_p99} ns; seen from outside p99 {p99} ns; \
+         agents' estimate errors up to {worst_error} ns"
     );
     c.shutdown().unwrap();
 }
