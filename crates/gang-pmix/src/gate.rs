@@ -17,13 +17,22 @@
 //!    `native` module, naming a rank registered here to the very uid that owns the socket;
 //! 4. only then is it handed to the library, handshake first, and the two sockets are
 //!    spliced for the connection's life.
+//!
+//! The gate also knows when the library has let go of a connection: its end of the Unix
+//! socket reads end-of-file once the library has seen the client leave and closed it. A
+//! rank is deregistered only after that ([`Clients::cut`], [`Clients::wait_closed`]):
+//! OpenPMIx 4.2's `_deregister_client` closes a still-open client socket without taking
+//! its read event out of the event loop, and the next client given the same descriptor
+//! number is then never read (its `PMIx_Init` waits forever for the job's data; seen as a
+//! second job on a node hanging, or failing in `MPI_Init`, right after a killed one).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::Host;
@@ -40,11 +49,23 @@ const HEADER: usize = 16;
 /// A rank started by a PMIx server (`PMIX_SIMPLE_CLIENT`).
 const SIMPLE_CLIENT: u8 = 0;
 
-/// The ranks registered here, each with its user; and the handshakes in progress.
+/// A connection handed to the library: its id, and the client's socket.
+type Live = (u64, TcpStream);
+
+/// How long the library may take to close its end of a connection the gate cut (it
+/// does so on its next turn of its event loop: milliseconds).
+pub const LIBRARY_CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The ranks registered here, each with its user; the handshakes in progress; and the
+/// connections handed to the library, each with the client's socket (to cut it).
 #[derive(Default)]
 pub struct Clients {
     ranks: Mutex<HashMap<(String, u32), u32>>,
     pending: Mutex<HashMap<u32, usize>>,
+    live: Mutex<HashMap<(String, u32), Vec<Live>>>,
+    /// Signalled whenever a connection in `live` ends.
+    ended: Condvar,
+    next: AtomicU64,
 }
 
 impl Clients {
@@ -83,6 +104,53 @@ impl Clients {
         }
         *n += 1;
         true
+    }
+
+    /// A connection of `nspace`'s `rank` is being handed to the library: its id.
+    fn opened(&self, nspace: &str, rank: u32, tcp: TcpStream) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.live
+            .lock()
+            .unwrap()
+            .entry((nspace.to_string(), rank))
+            .or_default()
+            .push((id, tcp));
+        id
+    }
+
+    /// The library has closed its end of connection `id`.
+    fn closed(&self, nspace: &str, rank: u32, id: u64) {
+        let mut live = self.live.lock().unwrap();
+        let key = (nspace.to_string(), rank);
+        if let Some(conns) = live.get_mut(&key) {
+            conns.retain(|(i, _)| *i != id);
+            if conns.is_empty() {
+                live.remove(&key);
+            }
+        }
+        drop(live);
+        self.ended.notify_all();
+    }
+
+    /// Cut the rank's connections at the client's side (a process that outlived the rank
+    /// with its socket loses it): the library then reads their end and closes them.
+    pub fn cut(&self, nspace: &str, rank: u32) {
+        let live = self.live.lock().unwrap();
+        for (_, tcp) in live.get(&(nspace.to_string(), rank)).into_iter().flatten() {
+            let _ = tcp.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Wait until the library has closed every connection of the rank, at most `limit`:
+    /// whether it has.
+    pub fn wait_closed(&self, nspace: &str, rank: u32, limit: Duration) -> bool {
+        let key = (nspace.to_string(), rank);
+        let live = self.live.lock().unwrap();
+        let (_live, timeout) = self
+            .ended
+            .wait_timeout_while(live, limit, |live| live.contains_key(&key))
+            .unwrap();
+        !timeout.timed_out()
     }
 
     fn end(&self, uid: u32) {
@@ -151,7 +219,9 @@ fn accept_loop(listener: TcpListener, inner: PathBuf, clients: Arc<Clients>, hos
             .spawn(move || {
                 let admitted = admit(&tcp, uid, &clients);
                 clients.end(uid);
-                if let Err(why) = admitted.and_then(|hello| hand_over(tcp, &inner, &hello)) {
+                if let Err(why) = admitted
+                    .and_then(|(claim, hello)| hand_over(tcp, &inner, &hello, &claim, &clients))
+                {
                     conn_host.refused(&format!("a connection from {peer}: {why}"));
                 }
             });
@@ -161,8 +231,9 @@ fn accept_loop(listener: TcpListener, inner: PathBuf, clients: Arc<Clients>, hos
     }
 }
 
-/// Read the handshake within the deadline and check it: the bytes to hand over.
-fn admit(tcp: &TcpStream, uid: u32, clients: &Clients) -> Result<Vec<u8>, String> {
+/// Read the handshake within the deadline and check it: the rank it claims and the bytes
+/// to hand over.
+fn admit(tcp: &TcpStream, uid: u32, clients: &Clients) -> Result<(Claim, Vec<u8>), String> {
     let deadline = Instant::now() + HANDSHAKE_DEADLINE;
     let mut hello = vec![0u8; HEADER];
     read_by(tcp, &mut hello, deadline)?;
@@ -180,7 +251,7 @@ fn admit(tcp: &TcpStream, uid: u32, clients: &Clients) -> Result<Vec<u8>, String
         ));
     }
     match clients.uid_of(&claim.nspace, claim.rank) {
-        Some(owner) if owner == uid => Ok(hello),
+        Some(owner) if owner == uid => Ok((claim, hello)),
         Some(owner) => Err(format!(
             "uid {uid} claimed rank {} of {}, which runs as uid {owner}",
             claim.rank, claim.nspace
@@ -274,9 +345,27 @@ fn take_u32(rest: &mut &[u8]) -> Result<u32, String> {
 }
 
 /// Give the library the connection: the handshake read, then everything either side
-/// sends until one closes (its close passed on to the other).
-fn hand_over(tcp: TcpStream, inner: &PathBuf, hello: &[u8]) -> Result<(), String> {
+/// sends until one closes (its close passed on to the other). The connection counts as
+/// live (`Clients::opened`) until the library has closed its end.
+fn hand_over(
+    tcp: TcpStream,
+    inner: &PathBuf,
+    hello: &[u8],
+    claim: &Claim,
+    clients: &Clients,
+) -> Result<(), String> {
     let mut unix = UnixStream::connect(inner).map_err(|e| format!("{}: {e}", inner.display()))?;
+    let id = clients.opened(
+        &claim.nspace,
+        claim.rank,
+        tcp.try_clone().map_err(|e| e.to_string())?,
+    );
+    let r = splice(tcp, &mut unix, hello);
+    clients.closed(&claim.nspace, claim.rank, id);
+    r
+}
+
+fn splice(tcp: TcpStream, unix: &mut UnixStream, hello: &[u8]) -> Result<(), String> {
     unix.write_all(hello).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(None).map_err(|e| e.to_string())?;
     // PMIx messages are small and answered: without this, Nagle and delayed ACKs add
@@ -294,9 +383,14 @@ fn hand_over(tcp: TcpStream, inner: &PathBuf, hello: &[u8]) -> Result<(), String
         })
         .map_err(|e| e.to_string())?;
     let mut tcp_out = tcp;
-    let _ = io::copy(&mut unix, &mut tcp_out);
-    let _ = tcp_out.shutdown(Shutdown::Write);
+    let _ = io::copy(unix, &mut tcp_out);
+    // The copy also ends when the client is gone before the library noticed: the client's
+    // side is closed both ways (which ends the copy up), and the library's end is read
+    // until it closes it.
+    let _ = tcp_out.shutdown(Shutdown::Both);
     let _ = up.join();
+    let _ = unix.set_read_timeout(Some(LIBRARY_CLOSE_DEADLINE));
+    let _ = io::copy(unix, &mut io::sink());
     Ok(())
 }
 
@@ -389,6 +483,69 @@ mod tests {
         assert!(clients.begin(6));
         clients.end(5);
         assert!(clients.begin(5));
+    }
+
+    /// A connection handed to a stand-in for the library (a Unix listener): the gate, the
+    /// client's end, and the library's end once it has read the handshake.
+    fn spliced(
+        clients: &Arc<Clients>,
+        dir: &std::path::Path,
+    ) -> (std::thread::JoinHandle<()>, TcpStream, UnixStream) {
+        let inner = dir.join("pmix.sock");
+        let library = std::os::unix::net::UnixListener::bind(&inner).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tcp, _) = l.accept().unwrap();
+        let claim = Claim {
+            psec: "native".into(),
+            nspace: "gang-7".into(),
+            rank: 1,
+        };
+        let gate = {
+            let clients = Arc::clone(clients);
+            std::thread::spawn(move || {
+                hand_over(tcp, &inner, b"hello", &claim, &clients).unwrap();
+            })
+        };
+        let (mut lib, _) = library.accept().unwrap();
+        let mut hello = [0u8; 5];
+        lib.read_exact(&mut hello).unwrap();
+        assert_eq!(&hello, b"hello");
+        (gate, client, lib)
+    }
+
+    #[test]
+    fn a_connection_is_over_only_once_the_library_has_closed_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let clients = Arc::new(Clients::default());
+        let (gate, client, mut lib) = spliced(&clients, dir.path());
+        assert!(!clients.wait_closed("gang-7", 1, Duration::from_millis(50)));
+        // The rank dies: the library is told (its end reads end-of-file)...
+        drop(client);
+        let mut rest = Vec::new();
+        lib.read_to_end(&mut rest).unwrap();
+        // ...but until it has closed its end, the rank is not to be deregistered.
+        assert!(!clients.wait_closed("gang-7", 1, Duration::from_millis(200)));
+        drop(lib);
+        assert!(clients.wait_closed("gang-7", 1, Duration::from_secs(10)));
+        gate.join().unwrap();
+        // Other ranks were never live.
+        assert!(clients.wait_closed("gang-7", 0, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_cut_connection_whose_client_lives_on_is_ended_through_the_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let clients = Arc::new(Clients::default());
+        let (gate, mut client, mut lib) = spliced(&clients, dir.path());
+        clients.cut("gang-7", 1);
+        let mut rest = Vec::new();
+        lib.read_to_end(&mut rest).unwrap();
+        drop(lib);
+        assert!(clients.wait_closed("gang-7", 1, Duration::from_secs(10)));
+        gate.join().unwrap();
+        // The client, still running, has lost its connection.
+        assert_eq!(client.read(&mut [0u8; 8]).unwrap_or(0), 0);
     }
 
     #[test]

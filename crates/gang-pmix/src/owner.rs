@@ -204,6 +204,13 @@ fn serve(rx: mpsc::Receiver<Request>, busy: &Busy, clients: &Clients) {
                 done(r);
             }
             Request::Deregister(nspace, rank) => {
+                // Only once the library has closed the rank's connection itself (see the
+                // gate's module comment): cut at the client's side, it does so at once.
+                let what = format!("waiting for the library to close rank {rank} of {nspace}");
+                busy.run(what, || {
+                    clients.cut(&nspace, rank);
+                    clients.wait_closed(&nspace, rank, gate::LIBRARY_CLOSE_DEADLINE)
+                });
                 let what = format!("deregistering rank {rank} of {nspace}");
                 busy.run(what, || ffi::deregister(&nspace, rank));
             }

@@ -208,6 +208,55 @@ fn an_open_mpi_deadlock_is_flagged_under_mpi_check_with_pmix_and_with_auto() {
     c.shutdown().unwrap();
 }
 
+/// Ranks killed while connected to their node's PMIx server, then a new job on the same
+/// nodes, five times over. OpenPMIx 4.2 forgets to stop reading a client it is told to
+/// deregister before it has seen it leave, and the next client given the same descriptor
+/// was never read: its `PMIx_Init` waited for the job's data until the fence timed out,
+/// or `MPI_Init` failed with "PML add procs failed" (one CI run in ten; one job in two
+/// right after a killed one on a busy host). The agent now deregisters a rank only once
+/// the library has closed its connection.
+#[test]
+fn after_open_mpi_jobs_killed_mid_run_the_next_job_on_the_nodes_starts() {
+    // Two slices: the next job is placed while the killed one's ranks are still ending,
+    // as on a busy cluster (with one, it waits for their exits to be reported).
+    let c = cluster(2, 2, &["--mpl", "2"]);
+    let dead = build(Impl::OpenMpi, "deadlock", DEADLOCK);
+    let dead = dead.to_str().unwrap();
+    let prog = crate::programs::program(Impl::OpenMpi);
+    let prog = prog.to_str().unwrap();
+    for round in 0..5 {
+        let out = prun(
+            &c,
+            &[
+                "-n",
+                "2x2",
+                "--mpi",
+                "pmix",
+                "--mpi-check",
+                "--on-deadlock",
+                "kill",
+                "--",
+                dead,
+            ],
+            None,
+        );
+        let (stdout, err) = text(&out);
+        assert!(
+            err.contains("DEADLOCKED"),
+            "round {round}: the deadlocked job was not killed as one:\n{stdout}\n{err}"
+        );
+        let out = prun(&c, &["-n", "2x2", "--mpi-check", "--", prog, "ring"], None);
+        let (stdout, err) = text(&out);
+        assert!(
+            out.status.success(),
+            "round {round}: the job after a killed one failed ({:?}):\n{stdout}\n{err}",
+            out.status
+        );
+        check(&stdout, 4, "ring");
+    }
+    c.shutdown().unwrap();
+}
+
 #[test]
 fn a_deadlock_in_a_waitall_on_nonblocking_receives_is_flagged_too() {
     let c = cluster(2, 2, &[]);
