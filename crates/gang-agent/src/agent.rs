@@ -26,7 +26,7 @@ use tracing::{info, warn};
 use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::error::Coord;
-use crate::fence::{self, Fence};
+use crate::fence;
 use crate::guard::Guard;
 use crate::launch::LaunchPolicy;
 use crate::msg::MsgHub;
@@ -220,11 +220,18 @@ impl Tasks {
         clock: Arc<Clock>,
         address: String,
     ) -> anyhow::Result<Tasks> {
-        let fence_state = Fence::new();
-        let fence = tokio::spawn(fence::watch(Arc::clone(&fence_state), {
-            let node = Arc::clone(node);
-            move || node.stop_all()
-        }));
+        let fence_state = Arc::clone(&node.fence);
+        let fence = tokio::spawn(fence::watch(
+            Arc::clone(&fence_state),
+            {
+                let node = Arc::clone(node);
+                move || !node.ranks.is_empty()
+            },
+            {
+                let node = Arc::clone(node);
+                move || node.stop_all()
+            },
+        ));
         // One below the switch thread: a heartbeat never delays a switch.
         let session = SessionThread::start(
             SessionParts {

@@ -35,6 +35,30 @@ use tracing::{info, warn};
 struct Terms {
     node_timeout: Duration,
     heartbeat: Duration,
+    /// Quiet liveness: the idle node timeout and idle heartbeat, which hold while the
+    /// node runs no rank. A call of the master (a launch) counts as its answer, so a node
+    /// given work after a long idle silence is not fenced at once: the master counts the
+    /// silence of a busy node from its placement, which comes before that call.
+    idle: Option<(Duration, Duration)>,
+}
+
+impl Terms {
+    fn bound(&self, busy: bool) -> Duration {
+        match self.idle {
+            Some((timeout, heartbeat)) if !busy => timeout + heartbeat,
+            _ => self.node_timeout + self.heartbeat,
+        }
+    }
+}
+
+/// The master's liveness terms, as sent at registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// None: the master sent none (an older master): nothing is fenced.
+    pub node_timeout: Option<Duration>,
+    pub heartbeat: Duration,
+    /// None: the master expects heartbeats every period whatever the node runs.
+    pub idle: Option<(Duration, Duration)>,
 }
 
 #[derive(Debug, Default)]
@@ -66,13 +90,13 @@ impl Fence {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A registration was accepted at `at`, with the master's node timeout (None: it sent
-    /// none) and heartbeat period.
-    pub fn registered(&self, at: Instant, node_timeout: Option<Duration>, heartbeat: Duration) {
+    /// A registration was accepted at `at`, with the master's liveness terms.
+    pub fn registered(&self, at: Instant, terms: Liveness) {
         let mut s = self.lock();
-        s.terms = node_timeout.map(|node_timeout| Terms {
+        s.terms = terms.node_timeout.map(|node_timeout| Terms {
             node_timeout,
-            heartbeat,
+            heartbeat: terms.heartbeat,
+            idle: terms.idle,
         });
         s.heard = Some(at);
         s.answers += 1;
@@ -80,7 +104,8 @@ impl Fence {
         self.changed.notify_waiters();
     }
 
-    /// A heartbeat was answered (by a master that knew this node) at `at`.
+    /// A heartbeat was answered (by a master that knew this node) at `at`, or the master
+    /// called (a launch).
     pub fn heard(&self, at: Instant) {
         self.contact(at, false);
     }
@@ -111,32 +136,37 @@ impl Fence {
         }
     }
 
-    /// When the fence falls unless the master answers before.
-    pub fn deadline(&self) -> Option<Instant> {
+    /// When the fence falls unless the master answers before, for a node that runs
+    /// ranks (`busy`) or none.
+    pub fn deadline(&self, busy: bool) -> Option<Instant> {
         let s = self.lock();
-        deadline(&s)
+        deadline(&s, busy)
     }
 }
 
-fn deadline(s: &State) -> Option<Instant> {
+fn deadline(s: &State, busy: bool) -> Option<Instant> {
     if s.master_down {
         return None;
     }
     let t = s.terms?;
-    Some(s.heard? + t.node_timeout + t.heartbeat)
+    Some(s.heard? + t.bound(busy))
 }
 
 /// Watch the fence until aborted: when it falls, call `stop` (which stops every rank and
-/// returns the jobs it stopped) once, then wait for the master to answer again.
-pub async fn watch(fence: Arc<Fence>, mut stop: impl FnMut() -> Vec<u64>) {
+/// returns the jobs it stopped) once, then wait for the master to answer again. `busy`
+/// says whether the node runs ranks now (the idle terms hold while it runs none).
+pub async fn watch(fence: Arc<Fence>, busy: impl Fn() -> bool, mut stop: impl FnMut() -> Vec<u64>) {
+    // An idle node is given ranks only by a launch, which is also an answer: the wait
+    // below is woken by it and the bound worked out again.
     loop {
         let changed = fence.changed.notified();
         tokio::pin!(changed);
         // Interest first, then the state: an answer in between is not missed.
         changed.as_mut().enable();
+        let was_busy = busy();
         let (due, answers, terms, heard) = {
             let s = fence.lock();
-            (deadline(&s), s.answers, s.terms, s.heard)
+            (deadline(&s, was_busy), s.answers, s.terms, s.heard)
         };
         let (Some(due), Some(terms), Some(heard)) = (due, terms, heard) else {
             changed.await;
@@ -146,7 +176,8 @@ pub async fn watch(fence: Arc<Fence>, mut stop: impl FnMut() -> Vec<u64>) {
             _ = &mut changed => continue,
             _ = tokio::time::sleep_until(due) => {}
         }
-        if fence.lock().answers != answers {
+        // Its ranks ended meanwhile: the idle bound holds now.
+        if fence.lock().answers != answers || busy() != was_busy {
             continue;
         }
         let jobs = stop();
@@ -178,7 +209,7 @@ pub async fn watch(fence: Arc<Fence>, mut stop: impl FnMut() -> Vec<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     const T: Duration = Duration::from_millis(300);
     const P: Duration = Duration::from_millis(50);
@@ -191,17 +222,36 @@ mod tests {
         }
     }
 
-    fn start() -> (Arc<Fence>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    fn terms(node_timeout: Option<Duration>, heartbeat: Duration) -> Liveness {
+        Liveness {
+            node_timeout,
+            heartbeat,
+            idle: None,
+        }
+    }
+
+    /// A watch on a node that runs ranks while `busy` holds.
+    fn start_with(
+        busy: Arc<AtomicBool>,
+    ) -> (Arc<Fence>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
         let fence = Fence::new();
         let falls = Arc::new(AtomicUsize::new(0));
-        let task = tokio::spawn(watch(Arc::clone(&fence), {
-            let falls = Arc::clone(&falls);
-            move || {
-                falls.fetch_add(1, Ordering::SeqCst);
-                vec![7]
-            }
-        }));
+        let task = tokio::spawn(watch(
+            Arc::clone(&fence),
+            move || busy.load(Ordering::SeqCst),
+            {
+                let falls = Arc::clone(&falls);
+                move || {
+                    falls.fetch_add(1, Ordering::SeqCst);
+                    vec![7]
+                }
+            },
+        ));
         (fence, falls, task)
+    }
+
+    fn start() -> (Arc<Fence>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+        start_with(Arc::new(AtomicBool::new(true)))
     }
 
     #[tokio::test(start_paused = true)]
@@ -213,10 +263,10 @@ mod tests {
         assert_eq!(falls.load(Ordering::SeqCst), 0);
 
         let t0 = Instant::now();
-        fence.registered(t0, Some(T), P);
+        fence.registered(t0, terms(Some(T), P));
         tokio::time::sleep_until(t0 + 100 * MS).await;
         fence.heard(Instant::now());
-        assert_eq!(fence.deadline(), Some(t0 + 100 * MS + T + P));
+        assert_eq!(fence.deadline(true), Some(t0 + 100 * MS + T + P));
         tokio::time::sleep_until(t0 + 100 * MS + T + P - MS).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0, "fell early");
@@ -230,7 +280,7 @@ mod tests {
 
         // Registered again: armed again, from then.
         let t1 = Instant::now();
-        fence.registered(t1, Some(T), P);
+        fence.registered(t1, terms(Some(T), P));
         settle().await;
         tokio::time::sleep_until(t1 + T + P - MS).await;
         settle().await;
@@ -244,7 +294,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn answers_in_time_keep_it_up_and_no_timeout_means_no_fence() {
         let (fence, falls, task) = start();
-        fence.registered(Instant::now(), Some(T), P);
+        fence.registered(Instant::now(), terms(Some(T), P));
         // Heartbeats answered every period for a long while.
         for _ in 0..100 {
             tokio::time::sleep(P).await;
@@ -254,8 +304,8 @@ mod tests {
         assert_eq!(falls.load(Ordering::SeqCst), 0);
 
         // A master that states no timeout: its silence is not judged.
-        fence.registered(Instant::now(), None, P);
-        assert_eq!(fence.deadline(), None);
+        fence.registered(Instant::now(), terms(None, P));
+        assert_eq!(fence.deadline(true), None);
         tokio::time::sleep(T * 20).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
@@ -266,20 +316,73 @@ mod tests {
     async fn a_master_that_is_down_holds_the_fence_until_a_call_goes_unanswered() {
         let (fence, falls, task) = start();
         let t0 = Instant::now();
-        fence.registered(t0, Some(T), P);
+        fence.registered(t0, terms(Some(T), P));
         // Refused (the master restarts): however long, nothing falls.
         tokio::time::sleep(P).await;
         fence.refused(Instant::now());
-        assert_eq!(fence.deadline(), None);
+        assert_eq!(fence.deadline(true), None);
         tokio::time::sleep(T * 20).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
         // Then a call goes unanswered (the link is cut): the silence counts from the last
         // contact, which is long past, so the fence falls at once.
         fence.unanswered();
-        assert_eq!(fence.deadline(), Some(t0 + P + T + P));
+        assert_eq!(fence.deadline(true), Some(t0 + P + T + P));
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 1);
+        task.abort();
+    }
+
+    /// Quiet liveness: idle, the node waits the idle bound; given ranks by a launch (an
+    /// answer), the busy bound counts from that call; once they end, the idle one again.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_node_waits_the_idle_bound_and_a_launch_rearms_the_busy_one() {
+        const IT: Duration = Duration::from_millis(3000);
+        const IP: Duration = Duration::from_millis(1000);
+        let busy = Arc::new(AtomicBool::new(false));
+        let (fence, falls, task) = start_with(Arc::clone(&busy));
+        let t0 = Instant::now();
+        fence.registered(
+            t0,
+            Liveness {
+                node_timeout: Some(T),
+                heartbeat: P,
+                idle: Some((IT, IP)),
+            },
+        );
+        assert_eq!(fence.deadline(false), Some(t0 + IT + IP));
+        // Silent far past the busy bound: an idle node is not fenced.
+        tokio::time::sleep_until(t0 + IT).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 0);
+        // A launch: the master called, and the node runs ranks from now on.
+        let t1 = Instant::now();
+        busy.store(true, Ordering::SeqCst);
+        fence.heard(t1);
+        tokio::time::sleep_until(t1 + T + P - MS).await;
+        settle().await;
+        assert_eq!(
+            falls.load(Ordering::SeqCst),
+            0,
+            "fell before the busy bound"
+        );
+        tokio::time::sleep_until(t1 + T + P + MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 1);
+        // Answered again; the ranks end; silence then counts against the idle bound.
+        let t2 = Instant::now();
+        fence.heard(t2);
+        busy.store(false, Ordering::SeqCst);
+        tokio::time::sleep_until(t2 + T + P + MS).await;
+        settle().await;
+        assert_eq!(
+            falls.load(Ordering::SeqCst),
+            1,
+            "an idle node fell at the busy bound"
+        );
+        tokio::time::sleep_until(t2 + IT + IP + MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 2);
         task.abort();
     }
 }

@@ -31,6 +31,8 @@ pub struct Node {
     pub clock: Arc<Clock>,
     /// The ranks' messaging-library directories, fences and activity.
     pub msg: Arc<MsgHub>,
+    /// When the master was last heard from (`fence`): its answers, and its launches.
+    pub fence: Arc<crate::fence::Fence>,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -67,6 +69,7 @@ impl Node {
             kill_grace,
             switch,
             clock,
+            fence: crate::fence::Fence::new(),
             parts,
         })
     }

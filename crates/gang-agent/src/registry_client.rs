@@ -23,7 +23,7 @@ use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::realtime_ns;
-use crate::fence::Fence;
+use crate::fence::{Fence, Liveness};
 use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
@@ -106,26 +106,26 @@ pub async fn run_session(
 ) {
     let mut registered_before = false;
     loop {
-        let (heartbeat, kill_jobs) =
+        let (liveness, kill_jobs) =
             register(&client, &node, &address, registered_before, &fence).await;
         if !kill_jobs.is_empty() {
             let node = Arc::clone(&node);
             main.spawn(async move { kill_dropped_jobs(&node, kill_jobs) });
         }
         registered_before = true;
-        heartbeat_until_lost(&client, &node, heartbeat, &fence).await;
+        heartbeat_until_lost(&client, &node, liveness, &fence).await;
     }
 }
 
-/// Register until the master accepts. Returns the heartbeat period and the jobs the
-/// master says to kill here.
+/// Register until the master accepts. Returns the master's liveness terms and the jobs
+/// the master says to kill here.
 async fn register(
     client: &RegistryClient,
     node: &Node,
     address: &str,
     again: bool,
     fence: &Fence,
-) -> (Duration, Vec<u64>) {
+) -> (Liveness, Vec<u64>) {
     let mut backoff = Backoff::new();
     let resp = loop {
         let req = RegisterRequest {
@@ -167,13 +167,28 @@ async fn register(
     };
     let node_timeout =
         (resp.node_timeout_ms > 0).then(|| Duration::from_millis(u64::from(resp.node_timeout_ms)));
-    fence.registered(tokio::time::Instant::now(), node_timeout, heartbeat);
+    let ms = |v: u32| Duration::from_millis(u64::from(v));
+    // Quiet liveness, when the master asks for it (and states what it then waits for).
+    let idle = (resp.idle_heartbeat_ms > 0 && resp.idle_node_timeout_ms > 0).then(|| {
+        (
+            ms(resp.idle_node_timeout_ms),
+            ms(resp.idle_heartbeat_ms).max(heartbeat),
+        )
+    });
+    let liveness = Liveness {
+        node_timeout,
+        heartbeat,
+        idle,
+    };
+    fence.registered(tokio::time::Instant::now(), liveness);
     info!(
         node = %node.coord,
         %address,
         mesh = %format!("{}x{}", resp.mesh_w, resp.mesh_h),
         heartbeat_ms = heartbeat.as_millis() as u64,
         node_timeout_ms = resp.node_timeout_ms,
+        idle_heartbeat_ms = resp.idle_heartbeat_ms,
+        idle_node_timeout_ms = resp.idle_node_timeout_ms,
         running = node.ranks.running().len(),
         again,
         "registered with the master"
@@ -183,7 +198,7 @@ async fn register(
             "the master states no node timeout: this node's ranks will not be stopped however long the master stays away"
         );
     }
-    (heartbeat, resp.kill_jobs)
+    (liveness, resp.kill_jobs)
 }
 
 /// The master ended or forgot these jobs while it could not tell us.
@@ -198,17 +213,28 @@ fn kill_dropped_jobs(node: &Node, jobs: Vec<u64>) {
     }
 }
 
-/// Heartbeat every `period` until one fails or the master says it does not know us.
+/// Heartbeat until one fails or the master says it does not know us: every period while
+/// the node runs ranks (their activity feeds the master's deadlock check), and while it
+/// runs none, every idle period if the master asked for quiet liveness.
 async fn heartbeat_until_lost(
     client: &RegistryClient,
     node: &Node,
-    period: Duration,
+    liveness: Liveness,
     fence: &Fence,
 ) {
+    let period = liveness.heartbeat;
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_sent = tokio::time::Instant::now();
     loop {
         ticks.tick().await;
+        if let Some((_, idle_period)) = liveness.idle
+            && node.ranks.is_empty()
+            && last_sent.elapsed() + period / 2 < idle_period
+        {
+            continue;
+        }
+        last_sent = tokio::time::Instant::now();
         let clock = node.clock.report();
         let req = HeartbeatRequest {
             x: node.coord.x,

@@ -171,11 +171,13 @@ fn watch_starts_with_a_snapshot_and_cancel_says_what_it_did() {
     wait_state(&c, ended, "completed", T);
     wait_state(&c, holding, "running", T);
     let waiting = submit(&c, "1", &["true"]);
-    let out = gangctl(&c, &["cancel", &holding.to_string(), &waiting.to_string()]);
+    // The waiting job first: cancelled second, it could start on the node the first one
+    // frees in between (seen on a loaded host).
+    let out = gangctl(&c, &["cancel", &waiting.to_string(), &holding.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("cancelling {holding}: its ranks are being stopped\ncancelled {waiting}\n")
+        format!("cancelled {waiting}\ncancelling {holding}: its ranks are being stopped\n")
     );
     c.shutdown().unwrap();
 }

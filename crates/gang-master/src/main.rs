@@ -8,8 +8,9 @@ use gang_auth::pki::TlsFiles;
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_core::{DeadlockPolicy, GangMode};
 use gang_master::config::{
-    AuthPolicy, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
-    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits, MasterConfig, parse_mesh,
+    AuthPolicy, DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET,
+    DEFAULT_TABLE_LEAD_MS, DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits,
+    MasterConfig, check_liveness, default_idle_node_timeout, parse_mesh,
 };
 use gang_master::connections::{ConnLimits, ConnectionsSection};
 use gang_master::notify;
@@ -67,6 +68,14 @@ struct Args {
     /// An agent silent this long is down, and its jobs fail.
     #[arg(long)]
     node_timeout_ms: Option<u32>,
+    /// How often an agent that runs no rank heartbeats (quiet liveness; 0: every
+    /// --heartbeat-ms) [default: 5000].
+    #[arg(long)]
+    idle_heartbeat_ms: Option<u32>,
+    /// An agent that runs no rank is down after this long silent [default: three idle
+    /// heartbeats and the node timeout: 18000].
+    #[arg(long)]
+    idle_node_timeout_ms: Option<u32>,
     /// Grace between SIGTERM and SIGKILL when a job is cancelled.
     #[arg(long)]
     kill_grace_ms: Option<u32>,
@@ -257,6 +266,23 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .token_key
         .or(f.token_key.clone())
         .unwrap_or_else(|| state.with_extension("token-key"));
+    let heartbeat_ms = a.heartbeat_ms.or(f.heartbeat_ms).unwrap_or(500);
+    let node_timeout_ms = a.node_timeout_ms.or(f.node_timeout_ms).unwrap_or(3000);
+    let idle_heartbeat_ms = a
+        .idle_heartbeat_ms
+        .or(f.idle_heartbeat_ms)
+        .unwrap_or(DEFAULT_IDLE_HEARTBEAT_MS);
+    let idle_node_timeout_ms = a
+        .idle_node_timeout_ms
+        .or(f.idle_node_timeout_ms)
+        .unwrap_or_else(|| default_idle_node_timeout(idle_heartbeat_ms, node_timeout_ms));
+    check_liveness(
+        heartbeat_ms,
+        node_timeout_ms,
+        idle_heartbeat_ms,
+        idle_node_timeout_ms,
+    )
+    .map_err(anyhow::Error::msg)?;
     let cfg = MasterConfig {
         listen: a
             .listen
@@ -278,8 +304,10 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
                 "queue_order = {other:?} in the config file: expected fair-share or fcfs"
             ),
         },
-        heartbeat_ms: a.heartbeat_ms.or(f.heartbeat_ms).unwrap_or(500),
-        node_timeout_ms: a.node_timeout_ms.or(f.node_timeout_ms).unwrap_or(3000),
+        heartbeat_ms,
+        node_timeout_ms,
+        idle_heartbeat_ms,
+        idle_node_timeout_ms,
         kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),
         ready_file: a.ready_file,
         quantum_ms,

@@ -207,6 +207,8 @@ impl AgentRegistry for Recorder {
             heartbeat_ms: HEARTBEAT_MS,
             kill_jobs: self.0.options.kill_jobs.clone(),
             node_timeout_ms: self.0.options.node_timeout_ms,
+            // Heartbeats every period, idle or not (as a master before quiet liveness).
+            ..RegisterResponse::default()
         }))
     }
 

@@ -284,7 +284,7 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
     match cmd {
         Cmd::Fence(arrival, tx) => {
             let key = (arrival.job, arrival.epoch);
-            match reactor::on_fence(st, fx, arrival) {
+            match reactor::on_fence(st, fx, now, arrival) {
                 Ok(None) => waiting.push((key, tx)),
                 r => defer(replies, tx, r.map(|kvs| kvs.unwrap_or_default())),
             }
@@ -313,7 +313,7 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
         Cmd::Matrix(tx) => defer(replies, tx, Ok(st.matrix_view(now))),
         Cmd::TableInForce(tx) => defer(replies, tx, Ok(st.table_in_force(now))),
         Cmd::TableAcked(node, version) => {
-            reactor::on_table_acked(st, node, version);
+            reactor::on_table_acked(st, now, node, version);
             again.push(Cmd::TableAcked(node, version));
         }
         Cmd::Launched(job, rank, result) => {

@@ -257,7 +257,7 @@ fn fence(w: &mut World, bytes: &[u8], at_home: bool) -> Result<(), TestCaseError
     let known = w.st.view(JobId(req.job_id), w.now).is_ok();
     let there = home == Some((req.x, req.y));
     let before = saved(w);
-    match w.step(|st, fx, _| reactor::on_fence(st, fx, arrival)) {
+    match w.step(|st, fx, now| reactor::on_fence(st, fx, now, arrival)) {
         Ok(answer) => {
             prop_assert!(
                 there,

@@ -330,6 +330,8 @@ pub fn registered(r: Registered) -> v1::RegisterResponse {
         heartbeat_ms: r.heartbeat_ms,
         kill_jobs: r.kill_jobs.into_iter().map(|j| j.0).collect(),
         node_timeout_ms: r.node_timeout_ms,
+        idle_heartbeat_ms: r.idle_heartbeat_ms,
+        idle_node_timeout_ms: r.idle_node_timeout_ms,
     }
 }
 

@@ -59,6 +59,9 @@ pub struct Registered {
     pub kill_jobs: Vec<JobId>,
     /// Silent this long, a node is lost (and its agent stops its ranks).
     pub node_timeout_ms: u32,
+    /// Quiet liveness for a node that runs no rank (0: heartbeat every `heartbeat_ms`).
+    pub idle_heartbeat_ms: u32,
+    pub idle_node_timeout_ms: u32,
 }
 
 /// An agent's estimate of the master clock.

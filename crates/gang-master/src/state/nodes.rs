@@ -28,6 +28,8 @@ pub struct Node {
     pub table_version: u64,
     /// The last version sent, and when (monotonic): a heartbeat behind it triggers a resend.
     pub table_sent: Option<(u64, i64)>,
+    /// A call to it failed to reach it since it was last heard from.
+    pub unreachable: bool,
 }
 
 impl MasterState {
@@ -56,6 +58,7 @@ impl MasterState {
         node.up = true;
         node.heard_mono_ns = now.mono_ns;
         node.heartbeat_wall_ns = now.wall_ns;
+        node.unreachable = false;
         let drained = node.drained;
         info!(node = %format!("{x},{y}"), address = %reg.address, was_up, "agent registered");
         // Ranks the agent still runs: known running jobs get them back; others are killed.
@@ -114,6 +117,8 @@ impl MasterState {
             heartbeat_ms: self.cfg.heartbeat_ms,
             kill_jobs,
             node_timeout_ms: self.cfg.node_timeout_ms,
+            idle_heartbeat_ms: self.cfg.idle_heartbeat_ms,
+            idle_node_timeout_ms: self.cfg.idle_node_timeout_ms,
         })
     }
 
@@ -125,6 +130,7 @@ impl MasterState {
         let n = &mut self.nodes[i];
         n.heard_mono_ns = now.mono_ns;
         n.heartbeat_wall_ns = now.wall_ns;
+        n.unreachable = false;
         n.clock = hb.clock;
         n.table_version = hb.table_version;
         self.note_activity(hb.node, &hb.activity);
@@ -159,15 +165,77 @@ impl MasterState {
         }
     }
 
-    /// Silent agents: their nodes go down and the ranks there are lost.
+    /// Any call of the agent of `node` shows it alive, as a heartbeat does.
+    pub(super) fn heard(&mut self, node: Coord, now: Now) {
+        if let Some(i) = self.node_index(node) {
+            let n = &mut self.nodes[i];
+            n.heard_mono_ns = n.heard_mono_ns.max(now.mono_ns);
+            n.unreachable = false;
+        }
+    }
+
+    /// A call to the agent of `node` could not reach it: until it is heard from again,
+    /// its silence is judged by the node timeout even while it runs nothing (quiet
+    /// liveness does not hide an agent known to be gone).
+    pub(super) fn unreachable(&mut self, node: Coord) {
+        if let Some(i) = self.node_index(node) {
+            self.nodes[i].unreachable = true;
+        }
+    }
+
+    /// The agent of the node that runs `rank` of `job` answered.
+    pub(super) fn heard_from_rank(&mut self, job: JobId, rank: u32, now: Now) {
+        if let Some(node) = self.jobs.get(job).and_then(|j| j.node_of(rank)) {
+            self.heard(node, now);
+        }
+    }
+
+    /// For each node that runs ranks (of a live job, not yet ended there): when the
+    /// latest of those jobs was placed (`i64::MIN` if that is no longer recorded).
+    fn busy_since(&self) -> Vec<Option<i64>> {
+        let mut busy = vec![None; self.nodes.len()];
+        for job in self.jobs.live() {
+            let placed = self.placed_at.get(&job.id()).copied().unwrap_or(i64::MIN);
+            for (rank, state) in job.ranks.iter().enumerate() {
+                if state.is_done() {
+                    continue;
+                }
+                let Some(i) = job.node_of(rank as u32).and_then(|c| self.node_index(c)) else {
+                    continue;
+                };
+                let b: &mut Option<i64> = &mut busy[i];
+                *b = Some(b.map_or(placed, |t| t.max(placed)));
+            }
+        }
+        busy
+    }
+
+    /// Silent agents: their nodes go down and the ranks there are lost. A node that runs
+    /// ranks is down after `node_timeout_ms` of silence, counted from its last call or
+    /// from its latest placement, whichever is later (an idle agent heartbeats seldom, and
+    /// was not expected to have been heard from lately when it was given work); a node
+    /// that runs none after `idle_node_timeout_ms`.
     pub(super) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
-        let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
+        let busy_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
+        let idle_ns = i64::from(self.cfg.idle_node_timeout_ms) * 1_000_000;
+        // Worked out only when some node is silent past the shorter limit.
+        let mut busy: Option<Vec<Option<i64>>> = None;
         for i in 0..self.nodes.len() {
-            if !self.nodes[i].up || now.mono_ns - self.nodes[i].heard_mono_ns <= timeout_ns {
+            let heard = self.nodes[i].heard_mono_ns;
+            if !self.nodes[i].up || now.mono_ns - heard <= busy_ns {
+                continue;
+            }
+            let placed = busy.get_or_insert_with(|| self.busy_since())[i];
+            let (silence, limit) = match placed {
+                Some(placed) => (now.mono_ns - heard.max(placed), busy_ns),
+                None if self.nodes[i].unreachable => (now.mono_ns - heard, busy_ns),
+                None => (now.mono_ns - heard, idle_ns),
+            };
+            if silence <= limit {
                 continue;
             }
             let (x, y) = self.coord(i);
-            warn!(node = %format!("{x},{y}"), "agent silent: node down");
+            warn!(node = %format!("{x},{y}"), busy = placed.is_some(), "agent silent: node down");
             self.nodes[i].up = false;
             if let Ok(plan) = self.sched.set_node_offline(now.mono_s(), x, y, true) {
                 self.execute(fx, now, plan);
@@ -183,7 +251,7 @@ impl MasterState {
                         .then(|| (j.id(), r))
                 })
                 .collect();
-            let ms = self.cfg.node_timeout_ms;
+            let ms = limit / 1_000_000;
             for (id, rank) in hit {
                 let why = format!("node ({x},{y}) lost: its agent was silent for {ms} ms");
                 self.rank_gone(fx, now, id, rank, why);

@@ -81,6 +81,7 @@ pub fn on_heartbeat(st: &mut MasterState, fx: &mut Effects, now: Now, hb: Heartb
 }
 
 pub fn on_rank_exit(st: &mut MasterState, fx: &mut Effects, now: Now, exit: RankExit) {
+    st.heard(exit.node, now);
     st.rank_exit(fx, now, exit)
 }
 
@@ -93,10 +94,17 @@ pub fn on_launched(
     rank: u32,
     result: std::result::Result<u32, LaunchFailure>,
 ) {
+    match &result {
+        Ok(_) => st.heard_from_rank(job, rank, now),
+        // Not heard: judged by the node timeout from now on, idle or not.
+        Err(LaunchFailure::Unreachable { node, .. }) => st.unreachable(*node),
+        Err(LaunchFailure::Refused(_)) => {}
+    }
     st.launched(fx, now, job, rank, result)
 }
 
-pub fn on_table_acked(st: &mut MasterState, node: Coord, version: u64) {
+pub fn on_table_acked(st: &mut MasterState, now: Now, node: Coord, version: u64) {
+    st.heard(node, now);
     st.table_acked(node, version)
 }
 
@@ -105,8 +113,10 @@ pub fn on_table_acked(st: &mut MasterState, node: Coord, version: u64) {
 pub fn on_fence(
     st: &mut MasterState,
     fx: &mut Effects,
+    now: Now,
     arrival: FenceArrival,
 ) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
+    st.heard(arrival.node, now);
     st.fence(fx, arrival)
 }
 

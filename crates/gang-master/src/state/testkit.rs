@@ -370,18 +370,20 @@ impl World {
     }
 
     /// One batch (its end and the sanity check included). Tables that reached their
-    /// agents are acknowledged in the next batch, as agents do.
+    /// agents are acknowledged in the next batch, as agents do (silent ones do not).
     pub fn step<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
         let r = self.batch(f);
-        let acks = std::mem::take(&mut self.fx.delivered);
+        // A silent agent answers nothing (an answer counts as a heartbeat).
+        let mut acks = std::mem::take(&mut self.fx.delivered);
+        acks.retain(|(node, _)| !self.silent.contains(node));
         if !acks.is_empty() {
             for &(node, v) in &acks {
                 let held = self.held.entry(node).or_default();
                 *held = (*held).max(v);
             }
-            self.batch(|st, _, _| {
+            self.batch(|st, _, now| {
                 for (node, v) in acks {
-                    reactor::on_table_acked(st, node, v);
+                    reactor::on_table_acked(st, now, node, v);
                 }
             });
         }

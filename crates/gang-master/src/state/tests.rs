@@ -36,6 +36,8 @@ pub enum S {
     Refused(&'static str, &'static str),
     /// Every launch of the job is sent; confirm them all (the agents started the ranks).
     Start(u64),
+    /// The launch of that rank could not reach its agent (the others start).
+    LaunchUnreachable(u64, u32),
     /// The launch of this rank of the job failed (the agent refused, naming its node).
     LaunchFails(u64, u32),
     /// A rank exits with a code.
@@ -131,6 +133,22 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Start(job) => {
                 let launches = w.fx.take_launches(JobId(job));
                 assert!(!launches.is_empty(), "{}: nothing launched", at());
+                for (node, order) in launches {
+                    w.started(node, &order);
+                }
+            }
+            S::LaunchUnreachable(job, rank) => {
+                let mut launches = w.fx.take_launches(JobId(job));
+                let i = launches
+                    .iter()
+                    .position(|(_, o)| o.rank == rank)
+                    .expect("launched");
+                let (node, _) = launches.remove(i);
+                let why = LaunchFailure::Unreachable {
+                    node,
+                    detail: "connection refused".into(),
+                };
+                w.step(|st, fx, now| reactor::on_launched(st, fx, now, JobId(job), rank, Err(why)));
                 for (node, order) in launches {
                     w.started(node, &order);
                 }

@@ -191,13 +191,13 @@ fn a_fence_completes_once_every_rank_arrived_from_its_own_node() {
         epoch: 1,
         puts: BTreeMap::from([(k.to_string(), format!("ep{rank}"))]),
     };
-    let first = w.step(|st, fx, _| reactor::on_fence(st, fx, arrive((0, 0), 0, "ep.0")));
+    let first = w.step(|st, fx, now| reactor::on_fence(st, fx, now, arrive((0, 0), 0, "ep.0")));
     assert_eq!(first.unwrap(), None, "rank 0 waits for rank 1");
     // Another node may not fence for rank 1.
-    let wrong = w.step(|st, fx, _| reactor::on_fence(st, fx, arrive((0, 0), 1, "ep.1")));
+    let wrong = w.step(|st, fx, now| reactor::on_fence(st, fx, now, arrive((0, 0), 1, "ep.1")));
     assert!(matches!(wrong, Err(MasterError::Forbidden(_))), "{wrong:?}");
     let last = w
-        .step(|st, fx, _| reactor::on_fence(st, fx, arrive((1, 0), 1, "ep.1")))
+        .step(|st, fx, now| reactor::on_fence(st, fx, now, arrive((1, 0), 1, "ep.1")))
         .unwrap()
         .expect("the last arrival completes the fence");
     assert_eq!(last.len(), 2);
@@ -209,14 +209,14 @@ fn a_fence_completes_once_every_rank_arrived_from_its_own_node() {
     // An unknown job, or one that is not running, is refused.
     let mut unknown = arrive((0, 0), 0, "x");
     unknown.job = JobId(9);
-    let r = w.step(|st, fx, _| reactor::on_fence(st, fx, unknown));
+    let r = w.step(|st, fx, now| reactor::on_fence(st, fx, now, unknown));
     assert!(matches!(r, Err(MasterError::UnknownJob(_))), "{r:?}");
     // Epochs out of the agents' numbering (fuzz target `proto_fence`: the last one
     // overflowed the next fence's number when it completed).
     for epoch in [0, u32::MAX] {
         let mut bad = arrive((0, 0), 0, "x");
         bad.epoch = epoch;
-        let r = w.step(|st, fx, _| reactor::on_fence(st, fx, bad));
+        let r = w.step(|st, fx, now| reactor::on_fence(st, fx, now, bad));
         assert!(matches!(r, Err(MasterError::Invalid(_))), "{r:?}");
     }
 }
