@@ -226,10 +226,18 @@ async fn heartbeat_until_lost(
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sent = tokio::time::Instant::now();
+    // The master counts this node busy until the exits of its ranks reach it, which may
+    // take a while on a loaded host: heartbeats go on at the busy rate for a node timeout
+    // after the last rank here ended.
+    let linger = liveness.node_timeout.unwrap_or(period * 6);
+    let mut last_busy = tokio::time::Instant::now();
     loop {
         ticks.tick().await;
+        if !node.ranks.is_empty() {
+            last_busy = tokio::time::Instant::now();
+        }
         if let Some((_, idle_period)) = liveness.idle
-            && node.ranks.is_empty()
+            && last_busy.elapsed() > linger
             && last_sent.elapsed() + period / 2 < idle_period
         {
             continue;

@@ -191,15 +191,23 @@ impl MasterState {
     }
 
     /// For each node that runs ranks (of a live job, not yet ended there): when the
-    /// latest of those jobs was placed (`i64::MIN` if that is no longer recorded).
+    /// latest of those jobs was placed (`i64::MIN` if that is no longer recorded), or
+    /// `i64::MAX` while a launch to it is unanswered: a whole-mesh launch can take the
+    /// master longer than the node timeout to send, and its answer (or failure) settles
+    /// the node's fate.
     fn busy_since(&self) -> Vec<Option<i64>> {
         let mut busy = vec![None; self.nodes.len()];
         for job in self.jobs.live() {
-            let placed = self.placed_at.get(&job.id()).copied().unwrap_or(i64::MIN);
+            let placed = self.placed_at.get(&job.id()).copied();
             for (rank, state) in job.ranks.iter().enumerate() {
                 if state.is_done() {
                     continue;
                 }
+                let placed = match (placed, state) {
+                    (Some(_), Rank::Pending) => i64::MAX,
+                    (Some(t), _) => t,
+                    (None, _) => i64::MIN,
+                };
                 let Some(i) = job.node_of(rank as u32).and_then(|c| self.node_index(c)) else {
                     continue;
                 };

@@ -227,11 +227,15 @@ fn an_idle_node_waits_the_idle_timeout_and_a_busy_one_the_node_timeout_from_its_
         &[RegisterAll, Silence((1, 1)), Silence((3, 3)), Wait(10_000)],
     );
     assert!(up(&w, (1, 1)) && up(&w, (3, 3)));
-    // Given work now: its launch is answered, and the node timeout counts from then.
+    // Given work now: while its launch is unanswered (a whole-mesh launch can take the
+    // master longer than the node timeout to send) it is not judged (the job would have
+    // failed); then its launch is answered, and the node timeout counts from then.
     let w = run(
         w,
         &[
             Submit("2x2"),
+            Wait(4000),
+            State(1, Starting),
             Start(1),
             Wait(1500),
             State(1, Running),
@@ -243,9 +247,9 @@ fn an_idle_node_waits_the_idle_timeout_and_a_busy_one_the_node_timeout_from_its_
         ],
     );
     assert!(!up(&w, (1, 1)));
-    // The idle one, silent for 12.5 s, is still up; past 18 s it is down.
+    // The idle one, silent for 16.5 s, is still up; past 18 s it is down.
     assert!(up(&w, (3, 3)));
-    let w = run(w, &[Wait(6000)]);
+    let w = run(w, &[Wait(2000)]);
     assert!(!up(&w, (3, 3)));
 }
 
