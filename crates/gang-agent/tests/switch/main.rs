@@ -23,6 +23,10 @@ const MS: i64 = 1_000_000;
 /// Samples this close to a slot boundary are not judged (the switch takes some time, and
 /// the sample itself is not instantaneous).
 const MARGIN: i64 = 5 * MS;
+/// The cgroup freezer completes asynchronously (the kernel stops each task at its next
+/// return to user space, and reports `frozen` later): on a loaded host a busy task has
+/// been seen running 6.5 ms into the slot after its freeze was written.
+const FREEZE_MARGIN: i64 = 15 * MS;
 const BUSY: &str = "while :; do :; done";
 /// CPU time a switched-out process may take between two samples while the kernel stops it
 /// (it runs no user code); a process that really ran would show a tick's worth or more.
@@ -233,6 +237,7 @@ fn state_and_cpu(pid: u32) -> (Option<char>, Option<i64>) {
 /// `STOP_CPU` per sample).
 fn judge_states(
     samples: &[Sample<(Option<char>, Option<i64>)>],
+    margin: i64,
     jobs: &[u64],
     epoch: i64,
     q: i64,
@@ -244,7 +249,7 @@ fn judge_states(
     let mut judged = 0;
     let mut bad = Vec::new();
     for (i, s) in samples.iter().enumerate() {
-        let (a, b) = (slot(s.t0 - MARGIN), slot(s.t1 + MARGIN));
+        let (a, b) = (slot(s.t0 - margin), slot(s.t1 + margin));
         if a != b || a < 0 || i == 0 {
             continue;
         }

@@ -36,6 +36,7 @@ async fn stop_mode_jobs_alternate_on_the_master_clock() {
         .await;
     let (judged, bad) = judge_states(
         &samples,
+        MARGIN,
         &[1, 2],
         epoch,
         q,
@@ -157,6 +158,7 @@ async fn freeze_mode_freezes_in_a_cgroup_removed_at_exit() {
     // A busy loop is R whenever it may run; frozen it is not (D on cgroup v1).
     let (judged, bad) = judge_states(
         &samples,
+        FREEZE_MARGIN,
         &[1, 2],
         epoch,
         q,

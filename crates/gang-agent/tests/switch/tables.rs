@@ -45,6 +45,7 @@ async fn a_late_table_applies_at_the_next_boundary() {
         .await;
     let (judged, bad) = judge_states(
         &after,
+        MARGIN,
         &[1, 2],
         epoch,
         q,
@@ -172,6 +173,7 @@ async fn switching_goes_on_while_the_master_is_gone() {
         .await;
     let (judged, bad) = judge_states(
         &samples,
+        MARGIN,
         &[1, 2],
         epoch,
         q,

@@ -2,6 +2,7 @@
 //! the recording port, one batch per step, with the sanity check after every batch.
 
 mod cases;
+mod liveness;
 mod messaging;
 mod props;
 
