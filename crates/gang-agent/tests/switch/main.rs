@@ -235,6 +235,7 @@ fn state_and_cpu(pid: u32) -> (Option<char>, Option<i64>) {
 /// then /proc shows it R, but it does not execute; when it gets the CPU the kernel stops
 /// it before any user code runs, at a cost of microseconds of CPU time (tolerated: up to
 /// `STOP_CPU` per sample).
+#[allow(clippy::too_many_arguments)] // a test's judge: each argument is one of its facts
 fn judge_states(
     samples: &[Sample<(Option<char>, Option<i64>)>],
     margin: i64,
