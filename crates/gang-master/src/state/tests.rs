@@ -84,6 +84,21 @@ pub enum S {
     Pending(u64, &'static str),
 }
 
+/// The launch of `rank` of `job` fails as `why` says for its node; the other ranks start.
+fn fail_launch(w: &mut World, job: u64, rank: u32, why: impl FnOnce(Coord) -> LaunchFailure) {
+    let mut launches = w.fx.take_launches(JobId(job));
+    let i = launches
+        .iter()
+        .position(|(_, o)| o.rank == rank)
+        .expect("launched");
+    let (node, _) = launches.remove(i);
+    let why = why(node);
+    w.step(|st, fx, now| reactor::on_launched(st, fx, now, JobId(job), rank, Err(why)));
+    for (node, order) in launches {
+        w.started(node, &order);
+    }
+}
+
 pub fn run(mut w: World, steps: &[S]) -> World {
     for (i, s) in steps.iter().enumerate() {
         let at = || format!("step {i} ({s:?})");
@@ -139,36 +154,14 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 }
             }
             S::LaunchUnreachable(job, rank) => {
-                let mut launches = w.fx.take_launches(JobId(job));
-                let i = launches
-                    .iter()
-                    .position(|(_, o)| o.rank == rank)
-                    .expect("launched");
-                let (node, _) = launches.remove(i);
-                let why = LaunchFailure::Unreachable {
+                fail_launch(&mut w, job, rank, |node| LaunchFailure::Unreachable {
                     node,
                     detail: "connection refused".into(),
-                };
-                w.step(|st, fx, now| reactor::on_launched(st, fx, now, JobId(job), rank, Err(why)));
-                for (node, order) in launches {
-                    w.started(node, &order);
-                }
+                })
             }
-            S::LaunchFails(job, rank) => {
-                let mut launches = w.fx.take_launches(JobId(job));
-                let i = launches
-                    .iter()
-                    .position(|(_, o)| o.rank == rank)
-                    .expect("launched");
-                let ((x, y), _) = launches.remove(i);
-                let why =
-                    LaunchFailure::Refused(format!("node ({x},{y}): cannot start \"./a.out\""));
-                w.step(|st, fx, now| reactor::on_launched(st, fx, now, JobId(job), rank, Err(why)));
-                // The other ranks started.
-                for (node, order) in launches {
-                    w.started(node, &order);
-                }
-            }
+            S::LaunchFails(job, rank) => fail_launch(&mut w, job, rank, |(x, y)| {
+                LaunchFailure::Refused(format!("node ({x},{y}): cannot start \"./a.out\""))
+            }),
             S::Exit(job, rank, code) => exit(&mut w, job, rank, ExitHow::Code(code)),
             S::ExitAll(job, code) => exit_all(&mut w, job, ExitHow::Code(code)),
             S::KilledAll(job, sig) => exit_all(&mut w, job, ExitHow::Signal(sig)),
