@@ -154,7 +154,8 @@ struct Shared {
     /// a restarted master).
     known: Mutex<Vec<(u32, u32)>>,
     options: MasterOptions,
-    probes: std::sync::atomic::AtomicU64,
+    /// When each clock probe was answered.
+    probes_at: Mutex<Vec<Instant>>,
     /// When each heartbeat was received.
     heartbeats_at: Mutex<Vec<Instant>>,
     /// While true, Register and Heartbeat calls are held unanswered (a hung master).
@@ -256,9 +257,7 @@ impl AgentRegistry for Recorder {
         request: Request<ClockProbeRequest>,
     ) -> Result<Response<ClockProbeResponse>, Status> {
         let t2_ns = gang_agent::clock::realtime_ns() + self.0.options.clock_ahead_ns;
-        self.0
-            .probes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.probes_at.lock().unwrap().push(Instant::now());
         Ok(Response::new(ClockProbeResponse {
             t1_ns: request.into_inner().t1_ns,
             t2_ns,
@@ -317,7 +316,7 @@ impl TestRegistry {
             version: watch::Sender::new(0),
             known: Mutex::default(),
             options,
-            probes: Default::default(),
+            probes_at: Default::default(),
             heartbeats_at: Mutex::default(),
             silent: watch::Sender::new(false),
         });
@@ -378,11 +377,9 @@ impl TestRegistry {
         self.shared.known.lock().unwrap().clear();
     }
 
-    /// Clock probes answered so far.
-    pub fn probes(&self) -> u64 {
-        self.shared
-            .probes
-            .load(std::sync::atomic::Ordering::Relaxed)
+    /// When each clock probe answered so far came.
+    pub fn probes_at(&self) -> Vec<Instant> {
+        self.shared.probes_at.lock().unwrap().clone()
     }
 
     pub fn events(&self) -> Vec<Event> {

@@ -130,6 +130,28 @@ impl Setup {
         out
     }
 
+    /// When the agent finished each switch up to `until` (a boundary within `q` of it
+    /// included), by deadline, as its records say once they have been reported.
+    async fn switched(&self, until: i64, q: i64) -> Switched {
+        self.registry
+            .wait_for("the switch records of the samples", |events| {
+                let done: Switched = events
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::Switches(r) => Some(r.records.iter()),
+                        _ => None,
+                    })
+                    .flatten()
+                    .map(|r| (r.deadline_ns, r.last_signal_ns))
+                    .collect();
+                done.keys()
+                    .next_back()
+                    .is_some_and(|&last| last > until - q)
+                    .then_some(done)
+            })
+            .await
+    }
+
     /// The switch records the agent reported so far.
     fn records(&self) -> Vec<SwitchRecord> {
         self.registry
@@ -190,11 +212,57 @@ fn grid_after(now: i64, lead: i64, q: i64) -> i64 {
     (now + lead).div_euclid(q) * q + q
 }
 
+/// When each switch was done (its last signal), by its deadline, on the agent's estimate
+/// of the master clock.
+type Switched = std::collections::BTreeMap<i64, i64>;
+
+/// Whether a sample in `slot` (beginning at `boundary`) is judged: it was taken `margin`
+/// after the boundary and after the agent finished that switch (a switch that was late on
+/// a loaded host is judged by its records' latency, not here), and `margin` before the next.
+fn judged_in_slot(
+    s: &Sample<impl Sized>,
+    margin: i64,
+    boundary: i64,
+    q: i64,
+    switched: &Switched,
+) -> bool {
+    s.t0 - margin >= switch_done(switched, boundary) && s.t1 + margin < boundary + q
+}
+
+/// The agent switched at every boundary in `from..until`, at the median within 5 ms of it.
+fn assert_switched_on_time(switched: &Switched, from: i64, until: i64) {
+    let mut late: Vec<i64> = switched
+        .range(from..until)
+        .map(|(d, done)| done - d)
+        .collect();
+    assert!(
+        late.len() >= 5,
+        "only {} switches recorded: {switched:?}",
+        late.len()
+    );
+    late.sort_unstable();
+    assert!(late[0] >= 0, "switched before the deadline: {switched:?}");
+    let median = late[late.len() / 2];
+    assert!(
+        median < 5 * MS,
+        "median switch latency {median} ns: {late:?}"
+    );
+}
+
+fn switch_done(switched: &Switched, boundary: i64) -> i64 {
+    switched
+        .get(&boundary)
+        .copied()
+        .unwrap_or(boundary)
+        .max(boundary)
+}
+
 /// Judge samples against a table: in each sample not within MARGIN of a boundary, the job
 /// of the running row must satisfy `runs` and every other listed job `!runs`. Returns
 /// (judged, violations as text). For values the switch sets synchronously (nice).
 fn judge<V: std::fmt::Debug>(
     samples: &[Sample<V>],
+    switched: &Switched,
     jobs: &[u64],
     epoch: i64,
     q: i64,
@@ -205,8 +273,8 @@ fn judge<V: std::fmt::Debug>(
     let mut judged = 0;
     let mut bad = Vec::new();
     for s in samples {
-        let (a, b) = (slot(s.t0 - MARGIN), slot(s.t1 + MARGIN));
-        if a != b || a < 0 {
+        let a = slot(s.t0 - MARGIN);
+        if a < 0 || !judged_in_slot(s, MARGIN, epoch + a * q, q, switched) {
             continue;
         }
         judged += 1;
@@ -238,6 +306,7 @@ fn state_and_cpu(pid: u32) -> (Option<char>, Option<i64>) {
 #[allow(clippy::too_many_arguments)] // a test's judge: each argument is one of its facts
 fn judge_states(
     samples: &[Sample<(Option<char>, Option<i64>)>],
+    switched: &Switched,
     margin: i64,
     jobs: &[u64],
     epoch: i64,
@@ -250,14 +319,16 @@ fn judge_states(
     let mut judged = 0;
     let mut bad = Vec::new();
     for (i, s) in samples.iter().enumerate() {
-        let (a, b) = (slot(s.t0 - margin), slot(s.t1 + margin));
-        if a != b || a < 0 || i == 0 {
+        let a = slot(s.t0 - margin);
+        if a < 0 || i == 0 || !judged_in_slot(s, margin, epoch + a * q, q, switched) {
             continue;
         }
         // The previous sample tells whether an R process ran meanwhile, if it was taken in
         // this slot after the switch (the sampler itself may be descheduled for a while).
         let prev = &samples[i - 1];
-        let prev_ok = slot(prev.t0) == a && prev.t0 >= epoch + a * q + MS;
+        let boundary = epoch + a * q;
+        let prev_ok =
+            slot(prev.t0) == a && prev.t0 >= switch_done(switched, boundary).max(boundary + MS);
         judged += 1;
         let row = rows[(a as usize) % rows.len()];
         for (j, (job, (state, cpu))) in jobs.iter().zip(&s.values).enumerate() {

@@ -34,8 +34,10 @@ async fn stop_mode_jobs_alternate_on_the_master_clock() {
     let samples = s
         .sample(&[p1, p2, p3], from, from + 1_200 * MS, state_and_cpu)
         .await;
+    let switched = s.switched(from + 1_200 * MS, q).await;
     let (judged, bad) = judge_states(
         &samples,
+        &switched,
         MARGIN,
         &[1, 2],
         epoch,
@@ -102,9 +104,13 @@ async fn priority_mode_renices_and_an_unnamed_job_is_restored() {
     let samples = s
         .sample(&[p1, p2], epoch + MARGIN, epoch + 600 * MS, proc_nice)
         .await;
-    let (judged, bad) = judge(&samples, &[1, 2], epoch, q, &rows, |v| *v == Some(base));
+    let switched = s.switched(epoch + 600 * MS, q).await;
+    let (judged, bad) = judge(&samples, &switched, &[1, 2], epoch, q, &rows, |v| {
+        *v == Some(base)
+    });
     assert!(judged >= 50, "only {judged} samples judged");
     assert!(bad.is_empty(), "{bad:#?}");
+    assert_switched_on_time(&switched, epoch, epoch + 600 * MS);
     assert!(samples.iter().any(|x| x.values[0] == Some(niced)));
     // Processes keep state R/S: priority mode never stops them.
     assert_ne!(proc_state(p1), Some('T'));
@@ -155,9 +161,11 @@ async fn freeze_mode_freezes_in_a_cgroup_removed_at_exit() {
     let samples = s
         .sample(&[p1, p2], epoch + MARGIN, epoch + 800 * MS, state_and_cpu)
         .await;
+    let switched = s.switched(epoch + 800 * MS, q).await;
     // A busy loop is R whenever it may run; frozen it is not (D on cgroup v1).
     let (judged, bad) = judge_states(
         &samples,
+        &switched,
         FREEZE_MARGIN,
         &[1, 2],
         epoch,
