@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use gang_proto::v1::node_agent_server::NodeAgentServer;
+use gang_proto::v1::node_relay_server::NodeRelayServer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -33,10 +34,11 @@ use crate::msg::MsgHub;
 use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
 use crate::registry_client::{self, RegistryClient};
+use crate::relay::{PeerTls, Relayer};
 use crate::service::AgentService;
 use crate::session_thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
-use crate::tls::{NodeTls, only_the_master};
+use crate::tls::{NodeTls, only_the_cluster, only_the_master};
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -121,7 +123,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     );
     node.msg.set_master(client.clone());
     let guard = start_guard(&cfg, &node)?;
-    let (stop_server, server) = serve(server, listener, &node, cfg.coord);
+    let (stop_server, server) = serve(server, listener, &node, cfg.coord, tls.peer_tls());
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
@@ -161,12 +163,14 @@ fn start_guard(cfg: &AgentConfig, node: &Node) -> anyhow::Result<Option<Arc<Guar
     Ok(Some(g))
 }
 
-/// Serve `NodeAgent` on `listener`, to the master only; the sender stops it.
+/// Serve `NodeAgent` on `listener`, to the master only, and `NodeRelay`, to the master and
+/// the other nodes; the sender stops it.
 fn serve(
     mut server: tonic::transport::Server,
     listener: TcpListener,
     node: &Arc<Node>,
     coord: Coord,
+    peers: PeerTls,
 ) -> (
     oneshot::Sender<()>,
     JoinHandle<Result<(), tonic::transport::Error>>,
@@ -182,8 +186,13 @@ fn serve(
         NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(node)), move |request| {
             only_the_master(coord, &request).map(|()| request)
         });
+    let relay =
+        NodeRelayServer::with_interceptor(Relayer::new(Arc::clone(node), peers), move |request| {
+            only_the_cluster(coord, &request).map(|()| request)
+        });
     let server = server
         .add_service(service)
+        .add_service(relay)
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });

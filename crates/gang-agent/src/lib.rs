@@ -18,9 +18,12 @@
 //!   │                                     tables + ranks with their launch modes   ^     │
 //!   ├── ClockProbe <── probe_clock ── clock::run_probes (offset, error: atomics) ──┘     │
 //!   └── ReportSwitches <── report_switches <── switch::report <── ring <─────────────────┘
+//!
+//! master or node ──NodeRelay──> relay (master's signature checked) ──> node (own part)
+//!                                  └──NodeRelay──> subtree heads (gang_core::fanout)
 //! ```
 //!
-//! Module dependencies run one way: `agent` -> {`service`, `registry_client`} -> `node` ->
+//! Module dependencies run one way: `agent` -> {`service`, `relay`, `registry_client`} -> `node` ->
 //! {`launch`, `switch`, `clock`}, `launch` -> `switch` -> `clock`, which imports nothing of
 //! the agent, nor does `fence`; `agent` hands the clock and the switch reporter their RPCs,
 //! and the fence its stopping, as functions.
@@ -45,6 +48,7 @@ pub mod pmix;
 pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
+pub mod relay;
 pub mod request;
 pub mod rt_budget;
 pub mod rt_priority;

@@ -33,6 +33,8 @@ pub struct Node {
     pub msg: Arc<MsgHub>,
     /// When the master was last heard from (`fence`): its answers, and its launches.
     pub fence: Arc<crate::fence::Fence>,
+    /// The master's key for orders relayed through other agents (set at registration).
+    pub relay_key: crate::relay::RelayKey,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -70,6 +72,7 @@ impl Node {
             switch,
             clock,
             fence: crate::fence::Fence::new(),
+            relay_key: Default::default(),
             parts,
         })
     }

@@ -161,6 +161,7 @@ async fn register(
             }
         }
     };
+    node.relay_key.set(&resp.relay_key);
     let heartbeat = match resp.heartbeat_ms {
         0 => DEFAULT_HEARTBEAT,
         ms => Duration::from_millis(u64::from(ms.max(10))),

@@ -110,6 +110,14 @@ impl NodeTls {
             .timeout(HANDSHAKE_TIMEOUT)
     }
 
+    /// What relaying to other agents needs (`relay::Relayer`).
+    pub fn peer_tls(&self) -> crate::relay::PeerTls {
+        crate::relay::PeerTls {
+            ca: self.ca.clone(),
+            identity: self.identity.clone(),
+        }
+    }
+
     /// The channel to the master's agent port: this node's identity; the master verified
     /// by its name, against the cluster CA only (no system roots).
     pub fn client(&self) -> ClientTlsConfig {
@@ -203,6 +211,23 @@ pub fn only_the_master(node: Coord, request: &Request<()>) -> Result<(), Status>
     };
     let message = format!("node {node}: only the master may call an agent; {who}");
     warn!(peer = ?request.remote_addr(), "refused a NodeAgent call: {message}");
+    Err(Status::permission_denied(message))
+}
+
+/// The NodeRelay interceptor: the master or another node (a relayed order is taken only
+/// with the master's signature, checked by `relay`); never a user.
+pub fn only_the_cluster(node: Coord, request: &Request<()>) -> Result<(), Status> {
+    let named = request
+        .peer_certs()
+        .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())));
+    let who = match named {
+        Some(Some(PeerName::Master | PeerName::Node { .. })) => return Ok(()),
+        Some(Some(other)) => format!("the caller's certificate names {other}"),
+        Some(None) => "the caller's certificate names no gang identity".to_owned(),
+        None => "the caller presented no certificate".to_owned(),
+    };
+    let message = format!("node {node}: only the master and other nodes may relay; {who}");
+    warn!(peer = ?request.remote_addr(), "refused a NodeRelay call: {message}");
     Err(Status::permission_denied(message))
 }
 

@@ -8,13 +8,15 @@
 //! - [`token`]: signed, expiring tokens the master issues to users it identified locally;
 //!   each names its user (looked up again at every use) and has an id to be revoked by.
 //! - [`users`]: Unix users and their groups.
+//! - [`relay_key`]: the master's signature on orders agents relay to each other.
 //!
 //! No cryptography is written here: certificates come from `rcgen`, parsing from
-//! `x509-parser`, tokens from `jsonwebtoken` (HS256), randomness from `ring`.
+//! `x509-parser`, tokens from `jsonwebtoken` (HS256), randomness and the relay key's Ed25519 from `ring`.
 
 pub mod names;
 pub mod peer;
 pub mod pki;
+pub mod relay_key;
 pub mod token;
 pub mod users;
 

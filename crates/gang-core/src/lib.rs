@@ -19,12 +19,14 @@
 //!   the per-job deadlock policy and context mode words.
 //! - [`quantile`]: nearest-rank quantiles for every reported p50/p99.
 //! - [`clock`]: clock offset estimation from four-timestamp probes.
+//! - [`fanout`]: the relay tree's shape (who forwards an order to whom).
 //! - [`output_pattern`]: `prun --output/--error` file name patterns (`%j`, `%r`, `%n`).
 
 pub mod alloc;
 pub mod clock;
 pub mod deadlock;
 pub mod fair_share;
+pub mod fanout;
 pub mod gang_mode;
 pub mod grid;
 pub mod matrix;

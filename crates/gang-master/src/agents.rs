@@ -8,21 +8,29 @@ use std::sync::Mutex;
 
 use gang_auth::names::node_dns;
 use gang_auth::pki::TlsPem;
+use gang_auth::relay_key::RelaySigner;
 use gang_proto::v1::node_agent_client::NodeAgentClient;
+use gang_proto::v1::node_relay_client::NodeRelayClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use crate::config::Fanout;
 use crate::state::views::Coord;
 
 pub struct AgentPool {
     tls: TlsPem,
-    clients: Mutex<HashMap<(Coord, String), NodeAgentClient<Channel>>>,
+    channels: Mutex<HashMap<(Coord, String), Channel>>,
+    /// Signs orders relayed through agents (its public half goes out at registration).
+    pub signer: RelaySigner,
+    pub fanout: Fanout,
 }
 
 impl AgentPool {
-    pub fn new(tls: TlsPem) -> Self {
+    pub fn new(tls: TlsPem, fanout: Fanout) -> Self {
         AgentPool {
+            signer: RelaySigner::from_master_key(tls.key.as_bytes()),
             tls,
-            clients: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::new()),
+            fanout,
         }
     }
 
@@ -38,20 +46,36 @@ impl AgentPool {
             .tcp_nodelay(true))
     }
 
-    /// A client for the agent of `node` at `addr` (connects lazily, reconnects).
+    /// The channel to the agent of `node` at `addr` (connects lazily, reconnects).
+    fn channel(&self, node: Coord, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut channels = self.channels.lock().expect("agent pool lock");
+        let key = (node, addr.to_string());
+        if let Some(c) = channels.get(&key) {
+            return Ok(c.clone());
+        }
+        let c = self.endpoint(node, addr)?.connect_lazy();
+        channels.insert(key, c.clone());
+        Ok(c)
+    }
+
+    /// A client for the agent of `node` at `addr`.
     pub fn client(
         &self,
         node: Coord,
         addr: &str,
     ) -> Result<NodeAgentClient<Channel>, tonic::transport::Error> {
-        let mut clients = self.clients.lock().expect("agent pool lock");
-        let key = (node, addr.to_string());
-        if let Some(c) = clients.get(&key) {
-            return Ok(c.clone());
-        }
-        let c = NodeAgentClient::new(self.endpoint(node, addr)?.connect_lazy());
-        clients.insert(key, c.clone());
-        Ok(c)
+        Ok(NodeAgentClient::new(self.channel(node, addr)?))
+    }
+
+    /// A relay client for the agent of `node` at `addr` (the same channel).
+    pub fn relay_client(
+        &self,
+        node: Coord,
+        addr: &str,
+    ) -> Result<NodeRelayClient<Channel>, String> {
+        self.channel(node, addr)
+            .map(NodeRelayClient::new)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -59,10 +83,13 @@ impl AgentPool {
 #[cfg(test)]
 impl Default for AgentPool {
     fn default() -> Self {
-        AgentPool::new(TlsPem {
-            ca: String::new(),
-            cert: String::new(),
-            key: String::new(),
-        })
+        AgentPool::new(
+            TlsPem {
+                ca: String::new(),
+                cert: String::new(),
+                key: String::new(),
+            },
+            Fanout::default(),
+        )
     }
 }

@@ -96,6 +96,8 @@ pub struct FileConfig {
     pub on_deadlock: Option<String>,
     pub mpi: Option<String>,
     pub table_lead_ms: Option<u32>,
+    pub fanout_width: Option<u32>,
+    pub relay_hop_timeout_ms: Option<u32>,
     /// Local clients: a Unix socket; callers are identified by its peer credentials.
     pub socket: Option<PathBuf>,
     /// Agents: mutual TLS with node certificates.
@@ -252,6 +254,58 @@ pub struct MasterConfig {
     pub limits: Limits,
     /// Connections and streams per listener and per peer, and their deadlines.
     pub connections: ConnLimits,
+    /// How launches, signals and slice tables reach many agents (`agents::AgentPool`).
+    pub fanout: Fanout,
+}
+
+/// The relay tree: the master calls at most `width` agents for one order, each of which
+/// forwards to at most `width` more (`gang_core::fanout`); 0 calls every agent itself.
+/// An order for at most `width` nodes goes flat either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fanout {
+    pub width: u32,
+    /// How long one level of the tree may take to answer before its head is routed
+    /// around (a subtree of L levels: 2^L − 1 times this, so that its head can route
+    /// around one dead agent below it in time: `gang_proto::relay`).
+    pub hop_timeout_ms: u32,
+}
+
+/// Chosen from `benches/emulated_fleet` (README, "Emulated fleets"): see there.
+pub const DEFAULT_FANOUT_WIDTH: u32 = 16;
+/// A launch of a rank can take a second or two on a loaded host: well above that.
+pub const DEFAULT_HOP_TIMEOUT_MS: u32 = 5_000;
+
+impl Default for Fanout {
+    fn default() -> Self {
+        Fanout {
+            width: DEFAULT_FANOUT_WIDTH,
+            hop_timeout_ms: DEFAULT_HOP_TIMEOUT_MS,
+        }
+    }
+}
+
+impl Fanout {
+    /// The settings, or why they do not hold (naming the key and its limits).
+    pub fn check(self) -> Result<Fanout, String> {
+        if self.width == 1 || self.width > 256 {
+            return Err(format!(
+                "fanout_width = {}: expected 0 (the master calls every agent) or 2 to 256",
+                self.width
+            ));
+        }
+        if !(100..=600_000).contains(&self.hop_timeout_ms) {
+            return Err(format!(
+                "relay_hop_timeout_ms = {}: expected 100 to 600000",
+                self.hop_timeout_ms
+            ));
+        }
+        Ok(self)
+    }
+
+    /// Whether an order for `nodes` agents goes through the tree.
+    pub fn relays(self, nodes: usize) -> bool {
+        self.width > 0 && nodes > self.width as usize
+    }
 }
 
 impl MasterConfig {
@@ -281,6 +335,7 @@ impl MasterConfig {
             token_key: dir.join("token.key"),
             limits: Limits::default(),
             connections: ConnLimits::default(),
+            fanout: Fanout::default(),
             listen: "127.0.0.1:0".parse().expect("literal"),
             metrics_listen: "127.0.0.1:0".parse().expect("literal"),
             mesh,
@@ -329,5 +384,27 @@ mod tests {
         assert!(err(500, 3000, 200, 18_000).contains("idle_heartbeat_ms (200) is shorter"));
         assert!(err(500, 3000, 5000, 2000).contains("idle_node_timeout_ms (2000) is shorter"));
         assert!(err(500, 3000, 5000, 4000).contains("must be longer than idle_heartbeat_ms"));
+    }
+
+    #[test]
+    fn the_fanout_width_is_flat_or_two_to_256() {
+        let f = |width, hop_timeout_ms| Fanout {
+            width,
+            hop_timeout_ms,
+        };
+        assert!(f(0, 5000).check().is_ok());
+        assert!(f(2, 100).check().is_ok());
+        assert!(f(256, 600_000).check().is_ok());
+        assert!(f(1, 5000).check().unwrap_err().contains("fanout_width = 1"));
+        assert!(f(257, 5000).check().unwrap_err().contains("2 to 256"));
+        assert!(
+            f(16, 99)
+                .check()
+                .unwrap_err()
+                .contains("relay_hop_timeout_ms = 99")
+        );
+        assert!(!f(0, 5000).relays(10_000));
+        assert!(!f(16, 5000).relays(16));
+        assert!(f(16, 5000).relays(17));
     }
 }

@@ -8,9 +8,10 @@ use gang_auth::pki::TlsFiles;
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_core::{DeadlockPolicy, GangMode};
 use gang_master::config::{
-    AuthPolicy, DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET,
-    DEFAULT_TABLE_LEAD_MS, DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, FileConfig, Limits,
-    MasterConfig, check_liveness, default_idle_node_timeout, parse_mesh,
+    AuthPolicy, DEFAULT_FANOUT_WIDTH, DEFAULT_HOP_TIMEOUT_MS, DEFAULT_IDLE_HEARTBEAT_MS,
+    DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
+    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, MasterConfig,
+    check_liveness, default_idle_node_timeout, parse_mesh,
 };
 use gang_master::connections::{ConnLimits, ConnectionsSection};
 use gang_master::notify;
@@ -76,6 +77,14 @@ struct Args {
     /// heartbeats and the node timeout: 18000].
     #[arg(long)]
     idle_node_timeout_ms: Option<u32>,
+    /// Launches, signals and slice tables for more agents than this go through a tree of
+    /// agents this wide; 0: the master calls every agent itself [default: 16].
+    #[arg(long)]
+    fanout_width: Option<u32>,
+    /// How long one level of that tree may take before its head is routed around (a
+    /// subtree of L levels: 2^L - 1 times this) [default: 5000].
+    #[arg(long)]
+    relay_hop_timeout_ms: Option<u32>,
     /// Grace between SIGTERM and SIGKILL when a job is cancelled.
     #[arg(long)]
     kill_grace_ms: Option<u32>,
@@ -283,7 +292,20 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         idle_node_timeout_ms,
     )
     .map_err(anyhow::Error::msg)?;
+    let fanout = Fanout {
+        width: a
+            .fanout_width
+            .or(f.fanout_width)
+            .unwrap_or(DEFAULT_FANOUT_WIDTH),
+        hop_timeout_ms: a
+            .relay_hop_timeout_ms
+            .or(f.relay_hop_timeout_ms)
+            .unwrap_or(DEFAULT_HOP_TIMEOUT_MS),
+    }
+    .check()
+    .map_err(anyhow::Error::msg)?;
     let cfg = MasterConfig {
+        fanout,
         listen: a
             .listen
             .or(f.listen)

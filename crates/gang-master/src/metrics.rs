@@ -24,6 +24,12 @@ pub struct ConnLabel {
     pub reason: String,
 }
 
+/// What a relayed order carried: "launch", "signal", "tables".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkLabel {
+    pub work: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabel {
     pub listener: String,
@@ -62,6 +68,21 @@ pub struct Metrics {
     pub switch_cost_seconds: Histogram,
     pub switches_dropped: Counter,
     pub table_version: Gauge,
+    /// Orders sent down the relay tree, by what they carried.
+    pub relayed: Family<WorkLabel, Counter>,
+    /// Nodes a relayed order did not reach (routed around, or their head answered
+    /// nothing for them).
+    pub relay_unreached: Counter,
+}
+
+impl Metrics {
+    pub fn relayed(&self, work: &str) {
+        self.relayed
+            .get_or_create(&WorkLabel {
+                work: work.to_owned(),
+            })
+            .inc();
+    }
 }
 
 impl Default for Metrics {
@@ -170,7 +191,21 @@ impl Default for Metrics {
             "Attach streams refused: the user held max_attaches_per_user already",
             attaches_refused.clone(),
         );
+        let relayed = Family::<WorkLabel, Counter>::default();
+        let relay_unreached = Counter::default();
+        registry.register(
+            "relayed_orders",
+            "Orders sent down the relay tree of agents, by work (launch, signal, tables)",
+            relayed.clone(),
+        );
+        registry.register(
+            "relay_unreached",
+            "Nodes a relayed order did not reach (their agent routed around)",
+            relay_unreached.clone(),
+        );
         Metrics {
+            relayed,
+            relay_unreached,
             registry,
             connections_open,
             connections_refused,

@@ -131,7 +131,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     })?;
     let auth = Arc::new(Authenticator::open(cfg.auth.clone(), &cfg.token_key)?);
     let metrics = Arc::new(Metrics::default());
-    let agents = Arc::new(AgentPool::new(tls.clone()));
+    let agents = Arc::new(AgentPool::new(tls.clone(), cfg.fanout));
     let output = Arc::new(OutputHub::new(
         cfg.state_dir(),
         cfg.limits.max_output_bytes,
@@ -193,6 +193,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
+    let relay_key = agents.signer.public_key();
     let jobs = JobServiceServer::new(Jobs {
         handle: handle.clone(),
         output: output.clone(),
@@ -211,6 +212,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     .max_decoding_message_size(max_msg);
     let tokens = AuthServiceServer::new(Tokens { auth: auth.clone() });
     let registry = AgentRegistryServer::new(Registry {
+        relay_key,
         handle: handle.clone(),
         placements: crate::placements::Placements::start(handle.clone()),
         output,

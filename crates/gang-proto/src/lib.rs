@@ -2,6 +2,7 @@
 
 pub mod client;
 pub mod memory;
+pub mod relay;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

@@ -106,6 +106,7 @@ fn agents_and_certificates() {
     };
     let rt = runtime();
     rt.block_on(async {
+        let node_00 = pki.files(&PeerName::Node { x: 0, y: 0 });
         // Certificates of the cluster's CA, but not the master's: refused by the agent,
         // even its own node's.
         for (who, named) in [
@@ -136,8 +137,53 @@ fn agents_and_certificates() {
             .unwrap_err();
         assert_handshake_failed(&e);
 
+        // NodeRelay: other nodes may call it (they forward the master's orders), users may
+        // not; and an order is taken only with the master's signature, which no node can
+        // make: not with a made-up one, nor with a key of its own.
+        let mut order_launch = launch.clone();
+        order_launch.part = Some(gang_proto::v1::Submesh {
+            x: 1,
+            y: 0,
+            w: 1,
+            h: 1,
+        });
+        let order = RelayOrder {
+            work: Some(relay_order::Work::Launch(order_launch)),
+            expires_ns: i64::MAX,
+            nodes: vec![1 << 16], // node (1,0), packed x << 16 | y
+            table_of: vec![],
+        }
+        .encode_to_vec();
+        let node_key = std::fs::read(&node_00.key).unwrap();
+        for signature in [
+            vec![0u8; 64],
+            gang_auth::relay_key::RelaySigner::from_master_key(&node_key).sign(&order),
+        ] {
+            let forged = RelayRequest {
+                order: order.clone(),
+                signature,
+                first: 0,
+                end: 1,
+                addresses: vec![agent_10.to_string()],
+                width: 2,
+                hop_timeout_ms: 1000,
+            };
+            let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&node_00), "node-1-0.gang"))
+                .relay(forged.clone())
+                .await
+                .unwrap_err();
+            assert_denied(&e, "node (1,0): the relay order is not signed by the master");
+            let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&user), "node-1-0.gang"))
+                .relay(forged)
+                .await
+                .unwrap_err();
+            assert_denied(
+                &e,
+                "node (1,0): only the master and other nodes may relay; the caller's certificate names user mallory",
+            );
+        }
+
         // The master's agent port: node (0,0)'s certificate cannot speak for (1,0).
-        let node_00 = pki.files(&PeerName::Node { x: 0, y: 0 });
         let mut registry =
             AgentRegistryClient::new(tls::mtls(agents, &ca, Some(&node_00), "master.gang"));
         let want = "the certificate of node (0,0) cannot speak for node (1,0)";

@@ -30,13 +30,16 @@ use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
 use gang_proto::v1::job_service_client::JobServiceClient;
 use gang_proto::v1::node_agent_client::NodeAgentClient;
+use gang_proto::v1::node_relay_client::NodeRelayClient;
 use gang_proto::v1::{
     AttachRequest, CancelRequest, GetJobRequest, HeartbeatRequest, JobSpec, JobState,
     LaunchRequest, ListJobsRequest, ListNodesRequest, NodeRequest, NodeState, RankExit,
     RegisterRequest, SignalRequest, SubmitRequest, WatchRequest, attach_response,
 };
+use gang_proto::v1::{RelayOrder, RelayRequest, relay_order};
 use netns::Netns;
 use nix::sys::signal::Signal;
+use prost::Message;
 use tonic::Code;
 
 /// Bounds a wait that normally takes well under a second.

@@ -81,7 +81,7 @@ pub fn set_table(
     });
 }
 
-fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequest {
+pub(super) fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequest {
     let s = &*o.spec;
     v1::LaunchRequest {
         namespace: format!("gang-{cluster_id}-{}", o.job.0),
@@ -106,7 +106,7 @@ fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequest {
     }
 }
 
-fn node_table(t: &NodeTable) -> v1::NodeTable {
+pub(super) fn node_table(t: &NodeTable) -> v1::NodeTable {
     v1::NodeTable {
         version: t.version,
         epoch_ns: t.grid.epoch_ns,

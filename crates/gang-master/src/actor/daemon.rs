@@ -1,15 +1,22 @@
 //! What the daemon does with a saved batch's effects (its saves are already committed, by
 //! `Store`'s `Commit`): calls to agents, announcements, fence answers and metrics.
 
+use std::collections::HashMap;
+
 use gang_core::JobId;
 
-use crate::actor::{Actor, calls};
+use crate::actor::{Actor, calls, relays};
 use crate::error::MasterError;
-use crate::state::effects::{Effect, Metric};
+use crate::state::effects::{Coord, Effect, LaunchOrder, Metric};
 
 impl Actor {
     /// What a saved batch sends out.
     pub(super) fn carry_out(&mut self, effects: Vec<Effect>) {
+        // Calls to agents are gathered by what they carry: an order for more agents than
+        // the fanout width goes down the relay tree as one, the rest one call each.
+        let mut launches: HashMap<JobId, Vec<(Coord, String, LaunchOrder)>> = HashMap::new();
+        let mut signals: HashMap<(JobId, u32), Vec<relays::Target>> = HashMap::new();
+        let mut tables = Vec::new();
         for effect in effects {
             match effect {
                 Effect::Save(_) => {} // committed with the batch
@@ -17,25 +24,24 @@ impl Actor {
                     node,
                     address,
                     order,
-                } => calls::launch(
-                    &self.agents,
-                    &self.handle.tx,
-                    node,
-                    &address,
-                    &self.cluster_id,
-                    order,
-                ),
+                } => launches
+                    .entry(order.job)
+                    .or_default()
+                    .push((node, address, order)),
                 Effect::Signal {
                     node,
                     address,
                     job,
                     grace_ms,
-                } => calls::signal(&self.agents, node, &address, job, grace_ms),
+                } => signals
+                    .entry((job, grace_ms))
+                    .or_default()
+                    .push((node, address)),
                 Effect::Table {
                     node,
                     address,
                     table,
-                } => calls::set_table(&self.agents, &self.handle.tx, node, &address, table),
+                } => tables.push((node, address, table)),
                 Effect::JobChanged(view) => {
                     if view.state.is_final() {
                         self.end_fences(view.id);
@@ -51,6 +57,33 @@ impl Actor {
                     let _ = self.handle.rank0.send((job, node, address));
                 }
                 Effect::Metric(m) => self.count(m),
+            }
+        }
+        let (agents, tx, metrics) = (&self.agents, &self.handle.tx, &self.metrics);
+        let fanout = agents.fanout;
+        for (_, orders) in launches {
+            if fanout.relays(orders.len()) {
+                relays::launch_job(agents, metrics, tx, &self.cluster_id, orders);
+            } else {
+                for (node, address, order) in orders {
+                    calls::launch(agents, tx, node, &address, &self.cluster_id, order);
+                }
+            }
+        }
+        for ((job, grace_ms), targets) in signals {
+            if fanout.relays(targets.len()) {
+                relays::signal_job(agents, metrics, job, grace_ms, &targets);
+            } else {
+                for (node, address) in targets {
+                    calls::signal(agents, node, &address, job, grace_ms);
+                }
+            }
+        }
+        if fanout.relays(tables.len()) {
+            relays::tables(agents, metrics, tx, tables);
+        } else {
+            for (node, address, table) in tables {
+                calls::set_table(agents, tx, node, &address, table);
             }
         }
     }

@@ -32,6 +32,7 @@ use crate::state::{MasterState, Now, Persisted, batch, reactor};
 
 mod calls;
 mod daemon;
+mod relays;
 #[cfg(test)]
 mod tests;
 use crate::store::Store;

@@ -21,6 +21,8 @@ pub struct Registry {
     pub placements: Arc<Placements>,
     pub stats: Arc<Mutex<SwitchStats>>,
     pub metrics: Arc<Metrics>,
+    /// The public half of the master's relay key (`agents::AgentPool::signer`).
+    pub relay_key: Vec<u8>,
 }
 
 #[tonic::async_trait]
@@ -33,7 +35,9 @@ impl AgentRegistry for Registry {
         agent_node(&req, (r.x, r.y))?;
         let reg = convert::registration(req.into_inner());
         let done = self.handle.call(|tx| Cmd::Register(reg, tx)).await?;
-        Ok(Response::new(convert::registered(done)))
+        let mut answer = convert::registered(done);
+        answer.relay_key = self.relay_key.clone();
+        Ok(Response::new(answer))
     }
 
     async fn heartbeat(

@@ -1,0 +1,316 @@
+//! NodeRelay: orders of the master for many nodes (a job's launch and signal, slice
+//! tables), carried down a tree of agents (`gang_core::fanout`). An agent checks the
+//! master's signature on the order, starts forwarding the rest of its range to its
+//! subtrees, does its own part, and answers with every outcome of its range.
+//!
+//! A subtree whose head cannot be reached, refuses, or does not answer within its bound
+//! (`gang_proto::relay`: doubling with each level of the subtree) is routed around: the head is reported
+//! unreachable and the next node of that range heads it. The order may then reach a node
+//! twice (through the slow head and around it): launching a rank that is already here
+//! counts as done, signals and tables are idempotent.
+//!
+//! Trust: any node may call Relay (the interceptor admits the master and node
+//! certificates), but only the master's signature makes an order; an order carries its
+//! expiry (against replays) and lists the nodes, while the addresses, which only route,
+//! travel unsigned (a wrong one fails the TLS check of the node's name). An interior node
+//! can still drop or misreport its subtree's outcomes: the master's heartbeats and exit
+//! reports, not the relay's answers, are what keep its state honest.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gang_auth::names::node_dns;
+use gang_core::fanout;
+use gang_proto::relay::{self, Route};
+use gang_proto::v1::node_relay_client::NodeRelayClient;
+use gang_proto::v1::node_relay_server::NodeRelay;
+use gang_proto::v1::relay_order::Work;
+use gang_proto::v1::{RelayOrder, RelayOutcome, RelayRequest, RelayResponse};
+use prost::Message;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Request, Response, Status};
+use tracing::warn;
+
+use crate::error::AgentError;
+use crate::node::Node;
+use crate::service::rank_request;
+
+/// Bounds on what a relay may ask (a node cannot be asked to fan out to thousands).
+pub const MAX_WIDTH: u32 = 256;
+pub const MAX_NODES: usize = 1 << 20;
+const HOP_TIMEOUT_MS: Range<u32> = 100..600_001;
+/// Connecting to a peer (TCP only; the handshake is bounded by the hop timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The master's relay key, as its registration gave it (none before, or from a master
+/// that relays nothing).
+#[derive(Debug, Default)]
+pub struct RelayKey(Mutex<Option<Arc<[u8]>>>);
+
+impl RelayKey {
+    pub fn set(&self, key: &[u8]) {
+        *self.0.lock().expect("relay key lock") = (!key.is_empty()).then(|| Arc::from(key));
+    }
+
+    fn get(&self) -> Option<Arc<[u8]>> {
+        self.0.lock().expect("relay key lock").clone()
+    }
+}
+
+/// What a relay to peers needs: this node's identity and the cluster CA.
+#[derive(Clone)]
+pub struct PeerTls {
+    pub ca: Certificate,
+    pub identity: Identity,
+}
+
+#[derive(Clone)]
+pub struct Relayer(Arc<Inner>);
+
+struct Inner {
+    node: Arc<Node>,
+    tls: PeerTls,
+    peers: Mutex<HashMap<(u32, u32, String), NodeRelayClient<Channel>>>,
+}
+
+/// A checked order, shared by the tasks that forward it.
+struct Checked {
+    route: Route,
+    /// The range this node heads.
+    range: Range<usize>,
+    order: RelayOrder,
+}
+
+impl Relayer {
+    pub fn new(node: Arc<Node>, tls: PeerTls) -> Self {
+        Relayer(Arc::new(Inner {
+            node,
+            tls,
+            peers: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The order, if the master signed it, it is for a range that starts with this node,
+    /// and it has not expired.
+    fn check(&self, request: RelayRequest) -> Result<Checked, Status> {
+        let node = &self.0.node;
+        let refuse =
+            |what: String| Status::invalid_argument(format!("node {}: {what}", node.coord));
+        let Some(key) = node.relay_key.get() else {
+            return Err(Status::failed_precondition(format!(
+                "node {}: no relay key (not registered with a master that relays)",
+                node.coord
+            )));
+        };
+        if !gang_auth::relay_key::verify(&key, &request.order, &request.signature) {
+            warn!("refused a relay order not signed by the master");
+            return Err(Status::permission_denied(format!(
+                "node {}: the relay order is not signed by the master",
+                node.coord
+            )));
+        }
+        let order = RelayOrder::decode(request.order.as_slice())
+            .map_err(|e| refuse(format!("undecodable relay order: {e}")))?;
+        let now = node.clock.master_now_ns();
+        if now > order.expires_ns.saturating_add(node.clock.error_ns()) {
+            return Err(refuse(format!(
+                "the relay order expired {:.1} s ago",
+                (now - order.expires_ns) as f64 / 1e9
+            )));
+        }
+        let n = order.nodes.len();
+        let (first, end) = (request.first as usize, request.end as usize);
+        if request.addresses.len() > MAX_NODES {
+            return Err(refuse(format!("more than {MAX_NODES} addresses")));
+        }
+        if n > MAX_NODES || first >= end || end > n {
+            return Err(refuse(format!(
+                "relay range {first}..{end} of {n} nodes (at most {MAX_NODES})"
+            )));
+        }
+        if request.addresses.len() != end - first {
+            return Err(refuse(format!(
+                "{} addresses for a range of {} nodes",
+                request.addresses.len(),
+                end - first
+            )));
+        }
+        if !(1..=MAX_WIDTH).contains(&request.width)
+            || !HOP_TIMEOUT_MS.contains(&request.hop_timeout_ms)
+        {
+            return Err(refuse(format!(
+                "relay width {} (1 to {MAX_WIDTH}) or hop timeout {} ms ({} to {})",
+                request.width,
+                request.hop_timeout_ms,
+                HOP_TIMEOUT_MS.start,
+                HOP_TIMEOUT_MS.end - 1
+            )));
+        }
+        let nodes: Vec<(u32, u32)> = order.nodes.iter().map(|&v| fanout::unpack(v)).collect();
+        if nodes[first] != (node.coord.x, node.coord.y) {
+            let (x, y) = nodes[first];
+            return Err(refuse(format!("the relay names node ({x},{y}) first")));
+        }
+        match &order.work {
+            None => return Err(refuse("a relay order with no work".into())),
+            Some(Work::Tables(t)) => {
+                if order.table_of.len() != n
+                    || order
+                        .table_of
+                        .iter()
+                        .any(|&i| i as usize >= t.distinct.len())
+                {
+                    return Err(refuse("relay tables do not name one table per node".into()));
+                }
+            }
+            Some(Work::Launch(l)) if l.part.is_none() => {
+                return Err(refuse("a relayed launch without the job's part".into()));
+            }
+            Some(_) => {}
+        }
+        // Proof the master was alive when it signed this: a busy node's fence counts it.
+        node.fence.heard(tokio::time::Instant::now());
+        Ok(Checked {
+            route: Route {
+                order: request.order,
+                signature: request.signature,
+                nodes,
+                base: first,
+                addresses: request.addresses,
+                width: request.width,
+                hop_timeout_ms: request.hop_timeout_ms,
+                from: format!("node {}", node.coord),
+            },
+            range: first..end,
+            order,
+        })
+    }
+
+    /// This node's part of the order.
+    async fn own_part(&self, c: &Checked) -> RelayOutcome {
+        let node = &self.0.node;
+        let i = c.range.start;
+        let (x, y) = c.route.nodes[i];
+        let mut out = RelayOutcome {
+            x,
+            y,
+            ..Default::default()
+        };
+        let done: Result<u64, String> = match c.order.work.as_ref().expect("checked") {
+            Work::Launch(template) => {
+                let part = template.part.expect("checked");
+                match rank_in(&part, x, y) {
+                    None => Err(format!(
+                        "node {} is not in the job's part {}x{} at ({},{})",
+                        node.coord, part.w, part.h, part.x, part.y
+                    )),
+                    Some(rank) => {
+                        let mut req = template.clone();
+                        req.stdin = template.stdin && rank == 0;
+                        req.rank = rank;
+                        match node.launch_rank(rank_request(req)).await {
+                            Ok(pid) => Ok(u64::from(pid)),
+                            // It came twice (around a slow agent): it is here, as asked.
+                            Err(AgentError::Duplicate { .. }) => Ok(0),
+                            Err(e) => Err(Status::from(e).message().to_owned()),
+                        }
+                    }
+                }
+            }
+            Work::Signal(s) => Ok(u64::from(
+                node.signal(s.job_id, Duration::from_millis(u64::from(s.grace_ms))),
+            )),
+            Work::Tables(t) => {
+                let table = t.distinct[c.order.table_of[i] as usize].clone();
+                node.switch
+                    .set_table(table)
+                    .map_err(|what| format!("node {}: slice table refused: {what}", node.coord))
+            }
+        };
+        match done {
+            Ok(v) => out.value = v,
+            Err(e) => out.refused = e,
+        }
+        out
+    }
+
+    fn peer(&self, x: u32, y: u32, address: &str) -> Result<NodeRelayClient<Channel>, String> {
+        let mut peers = self.0.peers.lock().expect("relay peers lock");
+        let key = (x, y, address.to_owned());
+        if let Some(c) = peers.get(&key) {
+            return Ok(c.clone());
+        }
+        let hostport = address.split_once("://").map_or(address, |(_, rest)| rest);
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(self.0.tls.ca.clone())
+            .identity(self.0.tls.identity.clone())
+            .domain_name(node_dns(x, y));
+        let endpoint = Endpoint::from_shared(format!("https://{hostport}"))
+            .and_then(|e| e.tls_config(tls))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let client = NodeRelayClient::new(endpoint.connect_lazy());
+        peers.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+/// Rank r of a job sits at row-major position r of its part.
+fn rank_in(part: &gang_proto::v1::Submesh, x: u32, y: u32) -> Option<u32> {
+    let inside = x >= part.x && y >= part.y && x - part.x < part.w && y - part.y < part.h;
+    inside.then(|| (y - part.y) * part.w + (x - part.x))
+}
+
+#[tonic::async_trait]
+impl NodeRelay for Relayer {
+    async fn relay(
+        &self,
+        request: Request<RelayRequest>,
+    ) -> Result<Response<RelayResponse>, Status> {
+        let c = Arc::new(self.check(request.into_inner())?);
+        let subtrees = fanout::children(c.range.clone(), c.route.width as usize);
+        // The subtrees first: nobody below waits for this node's own part.
+        let forwards: Vec<_> = subtrees
+            .into_iter()
+            .map(|r| {
+                let (me, c) = (self.clone(), Arc::clone(&c));
+                tokio::spawn(async move {
+                    relay::forward(&c.route, r, |x, y, a| me.peer(x, y, a)).await
+                })
+            })
+            .collect();
+        let mut outcomes = vec![self.own_part(&c).await];
+        for f in forwards {
+            match f.await {
+                Ok(mut o) => outcomes.append(&mut o),
+                Err(e) => warn!("a relay forward failed: {e}"),
+            }
+        }
+        Ok(Response::new(RelayResponse { outcomes }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gang_proto::v1::Submesh;
+
+    #[test]
+    fn a_nodes_rank_is_its_row_major_place_in_the_part() {
+        let part = Submesh {
+            x: 2,
+            y: 1,
+            w: 3,
+            h: 2,
+        };
+        assert_eq!(rank_in(&part, 2, 1), Some(0));
+        assert_eq!(rank_in(&part, 4, 1), Some(2));
+        assert_eq!(rank_in(&part, 3, 2), Some(4));
+        assert_eq!(rank_in(&part, 5, 1), None);
+        assert_eq!(rank_in(&part, 1, 1), None);
+        assert_eq!(rank_in(&part, 2, 3), None);
+    }
+}
