@@ -8,8 +8,9 @@
 //! `cargo build --release -p gang-master -p gang-agent -p gang-cli`, then
 //! `cargo bench -p gang-benches --bench emulated_fleet`.
 //! `FLEET_MASTER_ARGS`: extra gang-master flags, space-separated (e.g. `--heartbeat-ms 2000
-//! --node-timeout-ms 10000`).
-//! Prints one JSON line `{"bench":"emulated_fleet",...}` per mesh.
+//! --node-timeout-ms 10000`). `FLEET_FANOUTS` (default 0,16): each mesh is run once per
+//! `--fanout-width` of the list, one after the other (0: the master calls every agent).
+//! Prints one JSON line `{"bench":"emulated_fleet",...}` per mesh and width.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -26,14 +27,31 @@ fn main() {
         .split_whitespace()
         .map(str::to_string)
         .collect();
+    let fanouts: String = env_or("FLEET_FANOUTS", "0,16".to_string());
     let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl", "prun"]);
     for mesh in meshes.split(',') {
+        for width in fanouts.split(',') {
+            run(mesh, width, &bins, &master_args, (idle_s, launches, per));
+        }
+    }
+}
+
+fn run(
+    mesh: &str,
+    width: &str,
+    bins: &std::path::Path,
+    master_args: &[String],
+    (idle_s, launches, per): (u64, usize, u32),
+) {
+    {
         let (w, h) = mesh
             .split_once('x')
             .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)))
             .expect("FLEET_MESHES: WxH,WxH,...");
+        let mut master_args = master_args.to_vec();
+        master_args.extend(["--fanout-width".to_string(), width.to_string()]);
         let opts = LocalClusterOptions {
-            bin_dir: Some(bins.clone()),
+            bin_dir: Some(bins.to_path_buf()),
             emulate: Some(per),
             master_args: master_args.clone(),
             nodes_up_timeout: Duration::from_secs(900),
@@ -45,9 +63,10 @@ fn main() {
             Ok(c) => c,
             Err(e) => {
                 let line = serde_json::json!({"bench": "emulated_fleet", "mesh": mesh,
+                    "fanout_width": width,
                     "error": format!("{e:#}").lines().take(6).collect::<Vec<_>>()});
                 println!("{line}");
-                continue;
+                return;
             }
         };
         let up_s = t.elapsed().as_secs_f64();
@@ -65,7 +84,7 @@ fn main() {
 
         let mut ms = vec![];
         let mut failed = 0;
-        let m1 = proc_cpu(master).0;
+        let (m1, a1) = (proc_cpu(master).0, agents_cpu());
         for _ in 0..launches {
             let t = Instant::now();
             let out = Command::new(bins.join("prun"))
@@ -80,11 +99,13 @@ fn main() {
             ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let master_cpu_per_launch_ms = (proc_cpu(master).0 - m1) * 1e3 / launches as f64;
+        let agents_cpu_per_launch_ms = (agents_cpu() - a1) * 1e3 / launches as f64;
         let (median, p99) = median_p99(&mut ms);
         let line = serde_json::json!({
             "bench": "emulated_fleet",
             "mesh": mesh,
             "nodes": w * h,
+            "fanout_width": width,
             "master_args": master_args,
             "agent_processes": agents.len(),
             "all_up_s": up_s,
@@ -93,6 +114,7 @@ fn main() {
                        "threads": status_kb(master, "Threads:")},
             "prun_true_ms": {"median": median, "p99": p99, "runs": launches, "failed": failed},
             "master_cpu_per_launch_ms": master_cpu_per_launch_ms,
+            "agents_cpu_per_launch_ms": agents_cpu_per_launch_ms,
         });
         println!("{line}");
         // A slow teardown is worth knowing, but the figures above stand.
