@@ -18,11 +18,11 @@
 //! Prints JSON. Env: RUNS (launch runs per case, default 20), FENCES (default 50),
 //! RUN_SECONDS (per timed run, default 2), REPEATS (per switching case, default 3).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use gang_benches::{env_or, median_p99, release_bins};
+use gang_benches::{build_c, env_or, median_p99, release_bins};
 use gang_local::{LocalCluster, LocalClusterOptions};
 
 fn now_ns() -> i128 {
@@ -30,30 +30,6 @@ fn now_ns() -> i128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i128
-}
-
-/// Build one of benches/mpi/*.c with `cc` (mpicc.mpich or cc) and extra arguments.
-fn build(cc: &str, name: &str, extra: &[&str]) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("mpi")
-        .join(format!("{name}.c"));
-    let dir = std::env::temp_dir().join("gang-bench-mpi");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
-    let out = Command::new(cc)
-        .arg("-O2")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .args(extra)
-        .output()
-        .unwrap_or_else(|e| panic!("{cc}: {e} (sh scripts/setup-test-deps.sh installs it)"));
-    assert!(
-        out.status.success(),
-        "{cc} {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
 }
 
 fn cluster(bins: &Path, mesh: (u32, u32), master_args: &[&str]) -> LocalCluster {
@@ -121,8 +97,8 @@ fn main() {
     let secs = seconds.to_string();
     let repeats = env_or("REPEATS", 3);
     let bins = release_bins();
-    let mpi = build("mpicc.mpich", "mpibench", &[]);
-    let fence = build("cc", "pmi2_fence", &["-lpmi2"]);
+    let mpi = build_c("mpicc.mpich", "mpibench", &[]);
+    let fence = build_c("cc", "pmi2_fence", &["-lpmi2"]);
     let mpi = mpi.to_str().unwrap();
     let fence = fence.to_str().unwrap();
     let mut out = serde_json::Map::new();

@@ -188,3 +188,28 @@ pub fn proc_cpu(pid: u32) -> (f64, f64) {
     // utime, stime, cutime, cstime are fields 14-17 (1-based); `rest` starts at field 3.
     ((f[11] + f[12]) / tick, (f[13] + f[14]) / tick)
 }
+
+/// Build one of benches/mpi/*.c with `cc` (mpicc.mpich or cc) and extra arguments; the
+/// executable's path (in the temporary directory).
+pub fn build_c(cc: &str, name: &str, extra: &[&str]) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mpi")
+        .join(format!("{name}.c"));
+    let dir = std::env::temp_dir().join("gang-bench-mpi");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let out = std::process::Command::new(cc)
+        .arg("-O2")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e} (sh scripts/setup-test-deps.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "{cc} {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}

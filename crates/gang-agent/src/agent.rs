@@ -33,8 +33,9 @@ use crate::launch::LaunchPolicy;
 use crate::msg::MsgHub;
 use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
+use crate::peers::PeerPool;
 use crate::registry_client::{self, RegistryClient};
-use crate::relay::{PeerTls, Relayer};
+use crate::relay::Relayer;
 use crate::service::AgentService;
 use crate::session_thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
@@ -123,12 +124,15 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     );
     node.msg.set_master(client.clone());
     let guard = start_guard(&cfg, &node)?;
-    let (stop_server, server) = serve(server, listener, &node, cfg.coord, tls.peer_tls());
+    let address = advertised_address(addr);
+    let peers = Arc::new(PeerPool::new(tls.peer_tls()));
+    node.msg.set_peers(Arc::clone(&peers));
+    let relayer = Relayer::new(Arc::clone(&node), peers, address.clone());
+    let (stop_server, server) = serve(server, listener, &node, cfg.coord, relayer);
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
     }
-    let address = advertised_address(addr);
     info!(
         node = %cfg.coord,
         listen = %addr,
@@ -170,7 +174,7 @@ fn serve(
     listener: TcpListener,
     node: &Arc<Node>,
     coord: Coord,
-    peers: PeerTls,
+    relayer: Relayer,
 ) -> (
     oneshot::Sender<()>,
     JoinHandle<Result<(), tonic::transport::Error>>,
@@ -186,10 +190,12 @@ fn serve(
         NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(node)), move |request| {
             only_the_master(coord, &request).map(|()| request)
         });
-    let relay =
-        NodeRelayServer::with_interceptor(Relayer::new(Arc::clone(node), peers), move |request| {
-            only_the_cluster(coord, &request).map(|()| request)
-        });
+    let relay = tonic::service::interceptor::InterceptedService::new(
+        NodeRelayServer::new(relayer)
+            .max_decoding_message_size(crate::peers::MAX_MESSAGE)
+            .max_encoding_message_size(crate::peers::MAX_MESSAGE),
+        move |request: tonic::Request<()>| only_the_cluster(coord, &request).map(|()| request),
+    );
     let server = server
         .add_service(service)
         .add_service(relay)

@@ -43,6 +43,7 @@ pub mod msg;
 pub mod node;
 pub mod notify;
 pub mod output;
+pub mod peers;
 pub mod pmi;
 pub mod pmix;
 pub mod rank_files;

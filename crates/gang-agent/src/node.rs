@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
 use crate::launch::{self, LaunchPolicy, NodeFacts, NodeParts};
 use crate::msg::MsgHub;
+use crate::msg::fence_tree::Tree;
 use crate::output::Outbox;
 use crate::ranks::{Ranks, StdinMsg, StdinTarget};
 use crate::request::RankRequest;
@@ -80,11 +81,29 @@ impl Node {
     /// Launch one rank: the pure plan, then its start; returns its pid. Must run in a
     /// task on a runtime worker thread (see `launch::command::command`).
     pub async fn launch_rank(&self, req: RankRequest) -> Result<u32, AgentError> {
+        let key = req.key;
+        // Before the rank can fence: from its first fence on, it fences in its tree.
+        let tree = match (&req.fence, req.part) {
+            (Some(f), Some(part)) if key.rank < part.w * part.h => {
+                Some(Tree::new(key.rank, part, f.width, f.parent.clone()))
+            }
+            _ => None,
+        };
         let plan = launch::plan(req, &self.parts.facts)?;
-        if self.parts.facts.policy.emulate {
-            return launch::emulated::start(plan, &self.parts);
+        if let Some(tree) = tree {
+            self.msg.join_fence_tree(key, tree);
         }
-        launch::start(plan, &self.parts).await
+        let started = if self.parts.facts.policy.emulate {
+            launch::emulated::start(plan, &self.parts)
+        } else {
+            launch::start(plan, &self.parts).await
+        };
+        if let Err(AgentError::Duplicate { .. }) = &started {
+            // The rank already here keeps its tree.
+        } else if started.is_err() {
+            self.msg.remove_fence_tree(key);
+        }
+        started
     }
 
     /// SIGCONT+SIGTERM to the job's ranks here, SIGKILL after `grace`. Whether any were here.

@@ -16,33 +16,33 @@
 //! can still drop or misreport its subtree's outcomes: the master's heartbeats and exit
 //! reports, not the relay's answers, are what keep its state honest.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gang_auth::names::node_dns;
+use gang_auth::PeerName;
+use gang_auth::peer::peer_name;
 use gang_core::fanout;
 use gang_proto::relay::{self, Route};
-use gang_proto::v1::node_relay_client::NodeRelayClient;
 use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
-use gang_proto::v1::{RelayOrder, RelayOutcome, RelayRequest, RelayResponse};
+use gang_proto::v1::{
+    FenceUpRequest, FenceUpResponse, RelayOrder, RelayOutcome, RelayRequest, RelayResponse,
+};
 use prost::Message;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Response, Status};
 use tracing::warn;
 
-use crate::error::AgentError;
+use crate::error::{AgentError, Coord};
+use crate::msg::fence_tree::FenceError;
 use crate::node::Node;
+use crate::peers::PeerPool;
 use crate::service::rank_request;
 
 /// Bounds on what a relay may ask (a node cannot be asked to fan out to thousands).
 pub const MAX_WIDTH: u32 = 256;
 pub const MAX_NODES: usize = 1 << 20;
 const HOP_TIMEOUT_MS: Range<u32> = 100..600_001;
-/// Connecting to a peer (TCP only; the handshake is bounded by the hop timeout).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The master's relay key, as its registration gave it (none before, or from a master
 /// that relays nothing).
@@ -59,36 +59,33 @@ impl RelayKey {
     }
 }
 
-/// What a relay to peers needs: this node's identity and the cluster CA.
-#[derive(Clone)]
-pub struct PeerTls {
-    pub ca: Certificate,
-    pub identity: Identity,
-}
-
 #[derive(Clone)]
 pub struct Relayer(Arc<Inner>);
 
 struct Inner {
     node: Arc<Node>,
-    tls: PeerTls,
-    peers: Mutex<HashMap<(u32, u32, String), NodeRelayClient<Channel>>>,
+    peers: Arc<PeerPool>,
+    /// Where this agent listens, as the master knows it: the fence parent of the heads
+    /// it forwards to.
+    address: String,
 }
 
 /// A checked order, shared by the tasks that forward it.
 struct Checked {
     route: Route,
+    /// The fence parent of this node's rank in a relayed launch.
+    parent_address: String,
     /// The range this node heads.
     range: Range<usize>,
     order: RelayOrder,
 }
 
 impl Relayer {
-    pub fn new(node: Arc<Node>, tls: PeerTls) -> Self {
+    pub fn new(node: Arc<Node>, peers: Arc<PeerPool>, address: String) -> Self {
         Relayer(Arc::new(Inner {
             node,
-            tls,
-            peers: Mutex::new(HashMap::new()),
+            peers,
+            address,
         }))
     }
 
@@ -173,6 +170,7 @@ impl Relayer {
         // Proof the master was alive when it signed this: a busy node's fence counts it.
         node.fence.heard(tokio::time::Instant::now());
         Ok(Checked {
+            parent_address: request.parent_address,
             route: Route {
                 order: request.order,
                 signature: request.signature,
@@ -210,6 +208,7 @@ impl Relayer {
                         let mut req = template.clone();
                         req.stdin = template.stdin && rank == 0;
                         req.rank = rank;
+                        req.fence_parent = c.parent_address.clone();
                         match node.launch_rank(rank_request(req)).await {
                             Ok(pid) => Ok(u64::from(pid)),
                             // It came twice (around a slow agent): it is here, as asked.
@@ -235,27 +234,6 @@ impl Relayer {
         }
         out
     }
-
-    fn peer(&self, x: u32, y: u32, address: &str) -> Result<NodeRelayClient<Channel>, String> {
-        let mut peers = self.0.peers.lock().expect("relay peers lock");
-        let key = (x, y, address.to_owned());
-        if let Some(c) = peers.get(&key) {
-            return Ok(c.clone());
-        }
-        let hostport = address.split_once("://").map_or(address, |(_, rest)| rest);
-        let tls = ClientTlsConfig::new()
-            .ca_certificate(self.0.tls.ca.clone())
-            .identity(self.0.tls.identity.clone())
-            .domain_name(node_dns(x, y));
-        let endpoint = Endpoint::from_shared(format!("https://{hostport}"))
-            .and_then(|e| e.tls_config(tls))
-            .map_err(|e| e.to_string())?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true);
-        let client = NodeRelayClient::new(endpoint.connect_lazy());
-        peers.insert(key, client.clone());
-        Ok(client)
-    }
 }
 
 /// Rank r of a job sits at row-major position r of its part.
@@ -278,7 +256,8 @@ impl NodeRelay for Relayer {
             .map(|r| {
                 let (me, c) = (self.clone(), Arc::clone(&c));
                 tokio::spawn(async move {
-                    relay::forward(&c.route, r, |x, y, a| me.peer(x, y, a)).await
+                    let parent = me.0.address.clone();
+                    relay::forward(&c.route, r, &parent, |x, y, a| me.0.peers.relay(x, y, a)).await
                 })
             })
             .collect();
@@ -290,6 +269,45 @@ impl NodeRelay for Relayer {
             }
         }
         Ok(Response::new(RelayResponse { outcomes }))
+    }
+
+    async fn fence_up(
+        &self,
+        request: Request<FenceUpRequest>,
+    ) -> Result<Response<FenceUpResponse>, Status> {
+        let node = &self.0.node;
+        let from = match request
+            .peer_certs()
+            .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())))
+        {
+            Some(Some(PeerName::Node { x, y })) => Coord { x, y },
+            _ => {
+                return Err(Status::permission_denied(format!(
+                    "node {}: only another node of the job may send its part of a fence",
+                    node.coord
+                )));
+            }
+        };
+        let r = request.into_inner();
+        let puts = r.puts.into_iter().collect();
+        match node
+            .msg
+            .fence_up(r.job_id, r.epoch, r.rank, from, puts)
+            .await
+        {
+            Ok(space) => Ok(Response::new(FenceUpResponse {
+                kvs: space.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            })),
+            // Retried by the child: this node's rank may not be launched yet.
+            Err(e @ FenceError::NoJob(_)) => {
+                Err(Status::not_found(format!("node {}: {e}", node.coord)))
+            }
+            Err(FenceError::Refused(m)) => Err(Status::permission_denied(m)),
+            Err(FenceError::Parent(m)) => Err(Status::aborted(format!(
+                "node {}: the fence failed above: {m}",
+                node.coord
+            ))),
+        }
     }
 }
 

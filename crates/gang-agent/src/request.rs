@@ -78,6 +78,16 @@ pub struct RankRequest {
     /// The job's name for MPI libraries as the master sent it (`gang-CLUSTER-JOB`);
     /// empty from an older master (see [`RankRequest::namespace`]).
     pub namespace: String,
+    /// Fences among the job's agents (None: through the master).
+    pub fence: Option<FenceSpec>,
+}
+
+/// A job's fence tree as the master set it (`gang_core::fanout::links` over its ranks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceSpec {
+    pub width: u32,
+    /// Where the rank's parent's agent listens (empty for rank 0).
+    pub parent: String,
 }
 
 impl RankRequest {

@@ -17,7 +17,7 @@ use tracing::warn;
 use crate::error::AgentError;
 use crate::node::Node;
 use crate::ranks::RankKey;
-use crate::request::{Mpi, RankRequest, Submitter};
+use crate::request::{FenceSpec, Mpi, RankRequest, Submitter};
 
 /// The request in the agent's terms.
 pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
@@ -49,6 +49,10 @@ pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
         output: req.output,
         error: req.error,
         namespace: req.namespace,
+        fence: (req.fence_width > 0).then_some(FenceSpec {
+            width: req.fence_width,
+            parent: req.fence_parent,
+        }),
     }
 }
 
@@ -206,6 +210,8 @@ mod tests {
             output: "%j.out".into(),
             error: "%j.err".into(),
             namespace: "gang-0a1b2c3d-7".into(),
+            fence_width: 0,
+            fence_parent: String::new(),
         };
         let got = rank_request(req);
         assert_eq!(got.namespace(), "gang-0a1b2c3d-7");

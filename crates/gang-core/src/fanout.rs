@@ -41,6 +41,46 @@ pub fn depth(n: usize, width: usize) -> u32 {
     1 + depth(rest.div_ceil(parts), width)
 }
 
+/// Where index `r` of `0..n` sits in the tree that gathers toward index 0: the relay tree
+/// with index 0 (the first subtree's head) standing in for the master, so the other
+/// subtrees' heads answer to it. What a fence among a job's agents follows (rank r on
+/// its r-th node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Links {
+    pub parent: Option<usize>,
+    pub children: Vec<usize>,
+}
+
+pub fn links(n: usize, width: usize, r: usize) -> Links {
+    assert!(r < n, "index {r} of {n}");
+    let top = split(0..n, width);
+    let mut parent = None;
+    let mut range = top
+        .iter()
+        .find(|t| t.contains(&r))
+        .expect("split covers 0..n")
+        .clone();
+    if range.start != 0 {
+        parent = Some(0);
+    }
+    while range.start != r {
+        let child = children(range.clone(), width)
+            .into_iter()
+            .find(|c| c.contains(&r))
+            .expect("children cover the rest of a range");
+        parent = Some(range.start);
+        range = child;
+    }
+    let mut kids: Vec<usize> = children(range, width).iter().map(|c| c.start).collect();
+    if r == 0 {
+        kids.extend(top.iter().skip(1).map(|t| t.start));
+    }
+    Links {
+        parent,
+        children: kids,
+    }
+}
+
 /// A node coordinate packed as orders list them (`x << 16 | y`; meshes are under 65,536
 /// a side).
 pub fn pack(x: u32, y: u32) -> u32 {
@@ -94,7 +134,47 @@ mod tests {
         assert_eq!(unpack(pack(99, 100)), (99, 100));
     }
 
+    #[test]
+    fn the_gathering_tree_is_the_relay_tree_rooted_at_index_zero() {
+        // 10 two wide: the master's subtrees 0..5 and 5..10; 5 answers to 0.
+        assert_eq!(
+            links(10, 2, 0),
+            Links {
+                parent: None,
+                children: vec![1, 3, 5]
+            }
+        );
+        assert_eq!(links(10, 2, 5).parent, Some(0));
+        assert_eq!(links(10, 2, 5).children, vec![6, 8]);
+        assert_eq!(links(10, 2, 4).parent, Some(3));
+        // Flat (n within the width): a star at 0.
+        assert_eq!(links(4, 16, 0).children, vec![1, 2, 3]);
+        assert_eq!(links(4, 16, 3).parent, Some(0));
+        assert_eq!(
+            links(1, 16, 0),
+            Links {
+                parent: None,
+                children: vec![]
+            }
+        );
+    }
+
     proptest! {
+        #[test]
+        fn parents_and_children_agree_and_reach_every_index(n in 1usize..2_000, width in 1usize..40) {
+            let mut seen = vec![0usize; n];
+            for r in 0..n {
+                let l = links(n, width, r);
+                prop_assert_eq!(l.parent.is_none(), r == 0);
+                for &c in &l.children {
+                    prop_assert_eq!(links(n, width, c).parent, Some(r));
+                    seen[c] += 1;
+                }
+            }
+            prop_assert_eq!(seen[0], 0);
+            prop_assert!(seen[1..].iter().all(|&k| k == 1));
+        }
+
         #[test]
         fn every_node_is_reached_once_within_the_depth(n in 0usize..3_000, width in 1usize..40) {
             let (seen, deepest) = reached(n, width);

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use gang_e2e::{cluster, gangctl, gangctl_json, http_get, job, prun, submit, wait_for, wait_state};
+use gang_e2e::{
+    cluster, example, gangctl, gangctl_json, http_get, job, prun, submit, wait_for, wait_state,
+};
 use gang_local::LocalCluster;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -61,6 +63,24 @@ fn a_job_is_launched_switched_and_cancelled_through_a_tree_of_agents() {
         "the launch did not go down the tree"
     );
 
+    // A program that fences (the messaging library's ring finds its neighbours through
+    // the job's key-value space): its fences are gathered among its agents, the master
+    // hears only that each completed.
+    let ring = example("ring").display().to_string();
+    let out = prun(&c, &["-n", "4x4", "--", &ring, "--seconds", "1"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(metric(&c, "gang_fences_done_total", &[]) >= 1.0);
+    assert!(metric(&c, "gang_fence_bytes_total", &["path=\"agents\""]) > 0.0);
+    assert_eq!(
+        metric(&c, "gang_fence_bytes_total", &["path=\"master\""]),
+        0.0,
+        "a fence went through the master"
+    );
+
     // Two jobs in two rows: both run, in turn, on tables that came down the tree.
     let tables_before = relayed(&c, "tables");
     let a = submit(&c, "4x4", &["sleep", "600"]);
@@ -110,7 +130,7 @@ fn a_stopped_interior_agent_is_routed_around_and_named() {
     let mut c = cluster(
         4,
         4,
-        &["--fanout-width", "2", "--relay-hop-timeout-ms", "500"],
+        &["--fanout-width", "2", "--relay-hop-timeout-ms", "2000"],
     );
     let agent = Pid::from_raw(c.agent_pid(1, 0).expect("node (1,0)'s agent") as i32);
     kill(agent, Signal::SIGSTOP).unwrap();

@@ -272,8 +272,11 @@ pub struct Fanout {
 
 /// Chosen from `benches/emulated_fleet` (README, "Emulated fleets"): see there.
 pub const DEFAULT_FANOUT_WIDTH: u32 = 16;
-/// A launch of a rank can take a second or two on a loaded host: well above that.
-pub const DEFAULT_HOP_TIMEOUT_MS: u32 = 5_000;
+/// Above the longest a node's own part may take: a rank's launch waits up to 15 s for the
+/// node's PMIx server (`gang-pmix`), and 256 emulated nodes of a debug build on 2 cores
+/// took over 5 s to answer a leaf's relay. A dead agent (refused or unroutable
+/// connection) is routed around after the 2 s connect timeout, whatever this is.
+pub const DEFAULT_HOP_TIMEOUT_MS: u32 = 20_000;
 
 impl Default for Fanout {
     fn default() -> Self {

@@ -82,7 +82,7 @@ struct Args {
     #[arg(long)]
     fanout_width: Option<u32>,
     /// How long one level of that tree may take before its head is routed around (a
-    /// subtree of L levels: 2^L - 1 times this) [default: 5000].
+    /// subtree of L levels: 2^L - 1 times this) [default: 20000].
     #[arg(long)]
     relay_hop_timeout_ms: Option<u32>,
     /// Grace between SIGTERM and SIGKILL when a job is cancelled.

@@ -73,9 +73,29 @@ pub struct Metrics {
     /// Nodes a relayed order did not reach (routed around, or their head answered
     /// nothing for them).
     pub relay_unreached: Counter,
+    /// Fences gathered among their jobs' agents that completed (the master hears one
+    /// message of each).
+    pub fences_done: Counter,
+    /// Bytes of fence messages through the master, by path: "master" (ranks' puts in,
+    /// spaces out) or "agents" (the completion records).
+    pub fence_bytes: Family<PathLabel, Counter>,
+}
+
+/// How fences travel: "master" or "agents".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    pub path: String,
 }
 
 impl Metrics {
+    pub fn fence_bytes(&self, path: &str, n: u64) {
+        self.fence_bytes
+            .get_or_create(&PathLabel {
+                path: path.to_owned(),
+            })
+            .inc_by(n);
+    }
+
     pub fn relayed(&self, work: &str) {
         self.relayed
             .get_or_create(&WorkLabel {
@@ -203,7 +223,21 @@ impl Default for Metrics {
             "Nodes a relayed order did not reach (their agent routed around)",
             relay_unreached.clone(),
         );
+        let fences_done = Counter::default();
+        let fence_bytes = Family::<PathLabel, Counter>::default();
+        registry.register(
+            "fences_done",
+            "Fences gathered among their jobs' agents that completed",
+            fences_done.clone(),
+        );
+        registry.register(
+            "fence_bytes",
+            "Bytes of fence messages through the master, by path (master: ranks' puts and the spaces answered; agents: completion records)",
+            fence_bytes.clone(),
+        );
         Metrics {
+            fences_done,
+            fence_bytes,
             relayed,
             relay_unreached,
             registry,

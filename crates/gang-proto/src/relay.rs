@@ -43,7 +43,13 @@ impl Route {
 }
 
 /// The outcomes of `range` (its head first, unless it was routed around).
-pub async fn forward<D>(route: &Route, mut range: Range<usize>, dial: D) -> Vec<RelayOutcome>
+/// `parent_address`: where the forwarder listens (the heads' fence parent).
+pub async fn forward<D>(
+    route: &Route,
+    mut range: Range<usize>,
+    parent_address: &str,
+    dial: D,
+) -> Vec<RelayOutcome>
 where
     D: Fn(u32, u32, &str) -> Result<NodeRelayClient<Channel>, String>,
 {
@@ -61,6 +67,7 @@ where
             addresses: route.addresses[head - route.base..range.end - route.base].to_vec(),
             width: route.width,
             hop_timeout_ms: route.hop_timeout_ms,
+            parent_address: parent_address.to_owned(),
         };
         let why = match dial(x, y, address) {
             Err(e) => format!("bad address {address}: {e}"),

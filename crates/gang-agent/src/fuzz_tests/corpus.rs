@@ -252,6 +252,8 @@ fn launch() -> Vec<(String, Vec<u8>)> {
         output: "%j.%r.out".into(),
         error: String::new(),
         namespace: "gang-0a1b2c3d-7".into(),
+        fence_width: 0,
+        fence_parent: String::new(),
     };
     let with = |f: &dyn Fn(&mut LaunchRequest)| {
         let mut r = ok.clone();

@@ -146,6 +146,8 @@ fn launch_request() -> impl Strategy<Value = LaunchRequest> {
                 output,
                 error,
                 namespace,
+                fence_width: 0,
+                fence_parent: String::new(),
             },
         )
 }

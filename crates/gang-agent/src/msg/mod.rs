@@ -14,6 +14,7 @@
 //! not link the library never touches any of it.
 
 pub(crate) mod control;
+pub mod fence_tree;
 mod mpi;
 mod pages;
 mod space;
@@ -98,6 +99,33 @@ impl MsgHub {
     /// The master's registry, once connected: fences go there.
     pub fn set_master(&self, client: RegistryClient) {
         self.spaces.set_master(client);
+    }
+
+    /// The channels to other agents: fences among a job's agents go there.
+    pub fn set_peers(&self, peers: Arc<crate::peers::PeerPool>) {
+        self.spaces.set_peers(peers);
+    }
+
+    /// The rank `key` fences among its job's agents, in `tree`.
+    pub fn join_fence_tree(&self, key: RankKey, tree: fence_tree::Tree) {
+        self.spaces.join_tree(key, tree);
+    }
+
+    /// The rank never started: it leaves its tree.
+    pub fn remove_fence_tree(&self, key: RankKey) {
+        self.spaces.forget(key);
+    }
+
+    /// A child's part of a fence among the agents, from node `from`.
+    pub async fn fence_up(
+        &self,
+        job: u64,
+        epoch: u32,
+        rank: u32,
+        from: Coord,
+        puts: fence_tree::Space,
+    ) -> Result<Arc<fence_tree::Space>, fence_tree::FenceError> {
+        self.spaces.fence_up(job, epoch, rank, from, puts).await
     }
 
     /// Make the rank's directory, pages and control socket; the environment to add and

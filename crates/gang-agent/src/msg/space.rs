@@ -1,17 +1,21 @@
 //! The jobs' key-value spaces as this node's ranks see them: a rank's fence (from its
-//! control socket, its PMI server or the PMIx server) goes to the job's fence at the
-//! master with everything the rank put, and is answered once every rank of the job
-//! arrived. Each rank's copy of the space is held here, as of the fence it names, so the
-//! master answers with only what changed since.
+//! control socket, its PMI server or the PMIx server) goes, with everything the rank put,
+//! up the job's tree of agents (`fence_tree`, when the master launched it with one) or to
+//! the job's fence at the master, and is answered once every rank of the job arrived.
+//! For fences through the master, each rank's copy of the space is held here, as of the
+//! fence it names, so the master answers with only what changed since.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use gang_proto::v1::FenceRequest;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
+use gang_proto::v1::{FenceDoneRequest, FenceRequest};
+use tracing::debug;
 
+use super::fence_tree::{Arrival, FenceError, FenceTrees, Space, Tree, Upward};
 use crate::error::Coord;
+use crate::peers::PeerPool;
 use crate::ranks::RankKey;
 
 /// The master's registry (the type `registry_client` uses; named here so this module
@@ -25,16 +29,63 @@ type HeldSpace = (u32, BTreeMap<String, String>);
 pub struct Spaces {
     node: Coord,
     /// The master (set once the agent has its channel).
-    master: OnceLock<RegistryClient>,
+    master: Arc<OnceLock<RegistryClient>>,
     held: Mutex<HashMap<RankKey, HeldSpace>>,
+    /// Jobs whose fences are gathered among their agents, and the channels to those.
+    trees: Arc<FenceTrees>,
+    peers: OnceLock<Arc<PeerPool>>,
+    record: Arc<dyn Upward>,
+}
+
+/// Rank 0's agent tells the master a fence among the agents completed (the record, and
+/// all the master hears of it): a few tries, then only a log line.
+struct MasterRecord {
+    node: Coord,
+    master: Arc<OnceLock<RegistryClient>>,
+}
+
+impl Upward for MasterRecord {
+    fn fence_done(&self, job: u64, epoch: u32, bytes: u64) {
+        let Some(client) = self.master.get().cloned() else {
+            return;
+        };
+        let req = FenceDoneRequest {
+            x: self.node.x,
+            y: self.node.y,
+            job_id: job,
+            epoch,
+            bytes,
+        };
+        tokio::spawn(async move {
+            for _ in 0..5 {
+                match client.clone().fence_done(req).await {
+                    Ok(_) => return,
+                    Err(s) if s.code() == tonic::Code::Unavailable => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(s) => {
+                        debug!(job, epoch, "fence record not taken: {}", s.message());
+                        return;
+                    }
+                }
+            }
+        });
+    }
 }
 
 impl Spaces {
     pub fn new(node: Coord) -> Spaces {
+        let master = Arc::new(OnceLock::new());
         Spaces {
             node,
-            master: OnceLock::new(),
+            record: Arc::new(MasterRecord {
+                node,
+                master: Arc::clone(&master),
+            }),
+            master,
             held: Mutex::new(HashMap::new()),
+            trees: Arc::new(FenceTrees::new(node)),
+            peers: OnceLock::new(),
         }
     }
 
@@ -43,9 +94,43 @@ impl Spaces {
         let _ = self.master.set(client);
     }
 
-    /// The rank is gone: so is its copy.
+    /// The channels to other agents (fences among a job's agents).
+    pub fn set_peers(&self, peers: Arc<PeerPool>) {
+        let _ = self.peers.set(peers);
+    }
+
+    /// The job's rank `key` fences among the job's agents, in `tree`.
+    pub fn join_tree(&self, key: RankKey, tree: Tree) {
+        self.trees.join(key.job_id, tree);
+    }
+
+    /// The rank is gone: so is its copy, and its place in its job's tree.
     pub fn forget(&self, key: RankKey) {
         self.held.lock().unwrap().remove(&key);
+        self.trees.leave(key.job_id);
+    }
+
+    /// A child's part of a fence among the agents (`NodeRelay.FenceUp`), from node `from`.
+    pub async fn fence_up(
+        &self,
+        job: u64,
+        epoch: u32,
+        rank: u32,
+        from: Coord,
+        puts: Space,
+    ) -> Result<Arc<Space>, FenceError> {
+        let Some(peers) = self.peers.get() else {
+            return Err(FenceError::NoJob(job));
+        };
+        self.trees
+            .arrive(
+                job,
+                epoch,
+                Arrival::Child { rank, from, puts },
+                peers,
+                &self.record,
+            )
+            .await
     }
 
     /// A rank's fence, through the master: retried while the master is away.
@@ -55,6 +140,22 @@ impl Spaces {
         epoch: u32,
         puts: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, String>, String> {
+        if self.trees.has(key.job_id)
+            && let Some(peers) = self.peers.get()
+        {
+            return self
+                .trees
+                .arrive(
+                    key.job_id,
+                    epoch,
+                    Arrival::Own(puts.clone()),
+                    peers,
+                    &self.record,
+                )
+                .await
+                .map(|space| (*space).clone())
+                .map_err(|e| e.to_string());
+        }
         let mut delay = Duration::from_millis(20);
         // Set when a delta could not be merged: ask for the whole space.
         let mut whole = false;

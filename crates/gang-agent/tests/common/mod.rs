@@ -21,9 +21,10 @@ use gang_proto::v1::agent_registry_server::{AgentRegistry, AgentRegistryServer};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{
-    ClockProbeRequest, ClockProbeResponse, FenceRequest, FenceResponse, GangMode, HeartbeatRequest,
-    HeartbeatResponse, LaunchRequest, OutputAck, OutputBatch, RankExit, RankExitAck,
-    RegisterRequest, RegisterResponse, Stream, SwitchReport, SwitchReportAck,
+    ClockProbeRequest, ClockProbeResponse, FenceDoneAck, FenceDoneRequest, FenceRequest,
+    FenceResponse, GangMode, HeartbeatRequest, HeartbeatResponse, LaunchRequest, OutputAck,
+    OutputBatch, RankExit, RankExitAck, RegisterRequest, RegisterResponse, Stream, SwitchReport,
+    SwitchReportAck,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -277,6 +278,14 @@ impl AgentRegistry for Recorder {
             delta: false,
         }))
     }
+
+    async fn fence_done(
+        &self,
+        request: Request<FenceDoneRequest>,
+    ) -> Result<Response<FenceDoneAck>, Status> {
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
+        Ok(Response::new(FenceDoneAck {}))
+    }
 }
 
 /// A recording AgentRegistry server.
@@ -502,6 +511,8 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         output: String::new(),
         error: String::new(),
         namespace: String::new(),
+        fence_width: 0,
+        fence_parent: String::new(),
     }
 }
 

@@ -167,6 +167,7 @@ fn agents_and_certificates() {
                 addresses: vec![agent_10.to_string()],
                 width: 2,
                 hop_timeout_ms: 1000,
+                parent_address: String::new(),
             };
             let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&node_00), "node-1-0.gang"))
                 .relay(forged.clone())

@@ -14,18 +14,22 @@ use crate::agents::AgentPool;
 use crate::state::effects::{Coord, LaunchOrder, NodeTable};
 use crate::state::events::LaunchFailure;
 
+/// `fence`: the width of the job's fence tree and this rank's parent's address (width 0:
+/// fences through the master).
 pub fn launch(
     agents: &Arc<AgentPool>,
     tx: &mpsc::Sender<Cmd>,
-    node: Coord,
-    addr: &str,
+    (node, addr): (Coord, &str),
     cluster_id: &str,
     order: LaunchOrder,
+    (fence_width, fence_parent): (u32, String),
 ) {
     let client = agents.client(node, addr);
     let tx = tx.clone();
     let (job, rank) = (order.job, order.rank);
-    let req = launch_request(order, cluster_id);
+    let mut req = launch_request(order, cluster_id);
+    req.fence_width = fence_width;
+    req.fence_parent = fence_parent;
     tokio::spawn(async move {
         let result = match client {
             Ok(mut c) => c
@@ -103,6 +107,8 @@ pub(super) fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequ
         mpi_check: s.mpi_check,
         output: s.output_files.output.clone(),
         error: s.output_files.error.clone(),
+        fence_width: 0,
+        fence_parent: String::new(),
     }
 }
 

@@ -61,12 +61,35 @@ impl Actor {
         }
         let (agents, tx, metrics) = (&self.agents, &self.handle.tx, &self.metrics);
         let fanout = agents.fanout;
-        for (_, orders) in launches {
+        for (_, mut orders) in launches {
+            orders.sort_by_key(|(_, _, o)| o.rank);
+            // Fences among the job's agents need all of them launched here, rank 0 first
+            // (a job launched in parts keeps fencing at the master).
+            let whole = orders.first().is_some_and(|(_, _, o)| o.rank == 0)
+                && orders.len() == orders[0].2.size as usize;
+            let fence_width = if whole { fanout.width } else { 0 };
             if fanout.relays(orders.len()) {
-                relays::launch_job(agents, metrics, tx, &self.cluster_id, orders);
+                relays::launch_job(agents, metrics, tx, &self.cluster_id, orders, fence_width);
             } else {
+                // Flat: every rank's fence parent is rank 0 (`gang_core::fanout::links`).
+                let root = orders
+                    .first()
+                    .map(|(_, a, _)| a.clone())
+                    .unwrap_or_default();
                 for (node, address, order) in orders {
-                    calls::launch(agents, tx, node, &address, &self.cluster_id, order);
+                    let parent = if order.rank == 0 {
+                        String::new()
+                    } else {
+                        root.clone()
+                    };
+                    calls::launch(
+                        agents,
+                        tx,
+                        (node, &address),
+                        &self.cluster_id,
+                        order,
+                        (fence_width, parent),
+                    );
                 }
             }
         }

@@ -28,12 +28,14 @@ pub type Target = (Coord, String);
 
 /// Sign `work` for `targets`, send it down the tree, hand each subtree's outcomes to
 /// `each` (called once per node, in no particular order).
+/// `root_parent`: for a launch with fences among the agents, the first node's address,
+/// the fence parent of the other subtrees' heads.
 fn send(
     agents: &Arc<AgentPool>,
     metrics: &Arc<Metrics>,
-    work: Work,
-    table_of: Vec<u32>,
+    (work, table_of): (Work, Vec<u32>),
     targets: &[Target],
+    root_parent: Option<String>,
     each: impl Fn(Coord, &RelayOutcome) + Clone + Send + 'static,
 ) {
     metrics.relayed(match &work {
@@ -64,10 +66,16 @@ fn send(
     for range in fanout::split(0..targets.len(), agents.fanout.width as usize) {
         let (agents, route, each) = (Arc::clone(agents), Arc::clone(&route), each.clone());
         let metrics = Arc::clone(metrics);
+        let parent = match &root_parent {
+            Some(root) if range.start != 0 => root.clone(),
+            _ => String::new(),
+        };
         tokio::spawn(async move {
             let expected = range.clone();
-            let outcomes =
-                relay::forward(&route, range, |x, y, a| agents.relay_client((x, y), a)).await;
+            let outcomes = relay::forward(&route, range, &parent, |x, y, a| {
+                agents.relay_client((x, y), a)
+            })
+            .await;
             let mut answered = vec![false; expected.len()];
             let index: HashMap<Coord, usize> = route.nodes[expected.clone()]
                 .iter()
@@ -117,6 +125,7 @@ pub fn launch_job(
     tx: &mpsc::Sender<Cmd>,
     cluster_id: &str,
     orders: Vec<(Coord, String, LaunchOrder)>,
+    fence_width: u32,
 ) {
     let job = orders[0].2.job;
     let rank_of: HashMap<Coord, u32> = orders.iter().map(|(n, _, o)| (*n, o.rank)).collect();
@@ -128,13 +137,15 @@ pub fn launch_job(
     let mut template = calls::launch_request(first, cluster_id);
     template.rank = 0;
     template.stdin = stdin;
+    template.fence_width = fence_width;
+    let root_parent = (fence_width > 0).then(|| targets[0].1.clone());
     let tx = tx.clone();
     send(
         agents,
         metrics,
-        Work::Launch(template),
-        vec![],
+        (Work::Launch(template), vec![]),
         &targets,
+        root_parent,
         move |node, o| {
             let rank = rank_of[&node];
             let result = if !o.refused.is_empty() {
@@ -165,16 +176,23 @@ pub fn signal_job(
         job_id: job.0,
         grace_ms,
     });
-    send(agents, metrics, work, vec![], targets, move |(x, y), o| {
-        let failed = if o.refused.is_empty() {
-            &o.unreachable
-        } else {
-            &o.refused
-        };
-        if !failed.is_empty() {
-            warn!(%job, node = %format!("{x},{y}"), error = %failed, "signal failed");
-        }
-    });
+    send(
+        agents,
+        metrics,
+        (work, vec![]),
+        targets,
+        None,
+        move |(x, y), o| {
+            let failed = if o.refused.is_empty() {
+                &o.unreachable
+            } else {
+                &o.refused
+            };
+            if !failed.is_empty() {
+                warn!(%job, node = %format!("{x},{y}"), error = %failed, "signal failed");
+            }
+        },
+    );
 }
 
 /// Slice tables for many nodes: the distinct ones once each, and which is whose.
@@ -199,13 +217,20 @@ pub fn tables(
     }
     let tx = tx.clone();
     let work = Work::Tables(v1::RelayTables { distinct });
-    send(agents, metrics, work, table_of, &targets, move |node, o| {
-        if o.refused.is_empty() && o.unreachable.is_empty() {
-            let tx = tx.clone();
-            let version = o.value;
-            tokio::spawn(async move { tx.send(Cmd::TableAcked(node, version)).await });
-        } else {
-            debug!(node = ?node, "slice table not delivered: {}{}", o.refused, o.unreachable);
-        }
-    });
+    send(
+        agents,
+        metrics,
+        (work, table_of),
+        &targets,
+        None,
+        move |node, o| {
+            if o.refused.is_empty() && o.unreachable.is_empty() {
+                let tx = tx.clone();
+                let version = o.value;
+                tokio::spawn(async move { tx.send(Cmd::TableAcked(node, version)).await });
+            } else {
+                debug!(node = ?node, "slice table not delivered: {}{}", o.refused, o.unreachable);
+            }
+        },
+    );
 }

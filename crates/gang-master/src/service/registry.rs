@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use gang_proto::v1::{self, agent_registry_server::AgentRegistry};
+use prost::Message;
 use tonic::{Request, Response, Status};
 
 use crate::actor::{Cmd, Handle, wall_ns};
@@ -148,12 +149,35 @@ impl AgentRegistry for Registry {
         let r = req.get_ref();
         agent_node(&req, (r.x, r.y))?;
         let known = r.known_epoch;
+        let bytes_in = r.encoded_len();
         let arrival = convert::fence_arrival(req.into_inner());
         let space = self.handle.call(|tx| Cmd::Fence(arrival, tx)).await?;
         let (kvs, delta) = space.answer(known);
-        Ok(Response::new(v1::FenceResponse {
+        let answer = v1::FenceResponse {
             kvs: kvs.into_iter().collect(),
             delta,
-        }))
+        };
+        self.metrics
+            .fence_bytes("master", (bytes_in + answer.encoded_len()) as u64);
+        Ok(Response::new(answer))
+    }
+
+    /// A fence among the job's agents completed: from rank 0's agent, of a placed job.
+    async fn fence_done(
+        &self,
+        req: Request<v1::FenceDoneRequest>,
+    ) -> Result<Response<v1::FenceDoneAck>, Status> {
+        let r = req.get_ref();
+        let node = agent_node(&req, (r.x, r.y))?;
+        self.placements.check(node, r.job_id, [0]).await?;
+        self.metrics.fences_done.inc();
+        self.metrics.fence_bytes("agents", r.encoded_len() as u64);
+        tracing::debug!(
+            job = r.job_id,
+            epoch = r.epoch,
+            bytes = r.bytes,
+            "fence among the agents completed"
+        );
+        Ok(Response::new(v1::FenceDoneAck {}))
     }
 }

@@ -1,0 +1,396 @@
+//! Fences gathered among a job's agents, not at the master (issue "10,000 nodes on one
+//! master"): each rank's agent waits for its own rank and for its children in the job's
+//! tree (`gang_core::fanout::links` over the ranks, rank r on the r-th node of the part),
+//! sends what they all put to its parent (`NodeRelay.FenceUp`), and answers them with the
+//! whole space its parent answers; rank 0's agent, the root, answers once everything is
+//! in, and tells the master only that the fence completed.
+//!
+//! What a fence means does not change: the space is everything every rank put so far (a
+//! rank sends all its puts at each fence), and a fence ends when every rank arrived.
+//!
+//! Trust: a child's part is taken only from the node its rank runs on (the caller's
+//! certificate), and only for a child of this rank in the tree.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gang_core::Submesh;
+use gang_core::fanout;
+use gang_proto::v1::FenceUpRequest;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use crate::error::Coord;
+use crate::peers::PeerPool;
+
+pub type Space = BTreeMap<String, String>;
+type Answer = Result<Arc<Space>, FenceError>;
+
+/// Why a fence among the agents did not complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceError {
+    /// Not (or no longer) a job with a rank here: the caller may be early, and retries.
+    NoJob(u64),
+    /// A caller that is not one of this rank's children, or an epoch already over.
+    Refused(String),
+    /// The rank's parent answered with an error that retrying will not change.
+    Parent(String),
+}
+
+impl std::fmt::Display for FenceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FenceError::NoJob(j) => write!(f, "no rank of job {j} here (yet)"),
+            FenceError::Refused(m) | FenceError::Parent(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A job's rank on this node and its place in the job's tree.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    pub rank: u32,
+    pub part: Submesh,
+    /// Its parent's rank and where that agent listens (None: the root).
+    pub parent: Option<(u32, String)>,
+    pub children: Vec<u32>,
+}
+
+impl Tree {
+    /// The tree of `rank` in a job of `part` (ranks row-major in it), `width` wide.
+    pub fn new(rank: u32, part: Submesh, width: u32, parent_address: String) -> Tree {
+        let n = (part.w * part.h) as usize;
+        let links = fanout::links(n, width as usize, rank as usize);
+        Tree {
+            rank,
+            part,
+            parent: links.parent.map(|p| (p as u32, parent_address)),
+            children: links.children.into_iter().map(|c| c as u32).collect(),
+        }
+    }
+
+    /// The node rank `r` of the job runs on.
+    pub fn node_of(&self, r: u32) -> Coord {
+        Coord {
+            x: self.part.x + r % self.part.w,
+            y: self.part.y + r / self.part.w,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Gather {
+    own: Option<Space>,
+    children: HashMap<u32, Space>,
+    waiters: Vec<oneshot::Sender<Answer>>,
+    sent: bool,
+}
+
+struct JobFences {
+    tree: Tree,
+    gathers: BTreeMap<u32, Gather>,
+    /// The last fence completed here, kept for a child whose answer was lost and asks
+    /// again.
+    done: Option<(u32, Arc<Space>)>,
+}
+
+/// What completing a fence needs from outside this module: the parent's answer and the
+/// master's record.
+pub trait Upward: Send + Sync + 'static {
+    fn fence_done(&self, job: u64, epoch: u32, bytes: u64);
+}
+
+pub struct FenceTrees {
+    node: Coord,
+    jobs: Mutex<HashMap<u64, JobFences>>,
+}
+
+/// Who arrives at a fence here.
+pub enum Arrival {
+    Own(Space),
+    /// A child's subtree, from the node `from` (the caller's certificate).
+    Child {
+        rank: u32,
+        from: Coord,
+        puts: Space,
+    },
+}
+
+impl FenceTrees {
+    pub fn new(node: Coord) -> Self {
+        FenceTrees {
+            node,
+            jobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The job's rank here fences among the agents from now on.
+    /// (A launch that came twice, around a slow agent, keeps the first's fences.)
+    pub fn join(&self, job: u64, tree: Tree) {
+        self.jobs
+            .lock()
+            .unwrap()
+            .entry(job)
+            .or_insert_with(|| JobFences {
+                tree,
+                gathers: BTreeMap::new(),
+                done: None,
+            });
+    }
+
+    pub fn has(&self, job: u64) -> bool {
+        self.jobs.lock().unwrap().contains_key(&job)
+    }
+
+    /// The rank is gone: fences waiting here end with an error.
+    pub fn leave(&self, job: u64) {
+        if let Some(j) = self.jobs.lock().unwrap().remove(&job) {
+            for g in j.gathers.into_values() {
+                for w in g.waiters {
+                    let _ = w.send(Err(FenceError::NoJob(job)));
+                }
+            }
+        }
+    }
+
+    /// Arrive at fence `epoch` of `job`; the answer comes once every rank below and
+    /// including this one arrived and the parent (if any) answered.
+    pub async fn arrive(
+        self: &Arc<Self>,
+        job: u64,
+        epoch: u32,
+        who: Arrival,
+        peers: &Arc<PeerPool>,
+        up: &Arc<dyn Upward>,
+    ) -> Answer {
+        let (rx, complete) = {
+            let mut jobs = self.jobs.lock().unwrap();
+            let j = jobs.get_mut(&job).ok_or(FenceError::NoJob(job))?;
+            if let Some((e, space)) = &j.done {
+                if *e == epoch {
+                    return Ok(Arc::clone(space));
+                }
+                if epoch < *e {
+                    return Err(FenceError::Refused(format!(
+                        "node {}: fence {epoch} of job {job} is over (this rank is at {e})",
+                        self.node
+                    )));
+                }
+            }
+            let tree = j.tree.clone();
+            let g = j.gathers.entry(epoch).or_default();
+            match who {
+                Arrival::Own(puts) => g.own = Some(puts),
+                Arrival::Child { rank, from, puts } => {
+                    if !tree.children.contains(&rank) || tree.node_of(rank) != from {
+                        return Err(FenceError::Refused(format!(
+                            "node {}: rank {rank} of job {job} is not a child of rank {} in its fence tree, or does not run on node {from}",
+                            self.node, tree.rank
+                        )));
+                    }
+                    g.children.insert(rank, puts);
+                }
+            }
+            let (tx, rx) = oneshot::channel();
+            g.waiters.push(tx);
+            let complete = !g.sent && g.own.is_some() && g.children.len() == tree.children.len();
+            let merged = complete.then(|| {
+                g.sent = true;
+                let mut space = g.own.clone().unwrap_or_default();
+                for puts in g.children.values() {
+                    space.extend(puts.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                (tree, space)
+            });
+            (rx, merged)
+        };
+        if let Some((tree, space)) = complete {
+            let (me, peers, up) = (Arc::clone(self), Arc::clone(peers), Arc::clone(up));
+            tokio::spawn(async move { me.complete(job, epoch, tree, space, &peers, &up).await });
+        }
+        rx.await.unwrap_or(Err(FenceError::NoJob(job)))
+    }
+
+    /// Everything below this rank is in: up to the parent (or, at the root, done).
+    async fn complete(
+        &self,
+        job: u64,
+        epoch: u32,
+        tree: Tree,
+        space: Space,
+        peers: &Arc<PeerPool>,
+        up: &Arc<dyn Upward>,
+    ) {
+        let answer = match &tree.parent {
+            None => {
+                let bytes = space.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+                up.fence_done(job, epoch, bytes);
+                Ok(space)
+            }
+            Some((rank, address)) => {
+                self.ask_parent(job, epoch, &tree, (*rank, address), space, peers)
+                    .await
+            }
+        };
+        let answer = answer.map(Arc::new);
+        let mut jobs = self.jobs.lock().unwrap();
+        let Some(j) = jobs.get_mut(&job) else {
+            return;
+        };
+        if let Ok(space) = &answer {
+            j.done = Some((epoch, Arc::clone(space)));
+        }
+        if let Some(g) = j.gathers.remove(&epoch) {
+            for w in g.waiters {
+                let _ = w.send(answer.clone());
+            }
+        }
+    }
+
+    /// Send the subtree's part to the parent and wait for the whole space; retried while
+    /// the parent is unreachable or has no rank of the job yet (it may launch after its
+    /// children), for as long as the job's rank is here.
+    async fn ask_parent(
+        &self,
+        job: u64,
+        epoch: u32,
+        tree: &Tree,
+        (parent, address): (u32, &str),
+        space: Space,
+        peers: &Arc<PeerPool>,
+    ) -> Result<Space, FenceError> {
+        let node = tree.node_of(parent);
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let req = FenceUpRequest {
+                job_id: job,
+                epoch,
+                rank: tree.rank,
+                puts: space.clone().into_iter().collect(),
+            };
+            let result = match peers.relay(node.x, node.y, address) {
+                Ok(mut c) => c.fence_up(req).await,
+                Err(e) => return Err(FenceError::Parent(e)),
+            };
+            match result {
+                Ok(r) => return Ok(r.into_inner().kvs.into_iter().collect()),
+                Err(s) if retryable(s.code()) => {
+                    debug!(job, epoch, parent, "fence up: {}; retrying", s.message());
+                }
+                Err(s) => {
+                    warn!(job, epoch, parent, "fence up refused: {}", s.message());
+                    return Err(FenceError::Parent(s.message().to_owned()));
+                }
+            }
+            if !self.has(job) {
+                return Err(FenceError::NoJob(job));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// A parent that is away, or has no rank of the job yet, may answer later.
+fn retryable(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Unavailable | Cancelled | DeadlineExceeded | Unknown | NotFound | ResourceExhausted
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Record(Mutex<Vec<(u64, u32, u64)>>);
+    impl Upward for Record {
+        fn fence_done(&self, job: u64, epoch: u32, bytes: u64) {
+            self.0.lock().unwrap().push((job, epoch, bytes));
+        }
+    }
+
+    fn space(pairs: &[(&str, &str)]) -> Space {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The root of a 3-rank star: its own rank and both children in, answered with the
+    /// union; a stranger, a wrong node and an old epoch are refused; the master hears once.
+    #[tokio::test]
+    async fn the_root_answers_with_everything_once_its_children_are_in() {
+        let part = Submesh::new(0, 0, 3, 1);
+        let trees = Arc::new(FenceTrees::new(Coord { x: 0, y: 0 }));
+        trees.join(7, Tree::new(0, part, 16, String::new()));
+        let tree = Tree::new(0, part, 16, String::new());
+        assert_eq!(
+            (tree.parent.clone(), tree.children.clone()),
+            (None, vec![1, 2])
+        );
+        assert_eq!(tree.node_of(2), Coord { x: 2, y: 0 });
+        let record = Arc::new(Record(Mutex::new(vec![])));
+        let up: Arc<dyn Upward> = record.clone();
+        let peers = Arc::new(PeerPool::new(crate::peers::PeerTls {
+            ca: tonic::transport::Certificate::from_pem(""),
+            identity: tonic::transport::Identity::from_pem("", ""),
+        }));
+        let child = |rank: u32, x: u32, kv: (&'static str, &'static str)| {
+            let (t, p, u) = (Arc::clone(&trees), Arc::clone(&peers), Arc::clone(&up));
+            tokio::spawn(async move {
+                t.arrive(
+                    7,
+                    1,
+                    Arrival::Child {
+                        rank,
+                        from: Coord { x, y: 0 },
+                        puts: space(&[kv]),
+                    },
+                    &p,
+                    &u,
+                )
+                .await
+            })
+        };
+        let wrong_node = child(2, 1, ("x", "y")).await.unwrap();
+        assert!(
+            matches!(wrong_node, Err(FenceError::Refused(_))),
+            "{wrong_node:?}"
+        );
+        let a = child(1, 1, ("a", "1"));
+        let b = child(2, 2, ("b", "2"));
+        let own = trees
+            .arrive(7, 1, Arrival::Own(space(&[("r", "0")])), &peers, &up)
+            .await
+            .unwrap();
+        let want = space(&[("a", "1"), ("b", "2"), ("r", "0")]);
+        assert_eq!(*own, want);
+        assert_eq!(*a.await.unwrap().unwrap(), want);
+        assert_eq!(*b.await.unwrap().unwrap(), want);
+        assert_eq!(*record.0.lock().unwrap(), vec![(7, 1, 6)]);
+        // A child asking again for the fence just done gets it; an older one is over.
+        let again = child(1, 1, ("a", "1")).await.unwrap().unwrap();
+        assert_eq!(*again, want);
+        trees.join(8, Tree::new(0, part, 16, String::new()));
+        assert!(matches!(
+            trees
+                .arrive(9, 1, Arrival::Own(Space::new()), &peers, &up)
+                .await,
+            Err(FenceError::NoJob(9))
+        ));
+        // A rank that leaves ends the fences waiting on it.
+        let t = Arc::clone(&trees);
+        let (p, u) = (Arc::clone(&peers), Arc::clone(&up));
+        let waiting =
+            tokio::spawn(async move { t.arrive(8, 1, Arrival::Own(Space::new()), &p, &u).await });
+        tokio::task::yield_now().await;
+        while trees.jobs.lock().unwrap()[&8].gathers.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        trees.leave(8);
+        assert!(matches!(waiting.await.unwrap(), Err(FenceError::NoJob(8))));
+    }
+}
