@@ -17,21 +17,11 @@ use gang_benches::{build_c, env_or, median_p99, prebuilt_release_bins, proc_cpu}
 use gang_local::{LocalCluster, LocalClusterOptions};
 
 fn metric(c: &LocalCluster, name: &str, label: &str) -> f64 {
-    let text = metrics_text(c.metrics_addr());
+    let text = gang_local::http_get(c.metrics_addr(), "/metrics");
     text.lines()
         .filter(|l| l.starts_with(name) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// GET /metrics over a plain TCP connection (HTTP/1.0: the body until close).
-fn metrics_text(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
 }
 
 fn main() {

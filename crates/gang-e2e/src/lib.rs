@@ -312,15 +312,7 @@ pub async fn attach_all(c: &LocalCluster, id: u64) -> (String, v1::JobInfo) {
 }
 
 /// A plain HTTP/1.0 GET (for the metrics endpoint); the whole response as text.
-pub fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let addr = addr.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint reachable");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request sent");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("response read");
-    out
-}
+pub use gang_local::http_get;
 
 /// A process's scheduler state letter and CPU time (user + system, clock ticks) from
 /// `/proc/PID/stat`; `None` once it is gone.

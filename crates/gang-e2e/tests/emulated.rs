@@ -78,7 +78,13 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
     let long = submit(&c, "16x16", &["sleep", "600"]);
     wait_state(&c, long, "running", T);
     let beside = submit(&c, "8x8", &["sleep", "1"]);
-    wait_state(&c, beside, "completed", T);
+    let done = wait_for(T, "the 8x8 job beside it to end", || {
+        let j = job(&c, beside);
+        ["completed", "failed", "cancelled"]
+            .contains(&j["state"].as_str().unwrap_or(""))
+            .then_some(j)
+    });
+    assert_eq!(done["state"], "completed", "{done}");
     let out = gangctl(&c, &["cancel", &long.to_string()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_state(&c, long, "cancelled", T);

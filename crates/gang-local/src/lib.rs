@@ -658,3 +658,15 @@ impl Drop for LocalCluster {
 /// rest; reap all. Problems are added to `problems`.
 #[cfg(test)]
 mod tests;
+
+/// GET `path` of `addr` (`http://HOST:PORT` or `HOST:PORT`) over HTTP/1.0: the whole
+/// response, headers included (tests and benches read the master's metrics with it).
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = addr.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint reachable");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request sent");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response read");
+    out
+}

@@ -183,6 +183,26 @@ fn agents_and_certificates() {
                 "node (1,0): only the master and other nodes may relay; the caller's certificate names user mallory",
             );
         }
+        // A fence part (NodeRelay.FenceUp) is taken only from a node, and only for a job
+        // with a rank here (and, unit-tested in fence_tree, from a child of it in the
+        // job's tree, on the node that child runs on).
+        let part = FenceUpRequest {
+            job_id: 999,
+            epoch: 1,
+            rank: 1,
+            puts: [("stolen".to_string(), "x".to_string())].into(),
+        };
+        let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&user), "node-1-0.gang"))
+            .fence_up(part.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&node_00), "node-1-0.gang"))
+            .fence_up(part)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e:?}");
+        assert_eq!(e.message(), "node (1,0): no rank of job 999 here (yet)");
 
         // The master's agent port: node (0,0)'s certificate cannot speak for (1,0).
         let mut registry =

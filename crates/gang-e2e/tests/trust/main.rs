@@ -36,7 +36,7 @@ use gang_proto::v1::{
     LaunchRequest, ListJobsRequest, ListNodesRequest, NodeRequest, NodeState, RankExit,
     RegisterRequest, SignalRequest, SubmitRequest, WatchRequest, attach_response,
 };
-use gang_proto::v1::{RelayOrder, RelayRequest, relay_order};
+use gang_proto::v1::{FenceUpRequest, RelayOrder, RelayRequest, relay_order};
 use netns::Netns;
 use nix::sys::signal::Signal;
 use prost::Message;
