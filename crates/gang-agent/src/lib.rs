@@ -50,6 +50,7 @@ pub mod rank_files;
 pub mod ranks;
 pub mod registry_client;
 pub mod relay;
+pub mod relay_key;
 pub mod request;
 pub mod rt_budget;
 pub mod rt_priority;

@@ -35,7 +35,7 @@ pub struct Node {
     /// When the master was last heard from (`fence`): its answers, and its launches.
     pub fence: Arc<crate::fence::Fence>,
     /// The master's key for orders relayed through other agents (set at registration).
-    pub relay_key: crate::relay::RelayKey,
+    pub relay_key: crate::relay_key::RelayKey,
     /// What a launch works with.
     parts: NodeParts,
 }

@@ -17,7 +17,7 @@
 //! reports, not the relay's answers, are what keep its state honest.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gang_auth::PeerName;
@@ -43,21 +43,6 @@ use crate::service::rank_request;
 pub const MAX_WIDTH: u32 = 256;
 pub const MAX_NODES: usize = 1 << 20;
 const HOP_TIMEOUT_MS: Range<u32> = 100..600_001;
-
-/// The master's relay key, as its registration gave it (none before, or from a master
-/// that relays nothing).
-#[derive(Debug, Default)]
-pub struct RelayKey(Mutex<Option<Arc<[u8]>>>);
-
-impl RelayKey {
-    pub fn set(&self, key: &[u8]) {
-        *self.0.lock().expect("relay key lock") = (!key.is_empty()).then(|| Arc::from(key));
-    }
-
-    fn get(&self) -> Option<Arc<[u8]>> {
-        self.0.lock().expect("relay key lock").clone()
-    }
-}
 
 #[derive(Clone)]
 pub struct Relayer(Arc<Inner>);
