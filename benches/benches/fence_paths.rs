@@ -1,8 +1,9 @@
 //! Where a job's fences go ("10,000 nodes on one master": fences off the master): the
 //! same PMI-2 fence program (benches/mpi/pmi2_fence.c, through Slurm's libpmi2: rounds of
 //! one 450-byte business card per rank and a fence) on 4 and 16 real agents, with
-//! `--fanout-width 0` (every fence through the master, as before) and 2 and 16 (gathered
-//! among the job's agents, the master told only that each completed), the clusters side
+//! `--fanout-width 0` (every fence through the master, the default) and `--fences agents`
+//! at widths 2 and 16 (gathered among the job's agents, the master told only that each
+//! completed), the clusters side
 //! by side in one run. For each: the bytes of fence messages through the master per
 //! fence (its `gang_fence_bytes_total`), the master's CPU per fence, and the fence time
 //! as rank 0 sees it (median, p99).
@@ -33,7 +34,13 @@ fn main() {
         for width in ["0", "2", "16"] {
             let opts = LocalClusterOptions {
                 bin_dir: Some(bins.clone()),
-                master_args: vec!["--fanout-width".into(), width.into()],
+                master_args: if width == "0" {
+                    vec!["--fanout-width".into(), width.into()]
+                } else {
+                    ["--fanout-width", width, "--fences", "agents"]
+                        .map(String::from)
+                        .to_vec()
+                },
                 env: vec![("RUST_LOG".into(), "warn".into())],
                 ..LocalClusterOptions::default()
             };

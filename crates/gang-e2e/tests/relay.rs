@@ -39,7 +39,16 @@ fn a_job_is_launched_switched_and_cancelled_through_a_tree_of_agents() {
     let c = cluster(
         4,
         4,
-        &["--fanout-width", "2", "--mpl", "2", "--quantum-ms", "100"],
+        &[
+            "--fanout-width",
+            "2",
+            "--fences",
+            "agents",
+            "--mpl",
+            "2",
+            "--quantum-ms",
+            "100",
+        ],
     );
     let out = prun(
         &c,

@@ -97,6 +97,7 @@ pub struct FileConfig {
     pub mpi: Option<String>,
     pub table_lead_ms: Option<u32>,
     pub fanout_width: Option<u32>,
+    pub fences: Option<String>,
     pub relay_hop_timeout_ms: Option<u32>,
     /// Local clients: a Unix socket; callers are identified by its peer credentials.
     pub socket: Option<PathBuf>,
@@ -268,6 +269,11 @@ pub struct Fanout {
     /// around (a subtree of L levels: 2^L − 1 times this, so that its head can route
     /// around one dead agent below it in time: `gang_proto::relay`).
     pub hop_timeout_ms: u32,
+    /// Whether a job's fences are gathered among its agents, over the same tree (`fences
+    /// = "agents"`), or go to the master (`"master"`, the default: an MPICH job across
+    /// four emulated hosts hung in MPI_Finalize with fences among the agents, not yet
+    /// understood; README "The relay tree").
+    pub fences_among_agents: bool,
 }
 
 /// Chosen from `benches/emulated_fleet` (README, "Emulated fleets"): see there.
@@ -283,6 +289,7 @@ impl Default for Fanout {
         Fanout {
             width: DEFAULT_FANOUT_WIDTH,
             hop_timeout_ms: DEFAULT_HOP_TIMEOUT_MS,
+            fences_among_agents: false,
         }
     }
 }
@@ -308,6 +315,15 @@ impl Fanout {
     /// Whether an order for `nodes` agents goes through the tree.
     pub fn relays(self, nodes: usize) -> bool {
         self.width > 0 && nodes > self.width as usize
+    }
+
+    /// The width of a job's fence tree (0: fences at the master).
+    pub fn fence_width(self) -> u32 {
+        if self.fences_among_agents {
+            self.width
+        } else {
+            0
+        }
     }
 }
 
@@ -394,6 +410,7 @@ mod tests {
         let f = |width, hop_timeout_ms| Fanout {
             width,
             hop_timeout_ms,
+            fences_among_agents: true,
         };
         assert!(f(0, 5000).check().is_ok());
         assert!(f(2, 100).check().is_ok());
@@ -409,5 +426,11 @@ mod tests {
         assert!(!f(0, 5000).relays(10_000));
         assert!(!f(16, 5000).relays(16));
         assert!(f(16, 5000).relays(17));
+        assert_eq!(f(16, 5000).fence_width(), 16);
+        assert_eq!(
+            Fanout::default().fence_width(),
+            0,
+            "fences at the master by default"
+        );
     }
 }

@@ -81,6 +81,10 @@ struct Args {
     /// agents this wide; 0: the master calls every agent itself [default: 16].
     #[arg(long)]
     fanout_width: Option<u32>,
+    /// Where a job's fences are gathered: master (default) or agents (among the job's
+    /// agents over the relay tree; the master hears one record a fence).
+    #[arg(long, value_parser = ["master", "agents"])]
+    fences: Option<String>,
     /// How long one level of that tree may take before its head is routed around (a
     /// subtree of L levels: 2^L - 1 times this) [default: 20000].
     #[arg(long)]
@@ -301,6 +305,13 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             .relay_hop_timeout_ms
             .or(f.relay_hop_timeout_ms)
             .unwrap_or(DEFAULT_HOP_TIMEOUT_MS),
+        fences_among_agents: match a.fences.or(f.fences.clone()).as_deref() {
+            None | Some("master") => false,
+            Some("agents") => true,
+            Some(other) => {
+                anyhow::bail!("fences = {other:?} in the config file: expected master or agents")
+            }
+        },
     }
     .check()
     .map_err(anyhow::Error::msg)?;

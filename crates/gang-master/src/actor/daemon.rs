@@ -67,7 +67,7 @@ impl Actor {
             // (a job launched in parts keeps fencing at the master).
             let whole = orders.first().is_some_and(|(_, _, o)| o.rank == 0)
                 && orders.len() == orders[0].2.size as usize;
-            let fence_width = if whole { fanout.width } else { 0 };
+            let fence_width = if whole { fanout.fence_width() } else { 0 };
             if fanout.relays(orders.len()) {
                 relays::launch_job(agents, metrics, tx, &self.cluster_id, orders, fence_width);
             } else {
