@@ -199,35 +199,45 @@ pub fn check_certificate(path: &Path, pem: &[u8], node: Coord) -> Result<(), Tls
 /// The NodeAgent interceptor: only the master may call an agent. The handshake already
 /// proved the caller holds a CA-signed certificate; this checks whose it is.
 pub fn only_the_master(node: Coord, request: &Request<()>) -> Result<(), Status> {
-    let named = request
-        .peer_certs()
-        .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())));
-    let who = match named {
-        Some(Some(PeerName::Master)) => return Ok(()),
-        Some(Some(other)) => format!("the caller's certificate names {other}"),
-        Some(None) => "the caller's certificate names no gang identity".to_owned(),
-        // Only reachable if the server were ever run without client authentication.
-        None => "the caller presented no certificate".to_owned(),
-    };
-    let message = format!("node {node}: only the master may call an agent; {who}");
-    warn!(peer = ?request.remote_addr(), "refused a NodeAgent call: {message}");
-    Err(Status::permission_denied(message))
+    admit(
+        node,
+        request,
+        |p| matches!(p, PeerName::Master),
+        ("NodeAgent", "only the master may call an agent"),
+    )
 }
 
 /// The NodeRelay interceptor: the master or another node (a relayed order is taken only
 /// with the master's signature, checked by `relay`); never a user.
 pub fn only_the_cluster(node: Coord, request: &Request<()>) -> Result<(), Status> {
+    admit(
+        node,
+        request,
+        |p| matches!(p, PeerName::Master | PeerName::Node { .. }),
+        ("NodeRelay", "only the master and other nodes may relay"),
+    )
+}
+
+/// Let the call through if the caller's (leaf) certificate names someone `allowed`; else
+/// PERMISSION_DENIED naming the rule and who was refused.
+fn admit(
+    node: Coord,
+    request: &Request<()>,
+    allowed: impl Fn(&PeerName) -> bool,
+    (service, rule): (&str, &str),
+) -> Result<(), Status> {
     let named = request
         .peer_certs()
         .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())));
     let who = match named {
-        Some(Some(PeerName::Master | PeerName::Node { .. })) => return Ok(()),
+        Some(Some(p)) if allowed(&p) => return Ok(()),
         Some(Some(other)) => format!("the caller's certificate names {other}"),
         Some(None) => "the caller's certificate names no gang identity".to_owned(),
+        // Only reachable if the server were ever run without client authentication.
         None => "the caller presented no certificate".to_owned(),
     };
-    let message = format!("node {node}: only the master and other nodes may relay; {who}");
-    warn!(peer = ?request.remote_addr(), "refused a NodeRelay call: {message}");
+    let message = format!("node {node}: {rule}; {who}");
+    warn!(peer = ?request.remote_addr(), "refused a {service} call: {message}");
     Err(Status::permission_denied(message))
 }
 

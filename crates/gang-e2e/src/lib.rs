@@ -314,6 +314,16 @@ pub async fn attach_all(c: &LocalCluster, id: u64) -> (String, v1::JobInfo) {
 /// A plain HTTP/1.0 GET (for the metrics endpoint); the whole response as text.
 pub use gang_local::http_get;
 
+/// A counter or gauge of the master's metrics, summed over the series whose labels
+/// contain every one of `labels`.
+pub fn metric(c: &LocalCluster, name: &str, labels: &[&str]) -> f64 {
+    http_get(c.metrics_addr(), "/metrics")
+        .lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A process's scheduler state letter and CPU time (user + system, clock ticks) from
 /// `/proc/PID/stat`; `None` once it is gone.
 pub fn proc_stat(pid: i32) -> Option<(char, u64)> {

@@ -60,16 +60,6 @@ fn closed(s: &UnixStream) -> bool {
     }
 }
 
-/// A counter of the master's metrics, summed over the series whose labels contain every
-/// one of `labels`.
-fn metric(c: &LocalCluster, name: &str, labels: &[&str]) -> f64 {
-    http_get(c.metrics_addr(), "/metrics")
-        .lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Root's `gangctl jobs`, timed; it must succeed.
 fn root_lists_jobs(c: &LocalCluster) -> Duration {
     let t = Instant::now();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use gang_e2e::{
-    cluster, example, gangctl, gangctl_json, http_get, job, prun, submit, wait_for, wait_state,
+    cluster, example, gangctl, gangctl_json, job, metric, prun, submit, wait_for, wait_state,
 };
 use gang_local::LocalCluster;
 use nix::sys::signal::{Signal, kill};
@@ -13,16 +13,6 @@ use nix::unistd::Pid;
 
 /// Bounds a wait that normally takes a second or two.
 const T: Duration = Duration::from_secs(60);
-
-/// A counter of the master's metrics, summed over the series whose labels contain every
-/// one of `labels`.
-fn metric(c: &LocalCluster, name: &str, labels: &[&str]) -> f64 {
-    http_get(c.metrics_addr(), "/metrics")
-        .lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 fn relayed(c: &LocalCluster, work: &str) -> f64 {
     metric(
