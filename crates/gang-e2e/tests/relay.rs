@@ -14,6 +14,15 @@ use nix::unistd::Pid;
 /// Bounds a wait that normally takes a second or two.
 const T: Duration = Duration::from_secs(60);
 
+/// The command succeeded; else fail with what it said.
+fn succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn relayed(c: &LocalCluster, work: &str) -> f64 {
     metric(
         c,
@@ -45,11 +54,7 @@ fn a_job_is_launched_switched_and_cancelled_through_a_tree_of_agents() {
         &["-n", "4x4", "--", "sh", "-c", "echo rank=$GANG_RANK"],
         None,
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     let mut ranks: Vec<u32> = text
         .lines()
@@ -67,11 +72,7 @@ fn a_job_is_launched_switched_and_cancelled_through_a_tree_of_agents() {
     // hears only that each completed.
     let ring = example("ring").display().to_string();
     let out = prun(&c, &["-n", "4x4", "--", &ring, "--seconds", "1"], None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     // Rank 0's agent sends the record after answering the fence: it may come after the job.
     wait_for(T, "the master to hear of a fence among the agents", || {
         (metric(&c, "gang_fences_done_total", &[]) >= 1.0).then_some(())
@@ -110,11 +111,7 @@ fn a_job_is_launched_switched_and_cancelled_through_a_tree_of_agents() {
     // A cancel is one signal order down the tree; every rank exits.
     let signals_before = relayed(&c, "signal");
     let out = gangctl(&c, &["cancel", &a.to_string(), &b.to_string()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     for id in [a, b] {
         wait_state(&c, id, "cancelled", T);
     }
@@ -156,10 +153,6 @@ fn a_stopped_interior_agent_is_routed_around_and_named() {
     });
     // The cluster goes on: a job on every node runs to its end.
     let out = prun(&c, &["-n", "4x4", "--", "true"], None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     c.shutdown().unwrap();
 }
