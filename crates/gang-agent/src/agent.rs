@@ -269,6 +269,7 @@ impl Tasks {
             tokio::spawn(clock::run_probes(
                 move || registry_client::probe_clock(client.clone()),
                 clock,
+                cfg.clock_probe_max,
                 move || kick.kick(),
             ))
         });

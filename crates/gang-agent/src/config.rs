@@ -81,8 +81,8 @@ pub struct Flags {
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     pub env_allow: Vec<String>,
     /// A TOML file with the keys master, x, y, listen, tls_ca, tls_cert, tls_key,
-    /// allow_root, env_allow, kill_grace_ms, log_format, clock, freezer, rt_priority,
-    /// switch_spin_us, msg_dir, spool_dir, output_spool_mb.
+    /// allow_root, env_allow, kill_grace_ms, log_format, clock, clock_probe_max_ms, freezer,
+    /// rt_priority, switch_spin_us, msg_dir, spool_dir, output_spool_mb.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Log format on stderr [default: human].
@@ -95,6 +95,10 @@ pub struct Flags {
     /// PTP) [default: probe].
     #[arg(long, value_enum)]
     pub clock: Option<ClockMode>,
+    /// With `--clock probe`: the longest period between probes, which doubles from 1 s up
+    /// to this while the estimate stays put (at least 1000) [default: 8000].
+    #[arg(long, value_name = "MS")]
+    pub clock_probe_max_ms: Option<u32>,
     /// The cgroup freezer for FREEZE jobs: auto, off, or a directory in a cgroup
     /// hierarchy [default: auto].
     #[arg(long, value_name = "auto|off|PATH")]
@@ -138,6 +142,7 @@ pub struct FileConfig {
     pub kill_grace_ms: Option<u32>,
     pub log_format: Option<LogFormat>,
     pub clock: Option<ClockMode>,
+    pub clock_probe_max_ms: Option<u32>,
     pub freezer: Option<FreezerSetting>,
     pub rt_priority: Option<i32>,
     pub switch_spin_us: Option<u32>,
@@ -161,6 +166,10 @@ pub enum ConfigError {
     RtPriority(i32),
     #[error("switch_spin_us {0} is out of range (0-5000)")]
     SwitchSpin(u32),
+    #[error(
+        "clock_probe_max_ms {0} is too short: probes start 1000 ms apart, so the longest period is at least 1000"
+    )]
+    ClockProbeMax(u32),
     #[error("bad master address {address:?}: {message}")]
     Master { address: String, message: String },
     #[error(
@@ -190,6 +199,8 @@ pub struct AgentConfig {
     pub kill_grace: Duration,
     pub log_format: LogFormat,
     pub clock: ClockMode,
+    /// The longest period between clock probes.
+    pub clock_probe_max: Duration,
     pub freezer: FreezerSetting,
     /// SCHED_FIFO priority of the switch thread (0: normal scheduling).
     pub rt_priority: i32,
@@ -221,6 +232,7 @@ impl AgentConfig {
             kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
             log_format: LogFormat::Human,
             clock: ClockMode::Probe,
+            clock_probe_max: crate::clock::DEFAULT_MAX_PERIOD,
             freezer: FreezerSetting::Auto,
             rt_priority: RT_PRIORITY,
             switch_spin: Duration::ZERO,
@@ -314,6 +326,14 @@ impl Flags {
         if !(0..=99).contains(&rt_priority) {
             return Err(ConfigError::RtPriority(rt_priority));
         }
+        let probe_max_ms = self
+            .clock_probe_max_ms
+            .or(file.clock_probe_max_ms)
+            .unwrap_or(crate::clock::DEFAULT_MAX_PERIOD.as_millis() as u32);
+        if probe_max_ms < 1000 {
+            return Err(ConfigError::ClockProbeMax(probe_max_ms));
+        }
+        let clock_probe_max = Duration::from_millis(u64::from(probe_max_ms));
         let spin_us = self.switch_spin_us.or(file.switch_spin_us).unwrap_or(0);
         if spin_us > 5000 {
             return Err(ConfigError::SwitchSpin(spin_us));
@@ -364,6 +384,7 @@ impl Flags {
             kill_grace: Duration::from_millis(u64::from(grace)),
             log_format: self.log_format.or(file.log_format).unwrap_or_default(),
             clock: self.clock.or(file.clock).unwrap_or_default(),
+            clock_probe_max,
             freezer: self.freezer.or(file.freezer).unwrap_or_default(),
             rt_priority,
             switch_spin: Duration::from_micros(u64::from(spin_us)),
@@ -503,6 +524,21 @@ mod tests {
         );
         let err = FileConfig::parse(Path::new("a.toml"), "freezer = \"nope\"\n").unwrap_err();
         assert!(err.to_string().contains("expected auto, off"), "{err}");
+        assert_eq!(cfg.clock_probe_max, Duration::from_secs(8));
+        let cfg = flags(&["--master", "h:1", "--x", "0", "--y", "0"])
+            .resolve_with(FileConfig {
+                clock_probe_max_ms: Some(30_000),
+                ..FileConfig::default()
+            })
+            .unwrap();
+        assert_eq!(cfg.clock_probe_max, Duration::from_secs(30));
+        let err = flags(&["--master", "h:1", "--x", "0", "--y", "0"])
+            .resolve_with(FileConfig {
+                clock_probe_max_ms: Some(500),
+                ..FileConfig::default()
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("clock_probe_max_ms 500 is too short"), "{err}");
         let err = FileConfig::parse(Path::new("a.toml"), "clock = \"ntp\"\n").unwrap_err();
         assert!(err.to_string().contains("clock"), "{err}");
         let err = flags(&["--master", "h:1", "--x", "0", "--y", "0"])

@@ -96,8 +96,12 @@ impl ClockEstimator {
             return Added::Ignored;
         }
         let before = self.estimate();
+        // With probes seconds apart, what the clocks may have drifted since the newest
+        // one widens the window's bound too.
+        let since_newest = self.probes.back().map_or(0, |n| (p.t4 - n.t4).max(0));
         let contradicts = before.is_some_and(|e| {
-            (p.offset() - e.offset_ns).abs() > p.error() + e.error_ns + STEP_SLACK_NS
+            let bound = e.error_ns + since_newest / 1_000_000 * DRIFT_PPM;
+            (p.offset() - e.offset_ns).abs() > p.error() + bound + STEP_SLACK_NS
         });
         self.contradicting = if contradicts {
             self.contradicting + 1
@@ -143,6 +147,75 @@ impl ClockEstimator {
             offset_ns: best.offset(),
             error_ns: bound(best),
         })
+    }
+}
+
+/// Probes sent `BURST_GAP_NS` apart at start and after a step, to fill the window fast.
+pub const BURST: u32 = 8;
+pub const BURST_GAP_NS: i64 = 20_000_000;
+/// An estimate that moved by at most this much is quiet: the period may double.
+pub const QUIET_MOVE_NS: i64 = 250_000;
+/// An estimate that moved by more than this (or a step) brings the shortest period back.
+pub const LOUD_MOVE_NS: i64 = 1_000_000;
+
+/// What a probe gave, for [`ProbePacer::next_gap_ns`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probed {
+    /// Answered and kept: the published offset moved by this much (ns, signed).
+    Moved(i64),
+    /// One of the clocks stepped.
+    Stepped,
+    /// Not answered, or its timestamps were inconsistent.
+    Failed,
+}
+
+/// How long to wait before the next probe. NTP's poll interval, simplified: a burst at
+/// start and after a step, then `min_ns`, doubling while the estimate stays put, up to
+/// `max_ns`; back to `min_ns` when it moves more than [`LOUD_MOVE_NS`]. On clocks that
+/// drift apart at `d` ppm the period settles where the move a probe sees (`d` x period)
+/// lies between the quiet and loud moves, so the error a slower pace adds stays under
+/// about 1 ms whatever the drift.
+#[derive(Debug, Clone)]
+pub struct ProbePacer {
+    min_ns: i64,
+    max_ns: i64,
+    period_ns: i64,
+    burst_left: u32,
+}
+
+impl ProbePacer {
+    pub fn new(min_ns: i64, max_ns: i64) -> Self {
+        ProbePacer {
+            min_ns,
+            max_ns: max_ns.max(min_ns),
+            period_ns: min_ns,
+            burst_left: BURST,
+        }
+    }
+
+    pub fn period_ns(&self) -> i64 {
+        self.period_ns
+    }
+
+    pub fn next_gap_ns(&mut self, probed: Probed) -> i64 {
+        match probed {
+            Probed::Stepped => {
+                self.period_ns = self.min_ns;
+                self.burst_left = BURST;
+            }
+            Probed::Moved(by) if by.abs() > LOUD_MOVE_NS => self.period_ns = self.min_ns,
+            // The burst's own probes do not lengthen the period.
+            Probed::Moved(by) if by.abs() <= QUIET_MOVE_NS && self.burst_left == 0 => {
+                self.period_ns = (self.period_ns * 2).min(self.max_ns)
+            }
+            Probed::Moved(_) | Probed::Failed => {}
+        }
+        if self.burst_left > 0 {
+            self.burst_left -= 1;
+            BURST_GAP_NS
+        } else {
+            self.period_ns
+        }
     }
 }
 
@@ -275,5 +348,43 @@ mod tests {
             t3: 100,
             t4: 20
         }));
+    }
+
+    #[test]
+    fn the_pace_slows_while_the_estimate_stays_and_quickens_when_it_moves() {
+        const S: i64 = 1_000_000_000;
+        let mut p = ProbePacer::new(S, 8 * S);
+        for _ in 0..BURST {
+            assert_eq!(p.next_gap_ns(Probed::Moved(0)), BURST_GAP_NS);
+        }
+        let gaps: Vec<i64> = (0..5).map(|_| p.next_gap_ns(Probed::Moved(100_000))).collect();
+        assert_eq!(gaps, [2 * S, 4 * S, 8 * S, 8 * S, 8 * S]);
+        // Neither quiet nor loud: the pace holds; a failure too.
+        assert_eq!(p.next_gap_ns(Probed::Moved(-600_000)), 8 * S);
+        assert_eq!(p.next_gap_ns(Probed::Failed), 8 * S);
+        assert_eq!(p.next_gap_ns(Probed::Moved(-1_500_000)), S);
+        assert_eq!(p.next_gap_ns(Probed::Moved(0)), 2 * S);
+        // A step: a burst, then the shortest period again.
+        assert_eq!(p.next_gap_ns(Probed::Stepped), BURST_GAP_NS);
+        for _ in 1..BURST {
+            assert_eq!(p.next_gap_ns(Probed::Moved(0)), BURST_GAP_NS);
+        }
+        assert_eq!(p.next_gap_ns(Probed::Moved(0)), 2 * S);
+    }
+
+    #[test]
+    fn on_drifting_clocks_the_pace_settles_where_a_probe_sees_under_a_millisecond() {
+        // Clocks 300 ppm apart (worse than any healthy oscillator): each probe sees the
+        // estimate move by 0.3 ms a second of the period.
+        const S: i64 = 1_000_000_000;
+        let mut p = ProbePacer::new(S, 64 * S);
+        for _ in 0..BURST {
+            p.next_gap_ns(Probed::Moved(0));
+        }
+        let mut gap = S;
+        for _ in 0..50 {
+            gap = p.next_gap_ns(Probed::Moved(gap / 1_000_000 * 300));
+            assert!(gap / 1_000_000 * 300 <= 2 * LOUD_MOVE_NS, "gap {gap}");
+        }
     }
 }

@@ -28,6 +28,7 @@ pub mod events;
 mod jobs;
 mod lifecycle;
 mod messaging;
+mod node_table;
 mod nodes;
 mod queries;
 pub mod reactor;
@@ -49,6 +50,7 @@ use crate::config::MasterConfig;
 use crate::error::Result;
 pub use jobs::JobTable;
 pub use nodes::Node;
+use node_table::NodeTable;
 
 /// The instant a batch is handled at, read once by the actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +84,7 @@ pub struct MasterState {
     sched: Scheduler,
     jobs: JobTable,
     /// Row-major: node (x, y) at y * w + x.
-    nodes: Vec<Node>,
+    nodes: NodeTable,
     next_id: u64,
     /// Jobs put back after a restart (or whose node re-registered without some of their
     /// ranks), and since when: ranks not reported by then + the node timeout are lost.
@@ -95,10 +97,10 @@ pub struct MasterState {
     run_saved_ns: i64,
 }
 
-/// Everything but the jobs, as it was when a batch began (the jobs keep their own journal).
+/// Everything but the jobs and nodes, as it was when a batch began (they keep their own
+/// journals).
 struct Checkpoint {
     sched: Scheduler,
-    nodes: Vec<Node>,
     next_id: u64,
     adopted: HashMap<JobId, i64>,
     placed_at: HashMap<JobId, i64>,
@@ -126,7 +128,7 @@ impl MasterState {
             persisted.table_epoch_ns,
         );
         Ok(MasterState {
-            nodes: vec![Node::default(); cfg.mesh.area() as usize],
+            nodes: NodeTable::new(cfg.mesh.area() as usize),
             next_id: persisted.next_job_id.max(1),
             sched,
             jobs: JobTable::default(),
@@ -145,9 +147,9 @@ impl MasterState {
     /// Begin a batch: what `rollback` returns to. Only `batch::run` begins and ends them.
     fn checkpoint(&mut self) -> Checkpoint {
         self.jobs.begin();
+        self.nodes.begin();
         Checkpoint {
             sched: self.sched.clone(),
-            nodes: self.nodes.clone(),
             next_id: self.next_id,
             adopted: self.adopted.clone(),
             placed_at: self.placed_at.clone(),
@@ -159,13 +161,14 @@ impl MasterState {
     /// The batch was saved: keep it.
     fn settle(&mut self, _: Checkpoint) {
         self.jobs.commit();
+        self.nodes.commit();
     }
 
     /// The batch was not saved: take all of it back.
     fn rollback(&mut self, c: Checkpoint) {
         self.jobs.rollback();
+        self.nodes.rollback();
         self.sched = c.sched;
-        self.nodes = c.nodes;
         self.next_id = c.next_id;
         self.adopted = c.adopted;
         self.placed_at = c.placed_at;
