@@ -62,12 +62,42 @@ pub struct AgentHandle {
 /// The agent's background tasks, besides the server.
 #[derive(Debug)]
 struct Tasks {
-    session: SessionThread,
+    session: Session,
     uplink: JoinHandle<()>,
     /// Clock probes (None with `clock = "host"`).
     probes: Option<JoinHandle<()>>,
     reports: JoinHandle<()>,
     fence: JoinHandle<()>,
+}
+
+/// Where the registry session runs.
+#[derive(Debug)]
+enum Session {
+    /// On a thread of its own with its own connection (`session_thread`): a real node.
+    Thread(SessionThread),
+    /// On the process's session runtime, over the uplink's connection (which that runtime
+    /// drives): an emulated node, whose second connection would only cost the master a
+    /// descriptor (a 10,000-node fleet would need 20,000 for sessions and uplinks alone).
+    Task(JoinHandle<()>),
+}
+
+/// The runtime of every emulated node's registry session in this process: one thread,
+/// started with the first node, for the life of the process. (A real node gives its
+/// session a thread and a connection of its own: `session_thread`.)
+fn emulated_sessions() -> &'static tokio::runtime::Handle {
+    static SESSIONS: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    SESSIONS.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the emulated nodes' session runtime");
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("gang-sessions".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .expect("the emulated nodes' session thread");
+        handle
+    })
 }
 
 /// Start an agent: check its certificate, bind, write the ready file, then register in
@@ -88,8 +118,13 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
             )
         })?;
     let session_tls = tls.client();
-    let client = registry_client::connect(&cfg.master, tls.client())
-        .with_context(|| format!("master {} with this node's TLS files", cfg.master))?;
+    // An emulated node's one connection is driven by the process's session runtime, so
+    // that its heartbeats do not queue behind the launches and relays of a thousand nodes.
+    let client = {
+        let _driven_by = cfg.emulate.then(|| emulated_sessions().enter());
+        registry_client::connect(&cfg.master, tls.client())
+            .with_context(|| format!("master {} with this node's TLS files", cfg.master))?
+    };
     let listener = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -247,18 +282,30 @@ impl Tasks {
                 move || node.stop_all()
             },
         ));
-        // One below the switch thread: a heartbeat never delays a switch.
-        let session = SessionThread::start(
-            SessionParts {
-                master: cfg.master.clone(),
-                tls: session_tls,
-                node: Arc::clone(node),
+        let session = if cfg.emulate {
+            Session::Task(emulated_sessions().spawn(registry_client::run_session(
+                client.clone(),
+                Arc::clone(node),
                 address,
-                fence: fence_state,
-            },
-            (cfg.rt_priority - 1).max(0),
-        )
-        .context("cannot start the session thread")?;
+                Arc::clone(&fence_state),
+                tokio::runtime::Handle::current(),
+            )))
+        } else {
+            // One below the switch thread: a heartbeat never delays a switch.
+            Session::Thread(
+                SessionThread::start(
+                    SessionParts {
+                        master: cfg.master.clone(),
+                        tls: session_tls,
+                        node: Arc::clone(node),
+                        address,
+                        fence: fence_state,
+                    },
+                    (cfg.rt_priority - 1).max(0),
+                )
+                .context("cannot start the session thread")?,
+            )
+        };
         let uplink = tokio::spawn(registry_client::run_uplink(
             client.clone(),
             Arc::clone(node),
@@ -287,7 +334,10 @@ impl Tasks {
     }
 
     async fn stop(self) {
-        self.session.stop().await;
+        match self.session {
+            Session::Thread(t) => t.stop().await,
+            Session::Task(t) => t.abort(),
+        }
         self.fence.abort();
         self.uplink.abort();
         self.reports.abort();

@@ -18,7 +18,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
 use gang_core::clock::{Added, ClockEstimator, Probe, ProbePacer, Probed};
@@ -66,6 +66,8 @@ pub struct Clock {
     error_ns: AtomicI64,
     synced: AtomicBool,
     from_host: bool,
+    /// The longest probe period the master asked for at registration (ms, 0: none).
+    probe_max_asked_ms: AtomicU32,
 }
 
 /// A snapshot of the estimate, for heartbeats.
@@ -87,7 +89,13 @@ impl Clock {
             error_ns: AtomicI64::new(0),
             synced: AtomicBool::new(host),
             from_host: host,
+            probe_max_asked_ms: AtomicU32::new(0),
         })
+    }
+
+    /// The master asks for probes at most this far apart once the estimate is steady.
+    pub fn ask_probe_max(&self, ms: u32) {
+        self.probe_max_asked_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Master minus agent clock, nanoseconds.
@@ -197,6 +205,7 @@ pub async fn run_probes<P, F>(
                 }
             }
         }
+        pacer.raise_max(i64::from(clock.probe_max_asked_ms.load(Ordering::Relaxed)) * 1_000_000);
         let gap = pacer.next_gap_ns(probed);
         tokio::time::sleep(Duration::from_nanos(gap as u64)).await;
     }

@@ -538,7 +538,11 @@ mod tests {
                 ..FileConfig::default()
             })
             .unwrap_err();
-        assert!(err.to_string().contains("clock_probe_max_ms 500 is too short"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("clock_probe_max_ms 500 is too short"),
+            "{err}"
+        );
         let err = FileConfig::parse(Path::new("a.toml"), "clock = \"ntp\"\n").unwrap_err();
         assert!(err.to_string().contains("clock"), "{err}");
         let err = flags(&["--master", "h:1", "--x", "0", "--y", "0"])

@@ -162,6 +162,7 @@ async fn register(
         }
     };
     node.relay_key.set(&resp.relay_key);
+    node.clock.ask_probe_max(resp.clock_probe_max_ms);
     let heartbeat = match resp.heartbeat_ms {
         0 => DEFAULT_HEARTBEAT,
         ms => Duration::from_millis(u64::from(ms.max(10))),
@@ -190,6 +191,7 @@ async fn register(
         node_timeout_ms = resp.node_timeout_ms,
         idle_heartbeat_ms = resp.idle_heartbeat_ms,
         idle_node_timeout_ms = resp.idle_node_timeout_ms,
+        clock_probe_max_ms = resp.clock_probe_max_ms,
         running = node.ranks.running().len(),
         again,
         "registered with the master"
@@ -227,18 +229,15 @@ async fn heartbeat_until_lost(
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sent = tokio::time::Instant::now();
-    // The master counts this node busy until the exits of its ranks reach it, which may
-    // take a while on a loaded host: heartbeats go on at the busy rate for a node timeout
-    // after the last rank here ended.
-    let linger = liveness.node_timeout.unwrap_or(period * 6);
-    let mut last_busy = tokio::time::Instant::now();
     loop {
         ticks.tick().await;
-        if !node.ranks.is_empty() {
-            last_busy = tokio::time::Instant::now();
-        }
+        // The master counts this node busy until the exits of its ranks are saved; a rank
+        // stays in the registry until its exit report is acknowledged, which is after that
+        // save, so an empty registry means the master no longer expects the busy rate. (A
+        // rank launched here while the master waits for the launch's answer: the master
+        // does not judge the node until the answer comes.)
         if let Some((_, idle_period)) = liveness.idle
-            && last_busy.elapsed() > linger
+            && node.ranks.is_empty()
             && last_sent.elapsed() + period / 2 < idle_period
         {
             continue;

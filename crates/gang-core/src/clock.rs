@@ -197,6 +197,12 @@ impl ProbePacer {
         self.period_ns
     }
 
+    /// Let the period grow to at least `max_ns` (the master asks a large cluster's agents
+    /// to probe it less often).
+    pub fn raise_max(&mut self, max_ns: i64) {
+        self.max_ns = self.max_ns.max(max_ns);
+    }
+
     pub fn next_gap_ns(&mut self, probed: Probed) -> i64 {
         match probed {
             Probed::Stepped => {
@@ -357,7 +363,9 @@ mod tests {
         for _ in 0..BURST {
             assert_eq!(p.next_gap_ns(Probed::Moved(0)), BURST_GAP_NS);
         }
-        let gaps: Vec<i64> = (0..5).map(|_| p.next_gap_ns(Probed::Moved(100_000))).collect();
+        let gaps: Vec<i64> = (0..5)
+            .map(|_| p.next_gap_ns(Probed::Moved(100_000)))
+            .collect();
         assert_eq!(gaps, [2 * S, 4 * S, 8 * S, 8 * S, 8 * S]);
         // Neither quiet nor loud: the pace holds; a failure too.
         assert_eq!(p.next_gap_ns(Probed::Moved(-600_000)), 8 * S);
@@ -370,6 +378,11 @@ mod tests {
             assert_eq!(p.next_gap_ns(Probed::Moved(0)), BURST_GAP_NS);
         }
         assert_eq!(p.next_gap_ns(Probed::Moved(0)), 2 * S);
+        // A large cluster's master lets the period grow further; a lower ask changes nothing.
+        p.raise_max(32 * S);
+        p.raise_max(4 * S);
+        let gaps: Vec<i64> = (0..6).map(|_| p.next_gap_ns(Probed::Moved(0))).collect();
+        assert_eq!(gaps, [4 * S, 8 * S, 16 * S, 32 * S, 32 * S, 32 * S]);
     }
 
     #[test]

@@ -2,9 +2,17 @@
 //! channel is mutual TLS: the master's certificate is its identity, and the agent must
 //! prove it is the node the master means (its certificate names `node-X-Y.gang`), whatever
 //! address it registered.
+//!
+//! Channels are kept while used: one idle for [`CHANNEL_IDLE`] is dropped (its connection
+//! closes once no call holds it), and no more than `max_channels` are kept, the least
+//! recently used going first. Each is a descriptor: with the relay tree the master calls
+//! a few heads of each order, but a table sent to each agent as it registers would
+//! otherwise keep a connection to every node for good (10,000 nodes: 10,000 descriptors
+//! besides the agents' own connections).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use gang_auth::names::node_dns;
 use gang_auth::pki::TlsPem;
@@ -16,9 +24,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::config::Fanout;
 use crate::state::views::Coord;
 
+/// A channel unused this long is dropped.
+pub const CHANNEL_IDLE: Duration = Duration::from_secs(60);
+
 pub struct AgentPool {
     tls: TlsPem,
-    channels: Mutex<HashMap<(Coord, String), Channel>>,
+    channels: Mutex<Channels>,
     /// Signs orders relayed through agents (its public half goes out at registration).
     pub signer: RelaySigner,
     pub fanout: Fanout,
@@ -29,9 +40,20 @@ impl AgentPool {
         AgentPool {
             signer: RelaySigner::from_master_key(tls.key.as_bytes()),
             tls,
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(Channels::new(usize::MAX)),
             fanout,
         }
+    }
+
+    /// Keep at most `n` channels (at least 1).
+    pub fn with_max_channels(self, n: usize) -> Self {
+        self.channels.lock().expect("agent pool lock").max = n.max(1);
+        self
+    }
+
+    /// Channels kept now.
+    pub fn channels_kept(&self) -> usize {
+        self.channels.lock().expect("agent pool lock").map.len()
     }
 
     fn endpoint(&self, (x, y): Coord, addr: &str) -> Result<Endpoint, tonic::transport::Error> {
@@ -50,11 +72,12 @@ impl AgentPool {
     fn channel(&self, node: Coord, addr: &str) -> Result<Channel, tonic::transport::Error> {
         let mut channels = self.channels.lock().expect("agent pool lock");
         let key = (node, addr.to_string());
-        if let Some(c) = channels.get(&key) {
-            return Ok(c.clone());
+        let now = Instant::now();
+        if let Some(c) = channels.get(&key, now) {
+            return Ok(c);
         }
         let c = self.endpoint(node, addr)?.connect_lazy();
-        channels.insert(key, c.clone());
+        channels.insert(key, c.clone(), now);
         Ok(c)
     }
 
@@ -79,6 +102,53 @@ impl AgentPool {
     }
 }
 
+type Key = (Coord, String);
+
+/// The kept channels with when each was last used.
+struct Channels<C = Channel> {
+    map: HashMap<Key, (C, Instant)>,
+    max: usize,
+    /// When idle channels were last dropped.
+    swept: Instant,
+}
+
+impl<C: Clone> Channels<C> {
+    fn new(max: usize) -> Self {
+        Channels {
+            map: HashMap::new(),
+            max,
+            swept: Instant::now(),
+        }
+    }
+
+    fn get(&mut self, key: &Key, now: Instant) -> Option<C> {
+        let (c, used) = self.map.get_mut(key)?;
+        *used = now;
+        Some(c.clone())
+    }
+
+    fn insert(&mut self, key: Key, c: C, now: Instant) {
+        // Sweeping costs a pass over the map: at most once per idle period.
+        if now.duration_since(self.swept) >= CHANNEL_IDLE {
+            self.swept = now;
+            self.map
+                .retain(|_, (_, used)| now.duration_since(*used) < CHANNEL_IDLE);
+        }
+        if self.map.len() >= self.max {
+            // Rare (a flat order to more nodes than the cap): a pass to find the oldest.
+            if let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+            {
+                self.map.remove(&oldest);
+            }
+        }
+        self.map.insert(key, (c, now));
+    }
+}
+
 /// For tests of the master that never reach an agent.
 #[cfg(test)]
 impl Default for AgentPool {
@@ -91,5 +161,32 @@ impl Default for AgentPool {
             },
             Fanout::default(),
         )
+    }
+}
+
+#[cfg(test)]
+mod channel_tests {
+    use super::*;
+
+    #[test]
+    fn channels_go_when_idle_or_least_recently_used_past_the_cap() {
+        let key = |x: u32| ((x, 0), format!("h:{x}"));
+        let t0 = Instant::now();
+        let mut c: Channels<u32> = Channels::new(2);
+        c.swept = t0;
+        c.insert(key(1), 1, t0);
+        c.insert(key(2), 2, t0 + Duration::from_secs(1));
+        // 1 is used again: 2 is now the least recently used, and goes for 3.
+        assert_eq!(c.get(&key(1), t0 + Duration::from_secs(2)), Some(1));
+        c.insert(key(3), 3, t0 + Duration::from_secs(3));
+        assert_eq!(c.get(&key(2), t0 + Duration::from_secs(3)), None);
+        assert_eq!(c.map.len(), 2);
+        // A minute later only what was used within the idle period stays.
+        let later = t0 + Duration::from_secs(3) + CHANNEL_IDLE;
+        assert_eq!(c.get(&key(3), later - Duration::from_secs(1)), Some(3));
+        c.insert(key(4), 4, later);
+        let mut kept: Vec<u32> = c.map.values().map(|(v, _)| *v).collect();
+        kept.sort();
+        assert_eq!(kept, [3, 4]);
     }
 }

@@ -8,10 +8,11 @@ use gang_auth::pki::TlsFiles;
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_core::{DeadlockPolicy, GangMode};
 use gang_master::config::{
-    AuthPolicy, DEFAULT_FANOUT_WIDTH, DEFAULT_HOP_TIMEOUT_MS, DEFAULT_IDLE_HEARTBEAT_MS,
-    DEFAULT_MPL, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
-    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, MasterConfig,
-    check_liveness, default_idle_node_timeout, parse_mesh,
+    AuthPolicy, DEFAULT_CLOCK_PROBE_MAX_MS, DEFAULT_FANOUT_WIDTH, DEFAULT_HEARTBEAT_MS,
+    DEFAULT_HOP_TIMEOUT_MS, DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_MPL, DEFAULT_NODE_TIMEOUT_MS,
+    DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS, DEFAULT_TOKEN_MAX_TTL_S,
+    DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, MasterConfig, check_liveness,
+    default_idle_node_timeout, liveness_scale, parse_mesh,
 };
 use gang_master::connections::{ConnLimits, ConnectionsSection};
 use gang_master::notify;
@@ -63,14 +64,16 @@ struct Args {
     /// running less first) or fcfs (submission order only).
     #[arg(long, value_parser = ["fair-share", "fcfs"])]
     queue_order: Option<String>,
-    /// How often agents heartbeat.
+    /// How often agents that run ranks heartbeat [default: 500, times one per started
+    /// 1,024 nodes of the mesh].
     #[arg(long)]
     heartbeat_ms: Option<u32>,
-    /// An agent silent this long is down, and its jobs fail.
+    /// An agent silent this long is down, and its jobs fail [default: 3000, scaled as
+    /// --heartbeat-ms].
     #[arg(long)]
     node_timeout_ms: Option<u32>,
     /// How often an agent that runs no rank heartbeats (quiet liveness; 0: every
-    /// --heartbeat-ms) [default: 5000].
+    /// --heartbeat-ms) [default: 5000, scaled as --heartbeat-ms].
     #[arg(long)]
     idle_heartbeat_ms: Option<u32>,
     /// An agent that runs no rank is down after this long silent [default: three idle
@@ -279,12 +282,19 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .token_key
         .or(f.token_key.clone())
         .unwrap_or_else(|| state.with_extension("token-key"));
-    let heartbeat_ms = a.heartbeat_ms.or(f.heartbeat_ms).unwrap_or(500);
-    let node_timeout_ms = a.node_timeout_ms.or(f.node_timeout_ms).unwrap_or(3000);
+    let scale = liveness_scale(mesh.area());
+    let heartbeat_ms = a
+        .heartbeat_ms
+        .or(f.heartbeat_ms)
+        .unwrap_or(DEFAULT_HEARTBEAT_MS * scale);
+    let node_timeout_ms = a
+        .node_timeout_ms
+        .or(f.node_timeout_ms)
+        .unwrap_or(DEFAULT_NODE_TIMEOUT_MS * scale);
     let idle_heartbeat_ms = a
         .idle_heartbeat_ms
         .or(f.idle_heartbeat_ms)
-        .unwrap_or(DEFAULT_IDLE_HEARTBEAT_MS);
+        .unwrap_or(DEFAULT_IDLE_HEARTBEAT_MS * scale);
     let idle_node_timeout_ms = a
         .idle_node_timeout_ms
         .or(f.idle_node_timeout_ms)
@@ -341,6 +351,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         node_timeout_ms,
         idle_heartbeat_ms,
         idle_node_timeout_ms,
+        clock_probe_max_ms: DEFAULT_CLOCK_PROBE_MAX_MS * scale,
         kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),
         ready_file: a.ready_file,
         quantum_ms,

@@ -131,7 +131,11 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     })?;
     let auth = Arc::new(Authenticator::open(cfg.auth.clone(), &cfg.token_key)?);
     let metrics = Arc::new(Metrics::default());
-    let agents = Arc::new(AgentPool::new(tls.clone(), cfg.fanout));
+    let limits = cfg.connections.clone();
+    let nofile = connections::raise_fd_limit();
+    let sizes = limits.plan(nofile, cfg.mesh.area());
+    let agents =
+        Arc::new(AgentPool::new(tls.clone(), cfg.fanout).with_max_channels(sizes.agent_channels));
     let output = Arc::new(OutputHub::new(
         cfg.state_dir(),
         cfg.limits.max_output_bytes,
@@ -152,9 +156,6 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // Boundaries settle 1 s after their deadline: agents report every 250 ms.
     let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
     let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
-    let limits = cfg.connections.clone();
-    let nofile = connections::raise_fd_limit();
-    let sizes = limits.plan(nofile, mesh.area());
     if !sizes.fits {
         warn!(
             nofile,
@@ -168,6 +169,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         nofile,
         clients = sizes.clients,
         agents = sizes.agents,
+        agent_channels = sizes.agent_channels,
         "connection pools"
     );
     // Recovery happens here: nothing is served before the state is back.

@@ -137,7 +137,11 @@ impl ConnLimits {
             0 => (4 * nodes + 64) as usize,
             n => n,
         };
-        let fds_left = nofile.saturating_sub(FD_RESERVE + nodes + agents as u64) as usize;
+        // The master's own channels to agents (`agents.rs`): one per node while the
+        // limit allows, else a quarter of it (least recently used dropped first).
+        let agent_channels = nodes.min((nofile / 4).max(256)) as usize;
+        let fds_left =
+            nofile.saturating_sub(FD_RESERVE + agent_channels as u64 + agents as u64) as usize;
         // Below this the master serves too few clients to be of use; the warning in
         // `server.rs` says to raise the limit.
         const FLOOR: usize = 128;
@@ -148,6 +152,7 @@ impl ConnLimits {
         PoolSizes {
             clients,
             agents,
+            agent_channels,
             agent_per_ip: match self.max_agent_per_ip {
                 0 => agents,
                 n => n,
@@ -162,6 +167,8 @@ impl ConnLimits {
 pub struct PoolSizes {
     pub clients: usize,
     pub agents: usize,
+    /// The master's channels to agents kept at most.
+    pub agent_channels: usize,
     pub agent_per_ip: usize,
     /// Whether the pools fit under the open-file limit with the reserve.
     pub fits: bool,
@@ -190,5 +197,8 @@ mod tests {
         };
         let p = set.plan(20_000, 16);
         assert_eq!((p.clients, p.agent_per_ip, p.fits), (500, 8, true));
+        // Past the limit's quarter the master keeps fewer channels to agents than nodes.
+        assert_eq!(l.plan(20_000, 16).agent_channels, 16);
+        assert_eq!(l.plan(20_000, 10_000).agent_channels, 5_000);
     }
 }

@@ -62,6 +62,8 @@ pub struct Registered {
     /// Quiet liveness for a node that runs no rank (0: heartbeat every `heartbeat_ms`).
     pub idle_heartbeat_ms: u32,
     pub idle_node_timeout_ms: u32,
+    /// The longest clock probe period the master asks for (0: the agent's own).
+    pub clock_probe_max_ms: u32,
 }
 
 /// An agent's estimate of the master clock.

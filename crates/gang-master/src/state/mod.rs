@@ -49,8 +49,8 @@ use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
 use crate::config::MasterConfig;
 use crate::error::Result;
 pub use jobs::JobTable;
-pub use nodes::Node;
 use node_table::NodeTable;
+pub use nodes::Node;
 
 /// The instant a batch is handled at, read once by the actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

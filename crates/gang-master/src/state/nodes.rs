@@ -119,6 +119,7 @@ impl MasterState {
             node_timeout_ms: self.cfg.node_timeout_ms,
             idle_heartbeat_ms: self.cfg.idle_heartbeat_ms,
             idle_node_timeout_ms: self.cfg.idle_node_timeout_ms,
+            clock_probe_max_ms: self.cfg.clock_probe_max_ms,
         })
     }
 
