@@ -162,12 +162,14 @@ pub async fn run_probes<P, F>(
                         by_ns as f64 / 1e6
                     );
                     probed = Probed::Stepped;
+                } else if estimator.contradicting() {
+                    probed = Probed::Contradicted;
                 }
                 if added != Added::Ignored
                     && let Some(est) = estimator.estimate()
                 {
                     let moved_by = clock.publish(est.offset_ns, est.error_ns);
-                    if probed != Probed::Stepped {
+                    if probed == Probed::Failed {
                         probed = Probed::Moved(moved_by);
                     }
                     if answered == 0 {
@@ -207,8 +209,51 @@ pub async fn run_probes<P, F>(
         }
         pacer.raise_max(i64::from(clock.probe_max_asked_ms.load(Ordering::Relaxed)) * 1_000_000);
         let gap = pacer.next_gap_ns(probed);
-        tokio::time::sleep(Duration::from_nanos(gap as u64)).await;
+        if let Some(by_ns) = wait_or_step(Duration::from_nanos(gap as u64)).await {
+            debug!(
+                step_ms = by_ns as f64 / 1e6,
+                "clock: this host's wall clock jumped against its monotonic clock; probing now"
+            );
+        }
     }
+}
+
+/// How often the wait between probes looks for a jump of this host's wall clock.
+const STEP_WATCH: Duration = Duration::from_millis(250);
+/// A move of (wall - monotonic) past this between two looks is a jump: slewing (NTP's
+/// adjtime, at most 500 ppm) moves it by at most 0.125 ms in 250 ms.
+const LOCAL_STEP_NS: i64 = 1_000_000;
+
+/// Wait `gap`, or less if this host's wall clock jumps meanwhile (settimeofday, an NTP
+/// step, a resumed VM): then the probe that confirms the step is not a long period away.
+/// Returns the jump, if one cut the wait short. Steps of the master's clock are found by
+/// the next probe as before.
+async fn wait_or_step(gap: Duration) -> Option<i64> {
+    let start = tokio::time::Instant::now();
+    let mut reference = realtime_ns() - monotonic_ns();
+    loop {
+        let left = gap.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return None;
+        }
+        tokio::time::sleep(left.min(STEP_WATCH)).await;
+        let now = realtime_ns() - monotonic_ns();
+        if (now - reference).abs() > LOCAL_STEP_NS {
+            return Some(now - reference);
+        }
+        reference = now;
+    }
+}
+
+/// CLOCK_MONOTONIC, nanoseconds: not moved by steps of the wall clock.
+fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 #[cfg(test)]

@@ -83,6 +83,12 @@ impl ClockEstimator {
         }
     }
 
+    /// Whether the newest probes contradict the window (a step may be under way: the
+    /// next probe decides).
+    pub fn contradicting(&self) -> bool {
+        self.contradicting > 0
+    }
+
     /// Record a probe; probes whose timestamps are inconsistent (a negative round trip,
     /// the clock stepped mid-probe) are ignored. Returns whether it was kept.
     pub fn add(&mut self, p: Probe) -> bool {
@@ -165,6 +171,9 @@ pub enum Probed {
     Moved(i64),
     /// One of the clocks stepped.
     Stepped,
+    /// Kept, but it contradicts the window: probe again at once to confirm or dismiss a
+    /// step, rather than a long period later.
+    Contradicted,
     /// Not answered, or its timestamps were inconsistent.
     Failed,
 }
@@ -210,6 +219,10 @@ impl ProbePacer {
                 self.burst_left = BURST;
             }
             Probed::Moved(by) if by.abs() > LOUD_MOVE_NS => self.period_ns = self.min_ns,
+            Probed::Contradicted => {
+                self.period_ns = self.min_ns;
+                return BURST_GAP_NS;
+            }
             // The burst's own probes do not lengthen the period.
             Probed::Moved(by) if by.abs() <= QUIET_MOVE_NS && self.burst_left == 0 => {
                 self.period_ns = (self.period_ns * 2).min(self.max_ns)
@@ -378,11 +391,15 @@ mod tests {
             assert_eq!(p.next_gap_ns(Probed::Moved(0)), BURST_GAP_NS);
         }
         assert_eq!(p.next_gap_ns(Probed::Moved(0)), 2 * S);
+        // A probe against the window: the next one follows at once, then the pace restarts.
+        assert_eq!(p.next_gap_ns(Probed::Contradicted), BURST_GAP_NS);
+        assert_eq!(p.next_gap_ns(Probed::Moved(0)), 2 * S);
+        assert_eq!(p.next_gap_ns(Probed::Moved(0)), 4 * S);
         // A large cluster's master lets the period grow further; a lower ask changes nothing.
         p.raise_max(32 * S);
         p.raise_max(4 * S);
         let gaps: Vec<i64> = (0..6).map(|_| p.next_gap_ns(Probed::Moved(0))).collect();
-        assert_eq!(gaps, [4 * S, 8 * S, 16 * S, 32 * S, 32 * S, 32 * S]);
+        assert_eq!(gaps, [8 * S, 16 * S, 32 * S, 32 * S, 32 * S, 32 * S]);
     }
 
     #[test]

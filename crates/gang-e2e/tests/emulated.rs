@@ -34,6 +34,26 @@ fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Established TCP connections to `port` (IPv4, this network namespace): /proc/net/tcp
+/// lists both ends of each; the client's is the one whose remote port is `port`.
+fn connections_to(port: u16) -> usize {
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "01"
+                && f[2]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    == Some(port)
+        })
+        .count()
+}
+
 #[test]
 fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
     let opts = LocalClusterOptions {
@@ -51,6 +71,14 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
         .filter(|n| n["state"] == "up")
         .count();
     assert_eq!(up, 256, "{nodes}");
+    // One connection to the master per emulated node (its session and uplink share it).
+    let port = c.agents_addr().expect("the master's agent address").port();
+    let mut seen = 0;
+    wait_for(T, "one connection to the master per emulated node", || {
+        seen = connections_to(port);
+        (seen == 256).then_some(())
+    });
+    assert_eq!(seen, 256);
 
     // Every node runs its rank: 256 different names.
     let out = prun(&c, &["-n", "16x16", "--", "hostname"], None);

@@ -174,7 +174,8 @@ fn a_host_whose_clock_jumps_is_followed_within_a_few_probes_and_says_so() {
     {
         eprintln!("{l}");
     }
-    // Two contradicting probes a second apart, then a burst, then a heartbeat.
+    // The agent sees its wall clock jump against its monotonic clock within 250 ms and
+    // probes at once; two contradicting probes 20 ms apart, a burst, then a heartbeat.
     assert!(took < Duration::from_secs(10), "took {took:?}");
     // The journal takes the line a moment after the agent wrote it.
     wait_for(LIMIT, "the agent's log of the step", || {
