@@ -245,8 +245,9 @@ async fn wait_or_step(gap: Duration) -> Option<i64> {
     }
 }
 
-/// CLOCK_MONOTONIC, nanoseconds: not moved by steps of the wall clock.
-fn monotonic_ns() -> i64 {
+/// CLOCK_MONOTONIC, nanoseconds: not moved by steps of the wall clock (also the clock of
+/// the state pages' `blocked_since_ns`).
+pub fn monotonic_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

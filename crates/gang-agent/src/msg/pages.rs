@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use gang_msg::abi::{StatePage, TablePage, files};
 use gang_proto::v1::RankActivity;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, monotonic_ns};
 use crate::error::Coord;
 use crate::ranks::RankKey;
 use crate::switch::MsgPages;
@@ -191,15 +191,4 @@ impl Pages {
         let _ = std::fs::remove_dir(&self.node_dir);
         let _ = std::fs::remove_dir(&self.base);
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of the state page's `blocked_since_ns`.
-fn monotonic_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
