@@ -50,12 +50,22 @@ pub enum ClockMode {
 
 /// CLOCK_REALTIME, nanoseconds since the Unix epoch. Allocation-free (vDSO).
 pub fn realtime_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// CLOCK_MONOTONIC, nanoseconds: not moved by steps of the wall clock (also the clock of
+/// the state pages' `blocked_since_ns`).
+pub fn monotonic_ns() -> i64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(id: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: a valid clock id and a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
@@ -243,18 +253,6 @@ async fn wait_or_step(gap: Duration) -> Option<i64> {
         }
         reference = now;
     }
-}
-
-/// CLOCK_MONOTONIC, nanoseconds: not moved by steps of the wall clock (also the clock of
-/// the state pages' `blocked_since_ns`).
-pub fn monotonic_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 #[cfg(test)]
