@@ -134,13 +134,59 @@ fn ranks_that_never_quiesce_are_stopped_on_time_and_delay_nobody() {
     let stats = gangctl_json(&c, &["stats"]).unwrap();
     let switches = stats["switches_reported"].as_u64().unwrap();
     let unflushed = stats["msg_unflushed"].as_u64().unwrap();
-    let p99_ms = stats["switch_latency"]["p99_ns"].as_i64().unwrap() as f64 / 1e6;
-    eprintln!("switches {switches}, unflushed {unflushed}, switch latency p99 {p99_ms:.3} ms");
+    let latency = &stats["switch_latency"];
+    let ms = |q: &str| latency[q].as_i64().unwrap() as f64 / 1e6;
+    let metrics = http_get(c.metrics_addr(), "/metrics");
+    let (late, counted) = switches_later_than(&metrics, 0.0025);
+    eprintln!(
+        "switches {switches}, unflushed {unflushed}, switch latency p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; {late} of {counted} later than 2.048 ms",
+        ms("p50_ns"),
+        ms("p99_ns"),
+        ms("max_ns")
+    );
     // Every switch-out of the deaf job is unflushed: about half of all switch-outs.
     assert!(unflushed * 4 >= switches, "{stats}");
-    // The switch never waits for a rank: its latency stays far below a slot.
-    assert!(p99_ms < 2.5, "switch latency p99 {p99_ms} ms");
+    // The switch never waits for a rank: had it waited for the deaf ranks, every switch
+    // that takes them out (half of all) would be late (an agent made to wait 3 ms for them:
+    // median 3.1 ms, 2,178 of 3,283 late). What is left is the host's tail, a real-time
+    // switch thread woken a few ms late: on this shared 2-core VM, with the binary's other
+    // clusters running beside, at most 36 of ~3,300 switches (p99 0.15-3.9 ms, median
+    // 0.08-0.12 ms over 26 runs). A p99 bound failed here 6 runs in 26.
+    assert!(
+        counted * 10 >= switches * 9,
+        "{counted} of {switches} in /metrics"
+    );
+    assert!(
+        ms("p50_ns") < 1.0,
+        "switch latency median {} ms",
+        ms("p50_ns")
+    );
+    assert!(
+        late * 10 < counted,
+        "{late} of {counted} switches later than 2.048 ms after their boundary"
+    );
     c.shutdown().unwrap();
+}
+
+/// From the master's `switch_latency_seconds` histogram: how many switches came later than
+/// the largest bucket bound not above `seconds`, and how many there were.
+fn switches_later_than(metrics: &str, seconds: f64) -> (u64, u64) {
+    let mut within = 0;
+    let mut total = None;
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("gang_switch_latency_seconds_bucket{le=\"") else {
+            continue;
+        };
+        let (le, count) = rest.split_once("\"} ").expect("a bucket line");
+        let count: u64 = count.trim().parse().expect("a bucket count");
+        if le == "+Inf" {
+            total = Some(count);
+        } else if le.parse::<f64>().expect("a bucket bound") <= seconds {
+            within = count; // cumulative: the last bound not above `seconds` wins
+        }
+    }
+    let total = total.expect("a switch_latency_seconds histogram in /metrics");
+    (total - within, total)
 }
 
 #[test]
