@@ -3,7 +3,13 @@
 //! `FLEET_MESHES` (default 32x32,64x64): the time until every node is up, the idle cost
 //! (the master's and the agent processes' CPU over `FLEET_IDLE_S` seconds, default 10),
 //! the master's memory and descriptors, and `prun -n WxH true` over the whole mesh
-//! `FLEET_LAUNCHES` times (default 10), median and p99, with the master's CPU per launch.
+//! `FLEET_LAUNCHES` times (default 10), median and p99, with the master's CPU per launch;
+//! then `prun -n WxH fence ROUNDS BYTES` `FLEET_FENCE_RUNS` times (default 3; 0: none),
+//! ROUNDS `FLEET_FENCES` (default 20), BYTES `FLEET_FENCE_BYTES` (default 450, a business
+//! card): the fence times rank 0 saw (the first of each run apart: it waits for the
+//! launch's slowest rank), the bytes of fence messages through the master per fence
+//! (`gang_fence_bytes_total`, both paths) and the master's CPU per fence. Where fences
+//! are gathered is the master's: add `--fences agents` to `FLEET_MASTER_ARGS`.
 //! Needs the release binaries, built beforehand:
 //! `cargo build --release -p gang-master -p gang-agent -p gang-cli`, then
 //! `cargo bench -p gang-benches --bench emulated_fleet`.
@@ -17,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use gang_benches::{env_or, median_p99, open_fds, prebuilt_release_bins, proc_cpu, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
+use serde_json::Value;
 
 fn main() {
     let meshes: String = env_or("FLEET_MESHES", "32x32,64x64".to_string());
@@ -28,12 +35,92 @@ fn main() {
         .map(str::to_string)
         .collect();
     let fanouts: String = env_or("FLEET_FANOUTS", "0,16".to_string());
+    let fences = Fences {
+        runs: env_or("FLEET_FENCE_RUNS", 3),
+        rounds: env_or("FLEET_FENCES", 20),
+        bytes: env_or("FLEET_FENCE_BYTES", 450),
+    };
     let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl", "prun"]);
     for mesh in meshes.split(',') {
         for width in fanouts.split(',') {
-            run(mesh, width, &bins, &master_args, (idle_s, launches, per));
+            run(
+                mesh,
+                width,
+                &bins,
+                &master_args,
+                (idle_s, launches, per),
+                &fences,
+            );
         }
     }
+}
+
+struct Fences {
+    runs: usize,
+    rounds: u32,
+    bytes: usize,
+}
+
+fn fence_bytes(c: &LocalCluster) -> f64 {
+    let text = gang_local::http_get(c.metrics_addr(), "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with("gang_fence_bytes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `prun -n MESH fence ...` `f.runs` times: the JSON figures.
+fn fence_runs(
+    c: &LocalCluster,
+    master: u32,
+    bins: &std::path::Path,
+    mesh: &str,
+    f: &Fences,
+) -> Value {
+    if f.runs == 0 {
+        return Value::Null;
+    }
+    let (bytes0, cpu0) = (fence_bytes(c), proc_cpu(master).0);
+    let (mut first, mut rest, mut failed) = (vec![], vec![], 0);
+    for _ in 0..f.runs {
+        let out = Command::new(bins.join("prun"))
+            .args(["-n", mesh, "--", "fence"])
+            .args([f.rounds.to_string(), f.bytes.to_string()])
+            .env("GANG_MASTER", c.master_addr())
+            .output()
+            .expect("prun runs");
+        let line: Option<Value> = serde_json::from_slice(&out.stdout).ok();
+        let times = line.as_ref().and_then(|l| l["fence_ms"].as_array());
+        match times {
+            Some(t) if out.status.success() => {
+                let t: Vec<f64> = t.iter().filter_map(Value::as_f64).collect();
+                first.extend(t.first());
+                rest.extend(t.iter().skip(1));
+            }
+            _ => {
+                failed += 1;
+                eprintln!(
+                    "prun fence failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+    let fences = (f.runs - failed) as f64 * f64::from(f.rounds);
+    let quantiles = |xs: &mut Vec<f64>| {
+        if xs.is_empty() {
+            return Value::Null;
+        }
+        let (m, p) = median_p99(xs);
+        serde_json::json!({"median": m, "p99": p, "n": xs.len()})
+    };
+    serde_json::json!({
+        "rounds": f.rounds, "bytes_put": f.bytes, "runs": f.runs, "failed": failed,
+        "first_fence_ms": quantiles(&mut first),
+        "fence_ms": quantiles(&mut rest),
+        "master_bytes_per_fence": (fence_bytes(c) - bytes0) / fences.max(1.0),
+        "master_cpu_per_fence_ms": (proc_cpu(master).0 - cpu0) * 1e3 / fences.max(1.0),
+    })
 }
 
 fn run(
@@ -42,6 +129,7 @@ fn run(
     bins: &std::path::Path,
     master_args: &[String],
     (idle_s, launches, per): (u64, usize, u32),
+    fences: &Fences,
 ) {
     {
         let (w, h) = mesh
@@ -101,6 +189,7 @@ fn run(
         let master_cpu_per_launch_ms = (proc_cpu(master).0 - m1) * 1e3 / launches as f64;
         let agents_cpu_per_launch_ms = (agents_cpu() - a1) * 1e3 / launches as f64;
         let (median, p99) = median_p99(&mut ms);
+        let fence = fence_runs(&c, master, bins, mesh, fences);
         let line = serde_json::json!({
             "bench": "emulated_fleet",
             "mesh": mesh,
@@ -115,6 +204,7 @@ fn run(
             "prun_true_ms": {"median": median, "p99": p99, "runs": launches, "failed": failed},
             "master_cpu_per_launch_ms": master_cpu_per_launch_ms,
             "agents_cpu_per_launch_ms": agents_cpu_per_launch_ms,
+            "fence": fence,
         });
         println!("{line}");
         // A slow teardown is worth knowing, but the figures above stand.

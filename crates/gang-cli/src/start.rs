@@ -31,8 +31,8 @@ pub struct StartArgs {
 
     /// Emulated nodes, a test tool for fleets larger than this machine: a real master and
     /// real agent code, N nodes to a process (default 1024), whose ranks are played, not
-    /// run (true, false, sleep S, echo, hostname, sh -c 'sleep S; exit N'). Up to
-    /// 16,384 nodes; see the README, "Emulated fleets".
+    /// run (true, false, sleep S, echo, hostname, fence ROUNDS BYTES, sh -c 'sleep S; exit
+    /// N'). Up to 16,384 nodes; see the README, "Emulated fleets".
     #[arg(
         long,
         value_name = "N",

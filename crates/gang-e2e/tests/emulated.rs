@@ -1,7 +1,8 @@
 //! Emulated fleets: the real master, real agent code many nodes to a process, ranks played
 //! instead of run (`gang-agent --emulate`). What the emulation must keep of a real
 //! cluster: every node registers and is placed, output and exit codes come back as from
-//! real ranks, a cancel ends the played ranks, and no rank process is ever started.
+//! real ranks, a cancel ends the played ranks, and no rank process is ever started; and
+//! played fences take the real fence path, through the master or among the agents.
 
 use std::time::Duration;
 
@@ -92,6 +93,10 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
     let out = prun(&c, &["-n", "4x4", "--", "sh", "-c", "exit 3"], None);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
 
+    // 256 ranks fence through the master: every value comes back, rank 0 times each.
+    let fences = played_fences(&c, "16x16", 3);
+    assert_eq!(fences["ranks"], 256, "{fences}");
+
     // What a node cannot play is the launch's error, naming what it can.
     let out = prun(&c, &["-n", "2x2", "--", "./a.out"], None);
     assert!(!out.status.success());
@@ -124,6 +129,60 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
     for a in agents {
         assert_eq!(descendants(a), Vec::<u32>::new(), "agent process {a}");
     }
+    c.shutdown().expect("shutdown");
+}
+
+/// `prun -n SHAPE fence ROUNDS 450`: it succeeds (every rank saw every rank's value) and
+/// rank 0's line of fence times is returned.
+fn played_fences(c: &LocalCluster, shape: &str, rounds: usize) -> serde_json::Value {
+    let rounds_arg = rounds.to_string();
+    let out = prun(c, &["-n", shape, "--", "fence", &rounds_arg, "450"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line: serde_json::Value =
+        serde_json::from_str(text(&out.stdout).trim()).expect("rank 0's JSON line");
+    let times = line["fence_ms"].as_array().expect("fence times");
+    assert_eq!(times.len(), rounds, "{line}");
+    assert_eq!(line["bytes"], 450, "{line}");
+    line
+}
+
+fn fence_bytes(c: &LocalCluster, path: &str) -> u64 {
+    let text = http_get(c.metrics_addr(), "/metrics");
+    let label = format!("gang_fence_bytes_total{{path=\"{path}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&label)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn played_fences_among_the_agents_cost_the_master_a_few_bytes_whatever_the_size() {
+    // 128 ranks in one process, fences gathered among their agents four wide.
+    let opts = LocalClusterOptions {
+        emulate: Some(128),
+        ..options(&["--fences", "agents", "--fanout-width", "4"])
+    };
+    let c = LocalCluster::start((16, 8), opts).expect("emulated cluster starts");
+    let small = played_fences(&c, "2x2", 5);
+    assert_eq!(small["ranks"], 4);
+    let after_small = fence_bytes(&c, "agents");
+    let big = played_fences(&c, "16x8", 5);
+    assert_eq!(big["ranks"], 128);
+    let after_big = fence_bytes(&c, "agents") - after_small;
+    // Nothing through the master's fence path; what it hears per fence does not grow
+    // with the job (a few bytes each: job, epoch, byte count).
+    assert_eq!(fence_bytes(&c, "master"), 0);
+    assert!(after_small > 0 && after_small <= 5 * 32, "{after_small}");
+    assert!(
+        after_big <= after_small + 5 * 8,
+        "{after_big} vs {after_small}"
+    );
+    // A played fence past the repertoire's limits is the launch's error, naming them.
+    let out = prun(&c, &["-n", "2x2", "--", "fence", "10001", "8"], None);
+    assert!(
+        text(&out.stderr).contains("ROUNDS is 1..=10000"),
+        "{}",
+        text(&out.stderr)
+    );
     c.shutdown().expect("shutdown");
 }
 

@@ -8,8 +8,15 @@
 //! Run time is wall time: a simulated rank is not paused while switched out (the switch
 //! thread has no process to stop), so `sleep 2` ends 2 s after its launch whatever its
 //! share of the slots.
+//!
+//! `fence ROUNDS BYTES` fences for real: each rank puts one BYTES-byte value and fences
+//! ROUNDS times through the path a PMI, PMIx or messaging-library fence takes (to the
+//! master, or among the job's agents with `fences = "agents"`), checks that every rank's
+//! value came back, and rank 0 prints how long each fence took as it saw it, as JSON:
+//! `{"ranks":N,"bytes":B,"fence_ms":[...]}` (the fence figures at fleet sizes).
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{RankExit, Stream};
@@ -24,18 +31,28 @@ use crate::ranks::{RankKey, ReserveError};
 
 /// The longest a simulated `sleep` may ask (a day): longer is refused as a typo.
 const MAX_SLEEP: Duration = Duration::from_secs(86_400);
+/// At most this many played fences, and this many bytes put by each rank (PMI-2's
+/// largest value is 1,024 bytes; a business card is about 450).
+const MAX_FENCES: u32 = 10_000;
+const MAX_FENCE_BYTES: usize = 4096;
 
-/// What a simulated rank does: write `stdout`, wait `runs`, exit with `code`.
+/// What a simulated rank does: fence `fences` times (rounds, bytes put), write `stdout`,
+/// wait `runs`, exit with `code`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
     pub stdout: Vec<u8>,
     pub runs: Duration,
     pub code: i32,
+    pub fences: Option<(u32, usize)>,
 }
 
+const REPERTOIRE: &str = "true, false, sleep SECONDS, echo WORDS, hostname, fence ROUNDS \
+                          BYTES, and sh -c 'sleep S; exit N'";
+
 /// The programs an emulated node plays (argv[0] by its file name): `true`, `false`,
-/// `sleep SECONDS`, `echo WORDS`, `hostname`, and `sh -c 'exit N'` / `sh -c 'sleep S'` /
-/// `sh -c 'sleep S; exit N'`. Anything else is the launch's error, naming the repertoire.
+/// `sleep SECONDS`, `echo WORDS`, `hostname`, `fence ROUNDS BYTES`, and `sh -c 'exit N'` /
+/// `sh -c 'sleep S'` / `sh -c 'sleep S; exit N'`. Anything else is the launch's error,
+/// naming the repertoire.
 pub fn script(argv: &[String], node: (u32, u32)) -> Result<Script, String> {
     let name = argv
         .first()
@@ -45,6 +62,7 @@ pub fn script(argv: &[String], node: (u32, u32)) -> Result<Script, String> {
         stdout: vec![],
         runs: Duration::ZERO,
         code,
+        fences: None,
     };
     match (name, &argv[1.min(argv.len())..]) {
         ("true", _) => Ok(done(0)),
@@ -61,13 +79,30 @@ pub fn script(argv: &[String], node: (u32, u32)) -> Result<Script, String> {
             stdout: format!("node-{}-{}\n", node.0, node.1).into_bytes(),
             ..done(0)
         }),
+        ("fence", [rounds, bytes]) => Ok(Script {
+            fences: Some(fence_args(rounds, bytes)?),
+            ..done(0)
+        }),
         ("sh" | "bash", [c, body]) if c == "-c" => shell(body),
         _ => Err(format!(
-            "an emulated node cannot play {:?}: it plays true, false, sleep SECONDS, echo \
-             WORDS, hostname, and sh -c 'sleep S; exit N'",
+            "an emulated node cannot play {:?}: it plays {REPERTOIRE}",
             argv.join(" ")
         )),
     }
+}
+
+fn fence_args(rounds: &str, bytes: &str) -> Result<(u32, usize), String> {
+    let rounds: u32 = rounds
+        .parse()
+        .ok()
+        .filter(|r| (1..=MAX_FENCES).contains(r))
+        .ok_or_else(|| format!("fence {rounds:?}: ROUNDS is 1..={MAX_FENCES}"))?;
+    let bytes: usize = bytes
+        .parse()
+        .ok()
+        .filter(|b| (1..=MAX_FENCE_BYTES).contains(b))
+        .ok_or_else(|| format!("fence BYTES {bytes:?}: 1..={MAX_FENCE_BYTES}"))?;
+    Ok((rounds, bytes))
 }
 
 /// `sleep S`, `exit N`, or `sleep S; exit N` (the only shell an emulated rank knows).
@@ -76,6 +111,7 @@ fn shell(body: &str) -> Result<Script, String> {
         stdout: vec![],
         runs: Duration::ZERO,
         code: 0,
+        fences: None,
     };
     for cmd in body.split(';').map(str::trim).filter(|c| !c.is_empty()) {
         let words: Vec<&str> = cmd.split_whitespace().collect();
@@ -127,23 +163,47 @@ pub fn start(plan: LaunchPlan, parts: &NodeParts) -> Result<u32, AgentError> {
     let (tx, rx) = mpsc::unbounded_channel();
     parts.ranks.started_simulated(key, tx);
     let parts = parts.clone();
-    tokio::spawn(async move { play(key, script, rx, parts).await });
+    let size = plan.req.size;
+    tokio::spawn(async move { play(key, size, script, rx, parts).await });
     Ok(0)
 }
 
 async fn play(
     key: RankKey,
+    size: u32,
     script: Script,
     mut signals: mpsc::UnboundedReceiver<Signal>,
     parts: NodeParts,
 ) {
-    parts
-        .outbox
-        .push_output(key, Stream::Stdout, script.stdout.clone());
+    let run = async {
+        if let Some((rounds, bytes)) = script.fences {
+            match fences(&parts, key, size, rounds, bytes).await {
+                Ok(times) if key.rank == 0 => {
+                    let line = serde_json::json!({"ranks": size, "bytes": bytes,
+                        "fence_ms": times});
+                    parts
+                        .outbox
+                        .push_output(key, Stream::Stdout, format!("{line}\n").into_bytes());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let msg = format!("fence: {e}\n").into_bytes();
+                    parts.outbox.push_output(key, Stream::Stderr, msg);
+                    return How::Code(1);
+                }
+            }
+        }
+        parts
+            .outbox
+            .push_output(key, Stream::Stdout, script.stdout.clone());
+        tokio::time::sleep(script.runs).await;
+        How::Code(script.code)
+    };
     let how = tokio::select! {
-        () = tokio::time::sleep(script.runs) => How::Code(script.code),
+        how = run => how,
         sig = signals.recv() => How::Signal(sig.unwrap_or(Signal::SIGKILL) as i32),
     };
+    parts.msg.remove_fence_tree(key);
     parts.ranks.mark_exited(key);
     let node = parts.facts.node;
     info!(
@@ -160,6 +220,44 @@ async fn play(
         how: Some(how),
         ..Default::default()
     });
+}
+
+/// `rounds` fences of rank `key` of `size`, putting one `bytes`-byte value; every rank's
+/// value must come back from the first and the last. Like the agent's PMI servers and
+/// the messaging library, a rank brings everything it put to every fence (among the
+/// agents, a fence's space is the union of what its ranks bring). The time each took, in
+/// ms.
+async fn fences(
+    parts: &NodeParts,
+    key: RankKey,
+    size: u32,
+    rounds: u32,
+    bytes: usize,
+) -> Result<Vec<f64>, String> {
+    let value = |rank: u32| {
+        let mut v = format!("{rank}:");
+        v.extend(std::iter::repeat_n('x', bytes.saturating_sub(v.len())));
+        v
+    };
+    let own = BTreeMap::from([(format!("fence-{}", key.rank), value(key.rank))]);
+    let mut times = Vec::with_capacity(rounds as usize);
+    for epoch in 1..=rounds {
+        let t = Instant::now();
+        let space = parts.msg.fence(key, epoch, &own).await?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        if epoch == 1 || epoch == rounds {
+            if let Some(r) = (0..size).find(|r| !space.contains_key(&format!("fence-{r}"))) {
+                return Err(format!("fence {epoch}: rank {r}'s value is missing"));
+            }
+            let next = (key.rank + 1) % size;
+            if space.get(&format!("fence-{next}")) != Some(&value(next)) {
+                return Err(format!(
+                    "fence {epoch}: rank {next}'s value is not what it put"
+                ));
+            }
+        }
+    }
+    Ok(times)
 }
 
 #[cfg(test)]
@@ -196,5 +294,14 @@ mod tests {
         assert!(script(&argv(&["sleep", "1e9"]), (0, 0)).is_err());
         assert!(script(&argv(&["sh", "-c", "exit 300"]), (0, 0)).is_err());
         assert!(script(&argv(&["sleep", "-1"]), (0, 0)).is_err());
+        for bad in [
+            ["fence", "0", "8"],
+            ["fence", "3", "0"],
+            ["fence", "3", "5000"],
+        ] {
+            assert!(script(&argv(&bad), (0, 0)).is_err(), "{bad:?}");
+        }
+        let s = script(&argv(&["fence", "20", "450"]), (0, 0)).unwrap();
+        assert_eq!(s.fences, Some((20, 450)));
     }
 }

@@ -19,6 +19,7 @@ mod mpi;
 mod pages;
 mod space;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gang_msg::abi::env as msg_env;
@@ -114,6 +115,17 @@ impl MsgHub {
     /// The rank never started: it leaves its tree.
     pub fn remove_fence_tree(&self, key: RankKey) {
         self.spaces.forget(key);
+    }
+
+    /// A fence of rank `key` (an emulated rank's played fences: the same path a PMI,
+    /// PMIx or messaging-library fence takes).
+    pub async fn fence(
+        &self,
+        key: RankKey,
+        epoch: u32,
+        puts: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, String> {
+        self.spaces.fence(key, epoch, puts).await
     }
 
     /// A child's part of a fence among the agents, from node `from`.
