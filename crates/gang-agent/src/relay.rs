@@ -280,9 +280,13 @@ impl NodeRelay for Relayer {
             .fence_up(r.job_id, r.epoch, r.rank, from, puts)
             .await
         {
-            Ok(space) => Ok(Response::new(FenceUpResponse {
-                kvs: space.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            })),
+            Ok(done) => {
+                let (delta, kvs) = done.for_child(r.known_epoch);
+                Ok(Response::new(FenceUpResponse {
+                    kvs: kvs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    delta,
+                }))
+            }
             // Retried by the child: this node's rank may not be launched yet.
             Err(e @ FenceError::NoJob(_)) => {
                 Err(Status::not_found(format!("node {}: {e}", node.coord)))

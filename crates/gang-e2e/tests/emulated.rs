@@ -96,6 +96,9 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
     // 256 ranks fence through the master: every value comes back, rank 0 times each.
     let fences = played_fences(&c, "16x16", 3);
     assert_eq!(fences["ranks"], 256, "{fences}");
+    // A rank 7 s late (past the agents' 5 s call timeout to the master) only delays it.
+    let late = played_fences_late(&c, "2x2", 2, 7);
+    assert!(late["fence_ms"][0].as_f64().unwrap() >= 6_500.0, "{late}");
 
     // What a node cannot play is the launch's error, naming what it can.
     let out = prun(&c, &["-n", "2x2", "--", "./a.out"], None);
@@ -135,8 +138,22 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
 /// `prun -n SHAPE fence ROUNDS 450`: it succeeds (every rank saw every rank's value) and
 /// rank 0's line of fence times is returned.
 fn played_fences(c: &LocalCluster, shape: &str, rounds: usize) -> serde_json::Value {
-    let rounds_arg = rounds.to_string();
-    let out = prun(c, &["-n", shape, "--", "fence", &rounds_arg, "450"], None);
+    played_fences_late(c, shape, rounds, 0)
+}
+
+/// The same with the job's last rank `late_s` seconds late to its first fence.
+fn played_fences_late(
+    c: &LocalCluster,
+    shape: &str,
+    rounds: usize,
+    late_s: u32,
+) -> serde_json::Value {
+    let (rounds_arg, late) = (rounds.to_string(), late_s.to_string());
+    let out = prun(
+        c,
+        &["-n", shape, "--", "fence", &rounds_arg, "450", &late],
+        None,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let line: serde_json::Value =
         serde_json::from_str(text(&out.stdout).trim()).expect("rank 0's JSON line");
@@ -168,6 +185,9 @@ fn played_fences_among_the_agents_cost_the_master_a_few_bytes_whatever_the_size(
     let big = played_fences(&c, "16x8", 5);
     assert_eq!(big["ranks"], 128);
     let after_big = fence_bytes(&c, "agents") - after_small;
+    // A straggler among the agents too only delays the fence.
+    let late = played_fences_late(&c, "2x2", 2, 7);
+    assert!(late["fence_ms"][0].as_f64().unwrap() >= 6_500.0, "{late}");
     // Nothing through the master's fence path; what it hears per fence does not grow
     // with the job (a few bytes each: job, epoch, byte count).
     assert_eq!(fence_bytes(&c, "master"), 0);

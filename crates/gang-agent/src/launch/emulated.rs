@@ -9,11 +9,13 @@
 //! thread has no process to stop), so `sleep 2` ends 2 s after its launch whatever its
 //! share of the slots.
 //!
-//! `fence ROUNDS BYTES` fences for real: each rank puts one BYTES-byte value and fences
-//! ROUNDS times through the path a PMI, PMIx or messaging-library fence takes (to the
-//! master, or among the job's agents with `fences = "agents"`), checks that every rank's
-//! value came back, and rank 0 prints how long each fence took as it saw it, as JSON:
-//! `{"ranks":N,"bytes":B,"fence_ms":[...]}` (the fence figures at fleet sizes).
+//! `fence ROUNDS BYTES [LATE_S]` fences for real: each rank puts one BYTES-byte value and
+//! fences ROUNDS times through the path a PMI, PMIx or messaging-library fence takes (to
+//! the master, or among the job's agents with `fences = "agents"`), checks that every
+//! rank's value came back, and rank 0 prints how long each fence took as it saw it, as
+//! JSON: `{"ranks":N,"bytes":B,"fence_ms":[...]}` (the fence figures at fleet sizes). With
+//! LATE_S the job's last rank comes to its first fence that many seconds late (a
+//! straggler: a slow node, a program still loading).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -36,21 +38,21 @@ const MAX_SLEEP: Duration = Duration::from_secs(86_400);
 const MAX_FENCES: u32 = 10_000;
 const MAX_FENCE_BYTES: usize = 4096;
 
-/// What a simulated rank does: fence `fences` times (rounds, bytes put), write `stdout`,
-/// wait `runs`, exit with `code`.
+/// What a simulated rank does: fence `fences` times (rounds, bytes put, the last rank's
+/// lateness), write `stdout`, wait `runs`, exit with `code`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
     pub stdout: Vec<u8>,
     pub runs: Duration,
     pub code: i32,
-    pub fences: Option<(u32, usize)>,
+    pub fences: Option<(u32, usize, Duration)>,
 }
 
 const REPERTOIRE: &str = "true, false, sleep SECONDS, echo WORDS, hostname, fence ROUNDS \
-                          BYTES, and sh -c 'sleep S; exit N'";
+                          BYTES [LATE_S], and sh -c 'sleep S; exit N'";
 
 /// The programs an emulated node plays (argv[0] by its file name): `true`, `false`,
-/// `sleep SECONDS`, `echo WORDS`, `hostname`, `fence ROUNDS BYTES`, and `sh -c 'exit N'` /
+/// `sleep SECONDS`, `echo WORDS`, `hostname`, `fence ROUNDS BYTES [LATE_S]`, `sh -c 'exit N'` /
 /// `sh -c 'sleep S'` / `sh -c 'sleep S; exit N'`. Anything else is the launch's error,
 /// naming the repertoire.
 pub fn script(argv: &[String], node: (u32, u32)) -> Result<Script, String> {
@@ -80,7 +82,11 @@ pub fn script(argv: &[String], node: (u32, u32)) -> Result<Script, String> {
             ..done(0)
         }),
         ("fence", [rounds, bytes]) => Ok(Script {
-            fences: Some(fence_args(rounds, bytes)?),
+            fences: Some(fence_args(rounds, bytes, "0")?),
+            ..done(0)
+        }),
+        ("fence", [rounds, bytes, late]) => Ok(Script {
+            fences: Some(fence_args(rounds, bytes, late)?),
             ..done(0)
         }),
         ("sh" | "bash", [c, body]) if c == "-c" => shell(body),
@@ -91,7 +97,7 @@ pub fn script(argv: &[String], node: (u32, u32)) -> Result<Script, String> {
     }
 }
 
-fn fence_args(rounds: &str, bytes: &str) -> Result<(u32, usize), String> {
+fn fence_args(rounds: &str, bytes: &str, late: &str) -> Result<(u32, usize, Duration), String> {
     let rounds: u32 = rounds
         .parse()
         .ok()
@@ -102,7 +108,7 @@ fn fence_args(rounds: &str, bytes: &str) -> Result<(u32, usize), String> {
         .ok()
         .filter(|b| (1..=MAX_FENCE_BYTES).contains(b))
         .ok_or_else(|| format!("fence BYTES {bytes:?}: 1..={MAX_FENCE_BYTES}"))?;
-    Ok((rounds, bytes))
+    Ok((rounds, bytes, seconds(late)?))
 }
 
 /// `sleep S`, `exit N`, or `sleep S; exit N` (the only shell an emulated rank knows).
@@ -176,7 +182,10 @@ async fn play(
     parts: NodeParts,
 ) {
     let run = async {
-        if let Some((rounds, bytes)) = script.fences {
+        if let Some((rounds, bytes, late)) = script.fences {
+            if key.rank + 1 == size {
+                tokio::time::sleep(late).await;
+            }
             match fences(&parts, key, size, rounds, bytes).await {
                 Ok(times) if key.rank == 0 => {
                     let line = serde_json::json!({"ranks": size, "bytes": bytes,
@@ -302,6 +311,8 @@ mod tests {
             assert!(script(&argv(&bad), (0, 0)).is_err(), "{bad:?}");
         }
         let s = script(&argv(&["fence", "20", "450"]), (0, 0)).unwrap();
-        assert_eq!(s.fences, Some((20, 450)));
+        assert_eq!(s.fences, Some((20, 450, Duration::ZERO)));
+        let s = script(&argv(&["fence", "2", "8", "1.5"]), (0, 0)).unwrap();
+        assert_eq!(s.fences, Some((2, 8, Duration::from_millis(1500))));
     }
 }

@@ -6,7 +6,11 @@
 //! in, and tells the master only that the fence completed.
 //!
 //! What a fence means does not change: the space is everything every rank put so far (a
-//! rank sends all its puts at each fence), and a fence ends when every rank arrived.
+//! rank sends all its puts at each fence, and each node keeps the space of the last
+//! fence, merging into it), and a fence ends when every rank arrived. Down the tree, a
+//! child that holds the space of the fence before is sent only what changed since (the
+//! master's fences answer with deltas too): after the first fence of an MPI job, a
+//! barrier moves a few bytes per node, not the whole space to every node.
 //!
 //! Trust: a child's part is taken only from the node its rank runs on (the caller's
 //! certificate), and only for a child of this rank in the tree.
@@ -25,7 +29,58 @@ use crate::error::Coord;
 use crate::peers::PeerPool;
 
 pub type Space = BTreeMap<String, String>;
-type Answer = Result<Arc<Space>, FenceError>;
+type Answer = Result<Arc<Done>, FenceError>;
+
+/// A fence completed here: the job's space as of it, and what changed since the fence
+/// before it (a child that holds that space is sent only the change).
+#[derive(Debug)]
+pub struct Done {
+    pub epoch: u32,
+    pub space: Arc<Space>,
+    /// The epoch of the fence before, as held here, and what changed since.
+    pub delta: Option<(u32, Arc<Space>)>,
+}
+
+impl Done {
+    /// `fresh` (a gathered union, a parent's whole space or its delta) merged into the
+    /// space of `prev`, the fence before held here. Spaces only grow: a key is never
+    /// taken back, only given a new value. With nothing changed the space is shared, not
+    /// copied.
+    fn merge(prev: Option<&Done>, epoch: u32, fresh: Space) -> Done {
+        let Some(prev) = prev else {
+            return Done {
+                epoch,
+                space: Arc::new(fresh),
+                delta: None,
+            };
+        };
+        let changed: Space = fresh
+            .into_iter()
+            .filter(|(k, v)| prev.space.get(k) != Some(v))
+            .collect();
+        let space = if changed.is_empty() {
+            Arc::clone(&prev.space)
+        } else {
+            let mut s = (*prev.space).clone();
+            s.extend(changed.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Arc::new(s)
+        };
+        Done {
+            epoch,
+            space,
+            delta: Some((prev.epoch, Arc::new(changed))),
+        }
+    }
+
+    /// What to answer a child that holds the space of fence `known` (0: none): whether
+    /// it is a delta, and the entries.
+    pub fn for_child(&self, known: u32) -> (bool, &Space) {
+        match &self.delta {
+            Some((prev, changed)) if known != 0 && *prev == known => (true, changed),
+            _ => (false, &self.space),
+        }
+    }
+}
 
 /// Why a fence among the agents did not complete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,9 +145,9 @@ struct Gather {
 struct JobFences {
     tree: Tree,
     gathers: BTreeMap<u32, Gather>,
-    /// The last fence completed here, kept for a child whose answer was lost and asks
-    /// again.
-    done: Option<(u32, Arc<Space>)>,
+    /// The last fence completed here: the space later fences merge into, and the
+    /// answer for a child whose answer was lost and asks again.
+    done: Option<Arc<Done>>,
 }
 
 /// What completing a fence needs from outside this module: the parent's answer and the
@@ -167,9 +222,10 @@ impl FenceTrees {
         let (rx, complete) = {
             let mut jobs = self.jobs.lock().unwrap();
             let j = jobs.get_mut(&job).ok_or(FenceError::NoJob(job))?;
-            if let Some((e, space)) = &j.done {
+            if let Some(done) = &j.done {
+                let e = &done.epoch;
                 if *e == epoch {
-                    return Ok(Arc::clone(space));
+                    return Ok(Arc::clone(done));
                 }
                 if epoch < *e {
                     return Err(FenceError::Refused(format!(
@@ -222,24 +278,32 @@ impl FenceTrees {
         peers: &Arc<PeerPool>,
         up: &Arc<dyn Upward>,
     ) {
+        // The fence before is done here (this rank fenced it before arriving at this one).
+        let prev = self
+            .jobs
+            .lock()
+            .unwrap()
+            .get(&job)
+            .and_then(|j| j.done.clone());
+        let prev = prev.as_deref();
         let answer = match &tree.parent {
             None => {
                 let bytes = space.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
                 up.fence_done(job, epoch, bytes);
-                Ok(space)
+                Ok(Done::merge(prev, epoch, space))
             }
-            Some((rank, address)) => {
-                self.ask_parent(job, epoch, &tree, (*rank, address), space, peers)
-                    .await
-            }
+            Some((rank, address)) => self
+                .ask_parent((job, epoch), &tree, (*rank, address), space, prev, peers)
+                .await
+                .map(|whole_or_delta| Done::merge(prev, epoch, whole_or_delta)),
         };
         let answer = answer.map(Arc::new);
         let mut jobs = self.jobs.lock().unwrap();
         let Some(j) = jobs.get_mut(&job) else {
             return;
         };
-        if let Ok(space) = &answer {
-            j.done = Some((epoch, Arc::clone(space)));
+        if let Ok(done) = &answer {
+            j.done = Some(Arc::clone(done));
         }
         if let Some(g) = j.gathers.remove(&epoch) {
             for w in g.waiters {
@@ -248,26 +312,29 @@ impl FenceTrees {
         }
     }
 
-    /// Send the subtree's part to the parent and wait for the whole space; retried while
-    /// the parent is unreachable or has no rank of the job yet (it may launch after its
-    /// children), for as long as the job's rank is here.
+    /// Send the subtree's part to the parent and wait for the space (what changed since
+    /// `prev`, if the parent holds it too, else the whole); retried while the parent is
+    /// unreachable or has no rank of the job yet (it may launch after its children), for
+    /// as long as the job's rank is here. Either merges into `prev` alike.
     async fn ask_parent(
         &self,
-        job: u64,
-        epoch: u32,
+        (job, epoch): (u64, u32),
         tree: &Tree,
         (parent, address): (u32, &str),
         space: Space,
+        prev: Option<&Done>,
         peers: &Arc<PeerPool>,
     ) -> Result<Space, FenceError> {
         let node = tree.node_of(parent);
         let mut delay = Duration::from_millis(10);
+        let known_epoch = prev.map_or(0, |p| p.epoch);
         loop {
             let req = FenceUpRequest {
                 job_id: job,
                 epoch,
                 rank: tree.rank,
                 puts: space.clone().into_iter().collect(),
+                known_epoch,
             };
             let result = match peers.relay(node.x, node.y, address) {
                 Ok(mut c) => c.fence_up(req).await,
@@ -367,13 +434,13 @@ mod tests {
             .await
             .unwrap();
         let want = space(&[("a", "1"), ("b", "2"), ("r", "0")]);
-        assert_eq!(*own, want);
-        assert_eq!(*a.await.unwrap().unwrap(), want);
-        assert_eq!(*b.await.unwrap().unwrap(), want);
+        assert_eq!(*own.space, want);
+        assert_eq!(*a.await.unwrap().unwrap().space, want);
+        assert_eq!(*b.await.unwrap().unwrap().space, want);
         assert_eq!(*record.0.lock().unwrap(), vec![(7, 1, 6)]);
         // A child asking again for the fence just done gets it; an older one is over.
         let again = child(1, 1, ("a", "1")).await.unwrap().unwrap();
-        assert_eq!(*again, want);
+        assert_eq!(*again.space, want);
         trees.join(8, Tree::new(0, part, 16, String::new()));
         assert!(matches!(
             trees
@@ -392,5 +459,32 @@ mod tests {
         }
         trees.leave(8);
         assert!(matches!(waiting.await.unwrap(), Err(FenceError::NoJob(8))));
+    }
+
+    /// Each fence merges into the space of the one before; a child that holds that one
+    /// is answered with only the change, and an unchanged space is shared, not copied.
+    #[test]
+    fn a_fence_after_the_first_sends_children_only_what_changed() {
+        let first = Done::merge(None, 1, space(&[("a", "1"), ("b", "2")]));
+        assert_eq!(first.for_child(0), (false, &*first.space));
+        // Nothing new: the same space, an empty delta for a child at fence 1.
+        let second = Done::merge(Some(&first), 2, space(&[("a", "1"), ("b", "2")]));
+        assert!(Arc::ptr_eq(&first.space, &second.space));
+        assert_eq!(second.for_child(1), (true, &Space::new()));
+        // One value changed, one key new, one key not brought again (kept).
+        let third = Done::merge(Some(&second), 3, space(&[("a", "9"), ("c", "3")]));
+        assert_eq!(*third.space, space(&[("a", "9"), ("b", "2"), ("c", "3")]));
+        assert_eq!(
+            third.for_child(2),
+            (true, &space(&[("a", "9"), ("c", "3")]))
+        );
+        // A child at another fence, or at none, gets the whole space.
+        assert_eq!(third.for_child(1), (false, &*third.space));
+        assert_eq!(third.for_child(0), (false, &*third.space));
+        // A child merging the delta into what it holds ends with the parent's space.
+        let child2 = Done::merge(Some(&first), 2, Space::new());
+        let (_, delta) = third.for_child(2);
+        let child3 = Done::merge(Some(&child2), 3, delta.clone());
+        assert_eq!(child3.space, third.space);
     }
 }

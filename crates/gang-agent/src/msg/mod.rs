@@ -136,7 +136,7 @@ impl MsgHub {
         rank: u32,
         from: Coord,
         puts: fence_tree::Space,
-    ) -> Result<Arc<fence_tree::Space>, fence_tree::FenceError> {
+    ) -> Result<Arc<fence_tree::Done>, fence_tree::FenceError> {
         self.spaces.fence_up(job, epoch, rank, from, puts).await
     }
 

@@ -13,7 +13,7 @@ use gang_proto::v1::agent_registry_client::AgentRegistryClient;
 use gang_proto::v1::{FenceDoneRequest, FenceRequest};
 use tracing::debug;
 
-use super::fence_tree::{Arrival, FenceError, FenceTrees, Space, Tree, Upward};
+use super::fence_tree::{Arrival, Done, FenceError, FenceTrees, Space, Tree, Upward};
 use crate::error::Coord;
 use crate::peers::PeerPool;
 use crate::ranks::RankKey;
@@ -118,7 +118,7 @@ impl Spaces {
         rank: u32,
         from: Coord,
         puts: Space,
-    ) -> Result<Arc<Space>, FenceError> {
+    ) -> Result<Arc<Done>, FenceError> {
         let Some(peers) = self.peers.get() else {
             return Err(FenceError::NoJob(job));
         };
@@ -153,7 +153,7 @@ impl Spaces {
                     &self.record,
                 )
                 .await
-                .map(|space| (*space).clone())
+                .map(|done| (*done.space).clone())
                 .map_err(|e| e.to_string());
         }
         let mut delay = Duration::from_millis(20);
@@ -205,10 +205,20 @@ impl Spaces {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
+                // The master's channel ends every call after a few seconds (a hung master
+                // must not hang the agent), but a fence lasts until the slowest rank
+                // arrives: ask again, as a long poll; the master keeps this rank's arrival.
+                Err(s) if timed_out(&s) => {}
                 Err(s) => return Err(s.message().to_string()),
             }
         }
     }
+}
+
+/// The channel's own timeout (tonic: `CANCELLED: Timeout expired`), or the master's.
+fn timed_out(s: &tonic::Status) -> bool {
+    (s.code() == tonic::Code::Cancelled && s.message() == "Timeout expired")
+        || s.code() == tonic::Code::DeadlineExceeded
 }
 
 impl crate::pmi::Fencer for Spaces {

@@ -191,6 +191,7 @@ fn agents_and_certificates() {
             epoch: 1,
             rank: 1,
             puts: [("stolen".to_string(), "x".to_string())].into(),
+            known_epoch: 0,
         };
         let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&user), "node-1-0.gang"))
             .fence_up(part.clone())

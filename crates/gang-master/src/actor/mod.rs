@@ -238,7 +238,11 @@ impl Actor {
                     r(None);
                 }
                 for (key, tx) in out.waiting {
-                    self.fences.entry(key).or_default().push(tx);
+                    // A rank's agent asks again when its call times out (a fence may wait
+                    // as long as the slowest rank takes): the abandoned waits go.
+                    let waiters = self.fences.entry(key).or_default();
+                    waiters.retain(|w| !w.is_closed());
+                    waiters.push(tx);
                 }
                 self.carry_out(effects);
                 self.update_gauges();
