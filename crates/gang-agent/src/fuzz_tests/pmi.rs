@@ -252,7 +252,7 @@ async fn session(case: &Case, bytes: &[u8]) -> Result<u64, TestCaseError> {
                 for (k, v) in puts {
                     prop_assert!(!k.is_empty() && k.len() <= KEYLEN_MAX && v.len() <= VALLEN_MAX);
                 }
-                let r = s.barrier_done(case.fence.clone());
+                let r = s.barrier_done(case.fence.clone().map(std::sync::Arc::new));
                 answer(&input, &r)?;
             }
             Step::Abort => prop_assert!(s.aborted.as_ref().is_some_and(|a| !a.what.is_empty())),

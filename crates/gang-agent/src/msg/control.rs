@@ -101,7 +101,9 @@ async fn converse(spaces: &Spaces, conn: &mut UnixStream, key: RankKey, rank: &m
             CtlStep::Nothing => continue,
             CtlStep::Refuse(message) => CtlReply::Error { message },
             CtlStep::Fence(epoch) => match spaces.fence(key, epoch, &rank.puts).await {
-                Ok(kvs) => CtlReply::FenceDone { kvs },
+                Ok(kvs) => CtlReply::FenceDone {
+                    kvs: (*kvs).clone(),
+                },
                 Err(message) => CtlReply::Error { message },
             },
         };

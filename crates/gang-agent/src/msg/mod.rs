@@ -124,7 +124,7 @@ impl MsgHub {
         key: RankKey,
         epoch: u32,
         puts: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<Arc<BTreeMap<String, String>>, String> {
         self.spaces.fence(key, epoch, puts).await
     }
 

@@ -22,8 +22,10 @@ use crate::ranks::RankKey;
 /// stays below `node` in the import graph).
 pub type RegistryClient = AgentRegistryClient<tonic::transport::Channel>;
 
-/// A rank's copy of its job's key-value space, and the fence it is as of.
-type HeldSpace = (u32, BTreeMap<String, String>);
+/// A rank's copy of its job's key-value space, and the fence it is as of (shared with the
+/// rank's server until a fence changes it: on an emulated fleet, a thousand nodes' copies
+/// share one process).
+type HeldSpace = (u32, Arc<BTreeMap<String, String>>);
 
 /// Fences through the master, and each rank's held copy of its job's space.
 pub struct Spaces {
@@ -139,7 +141,7 @@ impl Spaces {
         key: RankKey,
         epoch: u32,
         puts: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<Arc<BTreeMap<String, String>>, String> {
         if self.trees.has(key.job_id)
             && let Some(peers) = self.peers.get()
         {
@@ -153,7 +155,7 @@ impl Spaces {
                     &self.record,
                 )
                 .await
-                .map(|done| (*done.space).clone())
+                .map(|done| Arc::clone(&done.space))
                 .map_err(|e| e.to_string());
         }
         let mut delay = Duration::from_millis(20);
@@ -195,11 +197,12 @@ impl Spaces {
                         continue;
                     }
                     if !r.delta {
-                        held.1.clear();
+                        held.1 = Arc::new(r.kvs.into_iter().collect());
+                    } else if !r.kvs.is_empty() {
+                        Arc::make_mut(&mut held.1).extend(r.kvs);
                     }
-                    held.1.extend(r.kvs);
                     held.0 = epoch;
-                    return Ok(held.1.clone());
+                    return Ok(Arc::clone(&held.1));
                 }
                 Err(s) if s.code() == tonic::Code::Unavailable => {
                     tokio::time::sleep(delay).await;
@@ -227,7 +230,7 @@ impl crate::pmi::Fencer for Spaces {
         key: RankKey,
         epoch: u32,
         puts: BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<Arc<BTreeMap<String, String>>, String> {
         Spaces::fence(self, key, epoch, &puts).await
     }
 }

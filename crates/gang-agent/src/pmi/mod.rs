@@ -38,7 +38,7 @@ pub trait Fencer: Send + Sync + 'static {
         key: RankKey,
         epoch: u32,
         puts: BTreeMap<String, String>,
-    ) -> impl std::future::Future<Output = Result<BTreeMap<String, String>, String>> + Send;
+    ) -> impl std::future::Future<Output = Result<Arc<BTreeMap<String, String>>, String>> + Send;
 }
 
 /// What the rank is told of the limits (what hydra says too).
@@ -168,7 +168,7 @@ pub struct Session {
     /// Everything this rank put (sent whole at each barrier).
     puts: BTreeMap<String, String>,
     /// The job's space as of the last completed barrier.
-    space: BTreeMap<String, String>,
+    space: Arc<BTreeMap<String, String>>,
     /// PMI-2 node attributes: every rank of a job has a node of its own, so they are
     /// the rank's own.
     node_attrs: BTreeMap<String, String>,
@@ -186,7 +186,7 @@ impl Session {
             job,
             wire: Wire::V1,
             puts: BTreeMap::new(),
-            space: BTreeMap::new(),
+            space: Arc::default(),
             node_attrs: BTreeMap::new(),
             held: 0,
             epoch: 0,
@@ -229,7 +229,10 @@ impl Session {
     }
 
     /// The fence's answer, and the reply to send on this session's wire.
-    pub fn barrier_done(&mut self, result: Result<BTreeMap<String, String>, String>) -> String {
+    pub fn barrier_done(
+        &mut self,
+        result: Result<Arc<BTreeMap<String, String>>, String>,
+    ) -> String {
         let result = result.map(|space| self.space = space);
         match self.wire {
             Wire::V1 => v1::barrier_reply(result),

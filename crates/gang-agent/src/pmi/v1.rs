@@ -193,7 +193,7 @@ mod tests {
         let (epoch, puts) = s.barrier_start();
         assert_eq!(epoch, 1);
         assert_eq!(puts.len(), 1);
-        let space = [("P0-bc".to_string(), "tcp://y:2".to_string())].into();
+        let space = std::sync::Arc::new([("P0-bc".to_string(), "tcp://y:2".to_string())].into());
         assert_eq!(s.barrier_done(Ok(space)), "cmd=barrier_out rc=0");
         assert_eq!(
             reply(&mut s, "cmd=get kvsname=gang-7 key=P0-bc"),

@@ -308,7 +308,9 @@ mod tests {
         assert_eq!(s.handle_v2("cmd=kvs-fence;"), Step::Barrier);
         let (_, puts) = s.barrier_start();
         assert_eq!(puts.get("P1").map(String::as_str), Some("tcp;1"));
-        let done = s.barrier_done(Ok([("P0".to_string(), "a;b".to_string())].into()));
+        let done = s.barrier_done(Ok(std::sync::Arc::new(
+            [("P0".to_string(), "a;b".to_string())].into(),
+        )));
         assert_eq!(Command::parse(&done).get("rc"), Some("0"));
         let g = answer(&mut s, "cmd=kvs-get;jobid=gang-7;srcid=-1;key=P0;");
         assert_eq!(g.get("value"), Some("a;b"));
