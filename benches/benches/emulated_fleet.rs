@@ -21,7 +21,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gang_benches::{env_or, median_p99, open_fds, prebuilt_release_bins, proc_cpu, status_kb};
+use gang_benches::{
+    env_or, median_p99, metric_sum, open_fds, prebuilt_release_bins, proc_cpu, status_kb,
+};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use serde_json::Value;
 
@@ -62,11 +64,7 @@ struct Fences {
 }
 
 fn fence_bytes(c: &LocalCluster) -> f64 {
-    let text = gang_local::http_get(c.metrics_addr(), "/metrics");
-    text.lines()
-        .filter(|l| l.starts_with("gang_fence_bytes_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(c, "gang_fence_bytes_total{", "")
 }
 
 /// `prun -n MESH fence ...` `f.runs` times: the JSON figures.

@@ -14,16 +14,8 @@
 
 use std::process::Command;
 
-use gang_benches::{build_c, env_or, median_p99, prebuilt_release_bins, proc_cpu};
+use gang_benches::{build_c, env_or, median_p99, metric_sum, prebuilt_release_bins, proc_cpu};
 use gang_local::{LocalCluster, LocalClusterOptions};
-
-fn metric(c: &LocalCluster, name: &str, label: &str) -> f64 {
-    let text = gang_local::http_get(c.metrics_addr(), "/metrics");
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 fn main() {
     let fences: usize = env_or("FENCES", 200);
@@ -49,8 +41,8 @@ fn main() {
             let (mut medians, mut p99s) = (vec![], vec![]);
             let path_bytes = |c: &LocalCluster| {
                 (
-                    metric(c, "gang_fence_bytes_total", "path=\"master\""),
-                    metric(c, "gang_fence_bytes_total", "path=\"agents\""),
+                    metric_sum(c, "gang_fence_bytes_total", "path=\"master\""),
+                    metric_sum(c, "gang_fence_bytes_total", "path=\"agents\""),
                 )
             };
             let (b0, cpu0) = (path_bytes(&c), proc_cpu(master).0);

@@ -109,6 +109,16 @@ pub fn two_slice_cluster(bins: &Path, quantum_ms: usize) -> gang_local::LocalClu
 ///
 /// # Panics
 /// On an empty sample: every bench has runs, so none would be a bug in the bench.
+/// The sum of a cluster's `/metrics` samples of `name` whose line contains `label`
+/// (empty: every label).
+pub fn metric_sum(c: &gang_local::LocalCluster, name: &str, label: &str) -> f64 {
+    let text = gang_local::http_get(c.metrics_addr(), "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn median_p99(xs: &mut [f64]) -> (f64, f64) {
     xs.sort_by(f64::total_cmp);
     let at = |q| nearest_rank(xs, q).expect("a sample of at least one run");

@@ -238,8 +238,8 @@ impl Actor {
                     r(None);
                 }
                 for (key, tx) in out.waiting {
-                    // A rank's agent asks again when its call times out (a fence may wait
-                    // as long as the slowest rank takes): the abandoned waits go.
+                    // A rank's agent asks again after losing its connection (its call
+                    // gone with it): the abandoned waits go.
                     let waiters = self.fences.entry(key).or_default();
                     waiters.retain(|w| !w.is_closed());
                     waiters.push(tx);
