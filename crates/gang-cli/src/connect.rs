@@ -153,10 +153,14 @@ mod tests {
             addr: "http://127.0.0.1:1".into(),
             detail: "refused".into(),
         };
-        assert_eq!(
-            e.to_string(),
-            "cannot reach the master at http://127.0.0.1:1: refused"
+        assert!(
+            e.to_string()
+                .starts_with("cannot reach the master at http://127.0.0.1:1: refused ("),
+            "{e}"
         );
+        // Says what to do, not only what failed.
+        assert!(e.to_string().contains("`gangctl start`"), "{e}");
+        assert!(e.to_string().contains("GANG_MASTER"), "{e}");
         assert!(e.is_transient());
     }
 

@@ -96,7 +96,11 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CliError::Unreachable { addr, detail } => {
-                write!(f, "cannot reach the master at {addr}: {detail}")
+                write!(
+                    f,
+                    "cannot reach the master at {addr}: {detail} (is it running? `gangctl start` \
+                     starts a cluster on this machine; GANG_MASTER or --master names another)"
+                )
             }
             CliError::NoAnswer { addr, after } => write!(
                 f,

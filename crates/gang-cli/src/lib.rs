@@ -13,6 +13,7 @@
 //!   reconnection); [`job_output`]: `gangctl attach` and `gangctl output`.
 //! - [`tokens`]: `gangctl token` (get one on the socket, save it) and `gangctl token
 //!   revoke`.
+//! - [`usage`]: usage errors as getopt prints them, with Slurm hints.
 //! - [`timeouts`]: how long both wait for the master (`--timeout`, `GANG_TIMEOUT`).
 //! - [`signals`]: `gangctl start`'s SIGINT, SIGTERM and SIGHUP, taken by a thread of their
 //!   own; [`strays`]: orphans adopted by `gangctl start` (a child subreaper), reaped and
@@ -40,6 +41,7 @@ pub mod start;
 pub mod strays;
 pub mod timeouts;
 pub mod tokens;
+pub mod usage;
 
 #[cfg(test)]
 mod fuzz_tests;

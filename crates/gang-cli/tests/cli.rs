@@ -126,7 +126,68 @@ fn prun_reports_an_unreachable_master() {
         err.starts_with("prun: cannot reach the master at unix:/nonexistent/gang-1.sock: "),
         "{err}"
     );
+    assert!(
+        err.contains("`gangctl start`") && err.contains("GANG_MASTER"),
+        "says what to do: {err}"
+    );
     assert!(stdout(&o).is_empty());
+}
+
+/// An unknown option is refused by name before anything is submitted (it used to become
+/// the command), with the closest real option or what Slurm's option means here.
+#[test]
+fn prun_refuses_unknown_options_by_name() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["-n", "2", "--time-limt", "5m", "--", "hostname"],
+            "prun: unrecognized option '--time-limt'\n  did you mean '--time-limit'?\n",
+        ),
+        (
+            &["-n", "2", "--mem=4G", "hostname"],
+            "prun: unrecognized option '--mem'\n  --mem is Slurm's: a rank has its whole node",
+        ),
+        (
+            &["-n", "2", "-pdebug", "hostname"],
+            "prun: unrecognized option '-p'\n  -p is Slurm's: there are no partitions",
+        ),
+        (
+            &["-n", "2", "--dependency=afterok:3", "hostname"],
+            "  --dependency is Slurm's: submit with `gangctl submit --dependency ...`",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = run(PRUN, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("Try 'prun --help'"), "{}", stderr(&o));
+    }
+}
+
+/// srun's spellings and attached values reach the master (here: an unreachable one, so
+/// parsing got through), and the program's own options stay its own.
+#[test]
+fn prun_takes_srun_spellings_and_attached_values() {
+    let master = "unix:/nonexistent/gang-3.sock";
+    for args in [
+        &["-n2x2", "-t5m", "hostname"][..],
+        &["-N", "4", "hostname"],
+        &["-N4", "--time=1:00", "hostname"],
+        &["--ntasks", "4", "-J", "x", "-D", "/tmp", "hostname"],
+        &["-n", "4", "--job-name=y", "--chdir=/tmp", "hostname"],
+        &["-n", "2", "./a.out", "--size", "100", "-x"],
+    ] {
+        let mut all = vec!["--master", master];
+        all.extend_from_slice(args);
+        let o = run(PRUN, &all);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot reach the master"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = run(PRUN, &["-t5x", "-n", "2", "hostname"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
 #[test]

@@ -295,6 +295,8 @@ fn a_count_rounded_up_is_said_or_refused() {
     c.shutdown().expect("clean shutdown");
 }
 
+/// Two local clusters of one user: each has its own record, the newest live one is the
+/// default, and stopping one leaves the other reachable.
 #[test]
 fn gangctl_start_leaves_its_address_for_other_shells() {
     if !built() {
@@ -303,7 +305,7 @@ fn gangctl_start_leaves_its_address_for_other_shells() {
     let runtime = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let config = tempfile::NamedTempFile::new().unwrap();
-    let file = runtime.path().join("gang/master");
+    let records = runtime.path().join("gang/clusters");
     let client = |args: &[&str]| {
         Command::new(GANGCTL)
             .args(args)
@@ -315,52 +317,75 @@ fn gangctl_start_leaves_its_address_for_other_shells() {
             .output()
             .unwrap()
     };
+    // Which cluster answers with nothing set: told apart by their mesh widths.
+    let default_mesh_w = || {
+        let o = client(&["--output", "json", "nodes"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let nodes: Value = serde_json::from_slice(&o.stdout).unwrap();
+        nodes["mesh_w"].as_u64().unwrap()
+    };
+    let start = |mesh: &str| {
+        let mut child = Command::new(GANGCTL)
+            .args(["start", "--mesh", mesh])
+            .env_remove("GANG_MASTER")
+            .env("TMPDIR", tmp.path())
+            .env("XDG_RUNTIME_DIR", runtime.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The export line is the only thing on stdout.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("export GANG_MASTER=")
+            .unwrap_or_else(|| panic!("stdout: {line:?}"))
+            .to_string();
+        (child, addr)
+    };
+    let stop = |child: &mut std::process::Child| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let deadline = Instant::now() + T;
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "gangctl start did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
 
-    let mut start = Command::new(GANGCTL)
-        .args(["start", "--mesh", "1x1"])
-        .env_remove("GANG_MASTER")
-        .env("TMPDIR", tmp.path())
-        .env("XDG_RUNTIME_DIR", runtime.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The export line is the only thing on stdout.
-    let mut line = String::new();
-    BufReader::new(start.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("export GANG_MASTER=")
-        .unwrap_or_else(|| panic!("stdout: {line:?}"))
-        .to_string();
-    let kept = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(kept.lines().next(), Some(addr.as_str()), "{kept}");
-    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    let (mut first, first_addr) = start("1x1");
+    let record = records.join(first.id().to_string());
+    let kept = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(kept.lines().next(), Some(first_addr.as_str()), "{kept}");
+    let mode = std::fs::metadata(&record).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
+    // Nothing set, no master in the config: the record names it.
+    assert_eq!(default_mesh_w(), 1);
 
-    // Nothing set, no master in the config: the file names it.
-    let o = client(&["--output", "json", "nodes"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let nodes: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(nodes["mesh_w"], 1, "{nodes}");
+    // A second cluster is the default while it runs; stopping it leaves the first.
+    let (mut second, second_addr) = start("2x1");
+    assert_ne!(first_addr, second_addr);
+    assert_eq!(default_mesh_w(), 2, "the newest is the default");
+    stop(&mut second);
+    assert!(!records.join(second.id().to_string()).exists());
+    assert_eq!(default_mesh_w(), 1, "the first is still reachable");
+    stop(&mut first);
+    assert!(!record.exists(), "removed when the cluster stops");
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(start.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
+    // A record left by a gangctl that is gone (SIGKILLed) is not trusted, and is swept.
+    let stale = records.join("999999999");
+    std::fs::write(
+        &stale,
+        format!("{first_addr}\npid=999999999\nstarted_ns=1\n"),
     )
     .unwrap();
-    let deadline = Instant::now() + T;
-    while start.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "gangctl start did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!file.exists(), "removed when the cluster stops");
-
-    // A file left by a gangctl that is gone (SIGKILLed) is not trusted.
-    std::fs::write(&file, format!("{addr}\npid=999999999\n")).unwrap();
     let o = client(&["nodes"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -368,6 +393,7 @@ fn gangctl_start_leaves_its_address_for_other_shells() {
         "the default, not the stale address: {}",
         text(&o.stderr)
     );
+    assert!(!stale.exists());
 }
 
 #[test]

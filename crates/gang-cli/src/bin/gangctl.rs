@@ -67,9 +67,11 @@ enum Cmd {
     /// when it exits (exiting with its status), or, without CMD, waits for Ctrl-C. State
     /// and logs go to a temporary directory, removed at the end unless --keep or --dir.
     ///
-    /// The address also goes to a per-user file ($XDG_RUNTIME_DIR/gang/master, else
-    /// ~/.local/state/gang/master; removed when the cluster stops), where prun and gangctl
-    /// look when neither --master, GANG_MASTER nor a client config names a master. Without
+    /// The address also goes to a per-user record ($XDG_RUNTIME_DIR/gang/clusters/PID, else
+    /// ~/.local/state/gang/clusters/PID; removed when the cluster stops), where prun and
+    /// gangctl look when neither --master, GANG_MASTER nor a client config names a master:
+    /// the newest running cluster is the default, and stopping it leaves the others
+    /// reachable. Without
     /// CMD the export line is printed on stdout (the only line there; messages go to
     /// stderr); with CMD, whose stdout is its own, on stderr.
     ///

@@ -21,12 +21,19 @@ use gang_proto::v1::{DeadlockPolicy, JobSpec, ListNodesRequest, MsgContext, Subm
 #[command(
     name = "prun",
     version,
-    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n  prun -n 4x4 -o %j-%r.out -- ./solver    # output to files, as sbatch -o\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
+    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -N4 -t5m -J solver ./a.out    # srun's spellings work too\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n  prun -n 4x4 -o %j-%r.out -- ./solver    # output to files, as sbatch -o\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
 )]
 struct Args {
     /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
-    /// count to a shape and may rotate a submesh.
-    #[arg(short = 'n', long = "nodes", value_name = "SHAPE")]
+    /// count to a shape and may rotate a submesh. One rank runs on each node, so srun's
+    /// -N, --ntasks and --nodes say the same here.
+    #[arg(
+        short = 'n',
+        long = "nodes",
+        short_alias = 'N',
+        alias = "ntasks",
+        value_name = "SHAPE"
+    )]
     nodes: String,
 
     /// Prefix every output line with the rank that wrote it ("3: hello").
@@ -40,7 +47,7 @@ struct Args {
     /// Cancel the job after it has run this long (it ends as `timeout`, prun exits 124):
     /// Slurm's MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (a bare number is minutes),
     /// or with units: 90s, 5m, 5min, 2h, 1d, 1h30m.
-    #[arg(short = 't', long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
     time_limit: Option<u64>,
 
     /// Refuse a node count that is not a rectangle of the mesh (-n 5 would run on 6, as
@@ -81,8 +88,13 @@ struct Args {
     mpi_check: bool,
 
     /// Name shown by `gangctl jobs` (default: the command).
-    #[arg(long)]
+    #[arg(short = 'J', long, alias = "job-name")]
     name: Option<String>,
+
+    /// The directory the ranks start in, on every node [default: the current directory].
+    /// A relative one is taken from the current directory.
+    #[arg(short = 'D', long, value_name = "DIR")]
+    chdir: Option<std::path::PathBuf>,
 
     /// Master address: unix:PATH (its socket on a cluster host) or https://HOST:PORT (with
     /// the cluster CA and a token or user certificate, see the client config); else the
@@ -122,7 +134,6 @@ struct Args {
         value_name = "CMD",
         required = true,
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         num_args = 1..
     )]
     command: Vec<String>,
@@ -136,7 +147,7 @@ fn parse_pattern(s: &str) -> Result<String, String> {
 
 fn main() {
     gang_proto::memory::keep_freed_memory();
-    let args = Args::parse();
+    let args: Args = gang_cli::usage::parse_or_exit("prun");
     if let Some(t) = args.timeout {
         gang_cli::timeouts::set_limit(std::time::Duration::from_secs(t));
     }
@@ -175,8 +186,12 @@ async fn run(args: Args) -> i32 {
 
 async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
     let master = client_config::master(args.master.clone())?;
-    let cwd = std::env::current_dir()
+    let here = std::env::current_dir()
         .map_err(|e| CliError::other(format!("cannot get the current directory: {e}")))?;
+    let cwd = match &args.chdir {
+        Some(dir) => here.join(dir),
+        None => here,
+    };
     let cwd = cwd
         .to_str()
         .ok_or_else(|| {
