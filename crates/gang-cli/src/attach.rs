@@ -54,6 +54,8 @@ pub struct AttachOptions {
     pub on_signal: OnSignal,
     /// A signal came while the job was being submitted: cancel it at once.
     pub cancel_now: bool,
+    /// Set once the user was told the job waits (see `queue_note`): its start is said too.
+    pub said_queued: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// What the stdin reader hands the loop.
@@ -327,9 +329,16 @@ struct Attacher {
     lost_since: Option<Instant>,
     backoff: Duration,
     cancelling: bool,
+    said_queued: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Attacher {
+    fn said_queued(&self) -> bool {
+        self.said_queued
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Wait for the next step of the connection (not signals).
     async fn next_conn_step(&mut self) -> Step {
         let can_take_stdin = self.stdin_open && self.pending.is_none();
@@ -418,7 +427,7 @@ impl Attacher {
                         let (dest, bytes) = self.relay.output(o.rank, o.stream, &o.data);
                         write_out(dest, &bytes);
                     }
-                    Some(Event::Started(job)) if self.verbose => {
+                    Some(Event::Started(job)) if self.verbose || self.said_queued() => {
                         let at = job.submesh.map(|s| fmt_submesh(&s)).unwrap_or_default();
                         eprintln!("{}: job {job_id} started on {at}", self.prog);
                     }
@@ -576,6 +585,7 @@ pub async fn run(opts: AttachOptions, mut signals: Signals) -> i32 {
         lost_since: None,
         backoff: FIRST_BACKOFF,
         cancelling: false,
+        said_queued: opts.said_queued,
     };
     if opts.cancel_now {
         a.start_cancel();

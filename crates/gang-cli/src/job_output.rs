@@ -55,6 +55,7 @@ pub async fn attach(master: &str, id: u64, flags: AttachFlags) -> Result<i32, Cl
             quiet: flags.quiet,
             on_signal: OnSignal::Detach,
             cancel_now: false,
+            said_queued: None,
         },
         signals,
     )

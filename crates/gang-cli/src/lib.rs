@@ -7,10 +7,12 @@
 //! - [`gang_mode`]: gang modes (`prun --gang`) as flags and labels.
 //! - [`job_filter`]: `gangctl jobs` filters (ids and ranges, user, state, since).
 //! - [`output`]: the `cli` / `json` output modes and the views they render.
+//! - [`cancel`]: `gangctl cancel` by ids, ranges, user and state.
 //! - [`matrix_view`]: the slice matrix drawn as text.
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
 //! - [`attach`]: the attach loop of `prun` and `gangctl attach` (stdin, output, signals,
 //!   reconnection); [`job_output`]: `gangctl attach` and `gangctl output`.
+//! - [`queue_note`]: what `prun` says while its job waits in the queue.
 //! - [`tokens`]: `gangctl token` (get one on the socket, save it) and `gangctl token
 //!   revoke`.
 //! - [`usage`]: usage errors as getopt prints them, with Slurm hints.
@@ -23,6 +25,7 @@
 //! crate.
 
 pub mod attach;
+pub mod cancel;
 pub mod certs;
 pub mod client_config;
 pub mod connect;
@@ -34,6 +37,7 @@ pub mod local_master;
 pub mod matrix_view;
 pub mod output;
 pub mod parse;
+pub mod queue_note;
 pub mod relay;
 pub mod signals;
 pub mod slices_watch;

@@ -522,7 +522,7 @@ fn help_of_every_command() {
             ],
         ),
         ("job", &["<ID>"]),
-        ("cancel", &["<ID>..."]),
+        ("cancel", &["[IDS|RANGES]...", "--user", "--state", "71-75"]),
         ("nodes", &["--master"]),
         (
             "slices",

@@ -208,7 +208,68 @@ fn queued_jobs_say_why_they_wait_and_jobs_can_be_picked_out() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("write 3-9"), "{}", text(&o.stderr));
 
-    json(&c, &["cancel", &b.to_string(), &d.to_string()]);
+    // Cancel as scancel: something must be named; --state and --user pick among the
+    // active jobs; a range skips what has ended.
+    let f = detach(&c, &["-n", "4", "--", "sleep", "60"]);
+    let g = detach(&c, &["-n", "4", "--", "sleep", "60"]);
+    for (args, want) in [
+        (&["cancel"][..], "name the jobs to cancel"),
+        (&["cancel", "--state", "CD"], "a completed job has ended"),
+        (&["cancel", "last"], "name the job to cancel by its id"),
+    ] {
+        let o = run(GANGCTL, &c, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(text(&o.stderr).contains(want), "{}", text(&o.stderr));
+    }
+    let o = run(GANGCTL, &c, &["cancel", "--user", "no-such-user"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "");
+    assert!(text(&o.stderr).contains("no active job matched"));
+    let o = run(GANGCTL, &c, &["cancel", "--state", "PD", "--user", &user]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), format!("cancelled {f}\ncancelled {g}\n"));
+    assert_eq!(all(&[]), [d, b], "the running ones are left");
+
+    // prun says why its job waits, then when it starts.
+    let mut waiting = cmd(PRUN, &c)
+        .args(["-n", "4", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let err = waiting.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines() {
+            let _ = tx.send(l.unwrap());
+        }
+    });
+    let next_line = || {
+        lines
+            .recv_timeout(T)
+            .expect("prun said nothing within the deadline")
+    };
+    let said = next_line();
+    let e = ids(&json(&c, &["jobs", "last"]))[0];
+    assert_eq!(said, format!("prun: job {e} queued: resources"));
+    let o = run(GANGCTL, &c, &["cancel", &format!("{a}-{d}")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        format!(
+            "cancelling {b}: its ranks are being stopped\ncancelling {d}: its ranks are being stopped\n"
+        ),
+        "{a} has ended: skipped"
+    );
+    assert_eq!(next_line(), format!("prun: job {e} started on 2x2@(0,0)"));
+    let deadline = Instant::now() + T;
+    let status = loop {
+        if let Some(s) = waiting.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "prun did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
     c.shutdown().expect("clean shutdown");
 }
 

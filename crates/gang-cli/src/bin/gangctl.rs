@@ -13,15 +13,15 @@ use gang_cli::job_filter;
 use gang_cli::output::OutputMode;
 use gang_cli::output::views::ErrorView;
 use gang_cli::output::views::{
-    CancelledView, JobView, JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
+    JobView, JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
 };
 use gang_cli::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
 use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_cli::tokens;
 use gang_local::check_mesh;
 use gang_proto::v1::{
-    CancelRequest, GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest,
-    ListNodesRequest, NodeRequest,
+    GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest, ListNodesRequest,
+    NodeRequest,
 };
 
 /// Look at and steer the gang cluster, or start a local one.
@@ -123,16 +123,28 @@ enum Cmd {
         id: u64,
     },
 
-    /// Cancel jobs (their ranks get SIGTERM, then SIGKILL after a grace).
+    /// Cancel jobs (their ranks get SIGTERM, then SIGKILL after a grace), as scancel: by
+    /// ids and ranges, and/or every active job of --user or in --state (all must match).
     ///
     /// Prints `cancelled N` for a job that ended at once (it was queued), `cancelling N:
-    /// its ranks are being stopped` for a placed one. A job that has already ended is
-    /// refused (`job N already completed`); the other ids are still cancelled, and the
-    /// exit status is then 1.
+    /// its ranks are being stopped` for a placed one. A job named by its id that has
+    /// already ended is refused (`job N already completed`); the other jobs are still
+    /// cancelled, and the exit status is then 1. A range skips ids that do not exist or
+    /// have ended.
+    #[command(
+        after_help = "Examples:\n  gangctl cancel 12\n  gangctl cancel 71-75,80\n  gangctl cancel --user alice --state queued\n  gangctl cancel --state PD 100-200"
+    )]
     Cancel {
-        /// Job ids.
-        #[arg(value_name = "ID", required = true)]
-        ids: Vec<u64>,
+        /// Jobs: ids and ranges, comma-separated (3,5-9).
+        #[arg(value_name = "IDS|RANGES")]
+        ids: Vec<String>,
+        /// Only jobs of this user (a name or a uid).
+        #[arg(short, long, value_name = "USER")]
+        user: Option<String>,
+        /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
+        /// (R).
+        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        state: Option<job_filter::States>,
     },
 
     /// List the nodes of the mesh: state, agent address, jobs, clock offset from the
@@ -449,29 +461,23 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             mode.print(&JobView(&job));
             Ok(0)
         }
-        Cmd::Cancel { ids } => {
-            let mut client = connect::job_client(&master).await?;
-            // The master knows who we are from the connection.
-            let uid = 0;
-            let mut cancelled = Vec::new();
-            let mut failed = false;
-            for job_id in ids {
-                match client.cancel(CancelRequest { job_id, uid }).await {
-                    Ok(resp) => cancelled.push(resp.into_inner().job.unwrap_or_else(|| {
-                        gang_proto::v1::JobInfo {
-                            id: job_id,
-                            ..Default::default()
-                        }
-                    })),
-                    // Like scancel, go on with the other ids; exit 1 at the end.
-                    Err(status) => {
-                        mode.eprint(&ErrorView::of("gangctl", &CliError::from(status)));
-                        failed = true;
-                    }
-                }
-            }
-            mode.print(&CancelledView(&cancelled));
-            Ok(if failed { 1 } else { 0 })
+        Cmd::Cancel { ids, user, state } => {
+            let sel = job_filter::parse_job_sel(&ids)
+                .and_then(|sel| {
+                    let filter = job_filter::JobFilter {
+                        sel,
+                        user,
+                        since_ns: None,
+                    };
+                    gang_cli::cancel::CancelSel::new(filter, state)
+                })
+                .unwrap_or_else(|e| {
+                    use clap::CommandFactory;
+                    Cli::command()
+                        .error(clap::error::ErrorKind::InvalidValue, e)
+                        .exit()
+                });
+            gang_cli::cancel::cancel(&master, mode, sel).await
         }
         Cmd::Nodes => {
             let mut client = connect::admin_client(&master).await?;

@@ -103,7 +103,8 @@ struct Args {
     #[arg(long, env = "GANG_MASTER", value_name = "ADDR")]
     master: Option<String>,
 
-    /// Say when the job starts (and more on stderr).
+    /// Say when the job starts (and more on stderr). Without it prun still says why a job
+    /// waits if it is queued for more than a second, and when it starts then.
     #[arg(short = 'v', long)]
     verbose: bool,
 
@@ -320,7 +321,11 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
     {
         eprintln!("prun: job {}: {note}", job.id);
     }
-    Ok(attach::run(
+    // Says why the job waits if it is still queued after a second (unless -q).
+    let said_queued = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let queue_note = (!args.quiet && job.state() == gang_proto::v1::JobState::Queued)
+        .then(|| gang_cli::queue_note::spawn("prun", master.clone(), job.id, said_queued.clone()));
+    let code = attach::run(
         AttachOptions {
             prog: "prun",
             master: master.clone(),
@@ -332,10 +337,15 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             quiet: args.quiet,
             on_signal: OnSignal::Cancel,
             cancel_now: interrupted,
+            said_queued: Some(said_queued),
         },
         signals.expect("installed when attaching"),
     )
-    .await)
+    .await;
+    if let Some(task) = queue_note {
+        task.abort();
+    }
+    Ok(code)
 }
 
 /// `--exact`: refuse a count the master would round up. The mesh comes from the master and
