@@ -3,6 +3,8 @@
 //! - [`connect`]: master addresses, gRPC channels, and the error type both commands print.
 //! - [`client_config`]: the master address from the client config file.
 //! - [`local_master`]: the per-user file where `gangctl start` leaves its address.
+//! - [`gangctl_cli`]: `gangctl`'s subcommands and options.
+//! - [`prun_cli`]: `prun`'s options (for completions and man pages too).
 //! - [`parse`]: the small syntaxes on the command line (durations, nodes, meshes).
 //! - [`gang_mode`]: gang modes (`prun --gang`) as flags and labels.
 //! - [`job_filter`]: `gangctl jobs` filters (ids and ranges, user, state, since).
@@ -17,6 +19,7 @@
 //!   revoke`.
 //! - [`usage`]: usage errors as getopt prints them, with Slurm hints.
 //! - [`timeouts`]: how long both wait for the master (`--timeout`, `GANG_TIMEOUT`).
+//! - [`shell_docs`]: shell completions and man pages from the CLI definitions.
 //! - [`signals`]: `gangctl start`'s SIGINT, SIGTERM and SIGHUP, taken by a thread of their
 //!   own; [`strays`]: orphans adopted by `gangctl start` (a child subreaper), reaped and
 //!   stopped.
@@ -31,14 +34,17 @@ pub mod client_config;
 pub mod connect;
 pub mod error;
 pub mod gang_mode;
+pub mod gangctl_cli;
 pub mod job_filter;
 pub mod job_output;
 pub mod local_master;
 pub mod matrix_view;
 pub mod output;
 pub mod parse;
+pub mod prun_cli;
 pub mod queue_note;
 pub mod relay;
+pub mod shell_docs;
 pub mod signals;
 pub mod slices_watch;
 pub mod start;

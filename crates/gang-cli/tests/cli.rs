@@ -625,3 +625,55 @@ fn the_master_comes_from_the_client_config_file_below_flag_and_env() {
         stderr(&o)
     );
 }
+
+/// Completions and man pages come from the real binary; bash loads the script and
+/// completes prun's options from it.
+#[test]
+fn completions_and_man_pages() {
+    let o = run(GANGCTL, &["completions", "bash", "prun"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("prun.bash");
+    std::fs::write(&script, &o.stdout).unwrap();
+    // Complete `prun --time-l<TAB>` as bash would.
+    let probe = format!(
+        "source {}; COMP_WORDS=(prun --time-l); COMP_CWORD=1; COMP_LINE='prun --time-l'; \
+         COMP_POINT=${{#COMP_LINE}}; _prun prun --time-l prun; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let b = Command::new("bash").args(["-c", &probe]).output().unwrap();
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    assert_eq!(String::from_utf8_lossy(&b.stdout).trim(), "--time-limit");
+
+    for shell in ["zsh", "fish"] {
+        let o = run(GANGCTL, &["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains("drain"), "{shell}");
+    }
+    let o = run(GANGCTL, &["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(2));
+
+    let man = dir.path().join("man1");
+    let o = run(GANGCTL, &["man", man.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("man pages written to"),
+        "{}",
+        stderr(&o)
+    );
+    let prun = std::fs::read_to_string(man.join("prun.1")).unwrap();
+    assert!(prun.contains(".TH prun"), "{prun}");
+    assert!(man.join("gangctl-cancel.1").is_file());
+}
+
+/// gangctl refuses an unknown option by name, with the closest real one.
+#[test]
+fn gangctl_refuses_unknown_options_by_name() {
+    let o = run(GANGCTL, &["jobs", "--stat", "R"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).starts_with("gangctl: unrecognized option '--stat'\n  did you mean '--state'?"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,0 +1,354 @@
+//! `gangctl`'s command line, here rather than in its binary so that `gangctl completions`
+//! and `gangctl man` generate from the same definitions as the parser.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::job_filter;
+use crate::output::OutputMode;
+use crate::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
+
+/// Look at and steer the gang cluster, or start a local one.
+///
+/// The master is found with --master or GANG_MASTER (default: its Unix socket,
+/// unix:/run/gang/master.sock).
+/// Results print as text, or as JSON with --output json (or GANG_OUTPUT=json).
+#[derive(Debug, Parser)]
+#[command(
+    name = "gangctl",
+    version,
+    after_help = "Exit status: 0 on success, 1 on errors (printed as \"gangctl: ...\"), 2 for usage errors;\n`gangctl start -- CMD` exits with CMD's status; `gangctl start` stopped by SIGINT, SIGTERM or\nSIGHUP before its cluster is up, or while CMD runs, exits with 128+signal (130, 143, 129)."
+)]
+pub struct Cli {
+    /// Master address: unix:PATH (its socket on a cluster host) or https://HOST:PORT (with
+    /// the cluster CA and a token or user certificate, see the client config); else the
+    /// client config file's `master` ($GANG_CONFIG, ~/.config/gang/client.toml,
+    /// /etc/gang/client.toml); else unix:/run/gang/master.sock.
+    #[arg(long, global = true, env = "GANG_MASTER", value_name = "ADDR")]
+    pub master: Option<String>,
+
+    /// How to print results: cli (text for people) or json (for programs; errors are then
+    /// one {"code","message"} object a line on stderr).
+    #[arg(long, global = true, env = "GANG_OUTPUT", value_enum, default_value_t = OutputMode::Cli, value_name = "MODE")]
+    pub output: OutputMode,
+
+    /// How long the master may take to accept the connection and to answer each request
+    /// (streams such as attach run as long as the job does); a bare number is seconds; 0: wait forever [default: 10s].
+    #[arg(long, global = true, env = "GANG_TIMEOUT", value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<u64>,
+
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Start a whole cluster on this machine (loopback), like `flux start --test-size`.
+    ///
+    /// Runs gang-master and one gang-agent per node (binaries next to gangctl), waits until
+    /// every node is up, prints `export GANG_MASTER=...`, then runs CMD with GANG_MASTER
+    /// set (and gangctl's directory first in PATH, for prun) and tears the cluster down
+    /// when it exits (exiting with its status), or, without CMD, waits for Ctrl-C. State
+    /// and logs go to a temporary directory, removed at the end unless --keep or --dir.
+    ///
+    /// The address also goes to a per-user record ($XDG_RUNTIME_DIR/gang/clusters/PID, else
+    /// ~/.local/state/gang/clusters/PID; removed when the cluster stops), where prun and
+    /// gangctl look when neither --master, GANG_MASTER nor a client config names a master:
+    /// the newest running cluster is the default, and stopping it leaves the others
+    /// reachable. Without
+    /// CMD the export line is printed on stdout (the only line there; messages go to
+    /// stderr); with CMD, whose stdout is its own, on stderr.
+    ///
+    /// Every node is a process on this machine: a mesh of more than --max-agents nodes
+    /// (64) is refused. SIGINT, SIGTERM or SIGHUP at any moment stop everything that was
+    /// started (a Ctrl-C at the terminal while CMD runs is CMD's to handle).
+    #[command(
+        after_help = "Examples:\n  gangctl start --mesh 4x4\n  gangctl start --mesh 2x2 --mpl 2 -- prun -n 4 hostname\n  gangctl start --mesh 4x4 --mpl 2 --quantum-ms 100 --gang-mode priority\n  gangctl start --mesh 2x2 --agent-arg=--clock --agent-arg=host\n  gangctl start --mesh 10x10 --max-agents 100"
+    )]
+    Start(crate::start::StartArgs),
+
+    /// List jobs: by default the queued, starting and running ones, newest first; with
+    /// job ids, --state or --since, finished ones too (as sacct).
+    ///
+    /// A queued job's SUBMESH(REASON) says why it waits, as squeue's NODELIST(REASON):
+    /// (waiting for node (1,0): drained), (priority): another job is ahead of it,
+    /// (resources): it is next and nothing free fits it now.
+    #[command(
+        after_help = "Examples:\n  gangctl jobs 12\n  gangctl jobs 3,5-9\n  gangctl jobs last\n  gangctl jobs --user alice --state running,PD\n  gangctl jobs --since 1h\n  gangctl jobs --since 2024-05-01T12:00"
+    )]
+    Jobs {
+        /// Only these jobs: ids and ranges, comma-separated (3,5-9), or `last` (your
+        /// newest job). An id that does not exist is an error; a range skips missing ids.
+        #[arg(value_name = "IDS|RANGES|last")]
+        ids: Vec<String>,
+        /// Also finished jobs (completed, failed, cancelled, timeout).
+        #[arg(short, long)]
+        all: bool,
+        /// Only jobs of this user (a name or a uid).
+        #[arg(short, long, value_name = "USER")]
+        user: Option<String>,
+        /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
+        /// (R), completed (CD), failed (F), cancelled (CA), timeout (TO), or active.
+        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        state: Option<job_filter::States>,
+        /// Only jobs submitted since T: a duration ago (1h, 30m, 2-00) or a UTC time
+        /// (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS]) or RFC 3339 (2024-05-01T12:00:00+02:00).
+        #[arg(long, value_name = "T", value_parser = since_now)]
+        since: Option<i64>,
+        /// At most this many jobs (0: the master's limit, 1000).
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        limit: u32,
+    },
+
+    /// Show one job.
+    Job {
+        /// The job id.
+        #[arg(value_name = "ID")]
+        id: u64,
+    },
+
+    /// Cancel jobs (their ranks get SIGTERM, then SIGKILL after a grace), as scancel: by
+    /// ids and ranges, and/or every active job of --user or in --state (all must match).
+    ///
+    /// Prints `cancelled N` for a job that ended at once (it was queued), `cancelling N:
+    /// its ranks are being stopped` for a placed one. A job named by its id that has
+    /// already ended is refused (`job N already completed`); the other jobs are still
+    /// cancelled, and the exit status is then 1. A range skips ids that do not exist or
+    /// have ended.
+    #[command(
+        after_help = "Examples:\n  gangctl cancel 12\n  gangctl cancel 71-75,80\n  gangctl cancel --user alice --state queued\n  gangctl cancel --state PD 100-200"
+    )]
+    Cancel {
+        /// Jobs: ids and ranges, comma-separated (3,5-9).
+        #[arg(value_name = "IDS|RANGES")]
+        ids: Vec<String>,
+        /// Only jobs of this user (a name or a uid).
+        #[arg(short, long, value_name = "USER")]
+        user: Option<String>,
+        /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
+        /// (R).
+        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        state: Option<job_filter::States>,
+    },
+
+    /// List the nodes of the mesh: state, agent address, jobs, clock offset from the
+    /// master ± its error bound ("host": the agent trusts its host clock), and the newest
+    /// slice table version the agent acknowledged.
+    Nodes,
+
+    /// Show the slice matrix: which job holds which node in each slice, the slice table in
+    /// force (version, quantum, row order), the slice running now, and the queue.
+    ///
+    /// Each slice is drawn as a grid, row y=H-1 at the top and x=0 at the left; a cell is
+    /// the id of the job on that node ("." if free); "*" marks a multiple-task slot (a job
+    /// running in a slice besides its home slice). The slice running now is marked
+    /// "▶ running".
+    Slices {
+        /// Redraw until Ctrl-C: the matrix is fetched every interval, and in between the
+        /// running slice is moved on at each slot boundary (computed from the table's
+        /// epoch and quantum; at most every 100 ms). With --output json: one JSON line per
+        /// fetch.
+        #[arg(short, long)]
+        watch: bool,
+        /// How often --watch fetches the matrix, in milliseconds.
+        #[arg(long, default_value_t = 500, value_name = "N", value_parser = clap::value_parser!(u64).range(10..))]
+        interval_ms: u64,
+    },
+
+    /// Gang switching figures over a recent window: co-scheduling skew, switch latency and
+    /// switch cost (count, p50, p99, max, mean), switches reported and dropped, and the
+    /// slice table version and quantum.
+    ///
+    /// skew: per slot boundary, the spread of the agents' last-signal times (corrected by
+    /// their clock offsets). switch latency: per agent and switch, last signal sent minus
+    /// the deadline. switch cost: per agent and switch, last signal minus first signal.
+    /// JSON: {"skew":{"count","p50_ns","p99_ns","max_ns","mean_ns"},"switch_latency":{..},
+    /// "switch_cost":{..},"switches_reported","switches_dropped","table_version","quantum_ns"}
+    /// (integers, nanoseconds).
+    Stats,
+
+    /// Drain nodes: they take no new jobs; running ones finish. One request per node,
+    /// each reported (`node X,Y: drained`); a node refused is an error, the others go on.
+    #[command(after_help = "Examples:\n  gangctl drain 1,0\n  gangctl drain 0-3,1 '(3,3)'")]
+    Drain {
+        /// Nodes, as X,Y (e.g. 2,3) or (X,Y), or ranges on either axis: 0-3,1 (x from 0
+        /// to 3 at y=1), 0-1,0-1.
+        #[arg(value_name = "X,Y", required = true, value_parser = parse_node_set)]
+        nodes: Vec<Vec<(u32, u32)>>,
+    },
+
+    /// Resume drained nodes: they take new jobs again (nodes as for drain).
+    Resume {
+        /// Nodes, as X,Y (e.g. 2,3) or (X,Y), or ranges on either axis: 0-3,1 (x from 0
+        /// to 3 at y=1), 0-1,0-1.
+        #[arg(value_name = "X,Y", required = true, value_parser = parse_node_set)]
+        nodes: Vec<Vec<(u32, u32)>>,
+    },
+
+    /// The cluster's certificates: mutual TLS between the master and its agents (each
+    /// node's certificate names its coordinate), and user certificates for remote clients.
+    #[command(subcommand)]
+    Certs(CertsCmd),
+
+    /// Get a token to reach the master from elsewhere (over TLS). Run it on a cluster host:
+    /// the master's Unix socket tells it who you are. Prints the token, or with --save
+    /// keeps it in ~/.config/gang/token (mode 0600), where prun and gangctl find it, and
+    /// prints its id.
+    ///
+    /// A token names you only: the master looks you up at every use (your groups then; a
+    /// deleted account's tokens are refused). `gangctl token revoke` ends tokens early.
+    #[command(args_conflicts_with_subcommands = true)]
+    Token {
+        /// How long it is valid: 90s, 30m, 12h, 1d (default: the master's, 1h; at most
+        /// its limit, 24h).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        ttl: Option<u64>,
+        #[arg(long)]
+        save: bool,
+        #[command(subcommand)]
+        revoke: Option<TokenCmd>,
+    },
+
+    /// Follow a job's output until it ends, as prun shows it.
+    ///
+    /// Everything written so far, then live; exits with the job's exit code and names a
+    /// failed rank, as prun. Stdin goes to rank 0 if the job reads it (prun ran it
+    /// attached; a job submitted with --detach reads /dev/null). Ctrl-C, SIGTERM or
+    /// SIGHUP detach (exit 128+signal); the job runs on.
+    #[command(
+        after_help = "Examples:\n  prun -n 2x2 --detach -- ./solver   # prints 12\n  gangctl attach 12\n  gangctl attach --label 12"
+    )]
+    Attach {
+        /// The job id.
+        #[arg(value_name = "ID")]
+        id: u64,
+        /// Prefix every output line with the rank that wrote it ("3: hello").
+        #[arg(short, long)]
+        label: bool,
+        /// Say when the job starts and when reattached after a master restart.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Do not print the line that names the failing rank.
+        #[arg(short, long, conflicts_with = "verbose")]
+        quiet: bool,
+    },
+
+    /// Print what a job wrote so far (running or finished) and exit.
+    ///
+    /// Its stdout to stdout, its stderr to stderr; with --stream, that stream only, on
+    /// stdout. Streams written to files (prun --output/--error) are in those files, not
+    /// here.
+    #[command(
+        after_help = "Examples:\n  gangctl output 12\n  gangctl output 12 --rank 3 --stream stderr\n  gangctl output 12 --label | grep error"
+    )]
+    Output {
+        /// The job id.
+        #[arg(value_name = "ID")]
+        id: u64,
+        /// Only this rank's output (0 to the job's size - 1).
+        #[arg(short, long, value_name = "N")]
+        rank: Option<u32>,
+        /// Only this stream, printed on stdout.
+        #[arg(short, long, value_name = "STREAM", value_parser = ["stdout", "stderr"])]
+        stream: Option<String>,
+        /// Prefix every line with the rank that wrote it ("3: hello").
+        #[arg(short, long)]
+        label: bool,
+    },
+
+    /// Print a shell completion script for gangctl or prun on stdout.
+    #[command(
+        after_help = "Examples:\n  gangctl completions bash > /etc/bash_completion.d/gangctl\n  gangctl completions bash prun > /etc/bash_completion.d/prun\n  gangctl completions zsh > \"${fpath[1]}/_gangctl\"\n  gangctl completions fish prun > ~/.config/fish/completions/prun.fish"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+        /// Whose completions.
+        #[arg(value_enum, default_value = "gangctl", value_name = "COMMAND")]
+        command: crate::shell_docs::Program,
+    },
+
+    /// Write the man pages of prun and gangctl (one per subcommand: gangctl-jobs.1, ...)
+    /// into DIR.
+    #[command(
+        after_help = "Examples:\n  gangctl man /usr/local/share/man/man1\n  gangctl man /tmp/m && man -l /tmp/m/prun.1"
+    )]
+    Man {
+        /// Where to write them (made if missing).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// Revoke tokens, at once and across restarts of the master: a token you hold (`-`:
+    /// read it from stdin), one by its id (admins; the master logs each token's id, user
+    /// and expiry when it issues it), or every token of a user issued until now (that
+    /// user, or an admin). Works on the socket and over TLS.
+    #[command(
+        group(clap::ArgGroup::new("what").required(true).args(["token", "id", "user"])),
+        after_help = "Examples:\n  gangctl token revoke - < ~/.config/gang/token\n  gangctl token revoke --user alice\n  gangctl token revoke --id 3f0c9a1e5b7d4c2a8e6f1b3d5a7c9e0f"
+    )]
+    Revoke {
+        /// The token (as `gangctl token` printed it), or `-` to read it from stdin.
+        #[arg(value_name = "TOKEN")]
+        token: Option<String>,
+        /// The id of the token to revoke (32 hex digits).
+        #[arg(long)]
+        id: Option<String>,
+        /// Revoke every token of this user issued until now.
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCmd {
+    /// Make a cluster CA in DIR and certificates for the master and every node.
+    #[command(
+        after_help = "Then, on each host: the master gets DIR/ca.pem, master.pem, \
+        master-key.pem; node X,Y's agent gets DIR/ca.pem and nodes/node-X-Y{,-key}.pem.\n\
+        Keep DIR/ca-key.pem offline. See deploy/README.md."
+    )]
+    Init {
+        dir: PathBuf,
+        /// The mesh, WxH: one node certificate per node.
+        #[arg(long, value_parser = parse_mesh, value_name = "WxH")]
+        mesh: (u32, u32),
+        /// Validity of the master's and nodes' certificates, in days.
+        #[arg(long, default_value_t = gang_auth::pki::DEFAULT_DAYS)]
+        days: i64,
+    },
+    /// Sign a certificate for a user (a remote client) with the CA in --dir.
+    User {
+        /// The Unix user name the master will know them by.
+        name: String,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 365)]
+        days: i64,
+    },
+    /// Sign a (new) certificate for a node with the CA in --dir.
+    Node {
+        #[arg(value_name = "X,Y", value_parser = parse_node)]
+        node: (u32, u32),
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = gang_auth::pki::DEFAULT_DAYS)]
+        days: i64,
+    },
+}
+
+/// `--since`, against the clock when the command line is read.
+pub fn since_now(s: &str) -> Result<i64, String> {
+    job_filter::parse_since(s, now_ns())
+}
+
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
