@@ -168,6 +168,16 @@ pub const USER_MSG_ENV: [&str; 4] = [
     "GANG_MSG_FLUSH",
 ];
 
+/// A job array task's place (GANG_ARRAY_JOB_ID, _TASK_ID, _TASK_COUNT, _MIN, _MAX): the
+/// master puts them in the task's environment at submission, so they pass as the job's.
+/// One a user set on another job only mislabels that user's own job.
+pub const ARRAY_ENV_PREFIX: &str = "GANG_ARRAY_";
+
+/// Whether a GANG_* variable of the job's own environment reaches its ranks.
+pub fn job_may_set(name: &str) -> bool {
+    !name.starts_with("GANG_") || USER_MSG_ENV.contains(&name) || name.starts_with(ARRAY_ENV_PREFIX)
+}
+
 /// The PMI-1 connection variables: the agent's to set (`pmi::PmiJob::env`), never the
 /// job's. (PMI_DEBUG and the like are the job's own.)
 pub const PMI_ENV: [&str; 6] = [

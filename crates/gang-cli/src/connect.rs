@@ -97,7 +97,7 @@ pub const SUBMIT_RETRY_FOR: Duration = Duration::from_secs(30);
 pub async fn submit_with_retries(
     addr: &str,
     req: gang_proto::v1::SubmitRequest,
-) -> Result<Option<gang_proto::v1::JobInfo>, CliError> {
+) -> Result<gang_proto::v1::SubmitResponse, CliError> {
     let deadline = tokio::time::Instant::now() + SUBMIT_RETRY_FOR;
     let mut pause = Duration::from_millis(100);
     let mut reached = false;
@@ -105,7 +105,7 @@ pub async fn submit_with_retries(
         let attempt = async {
             let mut client = job_client(addr).await?;
             reached = true;
-            Ok::<_, CliError>(client.submit(req.clone()).await?.into_inner().job)
+            Ok::<_, CliError>(client.submit(req.clone()).await?.into_inner())
         };
         match attempt.await {
             Ok(job) => return Ok(job),

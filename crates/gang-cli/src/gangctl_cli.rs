@@ -132,6 +132,39 @@ pub enum Cmd {
         state: Option<job_filter::States>,
     },
 
+    /// Hold queued jobs, as scontrol hold: they stay queued but do not start until
+    /// released. Held by an admin, only an admin releases them.
+    #[command(after_help = "Examples:\n  gangctl hold 12\n  gangctl hold 20-29")]
+    Hold {
+        /// Jobs: ids and ranges, comma-separated (3,5-9); ranges pick among queued jobs.
+        #[arg(value_name = "IDS|RANGES", required = true)]
+        ids: Vec<String>,
+    },
+
+    /// Release held jobs, as scontrol release: they are queued for nodes again.
+    Release {
+        /// Jobs: ids and ranges, comma-separated (3,5-9); ranges pick among queued jobs.
+        #[arg(value_name = "IDS|RANGES", required = true)]
+        ids: Vec<String>,
+    },
+
+    /// Change a queued or running job, as scontrol update: its time limit (a user may
+    /// lower it or give one to a job without; raising it is for admins) or its name.
+    #[command(
+        after_help = "Examples:\n  gangctl update 12 --time-limit 30m\n  gangctl update 12 --name solver-big"
+    )]
+    Update {
+        /// The job id.
+        #[arg(value_name = "ID")]
+        id: u64,
+        /// The new time limit (Slurm's formats, or 90s, 5m, 2h; 0: none).
+        #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
+        time_limit: Option<u64>,
+        /// The new name.
+        #[arg(short = 'J', long, alias = "job-name")]
+        name: Option<String>,
+    },
+
     /// List the nodes of the mesh: state, agent address, jobs, clock offset from the
     /// master ± its error bound ("host": the agent trusts its host clock), and the newest
     /// slice table version the agent acknowledged.

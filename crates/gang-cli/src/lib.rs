@@ -10,6 +10,7 @@
 //! - [`job_filter`]: `gangctl jobs` filters (ids and ranges, user, state, since).
 //! - [`output`]: the `cli` / `json` output modes and the views they render.
 //! - [`cancel`]: `gangctl cancel` by ids, ranges, user and state.
+//! - [`job_update`]: `gangctl hold`, `release` and `update`.
 //! - [`matrix_view`]: the slice matrix drawn as text.
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
 //! - [`attach`]: the attach loop of `prun` and `gangctl attach` (stdin, output, signals,
@@ -37,6 +38,7 @@ pub mod gang_mode;
 pub mod gangctl_cli;
 pub mod job_filter;
 pub mod job_output;
+pub mod job_update;
 pub mod local_master;
 pub mod matrix_view;
 pub mod output;

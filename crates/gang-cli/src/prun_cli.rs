@@ -46,6 +46,24 @@ pub struct Args {
     #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
     pub time_limit: Option<u64>,
 
+    /// Start only after other jobs, as Slurm's --dependency: afterok:ID[:ID...] (they
+    /// completed with exit 0), afternotok (they ended otherwise), afterany (they ended),
+    /// after (they started); several comma-separated, all must hold. A job whose
+    /// dependency can never hold ends cancelled, saying which.
+    #[arg(long, value_name = "TYPE:ID,...", value_parser = parse_dependency)]
+    pub dependency: Option<String>,
+
+    /// Submit the job held: it waits, queued, until `gangctl release ID`.
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+
+    /// Submit a job array, one job per task index (needs --detach; prints the first id and
+    /// the count): 1-100, 1,3,5-7, 0-15:4 (a step), 1-100%10 (at most 10 at once). Each
+    /// task has GANG_ARRAY_TASK_ID (and GANG_ARRAY_JOB_ID, _COUNT, _MIN, _MAX) in its
+    /// environment; %A and %a in --output/--error are the array's id and the task index.
+    #[arg(long, value_name = "INDEXES", requires = "detach", value_parser = parse_array)]
+    pub array: Option<String>,
+
     /// Refuse a node count that is not a rectangle of the mesh (-n 5 would run on 6, as
     /// 3x2) instead of rounding it up; without it prun says when it rounds.
     #[arg(long)]
@@ -134,6 +152,18 @@ pub struct Args {
         num_args = 1..
     )]
     pub command: Vec<String>,
+}
+
+/// A --dependency, refused here as the master would refuse it.
+pub fn parse_dependency(s: &str) -> Result<String, String> {
+    gang_core::dependency::parse(s)?;
+    Ok(s.to_string())
+}
+
+/// An --array, refused here as the master would (the task count's limit is the master's).
+pub fn parse_array(s: &str) -> Result<String, String> {
+    gang_core::array::parse(s, gang_core::array::MAX_INDEX as usize + 1)?;
+    Ok(s.to_string())
 }
 
 /// An --output/--error pattern, refused here as the master would refuse it.

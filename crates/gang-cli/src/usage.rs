@@ -47,13 +47,6 @@ pub const SLURM_HINTS: &[(&str, &str)] = &[
         "--unbuffered",
         "output is relayed as the ranks write it; drop it",
     ),
-    (
-        "--dependency",
-        "submit with `gangctl submit --dependency ...`",
-    ),
-    ("--array", "submit with `gangctl submit --array ...`"),
-    ("-H", "submit held with `gangctl submit --hold`"),
-    ("--hold", "submit held with `gangctl submit --hold`"),
 ];
 
 /// Parse `P`'s arguments; on a usage error print it as `PROG: ...` (with a suggestion or a

@@ -151,8 +151,8 @@ fn prun_refuses_unknown_options_by_name() {
             "prun: unrecognized option '-p'\n  -p is Slurm's: there are no partitions",
         ),
         (
-            &["-n", "2", "--dependency=afterok:3", "hostname"],
-            "  --dependency is Slurm's: submit with `gangctl submit --dependency ...`",
+            &["-n", "2", "--partition=debug", "hostname"],
+            "  --partition is Slurm's: there are no partitions: the cluster is one mesh",
         ),
     ];
     for (args, want) in cases {
@@ -188,6 +188,13 @@ fn prun_takes_srun_spellings_and_attached_values() {
     }
     let o = run(PRUN, &["-t5x", "-n", "2", "hostname"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = run(PRUN, &["-n", "2", "--dependency=afterok:x", "hostname"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("\"x\" is not a job id"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -9,111 +9,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gang_local::{LocalCluster, LocalClusterOptions};
 use serde_json::Value;
 
-const PRUN: &str = env!("CARGO_BIN_EXE_prun");
-const GANGCTL: &str = env!("CARGO_BIN_EXE_gangctl");
-/// Generous: the test machine is shared and loaded.
-const T: Duration = Duration::from_secs(60);
+mod common;
 
-fn bin_dir() -> PathBuf {
-    Path::new(GANGCTL).parent().unwrap().to_path_buf()
-}
-
-fn built() -> bool {
-    let dir = bin_dir();
-    let ok = dir.join("gang-master").is_file() && dir.join("gang-agent").is_file();
-    if !ok {
-        eprintln!(
-            "skipped: gang-master / gang-agent are not built in {} (cargo build -p gang-master -p gang-agent)",
-            dir.display()
-        );
-    }
-    ok
-}
-
-fn cluster(mesh: (u32, u32), mpl: u32) -> Option<LocalCluster> {
-    if !built() {
-        return None;
-    }
-    let opts = LocalClusterOptions {
-        bin_dir: Some(bin_dir()),
-        mpl: Some(mpl),
-        nodes_up_timeout: T,
-        ..Default::default()
-    };
-    Some(LocalCluster::start(mesh, opts).expect("start a local cluster"))
-}
-
-fn cmd(bin: &str, c: &LocalCluster) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.env("GANG_MASTER", c.master_addr())
-        .env_remove("GANG_OUTPUT")
-        .stdin(Stdio::null());
-    cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn run(bin: &str, c: &LocalCluster, args: &[&str]) -> Output {
-    cmd(bin, c).args(args).output().unwrap()
-}
-
-fn json(c: &LocalCluster, args: &[&str]) -> Value {
-    let o = cmd(GANGCTL, c)
-        .args(["--output", "json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "gangctl {args:?}: {}", text(&o.stderr));
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("gangctl {args:?}: {e}: {}", text(&o.stdout)))
-}
-
-/// `prun --detach ARGS`: the job id.
-fn detach(c: &LocalCluster, args: &[&str]) -> u64 {
-    let o = cmd(PRUN, c).arg("--detach").args(args).output().unwrap();
-    assert!(o.status.success(), "prun {args:?}: {}", text(&o.stderr));
-    text(&o.stdout)
-        .trim()
-        .parse()
-        .expect("prun --detach prints the id")
-}
-
-fn job(c: &LocalCluster, id: u64) -> Value {
-    json(c, &["job", &id.to_string()])
-}
-
-/// Wait until `cond` holds for the job, within [`T`].
-fn wait_job(c: &LocalCluster, id: u64, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + T;
-    loop {
-        let j = job(c, id);
-        if cond(&j) {
-            return j;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id}: not {what} within {T:?}: {j}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn ids(v: &Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["id"].as_u64().unwrap())
-        .collect()
-}
+use common::*;
 
 #[test]
 fn queued_jobs_say_why_they_wait_and_jobs_can_be_picked_out() {

@@ -20,11 +20,15 @@
 //! - [`quantile`]: nearest-rank quantiles for every reported p50/p99.
 //! - [`clock`]: clock offset estimation from four-timestamp probes.
 //! - [`fanout`]: the relay tree's shape (who forwards an order to whom).
+//! - [`dependency`]: job dependencies (`afterok:12`) and their verdicts; [`array`]: job
+//!   array index lists (`1-100%10`).
 //! - [`output_pattern`]: `prun --output/--error` file name patterns (`%j`, `%r`, `%n`).
 
 pub mod alloc;
+pub mod array;
 pub mod clock;
 pub mod deadlock;
+pub mod dependency;
 pub mod fair_share;
 pub mod fanout;
 pub mod gang_mode;

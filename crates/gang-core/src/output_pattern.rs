@@ -1,5 +1,7 @@
 //! File name patterns for a job's output (`prun --output/--error`, sbatch's `-o`/`-e`):
-//! `%j` the job id, `%r` the rank, `%n` the node as `X-Y`, `%%` a percent sign.
+//! `%j` the job id, `%r` the rank, `%n` the node as `X-Y`, `%%` a percent sign; for a task
+//! of a job array, `%A` the array's job id and `%a` the task index (the master puts those
+//! in at submission, [`expand_array`], so agents never see them).
 //!
 //! Here because three programs read the same pattern: `prun` and the master refuse a bad
 //! one before the job is queued, and each agent expands it for its rank. One parser
@@ -35,10 +37,11 @@ pub fn validate(pattern: &str) -> Result<(), String> {
             continue;
         }
         match chars.next() {
-            Some('j' | 'r' | 'n' | '%') => {}
+            Some('j' | 'r' | 'n' | '%' | 'a' | 'A') => {}
             Some(other) => {
                 return Err(format!(
-                    "unknown %{other} in {pattern:?}: expected %j (job id), %r (rank), %n (node X-Y) or %%"
+                    "unknown %{other} in {pattern:?}: expected %j (job id), %r (rank), %n (node X-Y), \
+                     %A and %a (array job id and task index) or %%"
                 ));
             }
             None => {
@@ -49,6 +52,40 @@ pub fn validate(pattern: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether the pattern has `%a` or `%A`, which only an array's task can fill in.
+pub fn has_array_escapes(pattern: &str) -> bool {
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' && matches!(chars.next(), Some('a' | 'A')) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Fill in `%A` (the array's job id) and `%a` (the task index), leaving the other escapes
+/// (`%%` included) for the agent's [`expand`].
+pub fn expand_array(pattern: &str, array_job: u64, task: u32) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('A') => out.push_str(&array_job.to_string()),
+            Some('a') => out.push_str(&task.to_string()),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
 }
 
 /// Whether each rank gets a file of its own (the pattern has `%r`), or several ranks
@@ -91,6 +128,16 @@ pub fn expand(pattern: &str, job: u64, rank: u32, node: (u32, u32)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn array_escapes_are_filled_in_first() {
+        assert!(validate("%A_%a.out").is_ok());
+        assert!(has_array_escapes("x-%a") && has_array_escapes("%A"));
+        assert!(!has_array_escapes("%%a-%j"));
+        let p = expand_array("o/%A_%a-%r.%%a", 12, 7);
+        assert_eq!(p, "o/12_7-%r.%%a");
+        assert_eq!(expand(&p, 19, 1, (0, 0)), "o/12_7-1.%a");
+    }
 
     #[test]
     fn expands_every_escape() {

@@ -255,6 +255,23 @@ impl Scheduler {
         Ok(self.schedule())
     }
 
+    /// A job's requested run time changed (its time limit was updated): its place in the
+    /// queue, or its progress if it runs, keeps the new one for backfilling. `false`: the
+    /// scheduler does not have the job.
+    pub fn set_estimate(&mut self, job: JobId, estimate: Option<f64>) -> bool {
+        // Backfill decisions depend on estimates: the next pass looks at the head afresh.
+        self.blocked_head = None;
+        if let Some(q) = self.queue.iter_mut().find(|q| q.id == job) {
+            q.estimate = estimate;
+            return true;
+        }
+        if let Some(p) = self.progress.get_mut(&job) {
+            p.estimate = estimate;
+            return true;
+        }
+        false
+    }
+
     /// A job ended (it exited, failed or was cancelled): free it, or take it out of the
     /// queue if it never started; then schedule.
     pub fn finish(&mut self, now: f64, job: JobId) -> Result<Plan, SchedError> {

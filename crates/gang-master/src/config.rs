@@ -157,6 +157,7 @@ pub struct LimitsSection {
     pub max_job_nodes: Option<u32>,
     pub max_queued_per_user: Option<usize>,
     pub max_output_bytes: Option<u64>,
+    pub max_array_tasks: Option<usize>,
 }
 
 /// Bounds on what a request may ask, each with its config key (`[limits]`).
@@ -174,6 +175,8 @@ pub struct Limits {
     pub max_queued_per_user: usize,
     /// Output kept per job (all ranks, both streams); beyond it output is dropped.
     pub max_output_bytes: u64,
+    /// Tasks one job array may have (Slurm's MaxArraySize).
+    pub max_array_tasks: usize,
 }
 
 impl Default for Limits {
@@ -186,6 +189,7 @@ impl Default for Limits {
             max_job_nodes: 0,
             max_queued_per_user: 10_000,
             max_output_bytes: 1 << 30,
+            max_array_tasks: 1001,
         }
     }
 }
@@ -199,6 +203,7 @@ impl Limits {
             max_job_nodes: f.max_job_nodes.unwrap_or(self.max_job_nodes),
             max_queued_per_user: f.max_queued_per_user.unwrap_or(self.max_queued_per_user),
             max_output_bytes: f.max_output_bytes.unwrap_or(self.max_output_bytes),
+            max_array_tasks: f.max_array_tasks.unwrap_or(self.max_array_tasks),
         }
     }
 }

@@ -81,6 +81,12 @@ pub enum MasterError {
     /// or completed"; a script must learn the cancel did nothing.
     #[error("job {job} already {state}")]
     AlreadyEnded { job: JobId, state: &'static str },
+    #[error("job {job} is {state}: only a queued job can be {action}")]
+    NotQueued {
+        job: JobId,
+        state: &'static str,
+        action: &'static str,
+    },
     #[error("job {job} is not running (it is {state})")]
     NotRunning { job: JobId, state: &'static str },
     /// A rank's fence is ahead of its job's (retries after a master restart): ask again.

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gang_core::array::ArraySpec;
+use gang_core::dependency::Dep;
 use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Submesh};
 use serde::{Deserialize, Serialize};
 
@@ -187,6 +189,41 @@ pub struct Spec<S: Stage = Resolved> {
     /// same token (and owner) finds the first job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_token: Option<String>,
+    /// Jobs it waits for (`--dependency afterok:12`): all must hold before it is queued
+    /// for nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependency: Vec<Dep>,
+    /// How it was asked to be submitted (held, as an array): read by the submission only,
+    /// never saved; what it makes of it is in the job's record (`hold`, `array`).
+    #[serde(skip)]
+    pub at_submit: AtSubmit,
+}
+
+/// Submission options that are not part of the job itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AtSubmit {
+    /// Submit it held (`--hold`): it waits for `gangctl release`.
+    pub hold: bool,
+    /// Submit one job per task of this array.
+    pub array: Option<ArraySpec>,
+}
+
+/// Who holds a queued job back (`gangctl hold`): it is not queued for nodes until
+/// released. A hold an admin set only an admin releases (Slurm's admin hold).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub by: String,
+    pub admin: bool,
+}
+
+/// A job's place in a job array: the array's id (its first task's job id), its index, and
+/// how many of the array's tasks may be queued for nodes or run at once (0: all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    pub job: JobId,
+    pub task: u32,
+    #[serde(default)]
+    pub throttle: u32,
 }
 
 /// The cluster's defaults for the modes a submission may leave out.
@@ -221,6 +258,8 @@ impl Spec<Asked> {
             mpi_check: self.mpi_check,
             output_files: self.output_files,
             client_token: self.client_token,
+            dependency: self.dependency,
+            at_submit: AtSubmit::default(),
         }
     }
 }
@@ -250,6 +289,12 @@ pub struct JobRecord {
     /// Output its ranks wrote that never reached the output log, per rank and stream.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_lost: Vec<OutputLoss>,
+    /// Held back from the queue while queued (`gangctl hold`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+    /// Its place in a job array, if it is a task of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayTask>,
 }
 
 /// A piped stream of a rank.

@@ -22,7 +22,7 @@ use tracing::{debug, info};
 use super::failure::Failure;
 use super::lookup::Found;
 use super::plan::{LaunchPlan, RunAs};
-use crate::env_policy::{self, PMI_ENV, USER_MSG_ENV};
+use crate::env_policy::{self, PMI_ENV};
 use crate::error::Coord;
 use crate::rank_files::RankFiles;
 use crate::ranks::{RankKey, StdinMsg};
@@ -166,7 +166,7 @@ pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .env
         .iter()
-        .filter(|(k, _)| !k.starts_with("GANG_") || USER_MSG_ENV.contains(&k.as_str()))
+        .filter(|(k, _)| crate::env_policy::job_may_set(k))
         // A PMI connection of the submitting shell's (prun run inside another launcher)
         // is not the rank's: the agent sets its own, or none (`--mpi none`).
         .filter(|(k, _)| !PMI_ENV.contains(&k.as_str()))

@@ -268,6 +268,27 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             gang_cli::job_output::output(&master, id, filter).await
         }
         Cmd::Resume { nodes } => set_drained(&master, mode, nodes, false).await,
+        cmd @ (Cmd::Hold { .. } | Cmd::Release { .. }) => {
+            let (hold, ids) = match cmd {
+                Cmd::Hold { ids } => (true, ids),
+                Cmd::Release { ids } => (false, ids),
+                _ => unreachable!("matched above"),
+            };
+            let sel = job_filter::parse_job_sel(&ids)
+                .and_then(|s| s.ok_or_else(|| "name the jobs by id".to_string()))
+                .unwrap_or_else(|e| {
+                    use clap::CommandFactory;
+                    Cli::command()
+                        .error(clap::error::ErrorKind::InvalidValue, e)
+                        .exit()
+                });
+            gang_cli::job_update::hold(&master, mode, sel, hold).await
+        }
+        Cmd::Update {
+            id,
+            time_limit,
+            name,
+        } => gang_cli::job_update::update(&master, mode, id, time_limit, name).await,
         Cmd::Completions { shell, command } => {
             gang_cli::shell_docs::completions(shell, command, &mut std::io::stdout());
             Ok(0)

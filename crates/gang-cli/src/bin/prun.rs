@@ -110,6 +110,9 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         mpi_check: args.mpi_check,
         output: args.output.clone().unwrap_or_default(),
         error: args.error.clone().unwrap_or_default(),
+        dependency: args.dependency.clone().unwrap_or_default(),
+        hold: args.hold,
+        array: args.array.clone().unwrap_or_default(),
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.
@@ -153,7 +156,10 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
             }
         }
     };
-    let job = submitted?
+    let submitted = submitted?;
+    let array_tasks = submitted.array_tasks;
+    let job = submitted
+        .job
         .ok_or_else(|| CliError::other("the master accepted the job but did not say its id"))?;
 
     if let Some(n) = asked_count
@@ -169,7 +175,18 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         );
     }
     if args.detach {
-        println!("{}", job.id);
+        if array_tasks > 1 {
+            // As sbatch: the array's id; its tasks are the jobs from it on.
+            println!("{}", job.id);
+            eprintln!(
+                "prun: array {} of {array_tasks} tasks: jobs {}-{}",
+                job.id,
+                job.id,
+                job.id + u64::from(array_tasks) - 1
+            );
+        } else {
+            println!("{}", job.id);
+        }
         return Ok(0);
     }
     if args.verbose {

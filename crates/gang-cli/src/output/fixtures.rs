@@ -27,6 +27,7 @@ pub fn running_job() -> JobInfo {
             mpi_check: false,
             output: String::new(),
             error: String::new(),
+            ..Default::default()
         }),
         state: JobState::Running as i32,
         w: 4,

@@ -59,6 +59,17 @@ pub struct JobJson {
     /// stderr); absent when nothing was lost.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub output_lost: Vec<OutputLossJson>,
+    /// What it waits for (`afterok:12,afterany:13`); absent when nothing.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub dependency: String,
+    /// Who holds it (absent: nobody).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub held_by: String,
+    /// A task of a job array: the array's id and the task index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub array_job_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub array_task_id: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -120,6 +131,10 @@ impl From<&JobInfo> for JobJson {
             .to_string(),
             asked: spec.shape.clone(),
             time_limit_s: spec.time_limit_s,
+            dependency: spec.dependency.clone(),
+            held_by: j.held_by.clone(),
+            array_job_id: (j.array_job_id != 0).then_some(j.array_job_id),
+            array_task_id: j.array_task_id,
             pending_reason: j.pending_reason.clone(),
             slice_rows: j.slice_rows.clone(),
             deadlock: j.deadlock.as_ref().map(|d| DeadlockJson {

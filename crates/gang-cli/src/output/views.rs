@@ -158,8 +158,32 @@ impl View for JobView<'_> {
             ("started", fmt_time_ns(j.start_ns)),
             ("ended", fmt_time_ns(j.end_ns)),
         ];
-        // Only when something was lost: the common case reads as it always did.
+        // Only when they apply: the common case reads as it always did.
         let mut pairs = pairs;
+        let at_pending = |pairs: &Vec<(&str, String)>| {
+            pairs
+                .iter()
+                .position(|(k, _)| *k == "pending")
+                .map_or(0, |i| i + 1)
+        };
+        if j.array_job_id != 0 {
+            let task = j.array_task_id.unwrap_or_default();
+            pairs.insert(
+                1,
+                ("array", format!("task {task} of array {}", j.array_job_id)),
+            );
+        }
+        if !spec.dependency.is_empty() {
+            pairs.insert(at_pending(&pairs), ("dependency", spec.dependency.clone()));
+        }
+        if !j.held_by.is_empty() {
+            let who = if j.held_by_admin {
+                format!("{} (an admin)", j.held_by)
+            } else {
+                j.held_by.clone()
+            };
+            pairs.insert(at_pending(&pairs), ("held by", who));
+        }
         if !j.output_lost.is_empty() {
             let at = pairs
                 .iter()
@@ -236,6 +260,27 @@ impl View for CancelledView<'_> {
                 gang_proto::v1::JobState::Cancelled => format!("cancelled {}\n", j.id),
                 _ => format!("cancelling {}: its ranks are being stopped\n", j.id),
             })
+            .collect()
+    }
+}
+
+/// `gangctl hold/release/update`: `held 12` a line, or the jobs as JSON.
+pub struct UpdatedView<'a> {
+    pub jobs: &'a [JobInfo],
+    pub word: &'static str,
+}
+
+impl View for UpdatedView<'_> {
+    type Json = Vec<JobJson>;
+
+    fn json(&self) -> Vec<JobJson> {
+        self.jobs.iter().map(JobJson::from).collect()
+    }
+
+    fn cli(&self) -> String {
+        self.jobs
+            .iter()
+            .map(|j| format!("{} {}\n", self.word, j.id))
             .collect()
     }
 }

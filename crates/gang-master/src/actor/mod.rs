@@ -24,8 +24,8 @@ use crate::error::{MasterError, Result};
 use crate::metrics::Metrics;
 use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
-    Caller, FenceArrival, Heartbeat, LaunchFailure, ListFilter, NewJob, RankExit, Registered,
-    Registration,
+    Caller, FenceArrival, Heartbeat, JobUpdate, LaunchFailure, ListFilter, NewJob, RankExit,
+    Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
 use crate::state::{MasterState, Now, Persisted, batch, reactor};
@@ -45,8 +45,9 @@ const MAX_BATCH: usize = 512;
 const TICK: Duration = Duration::from_millis(100);
 
 pub enum Cmd {
-    Submit(NewJob, Reply<JobView>),
+    Submit(Box<NewJob>, Reply<JobView>),
     Cancel(JobId, Caller, Reply<JobView>),
+    UpdateJob(JobUpdate, Caller, Reply<JobView>),
     GetJob(JobId, Caller, Reply<JobView>),
     ListJobs(ListFilter, Caller, Reply<Vec<JobView>>),
     /// Where rank 0 of a job runs now (for stdin).
@@ -294,10 +295,15 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
                 r => defer(replies, tx, r.map(|kvs| kvs.unwrap_or_default())),
             }
         }
-        Cmd::Submit(job, tx) => defer(replies, tx, reactor::on_submit(st, fx, now, job)),
+        Cmd::Submit(job, tx) => defer(replies, tx, reactor::on_submit(st, fx, now, *job)),
         Cmd::Cancel(job, caller, tx) => {
             defer(replies, tx, reactor::on_cancel(st, fx, now, job, &caller))
         }
+        Cmd::UpdateJob(update, caller, tx) => defer(
+            replies,
+            tx,
+            reactor::on_update(st, fx, now, &caller, update),
+        ),
         Cmd::GetJob(job, caller, tx) => defer(replies, tx, st.view_for(&caller, job, now)),
         Cmd::ListJobs(filter, caller, tx) => {
             defer(replies, tx, Ok(st.list_for(&caller, &filter, now)))

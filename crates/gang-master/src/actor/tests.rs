@@ -18,7 +18,8 @@ use crate::state::testkit::{caller, new_job};
 use crate::state::views::JobView;
 
 async fn submit(h: &Handle) -> Result<JobView, MasterError> {
-    h.call(|tx| Cmd::Submit(new_job("1x1", 1000, 0), tx)).await
+    h.call(|tx| Cmd::Submit(Box::new(new_job("1x1", 1000, 0)), tx))
+        .await
 }
 
 async fn jobs(h: &Handle) -> Vec<(u64, State)> {

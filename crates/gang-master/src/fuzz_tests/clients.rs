@@ -105,6 +105,9 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 mpi_check: false,
                 output: String::new(),
                 error: String::new(),
+                dependency: String::new(),
+                hold: false,
+                array: String::new(),
             },
         )
 }
@@ -230,6 +233,7 @@ fn submit(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
                 prop_assert_eq!((order.owner.uid, order.owner.gid), (job.owner.uid, gid));
             }
             reply(&v1::SubmitResponse {
+                array_tasks: view.array_tasks,
                 job: Some(convert::job_info(&view)),
             })?;
         }

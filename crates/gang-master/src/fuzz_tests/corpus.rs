@@ -54,6 +54,9 @@ fn submit_seeds() {
         mpi_check: true,
         output: "out/%j-%r.log".into(),
         error: String::new(),
+        dependency: String::new(),
+        hold: false,
+        array: String::new(),
     };
     seeds(
         "proto_submit",

@@ -51,9 +51,9 @@ impl From<MasterError> for Status {
             MasterError::ShuttingDown
             | MasterError::NotSaved(_)
             | MasterError::FenceAhead { .. } => Status::unavailable(msg),
-            MasterError::NotRunning { .. } | MasterError::AlreadyEnded { .. } => {
-                Status::failed_precondition(msg)
-            }
+            MasterError::NotRunning { .. }
+            | MasterError::AlreadyEnded { .. }
+            | MasterError::NotQueued { .. } => Status::failed_precondition(msg),
             MasterError::Output { .. } | MasterError::Internal(_) => Status::internal(msg),
             MasterError::Sched(_) | MasterError::Store(_) => Status::internal(msg),
         }
@@ -196,6 +196,19 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         stdin: spec.stdin,
         shape: spec.shape,
         client_token,
+        dependency: gang_core::dependency::parse(&spec.dependency)
+            .map_err(|e| invalid(format!("spec.dependency: {e}")))?,
+        at_submit: crate::job::AtSubmit {
+            hold: spec.hold,
+            // The task count's limit is the master's config: checked in the reactor.
+            array: match spec.array.trim() {
+                "" => None,
+                a => Some(
+                    gang_core::array::parse(a, gang_core::array::MAX_INDEX as usize + 1)
+                        .map_err(|e| invalid(format!("spec.array: {e}")))?,
+                ),
+            },
+        },
     })
 }
 
@@ -263,7 +276,19 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             mpi_check: v.mpi_check,
             output: v.output_files.output.clone(),
             error: v.output_files.error.clone(),
+            dependency: v
+                .dependency
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            hold: false,
+            array: String::new(),
         }),
+        held_by: v.hold.as_ref().map(|h| h.by.clone()).unwrap_or_default(),
+        held_by_admin: v.hold.as_ref().is_some_and(|h| h.admin),
+        array_job_id: v.array.map_or(0, |a| a.job.0),
+        array_task_id: v.array.map(|a| a.task),
         state: job_state(v.state) as i32,
         w: v.w,
         h: v.h,

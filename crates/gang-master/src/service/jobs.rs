@@ -18,7 +18,7 @@ use crate::error::MasterError;
 use crate::output::{Cursor, OutputHub, READ_MAX};
 use crate::service::attach_slots::{AttachSlot, AttachSlots};
 use crate::service::{convert, watch};
-use crate::state::events::Caller;
+use crate::state::events::{Caller, JobUpdate};
 use crate::state::views::{Coord, JobView, Rank0};
 
 pub struct Jobs {
@@ -45,8 +45,33 @@ impl JobService for Jobs {
     ) -> Result<Response<v1::SubmitResponse>, Status> {
         let caller = self.auth.caller(&req)?;
         let job = convert::new_job(req.into_inner(), &caller)?;
-        let view = self.handle.call(|tx| Cmd::Submit(job, tx)).await?;
+        let view = self
+            .handle
+            .call(|tx| Cmd::Submit(Box::new(job), tx))
+            .await?;
         Ok(Response::new(v1::SubmitResponse {
+            array_tasks: view.array_tasks,
+            job: Some(convert::job_info(&view)),
+        }))
+    }
+
+    async fn update_job(
+        &self,
+        req: Request<v1::UpdateJobRequest>,
+    ) -> Result<Response<v1::UpdateJobResponse>, Status> {
+        let caller = self.auth.caller(&req)?;
+        let r = req.into_inner();
+        let update = JobUpdate {
+            job: JobId(r.job_id),
+            hold: r.hold,
+            time_limit_s: r.time_limit_s,
+            name: r.name,
+        };
+        let view = self
+            .handle
+            .call(|tx| Cmd::UpdateJob(update, caller, tx))
+            .await?;
+        Ok(Response::new(v1::UpdateJobResponse {
             job: Some(convert::job_info(&view)),
         }))
     }

@@ -30,6 +30,16 @@ impl Caller {
 /// cluster's defaults).
 pub type NewJob = crate::job::Spec<crate::job::Asked>;
 
+/// What `UpdateJob` changes of a job (`None`: left as it is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobUpdate {
+    pub job: JobId,
+    /// Hold (`true`) or release (`false`) a queued job.
+    pub hold: Option<bool>,
+    pub time_limit_s: Option<u64>,
+    pub name: Option<String>,
+}
+
 /// Which jobs a listing shows.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListFilter {

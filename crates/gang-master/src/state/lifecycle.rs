@@ -7,11 +7,13 @@
 
 use std::sync::Arc;
 
-use gang_core::{Decision, JobId, JobSpec, Plan, Request, Shape, Submesh};
+use gang_core::{Decision, JobId, Plan, Request, Shape, Submesh};
 use tracing::warn;
 
 use crate::error::{MasterError, Result};
-use crate::job::{Defaults, Job, JobRecord, OutputLoss, Rank, Spec, State, signal_code};
+use crate::job::{
+    ArrayTask, Defaults, Hold, Job, JobRecord, OutputLoss, Rank, Spec, State, signal_code,
+};
 use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
@@ -76,16 +78,42 @@ impl MasterState {
             )));
         }
         self.sched.validate(JobId(self.next_id), shape)?;
-        let queued = self
-            .sched
-            .queue()
-            .filter(|q| {
-                self.jobs
-                    .get(q.id)
-                    .is_some_and(|j| j.record.owner.uid == new.owner.uid)
-            })
-            .count();
-        if queued >= limits.max_queued_per_user {
+        let tasks = new.at_submit.array.as_ref().map_or(1, |a| a.tasks.len());
+        if tasks > limits.max_array_tasks {
+            return Err(MasterError::Invalid(format!(
+                "the array has {tasks} tasks; the limit is {} (max_array_tasks)",
+                limits.max_array_tasks
+            )));
+        }
+        if new.at_submit.array.is_none() {
+            let patterns = [&new.output_files.output, &new.output_files.error];
+            if patterns
+                .iter()
+                .any(|p| gang_core::output_pattern::has_array_escapes(p))
+            {
+                return Err(MasterError::Invalid(
+                    "spec.output: %A and %a are a job array's id and task index; this job \
+                     is not an array (--array)"
+                        .into(),
+                ));
+            }
+        }
+        for d in &new.dependency {
+            if self.jobs.get(JobId(d.job)).is_none() {
+                return Err(MasterError::Invalid(format!(
+                    "spec.dependency: {d}: there is no job {}",
+                    d.job
+                )));
+            }
+        }
+        let mine = |id: &JobId| {
+            self.jobs
+                .get(*id)
+                .is_some_and(|j| j.record.owner.uid == new.owner.uid)
+        };
+        let queued = self.sched.queue().filter(|q| mine(&q.id)).count()
+            + self.gated.iter().filter(|id| mine(id)).count();
+        if queued + tasks > limits.max_queued_per_user {
             return Err(MasterError::QueueFull {
                 user: new.owner.user.clone(),
                 queued,
@@ -103,26 +131,20 @@ impl MasterState {
             return self.view(id, now);
         }
         let shape = self.validate(&new)?;
-        let id = JobId(self.next_id);
-        let estimate = (new.time_limit_s > 0).then_some(new.time_limit_s as f64);
-        // The core decides first: if it refuses, nothing has changed.
-        let plan = self.sched.submit(
-            now.mono_s(),
-            JobSpec {
-                id,
-                shape,
-                estimate,
-                user: new.owner.uid,
-            },
-        )?;
+        let first = JobId(self.next_id);
+        let hold = new.at_submit.hold.then(|| Hold {
+            by: new.owner.user.clone(),
+            admin: false,
+        });
+        let array = new.at_submit.array.clone();
         let spec = new.resolve(Defaults {
             gang: self.cfg.gang_mode,
             on_deadlock: self.cfg.on_deadlock,
             mpi: self.cfg.mpi,
         });
-        self.jobs.insert(Job::new(JobRecord {
+        let record = |id: JobId, spec: Arc<Spec>, array: Option<ArrayTask>| JobRecord {
             id,
-            spec: Arc::new(spec),
+            spec,
             w: shape.w,
             h: shape.h,
             state: State::Queued,
@@ -134,12 +156,64 @@ impl MasterState {
             end_ns: 0,
             run_ns: 0,
             output_lost: Vec::new(),
-        }));
-        self.next_id += 1;
-        fx.emit(Effect::Metric(Metric::Submitted));
-        self.save(fx, now, id);
-        self.execute(fx, now, plan);
-        self.view(id, now)
+            hold: hold.clone(),
+            array,
+        };
+        let records: Vec<JobRecord> = match &array {
+            None => vec![record(first, Arc::new(spec), None)],
+            Some(a) => a
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(i, &task)| {
+                    let id = JobId(first.0 + i as u64);
+                    let place = ArrayTask {
+                        job: first,
+                        task,
+                        throttle: a.throttle,
+                    };
+                    record(
+                        id,
+                        Arc::new(array_task_spec(&spec, a, place, i == 0)),
+                        Some(place),
+                    )
+                })
+                .collect(),
+        };
+        // A job with nothing to wait for goes to the core at once; the others wait gated
+        // (held, dependencies, their array's limit) until `admit_ready` lets them in.
+        let mut cache = Default::default();
+        for r in records {
+            let id = r.id;
+            self.jobs.insert(Job::new(r));
+            self.next_id = id.0 + 1;
+            // Gated while its gate is looked at: a task does not count against its own
+            // array's limit.
+            self.gated.insert(id);
+            let job = self.jobs.get(id).expect("inserted");
+            if self.gate(job, &mut cache).is_none() {
+                self.gated.remove(&id);
+                match self.enqueue(fx, now, id) {
+                    // Validated above, so the core does not refuse it; if it ever did, the
+                    // job says so rather than sit queued where nothing would start it.
+                    Err(e) => {
+                        warn!(job = %id, error = %e, "the scheduler refused a validated job");
+                        let job = self.jobs.get_mut(id).expect("inserted");
+                        job.record.state = State::Failed;
+                        job.record.reason = format!("could not be queued: {e}");
+                        job.record.end_ns = now.wall_ns;
+                    }
+                    // The next tasks count this one against their array's limit.
+                    Ok(()) if array.as_ref().is_some_and(|a| a.throttle > 0) => {
+                        *cache.entry(first).or_default() += 1;
+                    }
+                    Ok(()) => {}
+                }
+            }
+            fx.emit(Effect::Metric(Metric::Submitted));
+            self.save(fx, now, id);
+        }
+        self.view(first, now)
     }
 
     /// `by`: who asks (`None`: the master itself, e.g. for a time limit).
@@ -157,7 +231,11 @@ impl MasterState {
         }
         match job.record.state {
             State::Queued => {
-                let plan = self.sched.finish(now.mono_s(), id)?;
+                let plan = if self.gated.remove(&id) {
+                    Default::default()
+                } else {
+                    self.sched.finish(now.mono_s(), id)?
+                };
                 let job = self.jobs.get_mut(id).expect("present");
                 job.record.state = State::Cancelled;
                 job.record.reason = reason;
@@ -461,6 +539,38 @@ impl MasterState {
         ))));
         fx.emit(Effect::JobChanged(self.job_view(job, now)));
     }
+}
+
+/// The spec of one task of an array: its index in the environment and in the output
+/// patterns (`%A`, `%a`); the submitter's retry token stays with the first task alone.
+fn array_task_spec(
+    spec: &Spec,
+    a: &gang_core::array::ArraySpec,
+    place: ArrayTask,
+    first: bool,
+) -> Spec {
+    let mut s = spec.clone();
+    let env = [
+        ("GANG_ARRAY_JOB_ID", place.job.0.to_string()),
+        ("GANG_ARRAY_TASK_ID", place.task.to_string()),
+        ("GANG_ARRAY_TASK_COUNT", a.tasks.len().to_string()),
+        ("GANG_ARRAY_TASK_MIN", a.tasks[0].to_string()),
+        (
+            "GANG_ARRAY_TASK_MAX",
+            a.tasks[a.tasks.len() - 1].to_string(),
+        ),
+    ];
+    for (k, v) in env {
+        s.env.insert(k.to_string(), v);
+    }
+    use gang_core::output_pattern::expand_array;
+    for p in [&mut s.output_files.output, &mut s.output_files.error] {
+        *p = expand_array(p, place.job.0, place.task);
+    }
+    if !first {
+        s.client_token = None;
+    }
+    s
 }
 
 /// A job's spec as its ranks get it, rank 0's and the others': without the submitter's

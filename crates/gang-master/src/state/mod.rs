@@ -25,6 +25,7 @@
 pub mod batch;
 pub mod effects;
 pub mod events;
+mod gates;
 mod jobs;
 mod lifecycle;
 mod messaging;
@@ -42,7 +43,7 @@ pub(crate) mod testkit;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
 
@@ -95,6 +96,9 @@ pub struct MasterState {
     slicer: Slicer,
     /// When run times were last written (monotonic).
     run_saved_ns: i64,
+    /// Queued jobs kept out of the core's queue: held, waiting on dependencies, or
+    /// throttled by their array (see `gates`). Not saved: found again from the jobs.
+    gated: BTreeSet<JobId>,
 }
 
 /// Everything but the jobs and nodes, as it was when a batch began (they keep their own
@@ -106,6 +110,7 @@ struct Checkpoint {
     placed_at: HashMap<JobId, i64>,
     slicer: Slicer,
     run_saved_ns: i64,
+    gated: BTreeSet<JobId>,
 }
 
 impl MasterState {
@@ -136,6 +141,7 @@ impl MasterState {
             placed_at: HashMap::new(),
             slicer,
             run_saved_ns: 0,
+            gated: BTreeSet::new(),
             cfg,
         })
     }
@@ -155,6 +161,7 @@ impl MasterState {
             placed_at: self.placed_at.clone(),
             slicer: self.slicer.clone(),
             run_saved_ns: self.run_saved_ns,
+            gated: self.gated.clone(),
         }
     }
 
@@ -174,12 +181,13 @@ impl MasterState {
         self.placed_at = c.placed_at;
         self.slicer = c.slicer;
         self.run_saved_ns = c.run_saved_ns;
+        self.gated = c.gated;
     }
 
     /// Gauges: (queued, running, slices, nodes up).
     pub fn gauges(&self) -> (usize, usize, usize, usize) {
         (
-            self.sched.queue().len(),
+            self.sched.queue().len() + self.gated.len(),
             self.sched.matrix().running(),
             self.sched.matrix().slices().len(),
             self.nodes.iter().filter(|n| n.up).count(),

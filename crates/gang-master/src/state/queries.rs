@@ -59,6 +59,10 @@ impl MasterState {
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             pending_reason,
+            array_tasks: match j.record.array {
+                Some(a) if a.job == j.id() => self.array_size(a.job),
+                _ => 0,
+            },
         }
     }
 
@@ -68,6 +72,13 @@ impl MasterState {
     /// it now. Empty for a job that is not queued. The scheduler decides; this only names
     /// the node's state.
     pub fn pending_reason(&self, id: JobId) -> String {
+        if self.gated.contains(&id) {
+            return self
+                .jobs
+                .get(id)
+                .map(|j| self.gate_text(j))
+                .unwrap_or_default();
+        }
         self.sched
             .pending(id)
             .map(|p| self.pending_text(p))
@@ -127,10 +138,14 @@ impl MasterState {
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
             .take(limit)
             .map(|j| {
-                let why = pending
-                    .get(&j.id())
-                    .map(|p| self.pending_text(*p))
-                    .unwrap_or_default();
+                let why = if self.gated.contains(&j.id()) {
+                    self.gate_text(j)
+                } else {
+                    pending
+                        .get(&j.id())
+                        .map(|p| self.pending_text(*p))
+                        .unwrap_or_default()
+                };
                 self.job_view_waiting(j, now, why)
             })
             .collect()

@@ -6,7 +6,7 @@
 //! | event | from |
 //! |---|---|
 //! | [`on_recover`] | the database, at startup |
-//! | [`on_submit`], [`on_cancel`] | clients (JobService) |
+//! | [`on_submit`], [`on_cancel`], [`on_update`] | clients (JobService) |
 //! | [`on_set_drained`] | admins (AdminService) |
 //! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
 //! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
@@ -21,7 +21,8 @@ use crate::error::Result;
 use crate::job::SavedJob;
 use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
-    Caller, FenceArrival, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
+    Caller, FenceArrival, Heartbeat, JobUpdate, LaunchFailure, NewJob, RankExit, Registered,
+    Registration,
 };
 use crate::state::recovery::Recovered;
 use crate::state::views::{JobView, NodeView};
@@ -52,6 +53,18 @@ pub fn on_cancel(
 ) -> Result<JobView> {
     let why = format!("cancelled by {}", caller.owner.user);
     st.cancel(fx, now, job, Some(caller), why)
+}
+
+/// Hold, release, a new time limit or name: the job's owner or an admin (raising a time
+/// limit and releasing an admin's hold: admins only).
+pub fn on_update(
+    st: &mut MasterState,
+    fx: &mut Effects,
+    now: Now,
+    caller: &Caller,
+    update: JobUpdate,
+) -> Result<JobView> {
+    st.update(fx, now, caller, update)
 }
 
 /// Admins only.
@@ -129,7 +142,9 @@ pub fn on_tick(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.deadlock_checks(fx, now);
 }
 
-/// After every batch: a new slice table if the matrix's rows changed.
+/// After every batch: held and dependent jobs whose gate opened are queued (or ended, if
+/// a dependency can never hold), then a new slice table if the matrix's rows changed.
 pub fn end_batch(st: &mut MasterState, fx: &mut Effects, now: Now) {
+    st.admit_ready(fx, now);
     st.publish_table(fx, now)
 }

@@ -53,6 +53,7 @@ impl MasterState {
         });
         let mut found = Recovered::default();
         let mut placed = vec![];
+        let mut queued = vec![];
         for rec in records {
             self.next_id = self.next_id.max(rec.id.0 + 1);
             let mut job = Job::restored(rec);
@@ -65,8 +66,8 @@ impl MasterState {
             };
             match job.record.state {
                 State::Queued => {
-                    // Offline nodes keep it queued until agents register.
-                    self.sched.submit(now.mono_s(), spec)?;
+                    // Queued (or gated) once every job is back: gates read other jobs.
+                    queued.push(spec);
                     found.queued += 1;
                 }
                 State::Starting | State::Running => {
@@ -97,6 +98,24 @@ impl MasterState {
                 _ => {}
             }
             self.jobs.insert(job);
+        }
+        // Queued jobs in submission order; a gated one waits for its gate (held, its
+        // dependencies, its array's limit) as before the restart.
+        // All start gated, so that a task not yet looked at does not count against its
+        // array's limit.
+        self.gated.extend(queued.iter().map(|s| s.id));
+        let mut cache = Default::default();
+        for spec in queued {
+            let job = self.jobs.get(spec.id).expect("inserted above");
+            if self.gate(job, &mut cache).is_none() {
+                // Offline nodes keep it queued until agents register.
+                let array = job.record.array.map(|a| a.job);
+                self.gated.remove(&spec.id);
+                self.sched.submit(now.mono_s(), spec)?;
+                if let Some(a) = array {
+                    *cache.entry(a).or_default() += 1;
+                }
+            }
         }
         // Home slices were renumbered: save them, so a later restart groups jobs right.
         for &id in &placed {

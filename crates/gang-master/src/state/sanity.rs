@@ -45,11 +45,23 @@ impl MasterState {
                 ));
             }
             let (in_queue, in_matrix) = (queued.contains(&id), placed.contains(&id));
+            let gated = self.gated.contains(&id);
             match r.state {
-                State::Queued if !in_queue || in_matrix => {
+                // Either the core has it, or a gate keeps it out (held, dependency, array
+                // limit): exactly one.
+                State::Queued if in_queue == gated || in_matrix => {
                     return Err(format!(
-                        "queued job {id}: in the core's queue {in_queue}, placed {in_matrix}"
+                        "queued job {id}: in the core's queue {in_queue}, gated {gated}, \
+                         placed {in_matrix}"
                     ));
+                }
+                State::Queued
+                    if gated
+                        && r.hold.is_none()
+                        && r.dependency.is_empty()
+                        && r.array.is_none_or(|a| a.throttle == 0) =>
+                {
+                    return Err(format!("job {id} is gated with nothing to wait for"));
                 }
                 State::Starting | State::Running => {
                     let p =
@@ -75,6 +87,9 @@ impl MasterState {
                     if job.all_ranks_done() {
                         return Err(format!("job {id} has no rank left but has not ended"));
                     }
+                }
+                s if s != State::Queued && gated => {
+                    return Err(format!("{s:?} job {id} is still gated"));
                 }
                 s if s.is_final() && (in_queue || in_matrix) => {
                     return Err(format!("ended job {id} still holds its place in the core"));

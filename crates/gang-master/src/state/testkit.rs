@@ -236,6 +236,8 @@ pub fn record(id: u64) -> JobRecord {
         mpi_check: false,
         output_files: Default::default(),
         client_token: None,
+        dependency: Vec::new(),
+        at_submit: Default::default(),
     };
     JobRecord {
         id: JobId(id),
@@ -251,6 +253,8 @@ pub fn record(id: u64) -> JobRecord {
         end_ns: 0,
         run_ns: 0,
         output_lost: Vec::new(),
+        hold: None,
+        array: None,
     }
 }
 
@@ -289,6 +293,8 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         mpi_check: false,
         output_files: Default::default(),
         client_token: None,
+        dependency: Vec::new(),
+        at_submit: Default::default(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! the recording port, one batch per step, with the sanity check after every batch.
 
 mod cases;
+mod gates;
 mod liveness;
 mod messaging;
 mod props;
@@ -23,6 +24,10 @@ pub enum S {
     Submit(&'static str),
     /// Submit as this uid.
     SubmitAs(&'static str, u32),
+    /// Submit as uid 1000, the job changed first (a dependency, held, an array).
+    SubmitWith(&'static str, fn(&mut crate::state::events::NewJob)),
+    /// Update a job as this uid (hold, time limit); `Err` text expected, or "" for success.
+    Update(u64, u32, Option<bool>, Option<u64>, &'static str),
     /// Submitting as this uid is refused with this text.
     RefusedAs(&'static str, u32, &'static str),
     /// This uid lists exactly these jobs (newest first).
@@ -109,6 +114,32 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 let job = new_job(shape, uid, 0);
                 w.step(|st, fx, now| reactor::on_submit(st, fx, now, job))
                     .unwrap_or_else(|e| panic!("{}: {e}", at()));
+            }
+            S::SubmitWith(shape, change) => {
+                let mut job = new_job(shape, 1000, 0);
+                change(&mut job);
+                w.step(|st, fx, now| reactor::on_submit(st, fx, now, job))
+                    .unwrap_or_else(|e| panic!("{}: {e}", at()));
+            }
+            S::Update(job, uid, hold, time_limit_s, want) => {
+                let by = caller(uid);
+                let u = crate::state::events::JobUpdate {
+                    job: JobId(job),
+                    hold,
+                    time_limit_s,
+                    name: None,
+                };
+                let r = w.step(|st, fx, now| reactor::on_update(st, fx, now, &by, u));
+                match r {
+                    Ok(_) => assert_eq!(want, "", "{}", at()),
+                    Err(e) => {
+                        assert!(
+                            !want.is_empty() && e.to_string().contains(want),
+                            "{}: {e}",
+                            at()
+                        )
+                    }
+                }
             }
             S::RefusedAs(shape, uid, text) => {
                 let job = new_job(shape, uid, 0);

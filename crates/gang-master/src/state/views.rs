@@ -24,6 +24,8 @@ pub struct JobView {
     ///
     /// [`MasterState::pending_reason`]: crate::state::MasterState::pending_reason
     pub pending_reason: String,
+    /// For the first task of an array (whose id is the array's): how many tasks it has.
+    pub array_tasks: u32,
 }
 
 impl std::ops::Deref for JobView {

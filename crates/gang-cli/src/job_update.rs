@@ -1,0 +1,102 @@
+//! `gangctl hold`, `release` and `update`, as scontrol's: a queued job held is not started
+//! until released; a job's time limit (users may lower it) and name can be changed.
+
+use gang_proto::v1::{JobInfo, JobState, ListJobsRequest, UpdateJobRequest};
+
+use crate::connect::{self, CliError};
+use crate::job_filter::JobSel;
+use crate::output::OutputMode;
+use crate::output::views::ErrorView;
+
+/// The ids `sel` names: single ids as given (the master says why one cannot be changed),
+/// ranges among the queued jobs (hold and release are for queued jobs).
+async fn ids_of(master: &str, sel: &JobSel) -> Result<Vec<u64>, CliError> {
+    let JobSel::Ids { single, ranges } = sel else {
+        return Err(CliError::other("name jobs by their ids (3,5-9)"));
+    };
+    let mut ids = single.clone();
+    if !ranges.is_empty() {
+        let mut client = connect::job_client(master).await?;
+        let listed = client
+            .list_jobs(ListJobsRequest {
+                states: vec![JobState::Queued as i32],
+                limit: 0,
+            })
+            .await?
+            .into_inner()
+            .jobs;
+        ids.extend(listed.iter().map(|j| j.id).filter(|id| sel.contains(*id)));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Hold (`hold = true`) or release the jobs `sel` names; each is reported (`held 12`,
+/// `released 12`), refusals too, and the others go on. Exit status 1 if any was refused.
+pub async fn hold(
+    master: &str,
+    mode: OutputMode,
+    sel: JobSel,
+    hold: bool,
+) -> Result<i32, CliError> {
+    let ids = ids_of(master, &sel).await?;
+    if ids.is_empty() {
+        eprintln!("gangctl: no queued job matched");
+    }
+    let mut client = connect::job_client(master).await?;
+    let mut changed: Vec<JobInfo> = Vec::new();
+    let mut failed = false;
+    for job_id in ids {
+        let req = UpdateJobRequest {
+            job_id,
+            hold: Some(hold),
+            ..Default::default()
+        };
+        match client.update_job(req).await {
+            Ok(r) => changed.extend(r.into_inner().job),
+            Err(status) => {
+                mode.eprint(&ErrorView::of("gangctl", &CliError::from(status)));
+                failed = true;
+            }
+        }
+    }
+    let word = if hold { "held" } else { "released" };
+    mode.print(&crate::output::views::UpdatedView {
+        jobs: &changed,
+        word,
+    });
+    Ok(if failed { 1 } else { 0 })
+}
+
+/// Change one job's time limit and/or name.
+pub async fn update(
+    master: &str,
+    mode: OutputMode,
+    job_id: u64,
+    time_limit_s: Option<u64>,
+    name: Option<String>,
+) -> Result<i32, CliError> {
+    if time_limit_s.is_none() && name.is_none() {
+        return Err(CliError::other(
+            "nothing to change: give --time-limit or --name",
+        ));
+    }
+    let mut client = connect::job_client(master).await?;
+    let job = client
+        .update_job(UpdateJobRequest {
+            job_id,
+            hold: None,
+            time_limit_s,
+            name,
+        })
+        .await?
+        .into_inner()
+        .job
+        .unwrap_or_default();
+    mode.print(&crate::output::views::UpdatedView {
+        jobs: std::slice::from_ref(&job),
+        word: "updated",
+    });
+    Ok(0)
+}

@@ -1,0 +1,309 @@
+//! Queued jobs kept out of the scheduler's queue: held (`gangctl hold`), waiting on their
+//! dependencies (`afterok:12`), or throttled by their array's limit (`--array 1-100%10`).
+//!
+//! A queued job is either in the core's queue or in `gated`, never both (the sanity check
+//! says so). After every batch, [`MasterState::admit_ready`] queues the jobs whose gate
+//! opened and ends those whose dependency can never hold, until nothing changes: an ended
+//! job may open or close the gates of others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use gang_core::dependency::{self, Dep, Upstream, Verdict};
+use gang_core::{JobId, JobSpec, Shape};
+
+use crate::error::{MasterError, Result};
+use crate::job::{Hold, Job, State};
+use crate::state::effects::{Effect, Effects, Metric};
+use crate::state::events::{Caller, JobUpdate};
+use crate::state::views::JobView;
+use crate::state::{MasterState, Now};
+
+/// Why a queued job is kept out of the core's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Gate {
+    Held(Hold),
+    Dependency(Dep),
+    /// Its array has this many tasks queued for nodes or running: its limit.
+    Throttled {
+        array: JobId,
+        limit: u32,
+    },
+    /// A dependency that can never hold: the job ends.
+    Never(Dep, Upstream),
+}
+
+fn upstream_of(state: State) -> Upstream {
+    match state {
+        State::Queued => Upstream::Waiting,
+        State::Starting | State::Running => Upstream::Started,
+        State::Completed => Upstream::Ended { ok: true },
+        State::Failed | State::Cancelled | State::Timeout => Upstream::Ended { ok: false },
+    }
+}
+
+impl MasterState {
+    /// The jobs a dependency on `id` waits for: the job, or every task of the array `id`
+    /// names (an array's id is its first task's).
+    fn dependency_targets(&self, id: u64) -> Vec<&Job> {
+        let Some(first) = self.jobs.get(JobId(id)) else {
+            return Vec::new();
+        };
+        match first.record.array {
+            Some(a) if a.job == first.id() => (id..)
+                .map_while(|i| {
+                    self.jobs
+                        .get(JobId(i))
+                        .filter(|j| j.record.array.is_some_and(|t| t.job == a.job))
+                })
+                .collect(),
+            _ => vec![first],
+        }
+    }
+
+    /// How many tasks the array `array` has.
+    pub(super) fn array_size(&self, array: JobId) -> u32 {
+        self.dependency_targets(array.0).len() as u32
+    }
+
+    /// Tasks of `array` queued for nodes or running (counted once per pass, in `cache`).
+    fn active_tasks(&self, array: JobId, cache: &mut HashMap<JobId, u32>) -> u32 {
+        *cache.entry(array).or_insert_with(|| {
+            self.dependency_targets(array.0)
+                .iter()
+                .filter(|j| match j.record.state {
+                    State::Queued => !self.gated.contains(&j.id()),
+                    s => s.is_placed(),
+                })
+                .count() as u32
+        })
+    }
+
+    /// What keeps `job` out of the queue now, if anything.
+    pub(super) fn gate(&self, job: &Job, cache: &mut HashMap<JobId, u32>) -> Option<Gate> {
+        if let Some(h) = &job.record.hold {
+            return Some(Gate::Held(h.clone()));
+        }
+        let verdict = dependency::evaluate(&job.record.dependency, |id| {
+            let targets = self.dependency_targets(id);
+            if targets.is_empty() {
+                // Checked at submission; a job never leaves the table. Treated as failed.
+                return vec![Upstream::Ended { ok: false }];
+            }
+            targets
+                .iter()
+                .map(|j| upstream_of(j.record.state))
+                .collect()
+        });
+        match verdict {
+            Verdict::Met => {}
+            Verdict::Waiting(d) => return Some(Gate::Dependency(d)),
+            Verdict::Never(d, u) => return Some(Gate::Never(d, u)),
+        }
+        let a = job.record.array?;
+        (a.throttle > 0 && self.active_tasks(a.job, cache) >= a.throttle).then_some(
+            Gate::Throttled {
+                array: a.job,
+                limit: a.throttle,
+            },
+        )
+    }
+
+    /// Queue a job for nodes (it was gated, or is new and has no gate).
+    pub(super) fn enqueue(&mut self, fx: &mut Effects, now: Now, id: JobId) -> Result<()> {
+        let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        let plan = self.sched.submit(
+            now.mono_s(),
+            JobSpec {
+                id,
+                shape: Shape::new(job.record.w, job.record.h),
+                estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
+                user: job.record.owner.uid,
+            },
+        )?;
+        self.execute(fx, now, plan);
+        Ok(())
+    }
+
+    /// Queue every gated job whose gate opened; end those whose dependency can never hold.
+    pub(super) fn admit_ready(&mut self, fx: &mut Effects, now: Now) {
+        loop {
+            let mut changed = false;
+            let mut cache = HashMap::new();
+            let ids: Vec<JobId> = self.gated.iter().copied().collect();
+            for id in ids {
+                let Some(job) = self.jobs.get(id) else {
+                    self.gated.remove(&id);
+                    continue;
+                };
+                match self.gate(job, &mut cache) {
+                    None => {
+                        let array = job.record.array.map(|a| a.job);
+                        self.gated.remove(&id);
+                        if let Err(e) = self.enqueue(fx, now, id) {
+                            tracing::warn!(job = %id, error = %e, "cannot queue a released job");
+                        }
+                        if let Some(a) = array {
+                            *cache.entry(a).or_default() += 1;
+                        }
+                        changed = true;
+                    }
+                    Some(Gate::Never(d, u)) => {
+                        self.gated.remove(&id);
+                        let why = never_text(d, u);
+                        let job = self.jobs.get_mut(id).expect("present");
+                        job.record.state = State::Cancelled;
+                        job.record.reason = why;
+                        job.record.end_ns = now.wall_ns;
+                        fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
+                        self.save(fx, now, id);
+                        // Tasks of its array, and jobs that wait on it, may move now.
+                        cache.clear();
+                        changed = true;
+                    }
+                    Some(_) => {}
+                }
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    /// Why a gated job waits, for its pending reason.
+    pub(super) fn gate_text(&self, job: &Job) -> String {
+        match self.gate(job, &mut HashMap::new()) {
+            Some(Gate::Held(h)) if h.admin => format!("held by admin {}", h.by),
+            Some(Gate::Held(h)) => format!("held by {} (gangctl release {})", h.by, job.id()),
+            Some(Gate::Dependency(d)) => {
+                let states: Vec<&'static str> = self
+                    .dependency_targets(d.job)
+                    .iter()
+                    .map(|j| super::messaging::state_word(j.record.state))
+                    .collect();
+                let what = match states.as_slice() {
+                    [one] => format!("job {} is {one}", d.job),
+                    many => {
+                        let done = many
+                            .iter()
+                            .filter(|s| **s != "queued" && **s != "running" && **s != "starting")
+                            .count();
+                        format!("array {}: {done} of {} tasks ended", d.job, many.len())
+                    }
+                };
+                format!("dependency {d}: {what}")
+            }
+            Some(Gate::Throttled { array, limit }) => {
+                format!("array {array} runs at most {limit} tasks at once")
+            }
+            Some(Gate::Never(d, u)) => never_text(d, u),
+            None => "released: queued with the next batch".into(),
+        }
+    }
+
+    /// `gangctl hold/release/update`: what a caller may change of a job.
+    pub(super) fn update(
+        &mut self,
+        fx: &mut Effects,
+        now: Now,
+        caller: &Caller,
+        u: JobUpdate,
+    ) -> Result<JobView> {
+        let id = u.job;
+        let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
+        self.check_access(caller, job, "update")?;
+        let state = job.record.state;
+        if state.is_final() {
+            return Err(MasterError::AlreadyEnded {
+                job: id,
+                state: super::messaging::state_word(state),
+            });
+        }
+        if let Some(limit) = u.time_limit_s {
+            let cur = job.record.time_limit_s;
+            let raises = cur != 0 && (limit == 0 || limit > cur);
+            if raises && !caller.admin {
+                return Err(MasterError::Forbidden(format!(
+                    "job {id} has a time limit of {cur} s; a user may lower it, only an admin \
+                     may raise it (asked {})",
+                    if limit == 0 {
+                        "none".to_string()
+                    } else {
+                        format!("{limit} s")
+                    }
+                )));
+            }
+        }
+        if let Some(name) = &u.name
+            && (name.is_empty() || name.len() > 256 || name.contains('\0'))
+        {
+            return Err(MasterError::Invalid(format!(
+                "a job name must be 1 to 256 bytes without NUL, got {} bytes",
+                name.len()
+            )));
+        }
+        match u.hold {
+            Some(true) if state != State::Queued => {
+                return Err(MasterError::NotQueued {
+                    job: id,
+                    state: super::messaging::state_word(state),
+                    action: "held",
+                });
+            }
+            Some(false) if job.record.hold.as_ref().is_some_and(|h| h.admin) && !caller.admin => {
+                return Err(MasterError::Forbidden(format!(
+                    "job {id} was held by an admin ({}); only an admin may release it",
+                    job.record
+                        .hold
+                        .as_ref()
+                        .map(|h| h.by.as_str())
+                        .unwrap_or_default()
+                )));
+            }
+            _ => {}
+        }
+        // Checked: now change it.
+        if u.hold == Some(true) && !self.gated.contains(&id) {
+            let plan = self.sched.finish(now.mono_s(), id)?;
+            self.gated.insert(id);
+            self.execute(fx, now, plan);
+        }
+        let job = self.jobs.get_mut(id).expect("present");
+        match u.hold {
+            Some(true) => {
+                job.record.hold = Some(Hold {
+                    by: caller.owner.user.clone(),
+                    admin: caller.admin && caller.owner.uid != job.record.owner.uid,
+                })
+            }
+            // Queued again after this batch (admit_ready), if nothing else holds it.
+            Some(false) => job.record.hold = None,
+            None => {}
+        }
+        if u.time_limit_s.is_some() || u.name.is_some() {
+            let spec = Arc::make_mut(&mut job.record.spec);
+            if let Some(limit) = u.time_limit_s {
+                spec.time_limit_s = limit;
+            }
+            if let Some(name) = u.name {
+                spec.name = name;
+            }
+        }
+        if let Some(limit) = u.time_limit_s {
+            self.sched
+                .set_estimate(id, (limit > 0).then_some(limit as f64));
+        }
+        self.save(fx, now, id);
+        self.view(id, now)
+    }
+}
+
+fn never_text(d: Dep, u: Upstream) -> String {
+    let how = match u {
+        Upstream::Ended { ok: true } => "completed",
+        Upstream::Ended { ok: false } => "ended without success",
+        Upstream::Started => "started",
+        Upstream::Waiting => "queued",
+    };
+    format!("dependency {d} can never be met: job {} {how}", d.job)
+}
