@@ -101,6 +101,39 @@ pub enum Cmd {
         limit: u32,
     },
 
+    /// Accounting, as sacct: jobs of today (UTC) in every state, or those named, with the
+    /// columns of --format; JSON has every column (durations in ms, instants in Unix ns).
+    ///
+    /// Columns: jobid, jobname, user, state, exitcode (128+N: killed by signal N; 124:
+    /// its time limit ended it), elapsed (wall time from start to end), run (time it was
+    /// scheduled in its time slices), timelimit, submit, start, end, nnodes, nodelist
+    /// (X-RANGE,Y-RANGE, as drain takes it), shape, reason, array (ARRAY_TASK),
+    /// dependency.
+    #[command(
+        after_help = "Examples:\n  gangctl acct\n  gangctl acct --since 7d --user alice\n  gangctl acct 12 -o jobid,elapsed,run,exitcode,nodelist\n  gangctl acct --state F,TO --output json"
+    )]
+    Acct {
+        /// Only these jobs: ids and ranges, comma-separated (3,5-9).
+        #[arg(value_name = "IDS|RANGES")]
+        ids: Vec<String>,
+        /// Only jobs of this user (a name or a uid).
+        #[arg(short, long, value_name = "USER")]
+        user: Option<String>,
+        /// Only jobs in these states (as for gangctl jobs).
+        #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        state: Option<job_filter::States>,
+        /// Jobs submitted since T (as for gangctl jobs) [default: today, 00:00 UTC; with
+        /// job ids: any time].
+        #[arg(short = 'S', long, value_name = "T", value_parser = since_now)]
+        since: Option<i64>,
+        /// The columns, comma-separated, as sacct's --format (JobID,Elapsed also works).
+        #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::acct::DEFAULT_FORMAT, value_parser = crate::acct::parse_format_arg)]
+        format: crate::acct::Format,
+        /// At most this many jobs (0: the master's limit, 1000).
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        limit: u32,
+    },
+
     /// Show one job.
     Job {
         /// The job id.

@@ -13,6 +13,7 @@
 //! - [`job_update`]: `gangctl hold`, `release` and `update`.
 //! - [`matrix_view`]: the slice matrix drawn as text.
 //! - [`relay`]: output relay for `prun` (replay de-duplication, `--label` line buffering).
+//! - [`acct`]: `gangctl acct`, sacct's columns.
 //! - [`attach`]: the attach loop of `prun` and `gangctl attach` (stdin, output, signals,
 //!   reconnection); [`job_output`]: `gangctl attach` and `gangctl output`.
 //! - [`queue_note`]: what `prun` says while its job waits in the queue.
@@ -28,6 +29,7 @@
 //! A whole cluster on loopback (`gangctl start`, end-to-end tests) is the `gang-local`
 //! crate.
 
+pub mod acct;
 pub mod attach;
 pub mod cancel;
 pub mod certs;

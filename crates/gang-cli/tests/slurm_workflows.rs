@@ -154,5 +154,59 @@ fn holds_dependencies_arrays_and_updates() {
     json(&c, &["cancel", &r.to_string()]);
     wait_job(&c, r, "cancelled", |j| j["state"] == "cancelled");
     assert!(t0.elapsed() < T);
+
+    // Accounting, as sacct: the columns asked, oldest first; JSON has every column.
+    let o = run(
+        GANGCTL,
+        &c,
+        &[
+            "acct",
+            "-o",
+            "JobID,State,ExitCode,NNodes,NodeList,Array",
+            &format!("{a},{x},{first}"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines: Vec<Vec<String>> = text(&o.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["JOBID", "STATE", "EXITCODE", "NNODES", "NODELIST", "ARRAY"]
+    );
+    assert_eq!(
+        lines[1],
+        [
+            a.to_string(),
+            "completed".into(),
+            "0".into(),
+            "4".into(),
+            "0-1,0-1".into(),
+            "-".into()
+        ]
+    );
+    assert_eq!(
+        lines[2][..4],
+        [x.to_string(), "cancelled".into(), "-".into(), "0".into()]
+    );
+    assert_eq!(lines[3][5], format!("{first}_1"));
+    let acct = json(&c, &["acct", &r.to_string()]);
+    let row = &acct[0];
+    assert_eq!(
+        (row["jobid"].as_u64(), row["state"].as_str()),
+        (Some(r), Some("cancelled"))
+    );
+    assert!(row["elapsed_ms"].as_i64().unwrap() > 0, "{row}");
+    assert_eq!(row["timelimit_s"], 300, "{row}");
+    // Today's jobs by default (in every state), oldest first.
+    let today: Vec<u64> = json(&c, &["acct"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["jobid"].as_u64().unwrap())
+        .collect();
+    assert!(today.contains(&r) && today.contains(&x), "{today:?}");
+    assert!(today.windows(2).all(|w| w[0] < w[1]), "{today:?}");
     c.shutdown().expect("clean shutdown");
 }

@@ -191,6 +191,7 @@ fn a_time_limit_ends_a_job_as_timeout_in_slurm_formats() {
     assert!(t0.elapsed() < T);
     let last = json(&c, &["jobs", "last"]);
     assert_eq!(last[0]["state"], "timeout", "{last}");
+    assert_eq!(last[0]["exit_code"], 124, "as prun exits: {last}");
     assert_eq!(last[0]["time_limit_s"], 2, "{last}");
     assert_eq!(ids(&json(&c, &["jobs", "--state", "TO"])).len(), 1);
     let o = run(GANGCTL, &c, &["jobs", "--all"]);

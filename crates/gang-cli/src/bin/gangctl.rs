@@ -145,6 +145,39 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             };
             list_jobs(&master, mode, filter, state, all, limit).await
         }
+        Cmd::Acct {
+            ids,
+            user,
+            state,
+            since,
+            format,
+            limit,
+        } => {
+            let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(clap::error::ErrorKind::InvalidValue, e)
+                    .exit()
+            });
+            let now = gang_cli::gangctl_cli::now_ns();
+            // As sacct: today's jobs (UTC), unless jobs or a time are named.
+            const DAY_NS: i64 = 86_400_000_000_000;
+            let since = since.or_else(|| sel.is_none().then_some(now - now % DAY_NS));
+            let filter = job_filter::JobFilter {
+                sel,
+                user,
+                since_ns: since,
+            };
+            let (mut jobs, failed) = fetch_jobs(&master, filter, state, true, limit).await?;
+            // Oldest first, as sacct lists them.
+            jobs.sort_by_key(|j| j.id);
+            mode.print(&gang_cli::acct::AcctView {
+                jobs: &jobs,
+                columns: &format.0,
+                now_ns: now,
+            });
+            Ok(if failed { 1 } else { 0 })
+        }
         Cmd::Job { id } => {
             let mut client = connect::job_client(&master).await?;
             let job = client
@@ -318,6 +351,19 @@ async fn list_jobs(
     all: bool,
     limit: u32,
 ) -> Result<i32, CliError> {
+    let (jobs, failed) = fetch_jobs(master, filter, state, all, limit).await?;
+    mode.print(&JobsView(&jobs));
+    Ok(if failed { 1 } else { 0 })
+}
+
+/// The jobs [`list_jobs`] shows, and whether a named one could not be fetched.
+async fn fetch_jobs(
+    master: &str,
+    filter: job_filter::JobFilter,
+    state: Option<job_filter::States>,
+    all: bool,
+    limit: u32,
+) -> Result<(Vec<gang_proto::v1::JobInfo>, bool), CliError> {
     use job_filter::JobSel;
     // Naming jobs or a time is asking about history, as sacct does: finished ones too.
     let history = all || filter.sel.is_some() || filter.since_ns.is_some();
@@ -368,8 +414,7 @@ async fn list_jobs(
         }
         jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
     }
-    mode.print(&JobsView(&jobs));
-    Ok(if failed { 1 } else { 0 })
+    Ok((jobs, failed))
 }
 
 /// `drain` / `resume`: one request per node, each reported; a refusal does not stop the

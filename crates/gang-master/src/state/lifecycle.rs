@@ -19,6 +19,9 @@ use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
 
+/// The exit code of a job that ran out of time (`timeout(1)`'s).
+pub const TIMEOUT_EXIT: i32 = 124;
+
 impl MasterState {
     fn validate(&self, new: &NewJob) -> Result<Shape> {
         let limits = &self.cfg.limits;
@@ -504,14 +507,10 @@ impl MasterState {
         job.record.run_ns = run;
         job.run_accounted_to = now.wall_ns;
         let (state, code, reason) = match (&job.cancelled, &job.failure) {
-            (Some(why), f) => {
-                let state = if job.timed_out {
-                    State::Timeout
-                } else {
-                    State::Cancelled
-                };
-                (state, f.as_ref().and_then(|f| f.0), why.clone())
-            }
+            // A job its time limit ended exits 124 everywhere (as `timeout(1)`, and as prun
+            // exits), whatever signal its ranks died of: scripts tell it from a failure.
+            (Some(why), _) if job.timed_out => (State::Timeout, Some(TIMEOUT_EXIT), why.clone()),
+            (Some(why), f) => (State::Cancelled, f.as_ref().and_then(|f| f.0), why.clone()),
             (None, Some((code, why))) => (State::Failed, *code, why.clone()),
             (None, None) => (State::Completed, Some(0), String::new()),
         };

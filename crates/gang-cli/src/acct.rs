@@ -1,0 +1,320 @@
+//! `gangctl acct`, as sacct: one line per job with the columns asked (`--format`), from what
+//! the master keeps of every job: wall elapsed, scheduled run time, the nodes, the exit
+//! code, the state and reason. As JSON, one object per job with every column.
+
+use std::collections::BTreeMap;
+
+use gang_proto::v1::JobInfo;
+use serde_json::Value;
+
+use crate::output::View;
+use crate::output::format::{fmt_limit, fmt_time_ns, job_name, job_shape, table};
+
+/// A column of `gangctl acct`: its sacct name, and how it is read from a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    JobId,
+    JobName,
+    User,
+    State,
+    ExitCode,
+    Elapsed,
+    Run,
+    TimeLimit,
+    Submit,
+    Start,
+    End,
+    NNodes,
+    NodeList,
+    Shape,
+    Reason,
+    Array,
+    Dependency,
+}
+
+/// Every column, by the name `--format` takes (sacct's where sacct has one).
+pub const COLUMNS: &[(&str, Column, &str)] = &[
+    ("jobid", Column::JobId, "the job id"),
+    ("jobname", Column::JobName, "its name"),
+    ("user", Column::User, "who submitted it"),
+    (
+        "state",
+        Column::State,
+        "queued, running, completed, failed, cancelled, timeout",
+    ),
+    (
+        "exitcode",
+        Column::ExitCode,
+        "the exit code (128+N: killed by signal N; 124: timeout)",
+    ),
+    (
+        "elapsed",
+        Column::Elapsed,
+        "wall time from its start to its end (or now)",
+    ),
+    (
+        "run",
+        Column::Run,
+        "time it was scheduled to run in its time slices",
+    ),
+    ("timelimit", Column::TimeLimit, "its time limit"),
+    ("submit", Column::Submit, "when it was submitted (UTC)"),
+    ("start", Column::Start, "when it started (UTC)"),
+    ("end", Column::End, "when it ended (UTC)"),
+    ("nnodes", Column::NNodes, "how many nodes it had"),
+    (
+        "nodelist",
+        Column::NodeList,
+        "its nodes, as X-RANGE,Y-RANGE (0-1,2-3)",
+    ),
+    ("shape", Column::Shape, "its shape, WxH"),
+    (
+        "reason",
+        Column::Reason,
+        "why it failed, was cancelled, or waits",
+    ),
+    (
+        "array",
+        Column::Array,
+        "ARRAY_TASK for a task of a job array",
+    ),
+    ("dependency", Column::Dependency, "what it waited for"),
+];
+
+/// sacct's default set, in our terms.
+pub const DEFAULT_FORMAT: &str = "jobid,jobname,user,state,exitcode,elapsed,run,nnodes,nodelist";
+
+impl Column {
+    fn name(self) -> &'static str {
+        COLUMNS
+            .iter()
+            .find(|c| c.1 == self)
+            .map(|c| c.0)
+            .unwrap_or("?")
+    }
+
+    fn header(self) -> String {
+        self.name().to_ascii_uppercase()
+    }
+}
+
+/// `--format jobid,jobname,...` (case-insensitive, as sacct's `JobID,JobName`).
+pub fn parse_format(s: &str) -> Result<Vec<Column>, String> {
+    let mut out = Vec::new();
+    for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let w = word.to_ascii_lowercase();
+        let Some((_, c, _)) = COLUMNS.iter().find(|(n, _, _)| *n == w) else {
+            let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
+            return Err(format!(
+                "unknown column {word:?}: expected some of {}",
+                names.join(", ")
+            ));
+        };
+        out.push(*c);
+    }
+    if out.is_empty() {
+        return Err("--format names no column".into());
+    }
+    Ok(out)
+}
+
+/// `--format` parsed: one value to clap (a bare `Vec` would be taken as many).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Format(pub Vec<Column>);
+
+/// [`parse_format`] as clap's value parser.
+pub fn parse_format_arg(s: &str) -> Result<Format, String> {
+    parse_format(s).map(Format)
+}
+
+/// Wall time from start to end, or to `now_ns` while it runs; 0 before it started.
+pub fn elapsed_ns(j: &JobInfo, now_ns: i64) -> i64 {
+    match (j.start_ns, j.end_ns) {
+        (0, _) => 0,
+        (s, 0) => (now_ns - s).max(0),
+        (s, e) => (e - s).max(0),
+    }
+}
+
+/// The nodes of its submesh as `gangctl drain` takes them: `X0-X1,Y0-Y1`.
+pub fn node_list(j: &JobInfo) -> String {
+    let Some(s) = j.submesh else {
+        return String::new();
+    };
+    let range = |a: u32, n: u32| {
+        if n <= 1 {
+            a.to_string()
+        } else {
+            format!("{a}-{}", a + n - 1)
+        }
+    };
+    format!("{},{}", range(s.x, s.w), range(s.y, s.h))
+}
+
+fn secs(ns: i64) -> u64 {
+    u64::try_from(ns / 1_000_000_000).unwrap_or(0)
+}
+
+/// As sacct prints a duration: `HH:MM:SS` (`D-HH:MM:SS` past a day).
+fn fmt_elapsed(ns: i64) -> String {
+    let s = secs(ns);
+    let (d, h, m, sec) = (s / 86400, s % 86400 / 3600, s % 3600 / 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{sec:02}")
+    } else {
+        format!("{h:02}:{m:02}:{sec:02}")
+    }
+}
+
+fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
+    let spec = j.spec.clone().unwrap_or_default();
+    let text_or_dash = |s: String| if s.is_empty() { "-".to_string() } else { s };
+    match c {
+        Column::JobId => (j.id.to_string(), j.id.into()),
+        Column::JobName => (job_name(j), job_name(j).into()),
+        Column::User => (j.user.clone(), j.user.clone().into()),
+        Column::State => (j.state().label().into(), j.state().label().into()),
+        Column::ExitCode => match j.exit_code {
+            Some(c) => (c.to_string(), c.into()),
+            None => ("-".into(), Value::Null),
+        },
+        Column::Elapsed => {
+            let ns = elapsed_ns(j, now_ns);
+            (fmt_elapsed(ns), (ns / 1_000_000).into())
+        }
+        Column::Run => (fmt_elapsed(j.run_ns), (j.run_ns / 1_000_000).into()),
+        Column::TimeLimit => (fmt_limit(spec.time_limit_s), spec.time_limit_s.into()),
+        Column::Submit => (fmt_time_ns(j.submit_ns), j.submit_ns.into()),
+        Column::Start => (fmt_time_ns(j.start_ns), j.start_ns.into()),
+        Column::End => (fmt_time_ns(j.end_ns), j.end_ns.into()),
+        Column::NNodes => {
+            let n = j.submesh.map_or(0, |s| s.w * s.h);
+            (n.to_string(), n.into())
+        }
+        Column::NodeList => (text_or_dash(node_list(j)), node_list(j).into()),
+        Column::Shape => (job_shape(j), job_shape(j).into()),
+        Column::Reason => {
+            let r = if j.reason.is_empty() {
+                j.pending_reason.clone()
+            } else {
+                j.reason.clone()
+            };
+            (text_or_dash(r.clone()), r.into())
+        }
+        Column::Array => match j.array_task_id {
+            Some(t) if j.array_job_id != 0 => (
+                format!("{}_{t}", j.array_job_id),
+                format!("{}_{t}", j.array_job_id).into(),
+            ),
+            _ => ("-".into(), Value::Null),
+        },
+        Column::Dependency => (
+            text_or_dash(spec.dependency.clone()),
+            spec.dependency.into(),
+        ),
+    }
+}
+
+/// The jobs, with the columns asked (text) or every column (JSON, durations in ms and
+/// instants in Unix ns).
+pub struct AcctView<'a> {
+    pub jobs: &'a [JobInfo],
+    pub columns: &'a [Column],
+    pub now_ns: i64,
+}
+
+impl View for AcctView<'_> {
+    type Json = Vec<BTreeMap<&'static str, Value>>;
+
+    fn json(&self) -> Self::Json {
+        self.jobs
+            .iter()
+            .map(|j| {
+                COLUMNS
+                    .iter()
+                    .map(|(name, c, _)| {
+                        let key: &'static str = match c {
+                            Column::Elapsed => "elapsed_ms",
+                            Column::Run => "run_ms",
+                            Column::TimeLimit => "timelimit_s",
+                            Column::Submit => "submit_ns",
+                            Column::Start => "start_ns",
+                            Column::End => "end_ns",
+                            _ => name,
+                        };
+                        (key, cell(j, *c, self.now_ns).1)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn cli(&self) -> String {
+        let headers: Vec<String> = self.columns.iter().map(|c| c.header()).collect();
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let rows = self
+            .jobs
+            .iter()
+            .map(|j| {
+                self.columns
+                    .iter()
+                    .map(|c| cell(j, *c, self.now_ns).0)
+                    .collect()
+            })
+            .collect();
+        table(&headers, rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gang_proto::v1::{JobState, Submesh};
+
+    fn job() -> JobInfo {
+        JobInfo {
+            id: 7,
+            user: "alice".into(),
+            state: JobState::Timeout as i32,
+            exit_code: Some(124),
+            submesh: Some(Submesh {
+                x: 2,
+                y: 0,
+                w: 2,
+                h: 1,
+            }),
+            start_ns: 1_000_000_000,
+            end_ns: 3_725_000_000_000 + 1_000_000_000,
+            run_ns: 1_800_000_000_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn formats_are_sacct_names_in_any_case() {
+        let cols = parse_format("JobID,Elapsed,NodeList").unwrap();
+        assert_eq!(cols, [Column::JobId, Column::Elapsed, Column::NodeList]);
+        let e = parse_format("jobid,maxrss").unwrap_err();
+        assert!(e.contains("unknown column \"maxrss\""), "{e}");
+        assert!(parse_format(DEFAULT_FORMAT).is_ok());
+    }
+
+    #[test]
+    fn cells_read_as_sacct_prints_them() {
+        let j = job();
+        assert_eq!(node_list(&j), "2-3,0");
+        assert_eq!(cell(&j, Column::Elapsed, 0).0, "01:02:05");
+        assert_eq!(cell(&j, Column::Run, 0).0, "00:30:00");
+        assert_eq!(cell(&j, Column::ExitCode, 0).0, "124");
+        assert_eq!(cell(&j, Column::NNodes, 0).0, "2");
+        let running = JobInfo { end_ns: 0, ..job() };
+        assert_eq!(elapsed_ns(&running, 11_000_000_000), 10_000_000_000);
+        let v = AcctView {
+            jobs: &[j],
+            columns: &[Column::JobId, Column::State],
+            now_ns: 0,
+        };
+        assert_eq!(v.cli(), "JOBID  STATE\n7      timeout\n");
+        assert_eq!(v.json()[0]["elapsed_ms"], 3_725_000);
+    }
+}
