@@ -287,7 +287,8 @@ fn prun_output_files_are_written_on_the_nodes() {
     for (bad, want) in [
         (
             "x-%x",
-            "unknown %x in \"x-%x\": expected %j (job id), %r (rank), %n (node X-Y) or %%",
+            "unknown %x in \"x-%x\": expected %j (job id), %r (rank), %n (node X-Y), %A and %a \
+             (array job id and task index) or %%",
         ),
         ("", "the file pattern is empty"),
     ] {
