@@ -58,6 +58,7 @@ pub mod service;
 pub mod session_thread;
 pub mod switch;
 pub mod tls;
+pub mod usage;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -63,6 +63,7 @@ impl Node {
             outbox: Arc::clone(&outbox),
             switch: Arc::clone(&switch),
             msg: Arc::clone(&msg),
+            usage: crate::launch::UsageCell::new(coord),
         };
         Arc::new(Node {
             msg,

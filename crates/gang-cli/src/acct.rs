@@ -30,6 +30,10 @@ pub enum Column {
     Reason,
     Array,
     Dependency,
+    UserCpu,
+    SystemCpu,
+    TotalCpu,
+    MaxRss,
 }
 
 /// Every column, by the name `--format` takes (sacct's where sacct has one).
@@ -79,10 +83,27 @@ pub const COLUMNS: &[(&str, Column, &str)] = &[
         "ARRAY_TASK for a task of a job array",
     ),
     ("dependency", Column::Dependency, "what it waited for"),
+    (
+        "usercpu",
+        Column::UserCpu,
+        "CPU time in user mode, all its ranks' processes",
+    ),
+    (
+        "systemcpu",
+        Column::SystemCpu,
+        "CPU time in the kernel, all its ranks' processes",
+    ),
+    ("totalcpu", Column::TotalCpu, "usercpu + systemcpu"),
+    (
+        "maxrss",
+        Column::MaxRss,
+        "the largest memory high-water mark of a rank",
+    ),
 ];
 
 /// sacct's default set, in our terms.
-pub const DEFAULT_FORMAT: &str = "jobid,jobname,user,state,exitcode,elapsed,run,nnodes,nodelist";
+pub const DEFAULT_FORMAT: &str =
+    "jobid,jobname,user,state,exitcode,elapsed,run,totalcpu,maxrss,nnodes,nodelist";
 
 impl Column {
     fn name(self) -> &'static str {
@@ -166,6 +187,33 @@ fn fmt_elapsed(ns: i64) -> String {
     }
 }
 
+/// CPU time as sacct prints it: `MM:SS.mmm` below an hour, else `[D-]HH:MM:SS`.
+fn fmt_cpu(ns: u64) -> String {
+    let ms = ns / 1_000_000;
+    let s = ms / 1000;
+    if s < 3600 {
+        format!("{:02}:{:02}.{:03}", s / 60, s % 60, ms % 1000)
+    } else {
+        fmt_elapsed(i64::try_from(ns).unwrap_or(i64::MAX))
+    }
+}
+
+/// Bytes with a binary unit, as sacct's MaxRSS (`512K`, `48.2M`, `1.5G`).
+fn fmt_bytes(b: u64) -> String {
+    let units = [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    for (u, size) in units {
+        if b >= size {
+            let v = b as f64 / size as f64;
+            return if v >= 100.0 {
+                format!("{v:.0}{u}")
+            } else {
+                format!("{v:.1}{u}")
+            };
+        }
+    }
+    format!("{b}")
+}
+
 fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
     let spec = j.spec.clone().unwrap_or_default();
     let text_or_dash = |s: String| if s.is_empty() { "-".to_string() } else { s };
@@ -212,6 +260,19 @@ fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
             text_or_dash(spec.dependency.clone()),
             spec.dependency.into(),
         ),
+        Column::UserCpu | Column::SystemCpu | Column::TotalCpu | Column::MaxRss => {
+            // Not measured (no rank has ended, or no node had cgroups for it): unknown, not 0.
+            let Some(u) = j.usage.filter(|u| u.ranks_measured > 0) else {
+                return ("-".into(), Value::Null);
+            };
+            let ns = match c {
+                Column::UserCpu => u.cpu_user_ns,
+                Column::SystemCpu => u.cpu_system_ns,
+                Column::TotalCpu => u.cpu_user_ns.saturating_add(u.cpu_system_ns),
+                _ => return (fmt_bytes(u.max_rss_bytes), u.max_rss_bytes.into()),
+            };
+            (fmt_cpu(ns), ns.into())
+        }
     }
 }
 
@@ -234,6 +295,10 @@ impl View for AcctView<'_> {
                     .iter()
                     .map(|(name, c, _)| {
                         let key: &'static str = match c {
+                            Column::UserCpu => "usercpu_ns",
+                            Column::SystemCpu => "systemcpu_ns",
+                            Column::TotalCpu => "totalcpu_ns",
+                            Column::MaxRss => "maxrss_bytes",
                             Column::Elapsed => "elapsed_ms",
                             Column::Run => "run_ms",
                             Column::TimeLimit => "timelimit_s",
@@ -294,8 +359,8 @@ mod tests {
     fn formats_are_sacct_names_in_any_case() {
         let cols = parse_format("JobID,Elapsed,NodeList").unwrap();
         assert_eq!(cols, [Column::JobId, Column::Elapsed, Column::NodeList]);
-        let e = parse_format("jobid,maxrss").unwrap_err();
-        assert!(e.contains("unknown column \"maxrss\""), "{e}");
+        let e = parse_format("jobid,maxvmsize").unwrap_err();
+        assert!(e.contains("unknown column \"maxvmsize\""), "{e}");
         assert!(parse_format(DEFAULT_FORMAT).is_ok());
     }
 
@@ -316,5 +381,30 @@ mod tests {
         };
         assert_eq!(v.cli(), "JOBID  STATE\n7      timeout\n");
         assert_eq!(v.json()[0]["elapsed_ms"], 3_725_000);
+        assert_eq!(
+            v.json()[0]["maxrss_bytes"],
+            Value::Null,
+            "not measured: null, not 0"
+        );
+    }
+
+    #[test]
+    fn cpu_and_memory_as_sacct_prints_them() {
+        let j = JobInfo {
+            usage: Some(gang_proto::v1::JobUsage {
+                ranks_measured: 2,
+                cpu_user_ns: 61_234_000_000,
+                cpu_system_ns: 1_000_000_000,
+                max_rss_bytes: 50 << 20,
+                max_rss_rank: 1,
+            }),
+            ..job()
+        };
+        assert_eq!(cell(&j, Column::UserCpu, 0).0, "01:01.234");
+        assert_eq!(cell(&j, Column::TotalCpu, 0).0, "01:02.234");
+        assert_eq!(cell(&j, Column::MaxRss, 0).0, "50.0M");
+        assert_eq!(cell(&job(), Column::MaxRss, 0).0, "-");
+        assert_eq!(fmt_bytes(512 << 10), "512K");
+        assert_eq!(fmt_cpu(7_200_000_000_000), "02:00:00");
     }
 }

@@ -108,7 +108,9 @@ pub enum Cmd {
     /// its time limit ended it), elapsed (wall time from start to end), run (time it was
     /// scheduled in its time slices), timelimit, submit, start, end, nnodes, nodelist
     /// (X-RANGE,Y-RANGE, as drain takes it), shape, reason, array (ARRAY_TASK),
-    /// dependency.
+    /// dependency, usercpu, systemcpu, totalcpu (CPU time of all the ranks' processes,
+    /// from cgroups made for each rank) and maxrss (the largest memory high-water mark of
+    /// a rank); "-" where not measured.
     #[command(
         after_help = "Examples:\n  gangctl acct\n  gangctl acct --since 7d --user alice\n  gangctl acct 12 -o jobid,elapsed,run,exitcode,nodelist\n  gangctl acct --state F,TO --output json"
     )]

@@ -199,6 +199,30 @@ fn holds_dependencies_arrays_and_updates() {
     );
     assert!(row["elapsed_ms"].as_i64().unwrap() > 0, "{row}");
     assert_eq!(row["timelimit_s"], 300, "{row}");
+    // CPU time and memory, measured in each rank's cgroups: a job whose ranks burn CPU and
+    // hold 64 MiB each.
+    let burn = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; head -c 67108864 /dev/zero | sort >/dev/null";
+    let o = run(PRUN, &c, &["-n", "2", "--", "sh", "-c", burn]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let acct = json(&c, &["acct", "last"]);
+    let row = &acct[0];
+    assert!(row["usercpu_ns"].as_u64().unwrap() > 20_000_000, "{row}");
+    assert!(row["maxrss_bytes"].as_u64().unwrap() > 60 << 20, "{row}");
+    let o = run(
+        GANGCTL,
+        &c,
+        &["acct", "last", "-o", "jobid,totalcpu,maxrss"],
+    );
+    let line = text(&o.stdout).lines().nth(1).unwrap().to_string();
+    assert!(line.ends_with('M'), "{line}");
+    let id = row["jobid"].as_u64().unwrap().to_string();
+    let o = run(GANGCTL, &c, &["job", &id]);
+    assert!(
+        text(&o.stdout).contains("(2 of 2 ranks measured)"),
+        "{}",
+        text(&o.stdout)
+    );
+
     // Today's jobs by default (in every state), oldest first.
     let today: Vec<u64> = json(&c, &["acct"])
         .as_array()

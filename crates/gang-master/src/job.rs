@@ -295,6 +295,52 @@ pub struct JobRecord {
     /// Its place in a job array, if it is a task of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArrayTask>,
+    /// What its ranks used, from their exit reports.
+    #[serde(default, skip_serializing_if = "JobUsage::is_empty")]
+    pub usage: JobUsage,
+}
+
+/// What one rank used, as its agent measured it in its cgroups; `None`: not measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RankUsage {
+    pub cpu_user_ns: Option<u64>,
+    pub cpu_system_ns: Option<u64>,
+    pub mem_peak_bytes: Option<u64>,
+}
+
+/// What a job's ranks used, all told (sacct's UserCPU, SystemCPU, MaxRSS): CPU summed over
+/// the ranks measured, the largest memory high-water mark and its rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUsage {
+    /// Ranks whose usage was measured (the others' nodes had no cgroups for it).
+    pub ranks_measured: u32,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub max_rss_bytes: u64,
+    pub max_rss_rank: u32,
+}
+
+impl JobUsage {
+    pub fn add(&mut self, rank: u32, u: RankUsage) {
+        if u.cpu_user_ns.is_none() && u.cpu_system_ns.is_none() && u.mem_peak_bytes.is_none() {
+            return;
+        }
+        self.ranks_measured += 1;
+        self.cpu_user_ns = self.cpu_user_ns.saturating_add(u.cpu_user_ns.unwrap_or(0));
+        self.cpu_system_ns = self
+            .cpu_system_ns
+            .saturating_add(u.cpu_system_ns.unwrap_or(0));
+        if let Some(m) = u.mem_peak_bytes
+            && m > self.max_rss_bytes
+        {
+            self.max_rss_bytes = m;
+            self.max_rss_rank = rank;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranks_measured == 0
+    }
 }
 
 /// A piped stream of a rank.

@@ -43,6 +43,8 @@ pub struct Given {
     pub state_fd: OwnedFd,
     /// `cgroup.procs` of a FREEZE rank's cgroup, which the child enters before exec.
     pub cgroup_procs: Option<RawFd>,
+    /// `cgroup.procs` of its accounting cgroups (`usage`), entered the same way.
+    pub usage_procs: Vec<RawFd>,
 }
 
 /// A rank's process, just spawned.
@@ -79,6 +81,7 @@ pub fn spawn_rank(
         stdin: req.stdin,
         files: found.files,
         cgroup_procs: given.cgroup_procs,
+        usage_procs: given.usage_procs.clone(),
         pmi_fd: given.pmi_fd.as_ref().map(|fd| fd.as_raw_fd()),
         state_fd: Some(given.state_fd.as_raw_fd()),
     };
@@ -153,6 +156,8 @@ pub struct RankSpec<'a> {
     /// `cgroup.procs` of the rank's freezer cgroup, open in the parent: the child writes
     /// "0" to it before exec, so it runs inside the cgroup from its first instruction.
     pub cgroup_procs: Option<std::os::fd::RawFd>,
+    /// `cgroup.procs` of its accounting cgroups, entered the same way.
+    pub usage_procs: Vec<std::os::fd::RawFd>,
     /// The rank's end of its PMI socketpair (`PMI_FD`, already in `gang_env`): the child
     /// keeps it open across exec.
     pub pmi_fd: Option<std::os::fd::RawFd>,
@@ -226,6 +231,7 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         .kill_on_drop(false);
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
+    let usage_procs = spec.usage_procs.clone();
     let kept = [spec.pmi_fd, spec.state_fd];
     let files = spec.files.clone();
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -238,6 +244,7 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
             }
+            crate::usage::enter(&usage_procs)?;
             // Nothing of the agent's reaches the rank but what it is given: descriptors
             // the agent inherited without close-on-exec (its starter's pipes) would
             // otherwise be the rank's too.
@@ -373,6 +380,7 @@ mod tests {
             stdin: false,
             files: RankFiles::default(),
             cgroup_procs: None,
+            usage_procs: Vec::new(),
             pmi_fd: None,
             state_fd: None,
         };

@@ -36,7 +36,7 @@ mod rollback;
 mod start;
 pub mod supervisor;
 
-pub use parts::NodeParts;
+pub use parts::{NodeParts, UsageCell};
 pub use plan::{LaunchPlan, LaunchPolicy, NodeFacts, plan};
 pub use start::start;
 pub use supervisor::{PIPE_DRAIN, Supervisor};

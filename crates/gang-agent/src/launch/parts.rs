@@ -9,6 +9,7 @@ use crate::msg::MsgHub;
 use crate::output::Outbox;
 use crate::ranks::Ranks;
 use crate::switch::Switcher;
+use crate::usage::UsageBase;
 
 #[derive(Debug, Clone)]
 pub struct NodeParts {
@@ -21,4 +22,29 @@ pub struct NodeParts {
     pub switch: Arc<Switcher>,
     /// Its messaging directory, key-value space and MPI servers.
     pub msg: Arc<MsgHub>,
+    /// Its accounting cgroups (what it used), made at the node's first launch.
+    pub usage: Arc<UsageCell>,
+}
+
+/// The node's accounting cgroups, found on first use: a node that never launches a real
+/// process (an emulated one) makes none.
+#[derive(Debug)]
+pub struct UsageCell {
+    node: crate::error::Coord,
+    base: std::sync::OnceLock<Option<UsageBase>>,
+}
+
+impl UsageCell {
+    pub fn new(node: crate::error::Coord) -> Arc<UsageCell> {
+        Arc::new(UsageCell {
+            node,
+            base: std::sync::OnceLock::new(),
+        })
+    }
+
+    pub fn base(&self) -> Option<&UsageBase> {
+        self.base
+            .get_or_init(|| UsageBase::open(self.node))
+            .as_ref()
+    }
 }

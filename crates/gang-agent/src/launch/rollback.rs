@@ -20,6 +20,7 @@ use super::supervisor::Supervisor;
 use crate::pmi::PmiJob;
 use crate::ranks::RankKey;
 use crate::switch::Prepared;
+use crate::usage::RankUsage;
 
 /// What the launch holds. The messaging directory and the PMIx registration are
 /// recorded as soon as they are tried: their undo takes away whatever of them a failure
@@ -32,6 +33,8 @@ pub struct Rollback<'a> {
     switch: Option<Prepared>,
     /// The agent's end of the rank's PMI socket, to serve once the rank runs.
     pmi: Option<(UnixStream, PmiJob)>,
+    /// Its accounting cgroups, if this node has them.
+    usage: Option<RankUsage>,
     /// Cleared by `commit`.
     armed: bool,
 }
@@ -56,6 +59,7 @@ impl<'a> Rollback<'a> {
             pmix: false,
             switch: None,
             pmi: None,
+            usage: None,
             armed: true,
         };
         taken.msg = true;
@@ -108,11 +112,29 @@ impl<'a> Rollback<'a> {
         prepared.msg = parts.msg.pages(key);
         let cgroup_procs = prepared.cgroup.as_ref().and_then(|c| c.procs_fd());
         taken.switch = Some(prepared);
+        // Not measured rather than not run: a rank whose cgroups cannot be made still runs.
+        taken.usage = parts.usage.base().and_then(|b| {
+            b.create(key)
+                .inspect_err(|e| {
+                    warn!(
+                        job_id = key.job_id,
+                        rank = key.rank,
+                        "no accounting cgroup, its CPU time and memory go unmeasured: {e}"
+                    )
+                })
+                .ok()
+        });
+        let usage_procs = taken
+            .usage
+            .as_ref()
+            .map(RankUsage::procs_fds)
+            .unwrap_or_default();
         let given = Given {
             gang_env,
             pmi_fd,
             state_fd,
             cgroup_procs,
+            usage_procs,
         };
         Ok((taken, given))
     }
@@ -151,7 +173,11 @@ impl<'a> Rollback<'a> {
             switch: Arc::clone(&parts.switch),
             msg: Arc::clone(&parts.msg),
         };
-        tokio::spawn(supervisor.supervise(self.key, child, pgid, pipes));
+        let mut usage = self.usage.take();
+        if let Some(u) = &mut usage {
+            u.spawned();
+        }
+        tokio::spawn(supervisor.supervise(self.key, child, pgid, pipes, usage));
         pid
     }
 }
@@ -164,6 +190,9 @@ impl Drop for Rollback<'_> {
         let parts = self.parts;
         if let Some(prepared) = self.switch.take() {
             parts.switch.abandon(prepared);
+        }
+        if let Some(u) = self.usage.take() {
+            u.remove_now();
         }
         if self.pmix {
             parts.msg.pmix_remove(self.key);

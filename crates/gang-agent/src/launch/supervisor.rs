@@ -22,6 +22,7 @@ use crate::msg::MsgHub;
 use crate::output::{Outbox, pump};
 use crate::ranks::{RankKey, Ranks, signal_group};
 use crate::switch::Switcher;
+use crate::usage::RankUsage;
 
 /// How long an exited rank's pipes may stay open (held by a process that escaped its
 /// group) before the agent stops reading them and reports the exit anyway.
@@ -53,7 +54,14 @@ impl Supervisor {
     /// Own the rank from spawn to exit report: reap it (a stopped rank is never reported:
     /// `Child::wait` only returns on exit), sweep its group, drain its output, then queue
     /// the exit behind that output.
-    pub async fn supervise(self, key: RankKey, mut child: Child, pgid: Pid, pipes: Pipes) {
+    pub async fn supervise(
+        self,
+        key: RankKey,
+        mut child: Child,
+        pgid: Pid,
+        pipes: Pipes,
+        usage: Option<RankUsage>,
+    ) {
         // Read both pipes concurrently: a rank blocked writing a full stderr pipe while we
         // wait on its stdout would never finish.
         let mut pumps: Vec<JoinHandle<()>> = Vec::with_capacity(2);
@@ -106,6 +114,11 @@ impl Supervisor {
         if let Some(cgroup) = cgroup {
             tokio::spawn(cgroup.run());
         }
+        // After the sweep: what leftovers used until they were killed counts too.
+        let used = usage.as_ref().map(RankUsage::read).unwrap_or_default();
+        if let Some(u) = usage {
+            tokio::spawn(u.remove());
+        }
 
         let drained = tokio::time::timeout(PIPE_DRAIN, async {
             for p in &mut pumps {
@@ -136,6 +149,9 @@ impl Supervisor {
             y: self.node.y,
             how: Some(how),
             abort,
+            cpu_user_ns: used.cpu_user_ns,
+            cpu_system_ns: used.cpu_system_ns,
+            mem_peak_bytes: used.mem_peak_bytes,
             // The outbox fills in what the rank produced.
             ..Default::default()
         });

@@ -70,6 +70,18 @@ pub struct JobJson {
     pub array_job_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub array_task_id: Option<u32>,
+    /// What its ranks used (absent: nothing measured yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageJson>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageJson {
+    pub ranks_measured: u32,
+    pub cpu_user_ns: u64,
+    pub cpu_system_ns: u64,
+    pub max_rss_bytes: u64,
+    pub max_rss_rank: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -135,6 +147,13 @@ impl From<&JobInfo> for JobJson {
             held_by: j.held_by.clone(),
             array_job_id: (j.array_job_id != 0).then_some(j.array_job_id),
             array_task_id: j.array_task_id,
+            usage: j.usage.filter(|u| u.ranks_measured > 0).map(|u| UsageJson {
+                ranks_measured: u.ranks_measured,
+                cpu_user_ns: u.cpu_user_ns,
+                cpu_system_ns: u.cpu_system_ns,
+                max_rss_bytes: u.max_rss_bytes,
+                max_rss_rank: u.max_rss_rank,
+            }),
             pending_reason: j.pending_reason.clone(),
             slice_rows: j.slice_rows.clone(),
             deadlock: j.deadlock.as_ref().map(|d| DeadlockJson {

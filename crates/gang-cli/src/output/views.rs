@@ -176,6 +176,36 @@ impl View for JobView<'_> {
         if !spec.dependency.is_empty() {
             pairs.insert(at_pending(&pairs), ("dependency", spec.dependency.clone()));
         }
+        if let Some(u) = j.usage.filter(|u| u.ranks_measured > 0) {
+            let at = pairs
+                .iter()
+                .position(|(k, _)| *k == "run time")
+                .map_or(pairs.len(), |i| i + 1);
+            pairs.insert(
+                at,
+                (
+                    "cpu time",
+                    format!(
+                        "{} user, {} system ({} of {} ranks measured)",
+                        fmt_ns(u.cpu_user_ns as i64, false),
+                        fmt_ns(u.cpu_system_ns as i64, false),
+                        u.ranks_measured,
+                        j.w * j.h
+                    ),
+                ),
+            );
+            pairs.insert(
+                at + 1,
+                (
+                    "max memory",
+                    format!(
+                        "{} MiB (rank {})",
+                        u.max_rss_bytes.div_ceil(1 << 20),
+                        u.max_rss_rank
+                    ),
+                ),
+            );
+        }
         if !j.held_by.is_empty() {
             let who = if j.held_by_admin {
                 format!("{} (an admin)", j.held_by)

@@ -46,7 +46,7 @@ impl Actor {
                     if view.state.is_final() {
                         self.end_fences(view.id);
                     }
-                    let _ = self.handle.events.send(view);
+                    let _ = self.handle.events.send(*view);
                 }
                 Effect::FenceDone { job, epoch, kvs } => {
                     for tx in self.fences.remove(&(job, epoch)).unwrap_or_default() {

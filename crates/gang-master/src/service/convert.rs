@@ -289,6 +289,13 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
         held_by_admin: v.hold.as_ref().is_some_and(|h| h.admin),
         array_job_id: v.array.map_or(0, |a| a.job.0),
         array_task_id: v.array.map(|a| a.task),
+        usage: (!v.usage.is_empty()).then(|| v1::JobUsage {
+            ranks_measured: v.usage.ranks_measured,
+            cpu_user_ns: v.usage.cpu_user_ns,
+            cpu_system_ns: v.usage.cpu_system_ns,
+            max_rss_bytes: v.usage.max_rss_bytes,
+            max_rss_rank: v.usage.max_rss_rank,
+        }),
         state: job_state(v.state) as i32,
         w: v.w,
         h: v.h,
@@ -412,6 +419,11 @@ pub fn rank_exit(r: v1::RankExit, lost: Vec<(crate::job::OutStream, u64)>) -> Ra
         node: (r.x, r.y),
         abort: r.abort,
         lost,
+        usage: crate::job::RankUsage {
+            cpu_user_ns: r.cpu_user_ns,
+            cpu_system_ns: r.cpu_system_ns,
+            mem_peak_bytes: r.mem_peak_bytes,
+        },
         how: match r.how {
             Some(How::Code(c)) => ExitHow::Code(c),
             Some(How::Signal(s)) => ExitHow::Signal(s),

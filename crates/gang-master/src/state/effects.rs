@@ -40,7 +40,7 @@ pub enum Effect {
         table: NodeTable,
     },
     /// A job changed: announced to watchers and attached clients.
-    JobChanged(JobView),
+    JobChanged(Box<JobView>),
     /// Rank 0 of a job runs on `node`, whose agent is at `address` (where stdin goes).
     Rank0Running {
         job: JobId,

@@ -128,6 +128,8 @@ pub struct RankExit {
     /// Bytes of its streams that never reached the output log (the gRPC layer compares
     /// what the agent says the rank wrote with what the log holds).
     pub lost: Vec<(crate::job::OutStream, u64)>,
+    /// What it used, as its agent measured it (`None`s: not measured).
+    pub usage: crate::job::RankUsage,
 }
 
 /// Why a launch did not start its rank.

@@ -161,6 +161,7 @@ impl MasterState {
             output_lost: Vec::new(),
             hold: hold.clone(),
             array,
+            usage: Default::default(),
         };
         let records: Vec<JobRecord> = match &array {
             None => vec![record(first, Arc::new(spec), None)],
@@ -471,6 +472,7 @@ impl MasterState {
         };
         *slot = Rank::Exited(code);
         let job = self.jobs.get_mut(id).expect("present");
+        job.record.usage.add(exit.rank, exit.usage);
         for &(stream, bytes) in exit.lost.iter().filter(|(_, b)| *b > 0) {
             job.record.output_lost.push(OutputLoss {
                 rank: exit.rank,
@@ -536,7 +538,7 @@ impl MasterState {
         fx.emit(Effect::Save(Save::Job(Box::new(
             job.persisted(self.home_slice(id)),
         ))));
-        fx.emit(Effect::JobChanged(self.job_view(job, now)));
+        fx.emit(Effect::JobChanged(Box::new(self.job_view(job, now))));
     }
 }
 

@@ -94,7 +94,7 @@ impl MasterState {
             } else {
                 // Parked from the end of this batch on (`parked_jobs`, the next table).
                 let view = self.job_view(self.jobs.get(id).expect("present"), now);
-                fx.emit(Effect::JobChanged(view));
+                fx.emit(Effect::JobChanged(Box::new(view)));
             }
         }
     }

@@ -255,6 +255,7 @@ pub fn record(id: u64) -> JobRecord {
         output_lost: Vec::new(),
         hold: None,
         array: None,
+        usage: Default::default(),
     }
 }
 

@@ -327,6 +327,7 @@ fn exit(w: &mut World, job: u64, rank: u32, how: ExitHow) {
         how,
         abort: None,
         lost: vec![],
+        usage: Default::default(),
     };
     w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
 }

@@ -156,6 +156,7 @@ fn with_policy_kill_a_deadlocked_job_fails_saying_why() {
             how: crate::state::events::ExitHow::Signal(9),
             abort: None,
             lost: vec![],
+            usage: Default::default(),
         };
         w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
     }

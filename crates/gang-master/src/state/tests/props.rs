@@ -154,6 +154,7 @@ fn exit(w: &mut World, node: (u32, u32), job: JobId, rank: u32, how: ExitHow) {
         how,
         abort: None,
         lost: vec![],
+        usage: Default::default(),
     };
     w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
 }
