@@ -21,6 +21,7 @@ pkg-config
 hpcc
 python3
 python3-venv
+curl
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs); and PID 1 of every
@@ -48,6 +49,8 @@ python3-venv
 #   (crates/gang-e2e/tests/mpi/openmpi.rs, benches/benches/hpcc.rs).
 # python3, python3-venv: a venv with grpcio from PyPI (scripts/setup-python-api-test.sh) for
 #   the README's Python API examples (crates/gang-e2e/tests/python_api.rs).
+# curl: gRPC-Web and CORS preflights spoken as a browser's fetch does
+#   (crates/gang-e2e/tests/web.rs).
 
 missing=""
 for p in $PACKAGES; do

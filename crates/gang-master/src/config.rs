@@ -138,6 +138,16 @@ pub struct FileConfig {
     pub token_max_ttl_s: Option<u64>,
     pub limits: Option<LimitsSection>,
     pub connections: Option<ConnectionsSection>,
+    pub web: Option<WebSection>,
+}
+
+/// Browsers: gRPC-Web on the client port, and which other origins' pages may call it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSection {
+    /// Origins (`https://portal.example:8443`) whose pages may call the API from a
+    /// browser (CORS); empty: only pages the master serves itself.
+    pub allow_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -286,6 +296,23 @@ pub struct MasterConfig {
     pub connections: ConnLimits,
     /// How launches, signals and slice tables reach many agents (`agents::AgentPool`).
     pub fanout: Fanout,
+    /// Origins whose web pages may call the API (CORS on the client port's gRPC-Web).
+    pub web_origins: Vec<String>,
+}
+
+/// A CORS origin as browsers send it: scheme, host and optional port, nothing more.
+pub fn check_origin(o: &str) -> Result<(), String> {
+    let rest = o
+        .strip_prefix("https://")
+        .or_else(|| o.strip_prefix("http://"))
+        .ok_or_else(|| format!("web.allow_origins: {o:?} must start with https:// or http://"))?;
+    let bad = rest.is_empty() || rest.contains(['/', '?', '#', '*', ' ']) || rest.ends_with(':');
+    if bad {
+        return Err(format!(
+            "web.allow_origins: {o:?} is not an origin: scheme://host[:port], no path or wildcard"
+        ));
+    }
+    Ok(())
 }
 
 /// The relay tree: the master calls at most `width` agents for one order, each of which
@@ -383,6 +410,7 @@ impl MasterConfig {
             token_key: dir.join("token.key"),
             limits: Limits::default(),
             connections: ConnLimits::default(),
+            web_origins: Vec::new(),
             fanout: Fanout::default(),
             listen: "127.0.0.1:0".parse().expect("literal"),
             metrics_listen: "127.0.0.1:0".parse().expect("literal"),
@@ -441,6 +469,21 @@ mod tests {
         assert!(err(500, 3000, 200, 18_000).contains("idle_heartbeat_ms (200) is shorter"));
         assert!(err(500, 3000, 5000, 2000).contains("idle_node_timeout_ms (2000) is shorter"));
         assert!(err(500, 3000, 5000, 4000).contains("must be longer than idle_heartbeat_ms"));
+    }
+
+    #[test]
+    fn web_origins_are_origins() {
+        assert!(check_origin("https://portal.example").is_ok());
+        assert!(check_origin("http://127.0.0.1:8080").is_ok());
+        for bad in [
+            "portal.example",
+            "https://",
+            "https://p.example/",
+            "https://*.example",
+            "https://p:",
+        ] {
+            assert!(check_origin(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -306,6 +306,14 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         idle_node_timeout_ms,
     )
     .map_err(anyhow::Error::msg)?;
+    let web_origins = f
+        .web
+        .clone()
+        .and_then(|w| w.allow_origins)
+        .unwrap_or_default();
+    for o in &web_origins {
+        gang_master::config::check_origin(o).map_err(anyhow::Error::msg)?;
+    }
     let fanout = Fanout {
         width: a
             .fanout_width
@@ -375,6 +383,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         token_key,
         limits: Limits::default().with(&f.limits.clone().unwrap_or_default()),
         connections,
+        web_origins,
     };
     let log = a
         .log_format

@@ -8,7 +8,8 @@
 //! | `agent_listen` (TCP) | agents | mutual, node certificates required | the node in the certificate |
 //!
 //! Clients get JobService, AdminService, AuthService, health and reflection; agents get
-//! AgentRegistry only. Metrics are plain HTTP on their own port.
+//! AgentRegistry only. Metrics are plain HTTP on their own port. The TLS port also answers
+//! gRPC-Web (browsers, with a token), with CORS for the origins in `[web] allow_origins`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -172,6 +173,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         agent_channels = sizes.agent_channels,
         "connection pools"
     );
+    let cfg_web_origins = cfg.web_origins.clone();
     // Recovery happens here: nothing is served before the state is back.
     let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
 
@@ -284,7 +286,12 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
             UnixIncoming::new(unix, admitting("socket", &client_pool), is_admin),
             until(stopped.clone()),
         );
+    // Browsers: gRPC-Web on the same port (a page calls the API with a user's token; TLS
+    // negotiates HTTP/2, which browsers speak), and CORS for the origins the config allows.
+    let cors = web_cors(&cfg_web_origins)?;
     let remote = server()
+        .layer(cors)
+        .layer(tonic_web::GrpcWebLayer::new())
         .tls_config(
             ServerTlsConfig::new()
                 .identity(identity.clone())
@@ -334,6 +341,39 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         servers,
         state,
     })
+}
+
+/// CORS for gRPC-Web: the allowed origins may POST with the headers gRPC-Web and a token
+/// need, and read gRPC's status from the response. No origin listed: no CORS headers, so
+/// browsers let only same-origin pages call.
+fn web_cors(origins: &[String]) -> anyhow::Result<tower_http::cors::CorsLayer> {
+    use tonic::codegen::http::{HeaderName, HeaderValue, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins: Vec<HeaderValue> = origins
+        .iter()
+        .map(|o| HeaderValue::from_str(o).with_context(|| format!("web origin {o:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    let names = |ns: &[&'static str]| {
+        ns.iter()
+            .map(|n| HeaderName::from_static(n))
+            .collect::<Vec<_>>()
+    };
+    Ok(CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::POST])
+        .allow_headers(names(&[
+            "content-type",
+            "x-grpc-web",
+            "x-user-agent",
+            "grpc-timeout",
+            "authorization",
+        ]))
+        .expose_headers(names(&[
+            "grpc-status",
+            "grpc-message",
+            "grpc-status-details-bin",
+        ]))
+        .max_age(std::time::Duration::from_secs(600)))
 }
 
 /// Write atomically, so a reader never sees half a file.
