@@ -14,6 +14,8 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Sleep;
 use tokio_stream::Stream;
 use tonic::transport::server::Connected;
+
+use super::authority::AuthorityFix;
 use tracing::{debug, warn};
 
 use super::admission::{PeerKey, Pool, Refusal, peer_ip};
@@ -158,12 +160,12 @@ impl Admitting {
 
     /// Accept until a connection is admitted, the listener has nothing, or enough were
     /// refused that other tasks should run.
-    fn poll_admit<S>(
+    fn poll_admit<S, IO>(
         &mut self,
         cx: &mut Context<'_>,
         mut accept: impl FnMut(&mut Context<'_>) -> Poll<std::io::Result<S>>,
-        mut admit: impl FnMut(&mut Self, S) -> Option<Deadlined<S>>,
-    ) -> Poll<Option<std::io::Result<Deadlined<S>>>> {
+        mut admit: impl FnMut(&mut Self, S) -> Option<Deadlined<IO>>,
+    ) -> Poll<Option<std::io::Result<Deadlined<IO>>>> {
         for _ in 0..REFUSALS_PER_POLL {
             if let Some(b) = self.backoff.as_mut() {
                 if b.as_mut().poll(cx).is_pending() {
@@ -242,7 +244,7 @@ fn privileged(
 }
 
 impl Stream for UnixIncoming {
-    type Item = std::io::Result<Deadlined<UnixStream>>;
+    type Item = std::io::Result<Deadlined<AuthorityFix<UnixStream>>>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -260,7 +262,8 @@ impl Stream for UnixIncoming {
                     a.pool.would_refuse(key) && privileged(admins, is_admin.as_ref(), uid);
                 match a.pool.admit(key, privileged) {
                     Ok(p) => Some(Deadlined::new(
-                        stream,
+                        // grpcio and grpc-java name the socket's path as :authority.
+                        AuthorityFix::new(stream),
                         Peer::Unix(info),
                         a.deadlines,
                         p,

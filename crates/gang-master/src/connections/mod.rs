@@ -20,6 +20,7 @@
 
 pub mod accept;
 pub mod admission;
+pub mod authority;
 pub mod deadlines;
 
 use std::time::Duration;
