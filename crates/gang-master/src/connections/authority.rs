@@ -338,16 +338,13 @@ mod tests {
         stream: u32,
         authority: &[u8],
     ) -> Vec<u8> {
-        let block = enc.encode(
-            [
-                (&b":method"[..], &b"POST"[..]),
-                (b":scheme", b"http"),
-                (b":path", b"/gang.v1.JobService/ListJobs"),
-                (b":authority", authority),
-                (b"content-type", b"application/grpc"),
-            ]
-            .into_iter(),
-        );
+        let block = enc.encode([
+            (&b":method"[..], &b"POST"[..]),
+            (b":scheme", b"http"),
+            (b":path", b"/gang.v1.JobService/ListJobs"),
+            (b":authority", authority),
+            (b"content-type", b"application/grpc"),
+        ]);
         let mut f = Vec::new();
         push_frame(&mut f, HEADERS, END_HEADERS, stream, &block);
         f
