@@ -22,6 +22,8 @@ hpcc
 python3
 python3-venv
 curl
+chromium
+chromium-driver
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs); and PID 1 of every
@@ -50,7 +52,9 @@ curl
 # python3, python3-venv: a venv with grpcio from PyPI (scripts/setup-python-api-test.sh) for
 #   the README's Python API examples (crates/gang-e2e/tests/python_api.rs).
 # curl: gRPC-Web and CORS preflights spoken as a browser's fetch does
-#   (crates/gang-e2e/tests/web.rs).
+#   (crates/gang-e2e/tests/web.rs), and WebDriver calls (crates/gang-e2e/tests/portal.rs).
+# chromium, chromium-driver: the reference portal in a headless browser
+#   (crates/gang-e2e/tests/portal.rs).
 
 missing=""
 for p in $PACKAGES; do

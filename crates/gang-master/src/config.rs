@@ -148,6 +148,8 @@ pub struct WebSection {
     /// Origins (`https://portal.example:8443`) whose pages may call the API from a
     /// browser (CORS); empty: only pages the master serves itself.
     pub allow_origins: Option<Vec<String>>,
+    /// Serve the reference portal page at `/portal/` on the client port.
+    pub portal: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -298,6 +300,8 @@ pub struct MasterConfig {
     pub fanout: Fanout,
     /// Origins whose web pages may call the API (CORS on the client port's gRPC-Web).
     pub web_origins: Vec<String>,
+    /// Serve the reference portal (`portal.rs`) at `/portal/` on the client port.
+    pub web_portal: bool,
 }
 
 /// A CORS origin as browsers send it: scheme, host and optional port, nothing more.
@@ -411,6 +415,7 @@ impl MasterConfig {
             limits: Limits::default(),
             connections: ConnLimits::default(),
             web_origins: Vec::new(),
+            web_portal: false,
             fanout: Fanout::default(),
             listen: "127.0.0.1:0".parse().expect("literal"),
             metrics_listen: "127.0.0.1:0".parse().expect("literal"),

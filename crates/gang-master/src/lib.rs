@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod notify;
 pub mod output;
 pub mod placements;
+pub mod portal;
 pub mod revocations;
 pub mod server;
 pub mod service;

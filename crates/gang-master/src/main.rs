@@ -311,6 +311,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .clone()
         .and_then(|w| w.allow_origins)
         .unwrap_or_default();
+    let web_portal = f.web.as_ref().and_then(|w| w.portal).unwrap_or(false);
     for o in &web_origins {
         gang_master::config::check_origin(o).map_err(anyhow::Error::msg)?;
     }
@@ -384,6 +385,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         limits: Limits::default().with(&f.limits.clone().unwrap_or_default()),
         connections,
         web_origins,
+        web_portal,
     };
     let log = a
         .log_format

@@ -174,6 +174,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         "connection pools"
     );
     let cfg_web_origins = cfg.web_origins.clone();
+    let web_portal = cfg.web_portal;
     // Recovery happens here: nothing is served before the state is back.
     let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
 
@@ -290,6 +291,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // negotiates HTTP/2, which browsers speak), and CORS for the origins the config allows.
     let cors = web_cors(&cfg_web_origins)?;
     let remote = server()
+        .layer(crate::portal::PortalLayer { on: web_portal })
         .layer(cors)
         .layer(tonic_web::GrpcWebLayer::new())
         .tls_config(
