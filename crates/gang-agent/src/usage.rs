@@ -279,16 +279,10 @@ fn clean_stale(base: &Path) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
+        if !name
             .to_str()
-            .and_then(|n| n.strip_prefix("agent-"))
-            .and_then(|rest| rest.rsplit('-').next())
-            .and_then(|p| p.split('.').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+            .is_some_and(crate::switch::freezer::dead_agents_dir)
+        {
             continue;
         }
         remove_ranks(&entry.path());

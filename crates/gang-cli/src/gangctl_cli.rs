@@ -335,7 +335,7 @@ pub enum Cmd {
         shell: clap_complete::Shell,
         /// Whose completions.
         #[arg(value_enum, default_value = "gangctl", value_name = "COMMAND")]
-        command: crate::shell_docs::Program,
+        command: Program,
     },
 
     /// Write the man pages of prun and gangctl (one per subcommand: gangctl-jobs.1, ...)
@@ -419,4 +419,11 @@ pub fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// A command whose completions or pages are asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Program {
+    Gangctl,
+    Prun,
 }

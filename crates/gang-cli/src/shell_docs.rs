@@ -6,33 +6,26 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-/// A command whose completions or pages are asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Program {
-    Gangctl,
-    Prun,
+pub use crate::gangctl_cli::Program;
+
+fn command_of(prog: Program) -> clap::Command {
+    match prog {
+        Program::Gangctl => crate::gangctl_cli::Cli::command(),
+        Program::Prun => crate::prun_cli::Args::command(),
+    }
 }
 
-impl Program {
-    fn command(self) -> clap::Command {
-        match self {
-            Program::Gangctl => crate::gangctl_cli::Cli::command(),
-            Program::Prun => crate::prun_cli::Args::command(),
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Program::Gangctl => "gangctl",
-            Program::Prun => "prun",
-        }
+fn name_of(prog: Program) -> &'static str {
+    match prog {
+        Program::Gangctl => "gangctl",
+        Program::Prun => "prun",
     }
 }
 
 /// Write `prog`'s completion script for `shell` to `out`.
 pub fn completions(shell: clap_complete::Shell, prog: Program, out: &mut dyn Write) {
-    let mut cmd = prog.command();
-    clap_complete::generate(shell, &mut cmd, prog.name(), out);
+    let mut cmd = command_of(prog);
+    clap_complete::generate(shell, &mut cmd, name_of(prog), out);
 }
 
 /// Write the man pages of both commands into `dir` (made if missing): `prun.1`,
@@ -41,7 +34,7 @@ pub fn man_pages(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     for prog in [Program::Prun, Program::Gangctl] {
-        let cmd = prog.command();
+        let cmd = command_of(prog);
         clap_mangen::generate_to(cmd, dir)?;
     }
     for e in std::fs::read_dir(dir)? {

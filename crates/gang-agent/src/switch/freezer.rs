@@ -352,6 +352,17 @@ fn remove_ranks(dir: &Path, kind: Kind) {
     }
 }
 
+/// Whether `name` is an agent's directory (`agent-X-Y-PID[.N]`) whose process is gone
+/// (here and in the accounting hierarchy, `usage.rs`).
+pub fn dead_agents_dir(name: &str) -> bool {
+    let pid = name
+        .strip_prefix("agent-")
+        .and_then(|rest| rest.rsplit('-').next())
+        .and_then(|p| p.split('.').next())
+        .and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
 /// Thaw and remove the directories of agents that are no longer running (SIGKILLed:
 /// their ranks, killed by pdeathsig, could not die while frozen).
 fn clean_stale(base: &Path) {
@@ -361,15 +372,7 @@ fn clean_stale(base: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some(pid) = name
-            .strip_prefix("agent-")
-            .and_then(|rest| rest.rsplit('-').next())
-            .and_then(|p| p.split('.').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if !dead_agents_dir(name) {
             continue;
         }
         let dir = entry.path();
