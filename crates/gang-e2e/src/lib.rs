@@ -394,3 +394,18 @@ pub fn cpu_ns(pid: i32) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// A token for this process's user, from `gangctl token` on the cluster's socket (for
+/// calls over the TLS port: gRPC-Web, browsers).
+pub fn user_token(c: &LocalCluster) -> String {
+    let o = Command::new(bin_dir().join("gangctl"))
+        .arg("token")
+        .env("GANG_MASTER", c.master_addr())
+        .output()
+        .expect("gangctl runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_string()
+}

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use gang_e2e::{bin_dir, options};
+use gang_e2e::{bin_dir, options, user_token};
 use gang_local::LocalCluster;
 use serde_json::{Value, json};
 
@@ -179,13 +179,7 @@ fn the_portal_submits_watches_shows_output_and_cancels_in_a_browser() {
     let c = LocalCluster::start((2, 1), options(&["--config", config.to_str().unwrap()]))
         .expect("local cluster starts");
     let port = c.grpc_socket().expect("the TLS port").port();
-    let o = Command::new(bin_dir().join("gangctl"))
-        .arg("token")
-        .env("GANG_MASTER", c.master_addr())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let token = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let token = user_token(&c);
     let page = format!("https://master.gang:{port}/portal/");
 
     let b = Browser::start(port);
@@ -263,9 +257,9 @@ fn the_portal_submits_watches_shows_output_and_cancels_in_a_browser() {
 /// The page is served only when asked for, with a policy that keeps it to itself.
 #[test]
 fn the_portal_is_opt_in_and_locked_down() {
-    let c = LocalCluster::start((1, 1), options(&[])).expect("local cluster starts");
-    let port = c.grpc_socket().expect("the TLS port").port();
+    // The page at /portal/, headers and all, as curl gets it.
     let get = |c: &LocalCluster| {
+        let port = c.grpc_socket().expect("the TLS port").port();
         let o = Command::new("curl")
             .args(["--silent", "--include", "--cacert"])
             .arg(c.ca())
@@ -275,6 +269,7 @@ fn the_portal_is_opt_in_and_locked_down() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).to_lowercase()
     };
+    let c = LocalCluster::start((1, 1), options(&[])).expect("local cluster starts");
     let off = get(&c);
     assert!(!off.contains("gang portal"), "{off}");
     c.shutdown().expect("clean shutdown");
@@ -283,15 +278,7 @@ fn the_portal_is_opt_in_and_locked_down() {
     std::fs::write(&config, "[web]\nportal = true\n").unwrap();
     let c = LocalCluster::start((1, 1), options(&["--config", config.to_str().unwrap()]))
         .expect("local cluster starts");
-    let port2 = c.grpc_socket().unwrap().port();
-    let o = Command::new("curl")
-        .args(["--silent", "--include", "--cacert"])
-        .arg(c.ca())
-        .args(["--resolve", &format!("master.gang:{port2}:127.0.0.1")])
-        .arg(format!("https://master.gang:{port2}/portal/"))
-        .output()
-        .unwrap();
-    let on = String::from_utf8_lossy(&o.stdout).to_lowercase();
+    let on = get(&c);
     assert!(on.starts_with("http/2 200"), "{on}");
     assert!(
         on.contains("content-security-policy: default-src 'none'"),

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::Command;
 
-use gang_e2e::{bin_dir, options};
+use gang_e2e::{options, user_token};
 use gang_local::LocalCluster;
 use gang_proto::v1::{JobSpec, ListJobsRequest, ListJobsResponse, SubmitRequest, SubmitResponse};
 use prost::Message;
@@ -127,13 +127,7 @@ fn a_browser_calls_the_api_with_grpc_web_and_cors() {
         dir,
     };
     // A user's token, from the socket.
-    let o = Command::new(bin_dir().join("gangctl"))
-        .arg("token")
-        .env("GANG_MASTER", c.master_addr())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let token = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let token = user_token(&c);
 
     // Submit and list, as a page would.
     let submit = SubmitRequest {

@@ -33,6 +33,13 @@ fn json_requested() -> bool {
         || std::env::var("GANG_OUTPUT").is_ok_and(|v| v == "json")
 }
 
+/// A value clap took but the command refuses (`9-3`, `last` where it means nothing): a
+/// usage error, exit 2, as clap's own.
+fn bad_value(e: String) -> ! {
+    use clap::CommandFactory;
+    usage_error(Cli::command().error(clap::error::ErrorKind::InvalidValue, e))
+}
+
 /// clap's own exit, but a usage error under `--output json` is a JSON object too (exit 2).
 fn usage_error(e: clap::Error) -> ! {
     use clap::error::ErrorKind;
@@ -132,12 +139,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             since,
             limit,
         } => {
-            let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| {
-                use clap::CommandFactory;
-                Cli::command()
-                    .error(clap::error::ErrorKind::InvalidValue, e)
-                    .exit()
-            });
+            let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| bad_value(e));
             let filter = job_filter::JobFilter {
                 sel,
                 user,
@@ -153,12 +155,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             format,
             limit,
         } => {
-            let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| {
-                use clap::CommandFactory;
-                Cli::command()
-                    .error(clap::error::ErrorKind::InvalidValue, e)
-                    .exit()
-            });
+            let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| bad_value(e));
             let now = gang_cli::gangctl_cli::now_ns();
             // As sacct: today's jobs (UTC), unless jobs or a time are named.
             const DAY_NS: i64 = 86_400_000_000_000;
@@ -197,12 +194,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
                     };
                     gang_cli::cancel::CancelSel::new(filter, state)
                 })
-                .unwrap_or_else(|e| {
-                    use clap::CommandFactory;
-                    Cli::command()
-                        .error(clap::error::ErrorKind::InvalidValue, e)
-                        .exit()
-                });
+                .unwrap_or_else(|e| bad_value(e));
             gang_cli::cancel::cancel(&master, mode, sel).await
         }
         Cmd::Nodes => {
@@ -309,12 +301,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             };
             let sel = job_filter::parse_job_sel(&ids)
                 .and_then(|s| s.ok_or_else(|| "name the jobs by id".to_string()))
-                .unwrap_or_else(|e| {
-                    use clap::CommandFactory;
-                    Cli::command()
-                        .error(clap::error::ErrorKind::InvalidValue, e)
-                        .exit()
-                });
+                .unwrap_or_else(|e| bad_value(e));
             gang_cli::job_update::hold(&master, mode, sel, hold).await
         }
         Cmd::Update {

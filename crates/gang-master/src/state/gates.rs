@@ -14,7 +14,7 @@ use gang_core::{JobId, JobSpec, Shape};
 
 use crate::error::{MasterError, Result};
 use crate::job::{Hold, Job, State};
-use crate::state::effects::{Effect, Effects, Metric};
+use crate::state::effects::Effects;
 use crate::state::events::{Caller, JobUpdate};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
@@ -150,13 +150,7 @@ impl MasterState {
                     }
                     Some(Gate::Never(d, u)) => {
                         self.gated.remove(&id);
-                        let why = never_text(d, u);
-                        let job = self.jobs.get_mut(id).expect("present");
-                        job.record.state = State::Cancelled;
-                        job.record.reason = why;
-                        job.record.end_ns = now.wall_ns;
-                        fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
-                        self.save(fx, now, id);
+                        self.end_unplaced(fx, now, id, never_text(d, u));
                         // Tasks of its array, and jobs that wait on it, may move now.
                         cache.clear();
                         changed = true;

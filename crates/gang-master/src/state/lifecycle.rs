@@ -240,12 +240,7 @@ impl MasterState {
                 } else {
                     self.sched.finish(now.mono_s(), id)?
                 };
-                let job = self.jobs.get_mut(id).expect("present");
-                job.record.state = State::Cancelled;
-                job.record.reason = reason;
-                job.record.end_ns = now.wall_ns;
-                fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
-                self.save(fx, now, id);
+                self.end_unplaced(fx, now, id, reason);
                 self.execute(fx, now, plan);
             }
             s if s.is_final() && by.is_some() => {
@@ -272,6 +267,19 @@ impl MasterState {
             _ => {}
         }
         self.view(id, now)
+    }
+
+    /// A job that never ran ends cancelled, saying why (out of the core and the gates
+    /// already).
+    pub(super) fn end_unplaced(&mut self, fx: &mut Effects, now: Now, id: JobId, why: String) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        job.record.state = State::Cancelled;
+        job.record.reason = why;
+        job.record.end_ns = now.wall_ns;
+        fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
+        self.save(fx, now, id);
     }
 
     /// Carry out a plan of the core: agents learn of slots through slice tables, so only
