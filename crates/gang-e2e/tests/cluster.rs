@@ -330,15 +330,16 @@ fn agent_death_fails_the_job_and_frees_its_nodes() {
     });
     let m = gangctl_json(&c, &["slices"]).unwrap();
     assert_eq!(m["slices"].as_array().unwrap().len(), 0, "{m}");
-    // The node is down: a 2x2 job waits; a 1x2 job runs beside it.
-    let nodes = gangctl_json(&c, &["nodes"]).unwrap();
-    let n11 = nodes["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["x"] == 1 && n["y"] == 1)
-        .unwrap();
-    assert_eq!(n11["state"], "down");
+    // The node is down (at once if its silence failed the job; within the node timeout
+    // if the failed launch did): a 2x2 job waits; a 1x2 job runs beside it.
+    wait_for(T, "node (1,1) down", || {
+        let nodes = gangctl_json(&c, &["nodes"]).ok()?;
+        let down = nodes["nodes"]
+            .as_array()?
+            .iter()
+            .any(|n| n["x"] == 1 && n["y"] == 1 && n["state"] == "down");
+        down.then_some(())
+    });
     let waits = submit(&c, "2x2", &["true"]);
     let out = prun(&c, &["-n", "1x2", "--", "true"], None);
     assert!(out.status.success(), "{}", stderr(&out));
