@@ -80,6 +80,9 @@ pub struct RankRequest {
     pub namespace: String,
     /// Fences among the job's agents (None: through the master).
     pub fence: Option<FenceSpec>,
+    /// `LaunchRequest.allocation`: its own job id for an allocation's batch script, the
+    /// allocation's for a step (switched with it), 0 otherwise.
+    pub allocation: u64,
 }
 
 /// A job's fence tree as the master set it (`gang_core::fanout::links` over its ranks).
@@ -91,6 +94,15 @@ pub struct FenceSpec {
 }
 
 impl RankRequest {
+    /// The job the slice tables name this rank by: a step's allocation, else its own.
+    pub fn slot_job(&self) -> u64 {
+        if self.allocation != 0 {
+            self.allocation
+        } else {
+            self.key.job_id
+        }
+    }
+
     /// The job's name for MPI libraries: PMI's kvsname and jobid, PMIx's namespace.
     pub fn namespace(&self) -> String {
         if self.namespace.is_empty() {

@@ -53,6 +53,7 @@ pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
             width: req.fence_width,
             parent: req.fence_parent,
         }),
+        allocation: req.allocation,
     }
 }
 

@@ -42,6 +42,7 @@ pub mod quantile;
 pub mod replay;
 pub mod scheduler;
 pub mod slicer;
+pub mod steps;
 pub mod table;
 
 pub use alloc::{Allocator, AllocatorKind};

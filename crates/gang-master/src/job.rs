@@ -193,6 +193,13 @@ pub struct Spec<S: Stage = Resolved> {
     /// for nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dependency: Vec<Dep>,
+    /// An allocation (`gangctl alloc`, `gangctl submit`): its nodes hold steps; `argv`, if
+    /// any, is its batch script, run as its one rank on its first node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allocate: bool,
+    /// A step: the allocation it runs in (placed on its nodes, switched with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<JobId>,
     /// How it was asked to be submitted (held, as an array): read by the submission only,
     /// never saved; what it makes of it is in the job's record (`hold`, `array`).
     #[serde(skip)]
@@ -259,6 +266,8 @@ impl Spec<Asked> {
             output_files: self.output_files,
             client_token: self.client_token,
             dependency: self.dependency,
+            allocate: self.allocate,
+            allocation: self.allocation,
             at_submit: AtSubmit::default(),
         }
     }
@@ -298,6 +307,9 @@ pub struct JobRecord {
     /// What its ranks used, from their exit reports.
     #[serde(default, skip_serializing_if = "JobUsage::is_empty")]
     pub usage: JobUsage,
+    /// A step's number in its allocation (0, 1, ...: Slurm's JOBID.STEP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
 }
 
 /// What one rank used, as its agent measured it in its cgroups; `None`: not measured.
@@ -414,6 +426,9 @@ pub struct Live {
     pub timed_out: bool,
     /// The home slice, so that adoption after a restart rebuilds a matrix that fits.
     pub home_slice: Option<u32>,
+    /// An allocation without a batch script was ended (`EndAllocation`) with this code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_with: Option<i32>,
 }
 
 /// One rank's lifecycle as far as the master knows.
@@ -444,6 +459,8 @@ pub struct Job {
     pub cancelled: Option<String>,
     /// The cancel came from its time limit (the job ends as `Timeout`).
     pub timed_out: bool,
+    /// An allocation without a batch script was ended by its owner with this exit code.
+    pub ended_with: Option<i32>,
     /// Master-clock instant up to which `record.run_ns` is accounted.
     pub run_accounted_to: i64,
     /// Its messaging library's activity, verdict and fences, once it runs (not saved).
@@ -458,6 +475,7 @@ impl Job {
             failure: None,
             cancelled: None,
             timed_out: false,
+            ended_with: None,
             run_accounted_to: 0,
             shim: None,
         }
@@ -487,6 +505,7 @@ impl Job {
             cancelled: self.cancelled.clone(),
             timed_out: self.timed_out,
             home_slice,
+            ended_with: self.ended_with,
         });
         SavedJob {
             record: self.record.clone(),
@@ -500,7 +519,7 @@ impl Job {
         let live = saved.live.unwrap_or_default();
         let mut job = Job::new(saved.record);
         if matches!(job.record.state, State::Starting | State::Running) {
-            job.ranks = (0..job.size() as usize)
+            job.ranks = (0..job.rank_count() as usize)
                 .map(|i| match live.exits.get(i).copied().flatten() {
                     Some(c) => Rank::Exited(c),
                     None => Rank::Pending,
@@ -509,6 +528,7 @@ impl Job {
             job.failure = live.failure;
             job.cancelled = live.cancelled;
             job.timed_out = live.timed_out;
+            job.ended_with = live.ended_with;
         }
         job
     }
@@ -519,6 +539,30 @@ impl Job {
 
     pub fn size(&self) -> u32 {
         self.record.w * self.record.h
+    }
+
+    /// Ranks launched: every node's, but an allocation's (its batch script alone, or none).
+    pub fn rank_count(&self) -> u32 {
+        if self.record.allocate {
+            u32::from(!self.record.argv.is_empty())
+        } else {
+            self.size()
+        }
+    }
+
+    /// The job whose slots it runs in (the slice tables name): a step's allocation.
+    pub fn slot_job(&self) -> JobId {
+        self.record.allocation.unwrap_or(self.record.id)
+    }
+
+    /// An allocation whose own part is over: its batch script ended, its owner ended it, or
+    /// it was cancelled or failed. Its steps are stopped then, and it ends after them.
+    pub fn allocation_over(&self) -> bool {
+        self.record.allocate
+            && (self.cancelled.is_some()
+                || self.failure.is_some()
+                || self.ended_with.is_some()
+                || (!self.ranks.is_empty() && self.ranks.iter().all(|r| r.is_done())))
     }
 
     /// The node of rank `r`: ranks are numbered row-major from the submesh's base.

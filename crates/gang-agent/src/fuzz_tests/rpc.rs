@@ -310,6 +310,7 @@ fn targets() -> Vec<TargetInfo> {
         .zip(modes.iter().cycle())
         .map(|(job_id, &mode)| TargetInfo {
             key: RankKey { job_id, rank: 0 },
+            slot_job: job_id,
             mode,
             freezer: job_id == 2,
         })

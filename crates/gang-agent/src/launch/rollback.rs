@@ -70,6 +70,7 @@ impl<'a> Rollback<'a> {
             )))
         })?;
         gang_env.extend(preload);
+        gang_env.extend(allocation_env(&plan.req));
         // PMI-1 for MPICH, unless the job said none: the agent keeps one end, the rank
         // inherits the other as PMI_FD.
         let pmi_fd = match &mpi.pmi {
@@ -108,7 +109,9 @@ impl<'a> Rollback<'a> {
                 }
             }
         }
-        let mut prepared = parts.switch.prepare(key, plan.req.mode);
+        let mut prepared = parts
+            .switch
+            .prepare(key, plan.req.mode, plan.req.slot_job());
         prepared.msg = parts.msg.pages(key);
         let cgroup_procs = prepared.cgroup.as_ref().and_then(|c| c.procs_fd());
         taken.switch = Some(prepared);
@@ -216,4 +219,20 @@ fn serve_pmi(job: &PmiJob, agent_end: OwnedFd) -> Option<UnixStream> {
             )
         })
         .ok()
+}
+
+/// What prun inside an allocation needs to start steps in it: the allocation's id (in its
+/// batch script and in its steps' ranks, as Slurm's SLURM_JOB_ID), and in the script the
+/// master address its submitter used (the job's own GANG_* are not passed on otherwise).
+fn allocation_env(req: &crate::request::RankRequest) -> Vec<(String, String)> {
+    if req.allocation == 0 {
+        return Vec::new();
+    }
+    let mut env = vec![("GANG_ALLOCATION_ID".to_owned(), req.allocation.to_string())];
+    if req.allocation == req.key.job_id
+        && let Some(master) = req.env.get("GANG_MASTER")
+    {
+        env.push(("GANG_MASTER".to_owned(), master.clone()));
+    }
+    env
 }

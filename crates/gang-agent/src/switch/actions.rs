@@ -38,6 +38,8 @@ fn state_of(m: Method) -> u8 {
 #[derive(Debug)]
 pub struct Target {
     pub key: RankKey,
+    /// The job the slice tables name it by: a step runs in its allocation's slots.
+    pub slot_job: u64,
     /// The mode it was launched with: how the plan switches it.
     pub mode: GangMode,
     pub pgid: i32,
@@ -134,6 +136,7 @@ impl Target {
     ) -> Self {
         Target {
             key,
+            slot_job: key.job_id,
             mode,
             pgid,
             base_nice,

@@ -83,6 +83,8 @@ struct Inputs {
 pub struct Prepared {
     pub key: RankKey,
     pub mode: GangMode,
+    /// The job the tables name it by (a step's allocation; else its own).
+    pub slot_job: u64,
     pub cgroup: Option<RankCgroup>,
     /// Its messaging-library pages, if the agent made them.
     pub msg: Option<MsgPages>,
@@ -160,6 +162,7 @@ impl Switcher {
             .values()
             .map(|t| TargetInfo {
                 key: t.key,
+                slot_job: t.slot_job,
                 mode: t.mode,
                 freezer: t.cgroup.is_some(),
             })
@@ -219,7 +222,7 @@ impl Switcher {
     }
 
     /// Before spawning a rank: a freezer cgroup for a FREEZE rank where one is available.
-    pub fn prepare(&self, key: RankKey, mode: GangMode) -> Prepared {
+    pub fn prepare(&self, key: RankKey, mode: GangMode, slot_job: u64) -> Prepared {
         let cgroup = match (mode, &self.freezer) {
             (GangMode::Freeze, Some(base)) => match base.create(key) {
                 Ok(cg) => Some(cg),
@@ -245,6 +248,7 @@ impl Switcher {
         Prepared {
             key,
             mode,
+            slot_job,
             cgroup,
             msg: None,
         }
@@ -270,6 +274,7 @@ impl Switcher {
             prepared.cgroup,
         );
         target.msg = prepared.msg;
+        target.slot_job = prepared.slot_job;
         let target = Arc::new(target);
         let mut inputs = self.lock();
         inputs.targets.insert(prepared.key, target);

@@ -30,6 +30,9 @@ pub enum Method {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TargetInfo {
     pub key: RankKey,
+    /// The job the tables name it by: its own, or for a step its allocation's (whose
+    /// slots it runs in).
+    pub slot_job: u64,
     /// The job's mode, as the rank was launched with it (`LaunchRequest.gang`): tables
     /// carry no modes, so this is the only one.
     pub mode: GangMode,
@@ -119,8 +122,9 @@ pub fn build(held: &[Held], targets: &[TargetInfo], dying: &BTreeSet<u64>) -> Pl
             let mut free = Vec::new();
             for (i, target) in targets.iter().enumerate() {
                 let i = i as u32;
-                let job = target.key.job_id;
-                let how = if dying.contains(&job) || !t.names(job) {
+                let job = target.slot_job;
+                let dies = dying.contains(&target.key.job_id) || dying.contains(&job);
+                let how = if dies || !t.names(job) {
                     None
                 } else {
                     method(target)
@@ -227,6 +231,7 @@ mod tests {
     fn target(job_id: u64, rank: u32, mode: GangMode, freezer: bool) -> TargetInfo {
         TargetInfo {
             key: key(job_id, rank),
+            slot_job: job_id,
             mode,
             freezer,
         }
@@ -377,6 +382,34 @@ mod tests {
                 method: Method::Freeze
             }
         );
+    }
+
+    #[test]
+    fn a_step_runs_in_its_allocations_slots_and_leaves_them_with_it() {
+        // Job 7 is a step of allocation 5 (whose batch script is target 0); job 6 beside.
+        let step = TargetInfo {
+            slot_job: 5,
+            ..target(7, 0, GangMode::Stop, false)
+        };
+        let targets = [
+            target(5, 0, GangMode::Stop, false),
+            step,
+            target(6, 0, GangMode::Stop, false),
+        ];
+        let t = table(1, 1_000, vec![5, 6]);
+        let plan = build(&held(vec![t.clone()]), &targets, &BTreeSet::new());
+        let p = &plan.phases[0];
+        assert_eq!(p.rows[0].run, vec![0, 1]);
+        assert_eq!(p.rows[1].run, vec![2]);
+        assert_eq!(
+            p.rows[1].out.iter().map(|o| o.target).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        // The step being cancelled is let go; so are all of an allocation being cancelled.
+        let plan = build(&held(vec![t.clone()]), &targets, &BTreeSet::from([7]));
+        assert_eq!(plan.phases[0].free, vec![1]);
+        let plan = build(&held(vec![t]), &targets, &BTreeSet::from([5]));
+        assert_eq!(plan.phases[0].free, vec![0, 1]);
     }
 
     #[test]

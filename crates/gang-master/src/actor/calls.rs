@@ -109,6 +109,11 @@ pub(super) fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequ
         error: s.output_files.error.clone(),
         fence_width: 0,
         fence_parent: String::new(),
+        allocation: if s.allocate {
+            o.job.0
+        } else {
+            s.allocation.map_or(0, |a| a.0)
+        },
     }
 }
 

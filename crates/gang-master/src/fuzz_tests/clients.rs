@@ -108,6 +108,8 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 dependency: String::new(),
                 hold: false,
                 array: String::new(),
+                allocation: 0,
+                allocate: false,
             },
         )
 }

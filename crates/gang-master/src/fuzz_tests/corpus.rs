@@ -57,6 +57,8 @@ fn submit_seeds() {
         dependency: String::new(),
         hold: false,
         array: String::new(),
+        allocation: 0,
+        allocate: false,
     };
     seeds(
         "proto_submit",

@@ -198,6 +198,8 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         client_token,
         dependency: gang_core::dependency::parse(&spec.dependency)
             .map_err(|e| invalid(format!("spec.dependency: {e}")))?,
+        allocate: spec.allocate,
+        allocation: (spec.allocation != 0).then_some(JobId(spec.allocation)),
         at_submit: crate::job::AtSubmit {
             hold: spec.hold,
             // The task count's limit is the master's config: checked in the reactor.
@@ -284,7 +286,12 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
                 .join(","),
             hold: false,
             array: String::new(),
+            allocation: v.allocation.map_or(0, |a| a.0),
+            allocate: v.allocate,
         }),
+        allocation_id: v.allocation.map_or(0, |a| a.0),
+        step: v.step,
+        step_ids: v.step_ids.iter().map(|s| s.0).collect(),
         held_by: v.hold.as_ref().map(|h| h.by.clone()).unwrap_or_default(),
         held_by_admin: v.hold.as_ref().is_some_and(|h| h.admin),
         array_job_id: v.array.map_or(0, |a| a.job.0),

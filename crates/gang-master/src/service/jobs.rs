@@ -66,12 +66,35 @@ impl JobService for Jobs {
             hold: r.hold,
             time_limit_s: r.time_limit_s,
             name: r.name,
+            end_with: None,
         };
         let view = self
             .handle
             .call(|tx| Cmd::UpdateJob(update, caller, tx))
             .await?;
         Ok(Response::new(v1::UpdateJobResponse {
+            job: Some(convert::job_info(&view)),
+        }))
+    }
+
+    async fn end_allocation(
+        &self,
+        req: Request<v1::EndAllocationRequest>,
+    ) -> Result<Response<v1::EndAllocationResponse>, Status> {
+        let caller = self.auth.caller(&req)?;
+        let r = req.into_inner();
+        let update = JobUpdate {
+            job: JobId(r.job_id),
+            hold: None,
+            time_limit_s: None,
+            name: None,
+            end_with: Some(r.exit_code),
+        };
+        let view = self
+            .handle
+            .call(|tx| Cmd::UpdateJob(update, caller, tx))
+            .await?;
+        Ok(Response::new(v1::EndAllocationResponse {
             job: Some(convert::job_info(&view)),
         }))
     }

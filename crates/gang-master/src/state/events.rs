@@ -38,6 +38,9 @@ pub struct JobUpdate {
     pub hold: Option<bool>,
     pub time_limit_s: Option<u64>,
     pub name: Option<String>,
+    /// End an allocation without a batch script, its command having exited with this code
+    /// (`EndAllocation`; nothing else is changed then).
+    pub end_with: Option<i32>,
 }
 
 /// Which jobs a listing shows.

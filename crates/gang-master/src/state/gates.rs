@@ -204,8 +204,18 @@ impl MasterState {
         u: JobUpdate,
     ) -> Result<JobView> {
         let id = u.job;
+        if let Some(code) = u.end_with {
+            return self.end_allocation(fx, now, caller, id, code);
+        }
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
         self.check_access(caller, job, "update")?;
+        if u.hold.is_some()
+            && let Some(a) = job.record.allocation
+        {
+            return Err(MasterError::Invalid(format!(
+                "job {id} is a step of allocation {a}: steps are not held (hold the allocation,                  or cancel the step)"
+            )));
+        }
         let state = job.record.state;
         if state.is_final() {
             return Err(MasterError::AlreadyEnded {

@@ -13,6 +13,8 @@ pub struct JobTable {
     map: BTreeMap<JobId, Job>,
     /// Submission tokens by owner: a retried submission finds its job.
     by_token: HashMap<(u32, String), JobId>,
+    /// Each allocation's steps, in order (a step's allocation never changes).
+    steps: HashMap<JobId, Vec<JobId>>,
     /// While a batch is open: each job changed in it, as it was before (`None`: new).
     undo: Option<HashMap<JobId, Option<Job>>>,
 }
@@ -36,7 +38,13 @@ impl JobTable {
         if let Some(t) = &job.record.client_token {
             self.by_token.insert((job.record.owner.uid, t.clone()), id);
         }
+        let alloc = job.record.allocation;
         let before = self.map.insert(id, job);
+        if before.is_none()
+            && let Some(a) = alloc
+        {
+            self.steps.entry(a).or_default().push(id);
+        }
         if let Some(undo) = &mut self.undo {
             undo.entry(id).or_insert(before);
         }
@@ -45,6 +53,11 @@ impl JobTable {
     /// The job `uid` submitted with this token, if any.
     pub fn by_token(&self, uid: u32, token: &str) -> Option<JobId> {
         self.by_token.get(&(uid, token.to_string())).copied()
+    }
+
+    /// An allocation's steps, in order.
+    pub fn steps_of(&self, allocation: JobId) -> &[JobId] {
+        self.steps.get(&allocation).map_or(&[], Vec::as_slice)
     }
 
     pub fn contains(&self, id: JobId) -> bool {
@@ -83,10 +96,15 @@ impl JobTable {
                 Some(job) => self.map.insert(id, job),
                 None => {
                     // A job new in the batch: its token goes with it (tokens never change).
-                    if let Some(j) = self.map.remove(&id)
-                        && let Some(t) = &j.record.client_token
-                    {
-                        self.by_token.remove(&(j.record.owner.uid, t.clone()));
+                    if let Some(j) = self.map.remove(&id) {
+                        if let Some(t) = &j.record.client_token {
+                            self.by_token.remove(&(j.record.owner.uid, t.clone()));
+                        }
+                        if let Some(a) = j.record.allocation
+                            && let Some(steps) = self.steps.get_mut(&a)
+                        {
+                            steps.retain(|&s| s != id);
+                        }
                     }
                     None
                 }

@@ -23,12 +23,20 @@ use crate::state::{MasterState, Now};
 pub const TIMEOUT_EXIT: i32 = 124;
 
 impl MasterState {
-    fn validate(&self, new: &NewJob) -> Result<Shape> {
+    /// What every job is checked for, steps too: who, what it runs, where, its
+    /// environment and output patterns.
+    pub(super) fn validate_command(&self, new: &NewJob) -> Result<()> {
         let limits = &self.cfg.limits;
         if new.owner.uid == 0 && !self.cfg.auth.allow_root_jobs {
             return Err(MasterError::RootJobs);
         }
-        if new.argv.first().is_none_or(|a| a.is_empty()) {
+        if new.allocate && new.argv.is_empty() {
+            if new.stdin {
+                return Err(MasterError::Invalid(
+                    "an allocation without a batch script has no rank to give stdin to".into(),
+                ));
+            }
+        } else if new.argv.first().is_none_or(|a| a.is_empty()) {
             return Err(MasterError::Invalid("the command is empty".into()));
         }
         // As exec counts them: each string and its NUL.
@@ -71,6 +79,25 @@ impl MasterState {
                 new.cwd
             )));
         }
+        if new.at_submit.array.is_none() {
+            let patterns = [&new.output_files.output, &new.output_files.error];
+            if patterns
+                .iter()
+                .any(|p| gang_core::output_pattern::has_array_escapes(p))
+            {
+                return Err(MasterError::Invalid(
+                    "spec.output: %A and %a are a job array's id and task index; this job \
+                     is not an array (--array)"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self, new: &NewJob) -> Result<Shape> {
+        let limits = &self.cfg.limits;
+        self.validate_command(new)?;
         let shape = new.shape.parse::<Request>()?.resolve(self.cfg.mesh)?;
         let max_nodes = limits.max_job_nodes;
         if max_nodes > 0 && shape.area() > u64::from(max_nodes) {
@@ -87,19 +114,6 @@ impl MasterState {
                 "the array has {tasks} tasks; the limit is {} (max_array_tasks)",
                 limits.max_array_tasks
             )));
-        }
-        if new.at_submit.array.is_none() {
-            let patterns = [&new.output_files.output, &new.output_files.error];
-            if patterns
-                .iter()
-                .any(|p| gang_core::output_pattern::has_array_escapes(p))
-            {
-                return Err(MasterError::Invalid(
-                    "spec.output: %A and %a are a job array's id and task index; this job \
-                     is not an array (--array)"
-                        .into(),
-                ));
-            }
         }
         for d in &new.dependency {
             if self.jobs.get(JobId(d.job)).is_none() {
@@ -133,6 +147,9 @@ impl MasterState {
             // A retry (its first answer was lost): the job it created, not a second one.
             return self.view(id, now);
         }
+        if new.allocation.is_some() {
+            return self.submit_step(fx, now, new);
+        }
         let shape = self.validate(&new)?;
         let first = JobId(self.next_id);
         let hold = new.at_submit.hold.then(|| Hold {
@@ -162,6 +179,7 @@ impl MasterState {
             hold: hold.clone(),
             array,
             usage: Default::default(),
+            step: None,
         };
         let records: Vec<JobRecord> = match &array {
             None => vec![record(first, Arc::new(spec), None)],
@@ -235,7 +253,7 @@ impl MasterState {
         }
         match job.record.state {
             State::Queued => {
-                let plan = if self.gated.remove(&id) {
+                let plan = if self.gated.remove(&id) || job.record.allocation.is_some() {
                     Default::default()
                 } else {
                     self.sched.finish(now.mono_s(), id)?
@@ -263,6 +281,8 @@ impl MasterState {
                 // Durable before the reply: a master restart carries the cancel on.
                 self.save(fx, now, id);
                 self.kill(fx, id, self.cfg.kill_grace_ms);
+                // An allocation's steps end with it (and one without ranks ends here).
+                self.maybe_finish(fx, now, id);
             }
             _ => {}
         }
@@ -292,7 +312,7 @@ impl MasterState {
         }
     }
 
-    fn launch(&mut self, fx: &mut Effects, now: Now, id: JobId, submesh: Submesh) {
+    pub(super) fn launch(&mut self, fx: &mut Effects, now: Now, id: JobId, submesh: Submesh) {
         let Some(job) = self.jobs.get_mut(id).filter(|j| !j.record.state.is_final()) else {
             return;
         };
@@ -300,7 +320,7 @@ impl MasterState {
         job.record.submesh = Some(submesh);
         job.record.start_ns = now.wall_ns;
         job.run_accounted_to = now.wall_ns;
-        job.ranks = vec![Rank::Pending; job.size() as usize];
+        job.ranks = vec![Rank::Pending; job.rank_count() as usize];
         self.placed_at.insert(id, now.mono_ns);
         let job = self.jobs.get(id).expect("present");
         let part = job
@@ -309,7 +329,8 @@ impl MasterState {
             .expect("a job being launched has its submesh");
         let (first, others) = rank_specs(&job.record.spec);
         let mut down = vec![];
-        for rank in 0..job.size() {
+        let size = job.rank_count();
+        for rank in 0..size {
             let (x, y) = job.node_of(rank).expect("placed");
             let node = &self.nodes[(y * self.cfg.mesh.w + x) as usize];
             let Some(addr) = node.address.as_deref().filter(|_| node.up) else {
@@ -319,7 +340,7 @@ impl MasterState {
             let order = LaunchOrder {
                 job: id,
                 rank,
-                size: job.size(),
+                size,
                 part,
                 spec: if rank == 0 { &first } else { &others }.clone(),
             };
@@ -332,6 +353,10 @@ impl MasterState {
         self.save(fx, now, id);
         for (rank, x, y) in down {
             self.rank_gone(fx, now, id, rank, format!("node ({x},{y}) is down"));
+        }
+        if size == 0 {
+            // An allocation without a batch script: running once placed.
+            self.note_started(fx, now, id);
         }
     }
 
@@ -509,9 +534,22 @@ impl MasterState {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        if job.record.state.is_final() || !job.all_ranks_done() {
+        if job.record.state.is_final() {
             return;
         }
+        if job.record.allocate {
+            if !job.allocation_over() {
+                return;
+            }
+            // Its steps end with it; it ends once they have.
+            self.end_steps(fx, now, id);
+            if self.live_steps(id) > 0 {
+                return;
+            }
+        } else if !job.all_ranks_done() {
+            return;
+        }
+        let job = self.jobs.get(id).expect("present");
         let run = self.run_ns(job, now.wall_ns);
         let job = self.jobs.get_mut(id).expect("present");
         job.record.run_ns = run;
@@ -522,16 +560,31 @@ impl MasterState {
             (Some(why), _) if job.timed_out => (State::Timeout, Some(TIMEOUT_EXIT), why.clone()),
             (Some(why), f) => (State::Cancelled, f.as_ref().and_then(|f| f.0), why.clone()),
             (None, Some((code, why))) => (State::Failed, *code, why.clone()),
-            (None, None) => (State::Completed, Some(0), String::new()),
+            (None, None) => match job.ended_with {
+                Some(c) if c != 0 => (
+                    State::Failed,
+                    Some(c),
+                    format!("the allocation's command exited with code {c}"),
+                ),
+                _ => (State::Completed, Some(0), String::new()),
+            },
         };
         job.record.state = state;
         job.record.exit_code = code;
         job.record.reason = reason;
         job.record.end_ns = now.wall_ns;
+        let job_alloc = job.record.allocation;
         self.adopted.remove(&id);
         self.placed_at.remove(&id);
         fx.emit(Effect::Metric(Metric::Finished(state)));
         self.save(fx, now, id);
+        if let Some(alloc) = job_alloc {
+            // Its nodes go back to its allocation: the next step may start, or the
+            // allocation, waiting for its steps, end.
+            self.admit_steps(fx, now, alloc);
+            self.maybe_finish(fx, now, alloc);
+            return;
+        }
         match self.sched.finish(now.mono_s(), id) {
             Ok(plan) => self.execute(fx, now, plan),
             Err(e) => warn!(job = %id, error = %e, "scheduler did not know the finished job"),
@@ -590,6 +643,10 @@ fn rank_specs(spec: &Spec) -> (Arc<Spec>, Arc<Spec>) {
     others.env.remove("GANG_MASTER");
     others.stdin = false;
     let others = Arc::new(others);
+    // A batch script keeps it: prun in it starts steps through the same master.
+    if spec.allocate {
+        return (Arc::new(Spec::clone(spec)), others);
+    }
     let first = if spec.stdin {
         Arc::new(Spec {
             stdin: true,

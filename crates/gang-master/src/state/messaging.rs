@@ -107,6 +107,9 @@ impl MasterState {
         self.jobs
             .live()
             .filter(|j| j.record.state == State::Running)
+            // A step runs in its allocation's slots: its deadlock is reported, and the
+            // allocation keeps its rows.
+            .filter(|j| j.record.allocation.is_none())
             .filter(|j| j.cancelled.is_none() && j.failure.is_none())
             .filter(|j| j.shim.as_ref().is_some_and(|s| s.deadlock.is_some()))
             .map(|j| j.id())

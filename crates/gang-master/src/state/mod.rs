@@ -35,6 +35,7 @@ mod queries;
 pub mod reactor;
 mod recovery;
 mod sanity;
+mod steps;
 mod tables;
 pub mod views;
 

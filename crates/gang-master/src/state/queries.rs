@@ -3,7 +3,7 @@
 use gang_core::{JobId, Pending, Role};
 
 use crate::error::{MasterError, Result};
-use crate::job::{Job, Rank};
+use crate::job::{Job, Rank, State};
 use crate::state::events::{Caller, ListFilter};
 use crate::state::views::{
     JobView, MatrixView, NodeState, NodeView, NodesView, PlacementView, Rank0, SliceView,
@@ -52,10 +52,16 @@ impl MasterState {
     fn job_view_waiting(&self, j: &Job, now: Now, pending_reason: String) -> JobView {
         let mut record = j.record.clone();
         record.run_ns = self.run_ns(j, now.wall_ns);
+        // A running step holds its allocation's slices.
+        let placed_as = if j.record.state.is_placed() {
+            j.slot_job()
+        } else {
+            j.id()
+        };
         JobView {
             record,
-            slices: self.slices_of(j.id()),
-            slice_rows: self.slice_rows_of(j.id()),
+            slices: self.slices_of(placed_as),
+            slice_rows: self.slice_rows_of(placed_as),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
             deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
             pending_reason,
@@ -63,6 +69,7 @@ impl MasterState {
                 Some(a) if a.job == j.id() => self.array_size(a.job),
                 _ => 0,
             },
+            step_ids: self.jobs.steps_of(j.id()).to_vec(),
         }
     }
 
@@ -78,6 +85,15 @@ impl MasterState {
                 .get(id)
                 .map(|j| self.gate_text(j))
                 .unwrap_or_default();
+        }
+        if let Some(j) = self.jobs.get(id)
+            && j.record.allocation.is_some()
+        {
+            return if j.record.state == State::Queued {
+                self.step_pending_text(j)
+            } else {
+                String::new()
+            };
         }
         self.sched
             .pending(id)
@@ -140,6 +156,8 @@ impl MasterState {
             .map(|j| {
                 let why = if self.gated.contains(&j.id()) {
                     self.gate_text(j)
+                } else if j.record.allocation.is_some() && j.record.state == State::Queued {
+                    self.step_pending_text(j)
                 } else {
                     pending
                         .get(&j.id())

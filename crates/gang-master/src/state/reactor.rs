@@ -146,5 +146,6 @@ pub fn on_tick(st: &mut MasterState, fx: &mut Effects, now: Now) {
 /// a dependency can never hold), then a new slice table if the matrix's rows changed.
 pub fn end_batch(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.admit_ready(fx, now);
+    st.admit_waiting_steps(fx, now);
     st.publish_table(fx, now)
 }

@@ -65,6 +65,17 @@ impl MasterState {
                 user: job.record.spec.owner.uid,
             };
             match job.record.state {
+                // A step never meets the core: it waits for its allocation's nodes
+                // (`admit_waiting_steps`), or runs in them, adopted until its ranks report.
+                State::Queued if job.record.allocation.is_some() => {
+                    found.queued += 1;
+                }
+                State::Starting | State::Running if job.record.allocation.is_some() => {
+                    job.run_accounted_to = now.wall_ns;
+                    placed.push(id);
+                    self.adopted.insert(id, now.mono_ns);
+                    found.adopted += 1;
+                }
                 State::Queued => {
                     // Queued (or gated) once every job is back: gates read other jobs.
                     queued.push(spec);

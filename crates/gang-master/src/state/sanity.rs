@@ -46,6 +46,15 @@ impl MasterState {
             }
             let (in_queue, in_matrix) = (queued.contains(&id), placed.contains(&id));
             let gated = self.gated.contains(&id);
+            if let Some(alloc) = r.allocation {
+                if in_queue || in_matrix || gated {
+                    return Err(format!(
+                        "step {id} of {alloc} is in the core's queue {in_queue}, matrix                          {in_matrix}, gated {gated}: steps never meet the core"
+                    ));
+                }
+                self.check_step(job, alloc)?;
+                continue;
+            }
             match r.state {
                 // Either the core has it, or a gate keeps it out (held, dependency, array
                 // limit): exactly one.
@@ -77,14 +86,20 @@ impl MasterState {
                     if in_queue {
                         return Err(format!("running job {id} is also queued"));
                     }
-                    if job.ranks.len() != job.size() as usize {
+                    if job.ranks.len() != job.rank_count() as usize {
                         return Err(format!(
                             "job {id} has {} rank states for {} ranks",
                             job.ranks.len(),
-                            job.size()
+                            job.rank_count()
                         ));
                     }
-                    if job.all_ranks_done() {
+                    if r.allocate {
+                        if job.allocation_over() && self.live_steps(id) == 0 {
+                            return Err(format!(
+                                "allocation {id} is over, with no step left, but has not ended"
+                            ));
+                        }
+                    } else if job.all_ranks_done() {
                         return Err(format!("job {id} has no rank left but has not ended"));
                     }
                 }
@@ -105,8 +120,72 @@ impl MasterState {
             return Err(format!("the core knows job {id}, the job table does not"));
         }
         for id in self.adopted.keys().chain(self.placed_at.keys()) {
-            if !placed.contains(id) {
+            let placed_step = self
+                .jobs
+                .get(*id)
+                .is_some_and(|j| j.record.allocation.is_some() && j.record.state.is_placed());
+            if !placed.contains(id) && !placed_step {
                 return Err(format!("job {id} is awaited but not placed"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A step lives only inside its placed allocation, and placed steps of one allocation
+    /// do not overlap.
+    fn check_step(&self, job: &crate::job::Job, alloc: JobId) -> Result<(), String> {
+        let id = job.id();
+        let r = &job.record;
+        if r.state.is_final() {
+            return Ok(());
+        }
+        let a = self
+            .jobs
+            .get(alloc)
+            .ok_or_else(|| format!("step {id}: there is no allocation {alloc}"))?;
+        if !a.record.allocate || !a.record.state.is_placed() {
+            return Err(format!(
+                "live step {id} of {alloc}, which is {:?} (an allocation: {})",
+                a.record.state, a.record.allocate
+            ));
+        }
+        if !r.state.is_placed() {
+            return Ok(());
+        }
+        let (Some(sm), Some(area)) = (r.submesh, a.record.submesh) else {
+            return Err(format!("placed step {id} or its allocation has no submesh"));
+        };
+        let inside = sm.x >= area.x
+            && sm.y >= area.y
+            && sm.x + sm.w <= area.x + area.w
+            && sm.y + sm.h <= area.y + area.h;
+        if !inside {
+            return Err(format!(
+                "step {id} runs on {sm}, outside allocation {alloc} on {area}"
+            ));
+        }
+        if job.ranks.len() != job.size() as usize {
+            return Err(format!(
+                "step {id} has {} rank states for {} ranks",
+                job.ranks.len(),
+                job.size()
+            ));
+        }
+        if job.all_ranks_done() {
+            return Err(format!("step {id} has no rank left but has not ended"));
+        }
+        for &other in self.jobs.steps_of(alloc) {
+            let Some(o) = self
+                .jobs
+                .get(other)
+                .filter(|o| other != id && o.record.state.is_placed())
+            else {
+                continue;
+            };
+            if o.record.submesh.is_some_and(|osm| osm.overlaps(sm)) {
+                return Err(format!(
+                    "steps {id} and {other} of allocation {alloc} overlap"
+                ));
             }
         }
         Ok(())

@@ -29,7 +29,7 @@ impl MasterState {
         }
         j.record.run_ns
             + self.slicer.run_ns(
-                j.id(),
+                j.slot_job(),
                 !j.record.gang.is_switched(),
                 j.run_accounted_to,
                 wall_ns,
@@ -39,7 +39,18 @@ impl MasterState {
     /// Bring every placed job's run time up to now, and forget tables no longer needed.
     fn account_run_time(&mut self, now: Now) {
         // Placed jobs are the running ones: no scan of the whole job history.
-        let ids: Vec<JobId> = self.sched.matrix().placements().map(|(id, _)| id).collect();
+        // (And the steps of placed allocations, which run in their slots.)
+        let ids: Vec<JobId> = self
+            .sched
+            .matrix()
+            .placements()
+            .flat_map(|(id, _)| std::iter::once(id).chain(self.jobs.steps_of(id).iter().copied()))
+            .filter(|&id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| j.record.state.is_placed())
+            })
+            .collect();
         for id in ids {
             let Some(j) = self.jobs.get(id) else {
                 continue;

@@ -237,6 +237,8 @@ pub fn record(id: u64) -> JobRecord {
         output_files: Default::default(),
         client_token: None,
         dependency: Vec::new(),
+        allocate: false,
+        allocation: None,
         at_submit: Default::default(),
     };
     JobRecord {
@@ -256,6 +258,7 @@ pub fn record(id: u64) -> JobRecord {
         hold: None,
         array: None,
         usage: Default::default(),
+        step: None,
     }
 }
 
@@ -295,6 +298,8 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         output_files: Default::default(),
         client_token: None,
         dependency: Vec::new(),
+        allocate: false,
+        allocation: None,
         at_submit: Default::default(),
     }
 }

@@ -6,6 +6,7 @@ mod gates;
 mod liveness;
 mod messaging;
 mod props;
+mod steps;
 mod usage;
 
 use gang_core::JobId;
@@ -88,6 +89,11 @@ pub enum S {
     Rank0(u64),
     /// The job's pending reason is exactly this (empty: not queued).
     Pending(u64, &'static str),
+    /// End an allocation (its command exited with this code) as uid 1000; the error
+    /// expected, or "" for success.
+    EndAlloc(u64, i32, &'static str),
+    /// The job runs (or ran) on this rectangle.
+    On(u64, &'static str),
 }
 
 /// The launch of `rank` of `job` fails as `why` says for its node; the other ranks start.
@@ -129,6 +135,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                     hold,
                     time_limit_s,
                     name: None,
+                    end_with: None,
                 };
                 let r = w.step(|st, fx, now| reactor::on_update(st, fx, now, &by, u));
                 match r {
@@ -229,6 +236,24 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 assert_eq!(w.view(job).pending_reason, text, "{}", at());
             }
             S::Code(job, code) => assert_eq!(w.view(job).exit_code, code, "{}", at()),
+            S::EndAlloc(job, code, want) => {
+                let by = caller(1000);
+                let u = crate::state::events::JobUpdate {
+                    job: JobId(job),
+                    hold: None,
+                    time_limit_s: None,
+                    name: None,
+                    end_with: Some(code),
+                };
+                match w.step(|st, fx, now| reactor::on_update(st, fx, now, &by, u)) {
+                    Ok(_) => assert_eq!(want, "", "{}", at()),
+                    Err(e) => assert_eq!(e.to_string(), want, "{}", at()),
+                }
+            }
+            S::On(job, at_text) => {
+                let sm = w.view(job).submesh.map(|s| s.to_string());
+                assert_eq!(sm.as_deref(), Some(at_text), "{}", at());
+            }
             S::Signalled(job, nodes, grace) => {
                 let sigs = w.fx.take_signals(JobId(job));
                 assert_eq!(sigs.len(), nodes, "{}: {sigs:?}", at());

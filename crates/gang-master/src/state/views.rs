@@ -26,6 +26,8 @@ pub struct JobView {
     pub pending_reason: String,
     /// For the first task of an array (whose id is the array's): how many tasks it has.
     pub array_tasks: u32,
+    /// For an allocation: its steps, in order.
+    pub step_ids: Vec<JobId>,
 }
 
 impl std::ops::Deref for JobView {
