@@ -38,7 +38,7 @@ pub enum Column {
 
 /// Every column, by the name `--format` takes (sacct's where sacct has one).
 pub const COLUMNS: &[(&str, Column, &str)] = &[
-    ("jobid", Column::JobId, "the job id"),
+    ("jobid", Column::JobId, "the job id; a step: ALLOCATION.STEP (12.0)"),
     ("jobname", Column::JobName, "its name"),
     ("user", Column::User, "who submitted it"),
     (
@@ -218,7 +218,7 @@ fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
     let spec = j.spec.clone().unwrap_or_default();
     let text_or_dash = |s: String| if s.is_empty() { "-".to_string() } else { s };
     match c {
-        Column::JobId => (j.id.to_string(), j.id.into()),
+        Column::JobId => (crate::output::format::job_label(j), j.id.into()),
         Column::JobName => (job_name(j), job_name(j).into()),
         Column::User => (j.user.clone(), j.user.clone().into()),
         Column::State => (j.state().label().into(), j.state().label().into()),

@@ -136,7 +136,52 @@ pub enum Cmd {
         limit: u32,
     },
 
-    /// Show one job.
+    /// Get an allocation and run a command in it, as salloc: a shell unless CMD is given.
+    ///
+    /// Waits until the allocation is granted (saying why it waits after a second), then
+    /// runs CMD here with GANG_ALLOCATION_ID (and GANG_MASTER) set: prun in it starts steps
+    /// on the allocation's nodes at once, without queueing again; a step waits only for
+    /// the nodes another step holds. The allocation is placed and gang-switched as one
+    /// job, steps and all. CMD's exit ends it (gangctl exits with CMD's status); its end
+    /// (time limit, `gangctl cancel`) stops CMD and its steps.
+    #[command(
+        after_help = "Examples:\n  gangctl alloc -n 2x2\n  gangctl alloc -n 4x4 -t 1h -- ./workflow.sh\n  gangctl alloc -n 2x2 -- sh -c 'prun -n 2 ./prep && prun ./solve'"
+    )]
+    Alloc {
+        #[command(flatten)]
+        opts: crate::batch::AllocOptions,
+        /// The command to run in the allocation, here [default: $SHELL].
+        #[arg(value_name = "CMD", trailing_var_arg = true, num_args = 0..)]
+        command: Vec<String>,
+    },
+
+    /// Submit a batch script, as sbatch: `#GANG` lines before its first command hold
+    /// options (those of the command line win), and the script runs once, as you, on the
+    /// allocation's first node, its output in gang-%j.out unless -o.
+    ///
+    /// prun in the script starts steps on the allocation's nodes (all of them unless -n),
+    /// at once, one after another or side by side; the allocation ends with the script,
+    /// its exit code the script's. The script runs as `INTERPRETER -c SCRIPT NAME ARGS`
+    /// (its #! line names a shell that takes -c: sh, bash, dash, zsh, ksh; default
+    /// /bin/sh), at most 128 KiB.
+    #[command(
+        after_help = "Example script:\n  #!/bin/bash\n  #GANG -n 4x4 -t 2h\n  #GANG -J solver -o solver-%j.log\n  prun -n 2x2 ./prepare\n  prun ./solve     # the whole allocation\n\nExamples:\n  gangctl submit job.sh\n  gangctl submit -n 2x2 --dependency afterok:12 job.sh input.dat\n  gangctl submit --parsable job.sh"
+    )]
+    Submit {
+        #[command(flatten)]
+        opts: crate::batch::BatchOptions,
+        /// Print only the job id.
+        #[arg(long)]
+        parsable: bool,
+        /// The script.
+        #[arg(value_name = "SCRIPT")]
+        script: PathBuf,
+        /// Arguments of the script ($1, $2, ...).
+        #[arg(value_name = "ARGS", trailing_var_arg = true, num_args = 0..)]
+        args: Vec<String>,
+    },
+
+    /// Show one job (an allocation: with its steps).
     Job {
         /// The job id.
         #[arg(value_name = "ID")]

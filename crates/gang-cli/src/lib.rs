@@ -30,7 +30,9 @@
 //! crate.
 
 pub mod acct;
+pub mod alloc;
 pub mod attach;
+pub mod batch;
 pub mod cancel;
 pub mod certs;
 pub mod client_config;

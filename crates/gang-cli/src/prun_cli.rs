@@ -22,15 +22,24 @@ use crate::parse::{parse_duration, parse_timeout};
 pub struct Args {
     /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
     /// count to a shape and may rotate a submesh. One rank runs on each node, so srun's
-    /// -N, --ntasks and --nodes say the same here.
+    /// -N, --ntasks and --nodes say the same here. In an allocation: of its nodes, and
+    /// all of them if left out.
     #[arg(
         short = 'n',
         long = "nodes",
         short_alias = 'N',
         alias = "ntasks",
-        value_name = "SHAPE"
+        value_name = "SHAPE",
+        required_unless_present = "allocation"
     )]
-    pub nodes: String,
+    pub nodes: Option<String>,
+
+    /// Run as a step of this allocation of yours (`gangctl alloc`, `gangctl submit`): on
+    /// its nodes, at once, without queueing again (a step waits only for the allocation's
+    /// other steps to leave the nodes it needs), switched with the allocation, ended with
+    /// it. Set for you inside an allocation (GANG_ALLOCATION_ID); 0: a job of its own.
+    #[arg(long, env = "GANG_ALLOCATION_ID", value_name = "ID")]
+    pub allocation: Option<u64>,
 
     /// Prefix every output line with the rank that wrote it ("3: hello").
     #[arg(short = 'l', long)]

@@ -12,8 +12,11 @@ use gang_cli::gangctl_cli::{CertsCmd, Cli, Cmd, TokenCmd};
 use gang_cli::job_filter;
 use gang_cli::output::OutputMode;
 use gang_cli::output::views::ErrorView;
+
+/// `gangctl job` of an allocation lists at most this many of its steps (the newest).
+const MAX_STEPS_SHOWN: usize = 50;
 use gang_cli::output::views::{
-    JobView, JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
+    JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
 };
 use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_cli::tokens;
@@ -175,13 +178,29 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             });
             Ok(if failed { 1 } else { 0 })
         }
+        Cmd::Alloc { opts, command } => gang_cli::alloc::alloc(&master, opts, command).await,
+        Cmd::Submit {
+            opts,
+            parsable,
+            script,
+            args,
+        } => gang_cli::batch::submit(&master, mode, &script, &args, opts, parsable).await,
         Cmd::Job { id } => {
             let mut client = connect::job_client(&master).await?;
             let job = client
                 .get_job(GetJobRequest { job_id: id })
                 .await?
                 .into_inner();
-            mode.print(&JobView(&job));
+            // An allocation's steps, the newest ones if there are many.
+            let mut steps = Vec::new();
+            let shown = job.step_ids.len().saturating_sub(MAX_STEPS_SHOWN);
+            for &s in &job.step_ids[shown..] {
+                steps.push(client.get_job(GetJobRequest { job_id: s }).await?.into_inner());
+            }
+            mode.print(&gang_cli::output::steps_view::JobWithSteps {
+                job: &job,
+                steps: &steps,
+            });
             Ok(0)
         }
         Cmd::Cancel { ids, user, state } => {

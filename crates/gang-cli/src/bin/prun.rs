@@ -70,18 +70,32 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let asked_count = match args.nodes.trim().parse::<Request>() {
+    let allocation = args.allocation.unwrap_or(0);
+    let nodes = args.nodes.clone().unwrap_or_default();
+    if nodes.is_empty() && allocation == 0 {
+        return Err(CliError::other(
+            "--nodes is required (outside an allocation: --allocation 0 or none)",
+        ));
+    }
+    if allocation != 0 && (args.array.is_some() || args.dependency.is_some() || args.hold) {
+        return Err(CliError::other(format!(
+            "a step of allocation {allocation} starts at once: --array, --dependency and --hold \
+             are for jobs of their own (--allocation 0)"
+        )));
+    }
+    let asked_count = match nodes.trim().parse::<Request>() {
         Ok(Request::Nodes(n)) => Some(n),
         _ => None,
     };
     if args.exact
+        && allocation == 0
         && let Some(n) = asked_count
     {
         refuse_rounding(&master, n).await?;
     }
     let stdin = !args.detach && attach::stdin_is_useful();
     let spec = JobSpec {
-        shape: args.nodes.clone(),
+        shape: nodes,
         argv: args.command.clone(),
         cwd,
         env,
@@ -113,6 +127,8 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         dependency: args.dependency.clone().unwrap_or_default(),
         hold: args.hold,
         array: args.array.clone().unwrap_or_default(),
+        allocation,
+        allocate: false,
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.

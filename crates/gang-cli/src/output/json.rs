@@ -73,6 +73,16 @@ pub struct JobJson {
     /// What its ranks used (absent: nothing measured yet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageJson>,
+    /// An allocation (`gangctl alloc`, `gangctl submit`), and its steps' job ids.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allocation: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub step_ids: Vec<u64>,
+    /// A step: its allocation and its number there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -147,6 +157,10 @@ impl From<&JobInfo> for JobJson {
             held_by: j.held_by.clone(),
             array_job_id: (j.array_job_id != 0).then_some(j.array_job_id),
             array_task_id: j.array_task_id,
+            allocation: spec.allocate,
+            step_ids: j.step_ids.clone(),
+            allocation_id: (j.allocation_id != 0).then_some(j.allocation_id),
+            step: j.step.filter(|_| j.allocation_id != 0),
             usage: j.usage.filter(|u| u.ranks_measured > 0).map(|u| UsageJson {
                 ranks_measured: u.ranks_measured,
                 cpu_user_ns: u.cpu_user_ns,

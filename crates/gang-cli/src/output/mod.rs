@@ -17,6 +17,7 @@ use serde::Serialize;
 
 pub mod format;
 pub mod json;
+pub mod steps_view;
 pub mod views;
 
 #[cfg(test)]

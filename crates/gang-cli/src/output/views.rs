@@ -8,7 +8,7 @@ use crate::matrix_view;
 use crate::output::View;
 use crate::output::format::{
     dash, deadlock_lines, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns,
-    job_name, job_shape, key_values, shell_join, table,
+    job_name, job_shape, key_values, table,
 };
 use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
 
@@ -131,7 +131,7 @@ impl View for JobView<'_> {
             ),
             ("reason", dash(&j.reason)),
             ("pending", dash(&j.pending_reason)),
-            ("command", dash(&shell_join(&spec.argv))),
+            ("command", super::format::command_text(&spec)),
             ("cwd", dash(&spec.cwd)),
             (
                 "time limit",
@@ -190,7 +190,7 @@ impl View for JobView<'_> {
                         fmt_ns(u.cpu_user_ns as i64, false),
                         fmt_ns(u.cpu_system_ns as i64, false),
                         u.ranks_measured,
-                        j.w * j.h
+                        super::format::rank_count(j)
                     ),
                 ),
             );

@@ -102,9 +102,15 @@ impl MasterState {
             .record
             .submesh
             .expect("a placed allocation has its submesh");
-        let request = new.shape.parse::<Request>()?;
-        let shape = gang_core::steps::resolve(request, alloc.0, area.shape())
-            .map_err(|e| MasterError::Invalid(e.to_string()))?;
+        // No shape: the whole allocation (srun's default inside one).
+        let shape = if new.shape.trim().is_empty() {
+            new.shape = area.shape().to_string();
+            area.shape()
+        } else {
+            let request = new.shape.parse::<Request>()?;
+            gang_core::steps::resolve(request, alloc.0, area.shape())
+                .map_err(|e| MasterError::Invalid(e.to_string()))?
+        };
         // Switched as its allocation is: the agents switch it in the allocation's slots.
         new.gang = Some(a.record.gang);
         let number = self.jobs.steps_of(alloc).len() as u32;
