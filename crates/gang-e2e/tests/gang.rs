@@ -416,3 +416,74 @@ fn a_deadlocked_job_gives_its_slots_to_the_cpu_bound_job_beside_it() {
     assert!(gangctl(&c, &["cancel", &a.id.to_string()]).status.success());
     c.shutdown().unwrap();
 }
+
+/// A step of an allocation runs in the allocation's slots: beside a job in the other
+/// slice, the step (started by prun in the allocation's batch script, not queued) and the
+/// job alternate as two jobs do, and the step's end leaves the allocation running.
+#[test]
+fn a_step_is_switched_with_its_allocation() {
+    let _one = serial();
+    let q = QUANTUM_MS.to_string();
+    let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", &q]);
+    let a = start_busy(&c, "2x2", 4);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("steps.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n#GANG -n 2x2 -o {out}/alloc.out\nprun -- sh -c '{busy}' \n",
+            out = dir.path().display(),
+            busy = busy_script(dir.path())
+        ),
+    )
+    .unwrap();
+    // prun first in PATH, as `gangctl start` gives it: the script runs it on its node.
+    let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let out = std::process::Command::new(bin_dir().join("gangctl"))
+        .args(["submit", "--parsable", script.to_str().unwrap()])
+        .env("GANG_MASTER", c.master())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let alloc: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let step = Job {
+        id: alloc + 1,
+        pids: rank_pids(dir.path(), 4, T),
+    };
+    wait_switching(&a, &step);
+    let w = watch(&a, &step, Duration::from_secs(3));
+    eprintln!(
+        "job and step: samples {}, overlapping {} (longest {:?}), turns {}, cpu {}/{} ms",
+        w.samples,
+        w.overlap_intervals,
+        w.longest_overlap,
+        w.turns,
+        w.a_cpu / 1_000_000,
+        w.b_cpu / 1_000_000
+    );
+    assert!(w.turns >= 15, "the step does not alternate with the job: {} turns", w.turns);
+    assert!(
+        w.longest_overlap < Duration::from_millis(QUANTUM_MS / 4),
+        "the step ran with the job for {:?}",
+        w.longest_overlap
+    );
+    // The step is no job of the scheduler's: it holds no slice of its own.
+    let m = gangctl_json(&c, &["slices"]).unwrap();
+    assert!(!m.to_string().contains(&format!("\"job\":{}", step.id)), "{m}");
+    let s = gangctl_json(&c, &["job", &step.id.to_string()]).unwrap();
+    assert_eq!(s["allocation_id"], alloc, "{s}");
+    assert_eq!(s["slices"], gangctl_json(&c, &["job", &alloc.to_string()]).unwrap()["slices"]);
+    // Cancelling the allocation ends the step, stopped or not, then the allocation.
+    let out = gangctl(&c, &["cancel", &alloc.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(T, "the step's ranks to be gone", || {
+        step.pids.iter().all(|&p| proc_stat(p).is_none()).then_some(())
+    });
+    wait_for(T, "the allocation and its step to end cancelled", || {
+        let s = gangctl_json(&c, &["job", &step.id.to_string()]).unwrap();
+        let j = gangctl_json(&c, &["job", &alloc.to_string()]).unwrap();
+        (s["state"] == "cancelled" && j["state"] == "cancelled").then_some(())
+    });
+    let _ = gangctl(&c, &["cancel", &a.id.to_string()]);
+}
