@@ -90,7 +90,7 @@ fn spawn_jobs(switcher: &Arc<Switcher>, jobs: [u64; 2], mode: GangMode) -> Procs
     for job_id in jobs {
         for rank in 0..RANKS {
             let key = RankKey { job_id, rank };
-            let prepared = switcher.prepare(key, mode);
+            let prepared = switcher.prepare(key, mode, key.job_id);
             let mut cmd = Command::new("sh");
             cmd.args(["-c", BUSY])
                 .process_group(0)

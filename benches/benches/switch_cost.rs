@@ -54,7 +54,7 @@ fn spawn_jobs(switcher: &Arc<Switcher>, mode: GangMode) -> Procs {
     for job_id in [1, 2] {
         for rank in 0..RANKS {
             let key = RankKey { job_id, rank };
-            let prepared = switcher.prepare(key, mode);
+            let prepared = switcher.prepare(key, mode, key.job_id);
             let child = Command::new("sh")
                 .args(["-c", BUSY])
                 .process_group(0)

@@ -213,6 +213,7 @@ mod tests {
             namespace: "gang-0a1b2c3d-7".into(),
             fence_width: 0,
             fence_parent: String::new(),
+            allocation: 0,
         };
         let got = rank_request(req);
         assert_eq!(got.namespace(), "gang-0a1b2c3d-7");

@@ -38,7 +38,11 @@ pub enum Column {
 
 /// Every column, by the name `--format` takes (sacct's where sacct has one).
 pub const COLUMNS: &[(&str, Column, &str)] = &[
-    ("jobid", Column::JobId, "the job id; a step: ALLOCATION.STEP (12.0)"),
+    (
+        "jobid",
+        Column::JobId,
+        "the job id; a step: ALLOCATION.STEP (12.0)",
+    ),
     ("jobname", Column::JobName, "its name"),
     ("user", Column::User, "who submitted it"),
     (

@@ -43,7 +43,11 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// Ask for the allocation, run `command` in it, give it back.
-pub async fn alloc(master: &str, opts: AllocOptions, command: Vec<String>) -> Result<i32, CliError> {
+pub async fn alloc(
+    master: &str,
+    opts: AllocOptions,
+    command: Vec<String>,
+) -> Result<i32, CliError> {
     let nodes = opts
         .nodes
         .clone()
@@ -116,7 +120,10 @@ pub async fn alloc(master: &str, opts: AllocOptions, command: Vec<String>) -> Re
         }
     };
     notes.abort();
-    eprintln!("gangctl: granted allocation {id} on {}", submesh_text(&granted));
+    eprintln!(
+        "gangctl: granted allocation {id} on {}",
+        submesh_text(&granted)
+    );
     let child = tokio::process::Command::new(&command[0])
         .args(&command[1..])
         .current_dir(&cwd)
@@ -124,9 +131,7 @@ pub async fn alloc(master: &str, opts: AllocOptions, command: Vec<String>) -> Re
         .env("GANG_JOB_ID", id.to_string())
         .env("GANG_MASTER", master)
         .spawn()
-        .map_err(|e| {
-            CliError::other(format!("cannot start {:?}: {e}", command[0]))
-        });
+        .map_err(|e| CliError::other(format!("cannot start {:?}: {e}", command[0])));
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -213,12 +218,7 @@ async fn end(master: &str, id: u64, code: i32) {
 /// A signal before the allocation was granted: cancel it, and exit as the signal says.
 async fn give_back(master: &str, id: u64, code: i32) -> Result<i32, CliError> {
     let mut client = connect::job_client(master).await?;
-    client
-        .cancel(CancelRequest {
-            job_id: id,
-            uid: 0,
-        })
-        .await?;
+    client.cancel(CancelRequest { job_id: id, uid: 0 }).await?;
     eprintln!("gangctl: allocation {id} cancelled before it was granted");
     Ok(code)
 }

@@ -50,7 +50,7 @@ pub struct AllocOptions {
     pub name: Option<String>,
 
     /// Start only after other jobs (as prun's --dependency).
-    #[arg(long, value_name = "TYPE:ID,...", value_parser = parse_dependency)]
+    #[arg(short = 'd', long, value_name = "TYPE:ID,...", value_parser = parse_dependency)]
     pub dependency: Option<String>,
 
     /// Submit it held: it waits, queued, until `gangctl release ID`.
@@ -153,7 +153,11 @@ pub fn parse_script(text: &str) -> Result<Script, String> {
         && let Some(rest) = first.strip_prefix("#!")
     {
         let words: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
-        let name = |w: &String| Path::new(w).file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = |w: &String| {
+            Path::new(w)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        };
         // `#!/usr/bin/env bash` names the interpreter in its first argument.
         let program = match words.first().and_then(name).as_deref() {
             Some("env") => words.get(1).cloned(),
@@ -190,14 +194,12 @@ pub fn parse_script(text: &str) -> Result<Script, String> {
         let split = shlex::split(rest)
             .ok_or_else(|| format!("line {}: unbalanced quotes in {t:?}", i + 1))?;
         // sbatch's spellings, which gangctl's command line gives to its own --output.
-        words.extend(split.into_iter().map(|w| {
-            match w.split_once('=') {
-                Some(("--output", v)) => format!("--stdout={v}"),
-                Some(("--error", v)) => format!("--stderr={v}"),
-                _ if w == "--output" => "--stdout".into(),
-                _ if w == "--error" => "--stderr".into(),
-                _ => w,
-            }
+        words.extend(split.into_iter().map(|w| match w.split_once('=') {
+            Some(("--output", v)) => format!("--stdout={v}"),
+            Some(("--error", v)) => format!("--stderr={v}"),
+            _ if w == "--output" => "--stdout".into(),
+            _ if w == "--error" => "--stderr".into(),
+            _ => w,
         }));
     }
     let directives = Directives::try_parse_from(&words)
@@ -229,9 +231,10 @@ pub fn batch_spec(
     env: std::collections::HashMap<String, String>,
 ) -> Result<JobSpec, String> {
     let opts = script.directives.clone().under(cli);
-    let nodes = opts.alloc.nodes.clone().ok_or(
-        "no nodes asked: give -n SHAPE on the command line or in a `#GANG -n SHAPE` line",
-    )?;
+    let nodes =
+        opts.alloc.nodes.clone().ok_or(
+            "no nodes asked: give -n SHAPE on the command line or in a `#GANG -n SHAPE` line",
+        )?;
     let mut argv = script.interpreter.clone();
     argv.push("-c".into());
     argv.push(script.text.clone());
@@ -255,28 +258,55 @@ pub fn batch_spec(
     })
 }
 
+/// Where a batch script comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    File(PathBuf),
+    /// `--wrap CMD`: a one-line sh script.
+    Wrap(String),
+}
+
 /// `gangctl submit`: prints `submitted batch job 12` (the id alone with --parsable).
 pub async fn submit(
     master: &str,
     mode: OutputMode,
-    script_path: &Path,
+    source: Source,
     args: &[String],
     cli: BatchOptions,
     parsable: bool,
 ) -> Result<i32, CliError> {
-    let text = std::fs::read_to_string(script_path).map_err(|e| {
-        CliError::other(format!("cannot read {}: {e}", script_path.display()))
+    let (text, name) = match &source {
+        Source::File(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::other(format!("cannot read {}: {e}", path.display())))?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "script".into());
+            (text, name)
+        }
+        Source::Wrap(cmd) => (format!("#!/bin/sh\n{cmd}\n"), "wrap".to_string()),
+    };
+    let script = parse_script(&text).map_err(|e| match &source {
+        Source::File(path) => CliError::other(format!("{}: {e}", path.display())),
+        Source::Wrap(_) => CliError::other(format!("--wrap: {e}")),
     })?;
-    let script = parse_script(&text)
-        .map_err(|e| CliError::other(format!("{}: {e}", script_path.display())))?;
-    let name = script_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "script".into());
-    let cwd = start_dir(cli.alloc.chdir.as_deref().or(script.directives.alloc.chdir.as_deref()))?;
+    let cwd = start_dir(
+        cli.alloc
+            .chdir
+            .as_deref()
+            .or(script.directives.alloc.chdir.as_deref()),
+    )?;
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
+    if text.lines().any(|l| l.starts_with("#SBATCH"))
+        && !text.lines().any(|l| l.starts_with("#GANG"))
+    {
+        eprintln!(
+            "gangctl: the script's #SBATCH lines are not read here: write them as #GANG lines"
+        );
+    }
     let spec = batch_spec(&script, &name, args, cli, cwd, env).map_err(CliError::other)?;
     let request = SubmitRequest {
         spec: Some(spec),
@@ -319,8 +349,17 @@ mod tests {
 
     fn spec_of(text: &str, cli: &[&str]) -> Result<JobSpec, String> {
         let script = parse_script(text)?;
-        let cli = Directives::try_parse_from(cli).map_err(|e| e.to_string())?.opts;
-        batch_spec(&script, "job.sh", &["a".into()], cli, "/w".into(), Default::default())
+        let cli = Directives::try_parse_from(cli)
+            .map_err(|e| e.to_string())?
+            .opts;
+        batch_spec(
+            &script,
+            "job.sh",
+            &["a".into()],
+            cli,
+            "/w".into(),
+            Default::default(),
+        )
     }
 
     #[test]
@@ -360,6 +399,9 @@ mod tests {
         assert!(err("#GANG -n '2\n").contains("unbalanced quotes"));
         assert!(err(&"#".repeat(MAX_SCRIPT_BYTES + 1)).contains("the limit is 131071"));
         // `#GANGSTER` is a comment, not a directive.
-        assert_eq!(spec_of("#GANGSTER -n 9\n#GANG -n 1\n", &[]).unwrap().shape, "1");
+        assert_eq!(
+            spec_of("#GANGSTER -n 9\n#GANG -n 1\n", &[]).unwrap().shape,
+            "1"
+        );
     }
 }

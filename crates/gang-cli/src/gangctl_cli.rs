@@ -165,7 +165,7 @@ pub enum Cmd {
     /// (its #! line names a shell that takes -c: sh, bash, dash, zsh, ksh; default
     /// /bin/sh), at most 128 KiB.
     #[command(
-        after_help = "Example script:\n  #!/bin/bash\n  #GANG -n 4x4 -t 2h\n  #GANG -J solver -o solver-%j.log\n  prun -n 2x2 ./prepare\n  prun ./solve     # the whole allocation\n\nExamples:\n  gangctl submit job.sh\n  gangctl submit -n 2x2 --dependency afterok:12 job.sh input.dat\n  gangctl submit --parsable job.sh"
+        after_help = "Example script:\n  #!/bin/bash\n  #GANG -n 4x4 -t 2h\n  #GANG -J solver -o solver-%j.log\n  prun -n 2x2 ./prepare\n  prun ./solve     # the whole allocation\n\nExamples:\n  gangctl submit job.sh\n  gangctl submit -n 2x2 --dependency afterok:12 job.sh input.dat\n  gangctl submit -N 1 --wrap 'prun hostname'\n  gangctl submit --parsable job.sh"
     )]
     Submit {
         #[command(flatten)]
@@ -173,9 +173,12 @@ pub enum Cmd {
         /// Print only the job id.
         #[arg(long)]
         parsable: bool,
+        /// Run this command line as the script (`sh -c`), as sbatch --wrap.
+        #[arg(long, value_name = "CMD", conflicts_with = "script")]
+        wrap: Option<String>,
         /// The script.
-        #[arg(value_name = "SCRIPT")]
-        script: PathBuf,
+        #[arg(value_name = "SCRIPT", required_unless_present = "wrap")]
+        script: Option<PathBuf>,
         /// Arguments of the script ($1, $2, ...).
         #[arg(value_name = "ARGS", trailing_var_arg = true, num_args = 0..)]
         args: Vec<String>,

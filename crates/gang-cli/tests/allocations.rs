@@ -97,13 +97,26 @@ fn a_batch_script_runs_its_steps_on_its_nodes_and_shows_them() {
         .collect();
     assert_eq!(
         st,
-        [("completed", "1x2", 0), ("completed", "2x2", 1), ("failed", "1x1", 2)],
+        [
+            ("completed", "1x2", 0),
+            ("completed", "2x2", 1),
+            ("failed", "1x1", 2)
+        ],
         "{v}"
     );
-    assert!(v["steps"].as_array().unwrap().iter().all(|s| s["allocation_id"] == id));
+    assert!(
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["allocation_id"] == id)
+    );
     let o = run(GANGCTL, &c, &["job", &id.to_string()]);
     let t = text(&o.stdout);
-    assert!(t.contains("command:    batch script job.sh (8 lines, run by /bin/sh) with input.dat"), "{t}");
+    assert!(
+        t.contains("command:    batch script job.sh (8 lines, run by /bin/sh) with input.dat"),
+        "{t}"
+    );
     assert!(t.contains("steps:      3"), "{t}");
     assert!(t.contains(&format!("{id}.2 ")), "{t}");
     let o = run(GANGCTL, &c, &["job", &(id + 1).to_string()]);
@@ -111,9 +124,17 @@ fn a_batch_script_runs_its_steps_on_its_nodes_and_shows_them() {
 
     // sacct's JOBID.STEP, with the steps' own accounting.
     let range = format!("{id}-{}", id + 3);
-    let o = run(GANGCTL, &c, &["acct", &range, "-o", "jobid,state,exitcode,nnodes"]);
+    let o = run(
+        GANGCTL,
+        &c,
+        &["acct", &range, "-o", "jobid,state,exitcode,nnodes"],
+    );
     let t = text(&o.stdout);
-    let rows: Vec<Vec<&str>> = t.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = t
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(
         rows,
         [
@@ -159,8 +180,14 @@ fn a_command_in_an_allocation_runs_steps_that_wait_for_each_others_nodes() {
         .parse()
         .unwrap();
     assert!(out.contains("second\n"), "{out}");
-    assert!(err.contains(&format!("gangctl: granted allocation {id} on 2x1@(0,0)")), "{err}");
-    assert!(err.contains(&format!("gangctl: relinquished allocation {id}")), "{err}");
+    assert!(
+        err.contains(&format!("gangctl: granted allocation {id} on 2x1@(0,0)")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("gangctl: relinquished allocation {id}")),
+        "{err}"
+    );
     let j = job(&c, id);
     assert_eq!(j["state"], "failed", "{j}");
     assert_eq!(j["exit_code"], 3);
@@ -187,11 +214,17 @@ fn steps_are_refused_where_they_cannot_run() {
         text(&o.stderr)
     };
     let e = refused(other, &["-n", "1", "true"]);
-    assert!(e.contains(&format!("job {other} is not an allocation")), "{e}");
+    assert!(
+        e.contains(&format!("job {other} is not an allocation")),
+        "{e}"
+    );
     let e = refused(9999, &["true"]);
     assert!(e.contains("there is no allocation 9999"), "{e}");
     let e = refused(other, &["-n", "1", "--hold", "true"]);
-    assert!(e.contains("--array, --dependency and --hold are for jobs of their own"), "{e}");
+    assert!(
+        e.contains("--array, --dependency and --hold are for jobs of their own"),
+        "{e}"
+    );
     // Outside an allocation a shape is needed; --allocation 0 leaves one.
     let o = cmd(PRUN, &c).arg("true").output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));

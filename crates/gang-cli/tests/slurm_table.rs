@@ -56,7 +56,7 @@ fn every_gang_command_of_the_slurm_table_works() {
     let script = dir.path().join("job.sh");
     std::fs::write(
         &script,
-        "#!/bin/sh\necho task ${GANG_ARRAY_TASK_ID:-none}\n",
+        "#!/bin/sh\n#GANG -N 1\necho task ${GANG_ARRAY_TASK_ID:-none}\n",
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();

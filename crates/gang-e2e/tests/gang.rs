@@ -438,14 +438,22 @@ fn a_step_is_switched_with_its_allocation() {
     )
     .unwrap();
     // prun first in PATH, as `gangctl start` gives it: the script runs it on its node.
-    let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = std::process::Command::new(bin_dir().join("gangctl"))
         .args(["submit", "--parsable", script.to_str().unwrap()])
         .env("GANG_MASTER", c.master())
         .env("PATH", path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let alloc: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     let step = Job {
         id: alloc + 1,
@@ -462,7 +470,11 @@ fn a_step_is_switched_with_its_allocation() {
         w.a_cpu / 1_000_000,
         w.b_cpu / 1_000_000
     );
-    assert!(w.turns >= 15, "the step does not alternate with the job: {} turns", w.turns);
+    assert!(
+        w.turns >= 15,
+        "the step does not alternate with the job: {} turns",
+        w.turns
+    );
     assert!(
         w.longest_overlap < Duration::from_millis(QUANTUM_MS / 4),
         "the step ran with the job for {:?}",
@@ -470,15 +482,28 @@ fn a_step_is_switched_with_its_allocation() {
     );
     // The step is no job of the scheduler's: it holds no slice of its own.
     let m = gangctl_json(&c, &["slices"]).unwrap();
-    assert!(!m.to_string().contains(&format!("\"job\":{}", step.id)), "{m}");
+    assert!(
+        !m.to_string().contains(&format!("\"job\":{}", step.id)),
+        "{m}"
+    );
     let s = gangctl_json(&c, &["job", &step.id.to_string()]).unwrap();
     assert_eq!(s["allocation_id"], alloc, "{s}");
-    assert_eq!(s["slices"], gangctl_json(&c, &["job", &alloc.to_string()]).unwrap()["slices"]);
+    assert_eq!(
+        s["slices"],
+        gangctl_json(&c, &["job", &alloc.to_string()]).unwrap()["slices"]
+    );
     // Cancelling the allocation ends the step, stopped or not, then the allocation.
     let out = gangctl(&c, &["cancel", &alloc.to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_for(T, "the step's ranks to be gone", || {
-        step.pids.iter().all(|&p| proc_stat(p).is_none()).then_some(())
+        step.pids
+            .iter()
+            .all(|&p| proc_stat(p).is_none())
+            .then_some(())
     });
     wait_for(T, "the allocation and its step to end cancelled", || {
         let s = gangctl_json(&c, &["job", &step.id.to_string()]).unwrap();

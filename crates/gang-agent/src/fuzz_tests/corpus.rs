@@ -254,6 +254,7 @@ fn launch() -> Vec<(String, Vec<u8>)> {
         namespace: "gang-0a1b2c3d-7".into(),
         fence_width: 0,
         fence_parent: String::new(),
+        allocation: 0,
     };
     let with = |f: &dyn Fn(&mut LaunchRequest)| {
         let mut r = ok.clone();

@@ -148,6 +148,7 @@ fn launch_request() -> impl Strategy<Value = LaunchRequest> {
                 namespace,
                 fence_width: 0,
                 fence_parent: String::new(),
+                allocation: 0,
             },
         )
 }

@@ -236,3 +236,36 @@ fn allocation_env(req: &crate::request::RankRequest) -> Vec<(String, String)> {
     }
     env
 }
+
+#[cfg(test)]
+mod tests {
+    use super::allocation_env;
+    use crate::ranks::RankKey;
+    use crate::request::RankRequest;
+
+    fn req(job_id: u64, allocation: u64) -> RankRequest {
+        RankRequest {
+            key: RankKey { job_id, rank: 0 },
+            allocation,
+            env: [("GANG_MASTER".to_string(), "unix:/m.sock".to_string())].into(),
+            ..RankRequest::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_script_learns_its_allocation_and_master_a_step_its_allocation() {
+        let env = |r: RankRequest| allocation_env(&r);
+        assert_eq!(
+            env(req(12, 12)),
+            [
+                ("GANG_ALLOCATION_ID".to_string(), "12".to_string()),
+                ("GANG_MASTER".to_string(), "unix:/m.sock".to_string())
+            ]
+        );
+        assert_eq!(
+            env(req(13, 12)),
+            [("GANG_ALLOCATION_ID".to_string(), "12".to_string())]
+        );
+        assert!(env(req(13, 0)).is_empty());
+    }
+}

@@ -513,6 +513,7 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         namespace: String::new(),
         fence_width: 0,
         fence_parent: String::new(),
+        allocation: 0,
     }
 }
 

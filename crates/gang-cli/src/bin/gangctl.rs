@@ -15,9 +15,7 @@ use gang_cli::output::views::ErrorView;
 
 /// `gangctl job` of an allocation lists at most this many of its steps (the newest).
 const MAX_STEPS_SHOWN: usize = 50;
-use gang_cli::output::views::{
-    JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView,
-};
+use gang_cli::output::views::{JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView};
 use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_cli::tokens;
 use gang_local::check_mesh;
@@ -182,9 +180,17 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
         Cmd::Submit {
             opts,
             parsable,
+            wrap,
             script,
             args,
-        } => gang_cli::batch::submit(&master, mode, &script, &args, opts, parsable).await,
+        } => {
+            let script = match (wrap, script) {
+                (Some(cmd), _) => gang_cli::batch::Source::Wrap(cmd),
+                (None, Some(path)) => gang_cli::batch::Source::File(path),
+                (None, None) => unreachable!("clap requires one"),
+            };
+            gang_cli::batch::submit(&master, mode, script, &args, opts, parsable).await
+        }
         Cmd::Job { id } => {
             let mut client = connect::job_client(&master).await?;
             let job = client
@@ -195,7 +201,12 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             let mut steps = Vec::new();
             let shown = job.step_ids.len().saturating_sub(MAX_STEPS_SHOWN);
             for &s in &job.step_ids[shown..] {
-                steps.push(client.get_job(GetJobRequest { job_id: s }).await?.into_inner());
+                steps.push(
+                    client
+                        .get_job(GetJobRequest { job_id: s })
+                        .await?
+                        .into_inner(),
+                );
             }
             mode.print(&gang_cli::output::steps_view::JobWithSteps {
                 job: &job,

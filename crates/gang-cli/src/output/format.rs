@@ -295,6 +295,46 @@ pub fn deadlock_report(j: &JobInfo) -> String {
     )
 }
 
+/// A job's command as `gangctl job` shows it: an allocation's batch script by its name
+/// and size (its text is the job's command line), an allocation without one as such.
+pub fn command_text(spec: &gang_proto::v1::JobSpec) -> String {
+    match (spec.allocate, spec.argv.as_slice()) {
+        (true, []) => "- (an allocation for a command: gangctl alloc)".into(),
+        (true, argv) => match argv.iter().position(|a| a == "-c") {
+            Some(c) if argv.len() > c + 2 => format!(
+                "batch script {} ({} lines, run by {}){}",
+                argv[c + 2],
+                argv[c + 1].lines().count(),
+                argv[..c].join(" "),
+                if argv.len() > c + 3 {
+                    format!(" with {}", shell_join(&argv[c + 3..]))
+                } else {
+                    String::new()
+                }
+            ),
+            _ => dash(&shell_join(argv)),
+        },
+        (false, argv) => dash(&shell_join(argv)),
+    }
+}
+
+/// How many ranks a job runs: one per node, but an allocation's (its batch script, or
+/// none).
+pub fn rank_count(j: &gang_proto::v1::JobInfo) -> u32 {
+    match &j.spec {
+        Some(s) if s.allocate => u32::from(!s.argv.is_empty()),
+        _ => j.w * j.h,
+    }
+}
+
+/// How a job is named where Slurm shows JOBID.STEP: `12.0` for step 0 of allocation 12.
+pub fn job_label(j: &gang_proto::v1::JobInfo) -> String {
+    match j.step {
+        Some(s) if j.allocation_id != 0 => format!("{}.{s}", j.allocation_id),
+        _ => j.id.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,45 +379,5 @@ mod tests {
             shell_join(&["a".into(), "".into(), "it's".into()]),
             "a '' 'it'\\''s'"
         );
-    }
-}
-
-/// A job's command as `gangctl job` shows it: an allocation's batch script by its name
-/// and size (its text is the job's command line), an allocation without one as such.
-pub fn command_text(spec: &gang_proto::v1::JobSpec) -> String {
-    match (spec.allocate, spec.argv.as_slice()) {
-        (true, []) => "- (an allocation for a command: gangctl alloc)".into(),
-        (true, argv) => match argv.iter().position(|a| a == "-c") {
-            Some(c) if argv.len() > c + 2 => format!(
-                "batch script {} ({} lines, run by {}){}",
-                argv[c + 2],
-                argv[c + 1].lines().count(),
-                argv[..c].join(" "),
-                if argv.len() > c + 3 {
-                    format!(" with {}", shell_join(&argv[c + 3..]))
-                } else {
-                    String::new()
-                }
-            ),
-            _ => dash(&shell_join(argv)),
-        },
-        (false, argv) => dash(&shell_join(argv)),
-    }
-}
-
-/// How many ranks a job runs: one per node, but an allocation's (its batch script, or
-/// none).
-pub fn rank_count(j: &gang_proto::v1::JobInfo) -> u32 {
-    match &j.spec {
-        Some(s) if s.allocate => u32::from(!s.argv.is_empty()),
-        _ => j.w * j.h,
-    }
-}
-
-/// How a job is named where Slurm shows JOBID.STEP: `12.0` for step 0 of allocation 12.
-pub fn job_label(j: &gang_proto::v1::JobInfo) -> String {
-    match j.step {
-        Some(s) if j.allocation_id != 0 => format!("{}.{s}", j.allocation_id),
-        _ => j.id.to_string(),
     }
 }

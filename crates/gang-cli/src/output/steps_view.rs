@@ -67,7 +67,9 @@ impl View for JobWithSteps<'_> {
                     .collect();
                 out.push_str(&format!("steps:      {}\n", j.step_ids.len()));
                 let t = table(
-                    &["STEP", "JOBID", "STATE", "SUBMESH", "EXIT", "RUN", "COMMAND"],
+                    &[
+                        "STEP", "JOBID", "STATE", "SUBMESH", "EXIT", "RUN", "COMMAND",
+                    ],
                     rows,
                 );
                 for line in t.lines() {

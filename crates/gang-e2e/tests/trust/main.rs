@@ -4,6 +4,7 @@
 
 mod accounts;
 mod agents;
+mod allocations;
 mod authorization;
 mod cut_link;
 mod netns;
