@@ -24,6 +24,7 @@ python3-venv
 curl
 chromium
 chromium-driver
+etcd-server
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs); and PID 1 of every
@@ -55,6 +56,9 @@ chromium-driver
 #   (crates/gang-e2e/tests/web.rs), and WebDriver calls (crates/gang-e2e/tests/portal.rs).
 # chromium, chromium-driver: the reference portal in a headless browser
 #   (crates/gang-e2e/tests/portal.rs).
+# etcd-server: a real 3-member etcd cluster on loopback for the master's replicated state
+#   and its election (crates/gang-e2e/tests/etcd). Installing it starts nothing here (no
+#   init); the tests start their own members.
 
 missing=""
 for p in $PACKAGES; do

@@ -38,7 +38,8 @@ pub enum LogFormat {
 )]
 pub struct Flags {
     /// The master's agent port, e.g. https://master.example:7471 (https:// is added if
-    /// missing).
+    /// missing); several masters sharing their state in etcd, comma-separated (the agent
+    /// follows whichever leads).
     #[arg(long, env = "GANG_MASTER", value_name = "URL")]
     pub master: Option<String>,
     /// This node's mesh column.
@@ -417,7 +418,21 @@ pub fn default_spool_dir(agent_uid: u32) -> PathBuf {
 
 /// `master.example:7471` -> `https://master.example:7471`; checks that the result is a
 /// usable URI so a typo fails at startup rather than as an endless "master unreachable".
+/// Several masters (sharing their state in etcd) are comma-separated; each is checked.
 pub fn normalize_master(address: &str) -> Result<String, ConfigError> {
+    if address.contains(',') {
+        let all = address
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(normalize_one)
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(all.join(","));
+    }
+    normalize_one(address)
+}
+
+fn normalize_one(address: &str) -> Result<String, ConfigError> {
     let address = address.trim();
     let url = if address.contains("://") {
         address.to_owned()

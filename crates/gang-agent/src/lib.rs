@@ -37,6 +37,7 @@ pub mod fence;
 pub mod fleet;
 pub mod guard;
 pub mod launch;
+pub mod master_channel;
 pub mod mpi_check;
 pub mod mpi_program;
 pub mod msg;

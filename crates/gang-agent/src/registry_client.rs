@@ -18,7 +18,7 @@ use std::time::Duration;
 use gang_core::clock::Probe;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
 use gang_proto::v1::{ClockProbeRequest, HeartbeatRequest, RankRef, RegisterRequest, SwitchReport};
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
@@ -28,7 +28,8 @@ use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
 
-pub type RegistryClient = AgentRegistryClient<Channel>;
+pub type RegistryClient = AgentRegistryClient<MasterChannel>;
+pub use crate::master_channel::MasterChannel;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -41,17 +42,30 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A channel to the master's agent port that connects on first use and reconnects after
 /// failures, over mutual TLS (`tls`: this node's identity, the master verified by name).
+///
+/// `master` may list several masters' agent ports, comma-separated: masters that share
+/// their state in etcd, of which only the leader listens. The channel balances over the
+/// ones that answer, one at a time (`MasterChannel`), so it follows the leader through a
+/// failover.
 pub fn connect(
     master: &str,
     tls: ClientTlsConfig,
 ) -> Result<RegistryClient, tonic::transport::Error> {
-    let endpoint = Endpoint::from_shared(master.to_owned())?
-        .tls_config(tls)?
-        .connect_timeout(Duration::from_secs(1))
-        // A hung master must not hang the session or the uplink forever.
-        .timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    Ok(AgentRegistryClient::new(endpoint.connect_lazy()))
+    let endpoint = |url: &str| -> Result<Endpoint, tonic::transport::Error> {
+        Ok(Endpoint::from_shared(url.to_owned())?
+            .tls_config(tls.clone())?
+            .connect_timeout(Duration::from_secs(1))
+            // A hung master must not hang the session or the uplink forever.
+            .timeout(Duration::from_secs(5))
+            .tcp_nodelay(true))
+    };
+    let channels = master
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| Ok(endpoint(u)?.connect_lazy()))
+        .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
+    Ok(AgentRegistryClient::new(MasterChannel::new(channels)))
 }
 
 /// Capped exponential backoff, 100 ms to 1 s.

@@ -31,7 +31,23 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Connect to the master at `addr`, eagerly, so that an unreachable master is reported
 /// here. A TLS address brings the credentials of the client config (`credentials`).
+///
+/// `addr` may list several masters, comma-separated (`unix:/a.sock,https://b:7470`): of
+/// masters sharing their state in etcd only the leader listens, so the first that
+/// answers is the one; if none does, the last one's error is reported.
 pub async fn channel(addr: &str) -> Result<MasterChannel, CliError> {
+    let mut last = None;
+    for one in addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        match channel_to(one).await {
+            Ok(c) => return Ok(c),
+            Err(e @ (CliError::Unreachable { .. } | CliError::NoAnswer { .. })) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| CliError::Other(format!("no master address in {addr:?}"))))
+}
+
+async fn channel_to(addr: &str) -> Result<MasterChannel, CliError> {
     let target = Target::parse(addr).map_err(CliError::Other)?;
     let creds = match target {
         Target::Unix(_) => Credentials::default(),

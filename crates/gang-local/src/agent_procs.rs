@@ -29,7 +29,7 @@ impl LocalCluster {
         let _ = std::fs::remove_file(&ready);
         let mut cmd = self.command(&self.agent_bin, &log)?;
         let agents = self.agent_port_on_loopback()?;
-        cmd.arg("--master").arg(format!("https://{agents}"));
+        cmd.arg("--master").arg(self.agent_master_arg(agents));
         tls_args(&mut cmd, &self.pki().files(&PeerName::Node { x, y }));
         if self.opts.allow_root_jobs {
             cmd.arg("--allow-root");
@@ -108,5 +108,16 @@ impl LocalCluster {
             bail!("the agent of node {x},{y} is already running");
         }
         self.spawn_agent(x, y)
+    }
+}
+
+impl LocalCluster {
+    /// The agents' `--master`: the cluster's master, then any standby masters.
+    fn agent_master_arg(&self, agents: SocketAddr) -> String {
+        std::iter::once(agents)
+            .chain(self.opts.standby_agent_ports.iter().copied())
+            .map(|a| format!("https://{a}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }

@@ -305,6 +305,11 @@ impl LocalCluster {
         running_pid(self.master.as_mut()?)
     }
 
+    /// How the master exited, once it has (it stays this cluster's until stopped).
+    pub fn master_exit_status(&mut self) -> Option<ExitStatus> {
+        self.master.as_mut()?.poll().ok().flatten()
+    }
+
     /// An agent's pid, while it runs.
     pub fn agent_pid(&mut self, x: u32, y: u32) -> Option<u32> {
         running_pid(self.agents.get_mut(&(x, y))?)
@@ -449,6 +454,52 @@ impl LocalCluster {
             }
             std::thread::sleep(POLL);
         }
+    }
+
+    /// A second master on the same state (in etcd) and files (TLS, token key) as this
+    /// cluster's, on the given ports and socket, logging to `log`: it stands by until it
+    /// leads. Not tracked by the cluster: the caller owns (and stops) the process.
+    pub fn standby_master(
+        &self,
+        listen: SocketAddr,
+        agents: SocketAddr,
+        socket: &Path,
+        ready: &Path,
+        log: &Path,
+    ) -> Result<std::process::Child> {
+        let tls = self.pki().files(&PeerName::Master);
+        let mut cmd = self.command(&self.master_bin, log)?;
+        cmd.arg("--listen")
+            .arg(listen.to_string())
+            .arg("--metrics-listen")
+            .arg("127.0.0.1:0")
+            .arg("--state")
+            .arg(
+                self.opts
+                    .state
+                    .clone()
+                    .unwrap_or_else(|| self.dir.join("state.db")),
+            )
+            .arg("--mesh")
+            .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
+            .arg("--agent-listen")
+            .arg(agents.to_string())
+            .arg("--socket")
+            .arg(socket)
+            .arg("--token-key")
+            .arg(self.dir.join("token.key"));
+        tls_args(&mut cmd, &tls);
+        if self.opts.allow_root_jobs {
+            cmd.arg("--allow-root-jobs");
+        }
+        if let Some(mpl) = self.opts.mpl {
+            cmd.arg("--mpl").arg(mpl.to_string());
+        }
+        cmd.arg("--ready-file")
+            .arg(ready)
+            .args(&self.opts.master_args);
+        cmd.spawn()
+            .with_context(|| format!("cannot run {}", self.master_bin.display()))
     }
 
     /// Send `signal` to the master and wait for it to exit (SIGKILL after the grace).

@@ -62,6 +62,9 @@ pub struct LocalClusterOptions {
     /// agent from outside this host's loopback (another network namespace) register; the
     /// cluster's own agents still dial 127.0.0.1.
     pub agents_listen: Option<IpAddr>,
+    /// Agent ports of standby masters (state in etcd): each agent is given them after the
+    /// cluster's own master's, and follows whichever leads.
+    pub standby_agent_ports: Vec<std::net::SocketAddr>,
 }
 
 impl Default for LocalClusterOptions {
@@ -84,6 +87,7 @@ impl Default for LocalClusterOptions {
             allow_root_jobs: nix::unistd::geteuid().is_root(),
             socket: None,
             agents_listen: None,
+            standby_agent_ports: Vec::new(),
         }
     }
 }

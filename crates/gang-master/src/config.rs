@@ -103,6 +103,9 @@ pub struct FileConfig {
     pub metrics_listen: Option<SocketAddr>,
     pub mesh: Option<String>,
     pub state: Option<PathBuf>,
+    pub output_dir: Option<PathBuf>,
+    pub etcd_lease_s: Option<u32>,
+    pub etcd_timeout_ms: Option<u32>,
     pub mpl: Option<u32>,
     pub allocator: Option<String>,
     pub backfill: Option<String>,
@@ -246,13 +249,29 @@ impl FileConfig {
     }
 }
 
+/// The leader's lease in etcd, s: failover takes about this long after a leader dies.
+/// etcd grants at least its own minimum (1.5 election timeouts, rounded up).
+pub const DEFAULT_ETCD_LEASE_S: u32 = 2;
+/// One etcd request's deadline, ms (a cluster without quorum answers nothing).
+pub const DEFAULT_ETCD_TIMEOUT_MS: u32 = 3000;
+
 /// Everything the master runs with, resolved.
 #[derive(Debug, Clone)]
 pub struct MasterConfig {
     pub listen: SocketAddr,
     pub metrics_listen: SocketAddr,
     pub mesh: Shape,
+    /// The SQLite database (unless `etcd`); its directory holds the output logs unless
+    /// `output_dir`.
     pub state: PathBuf,
+    /// The state in etcd instead (`--state etcd://...`), shared by several masters.
+    pub etcd: Option<gang_etcd::Target>,
+    /// The leader's lease (s): a dead leader is replaced this long after its last keepalive.
+    pub etcd_lease_s: u32,
+    /// How long one etcd request may take.
+    pub etcd_timeout_ms: u32,
+    /// Where per-job output logs go (default: beside the database).
+    pub output_dir: Option<PathBuf>,
     pub mpl: u32,
     pub allocator: AllocatorKind,
     pub backfill: Backfill,
@@ -390,6 +409,9 @@ impl Fanout {
 impl MasterConfig {
     /// Where per-job output logs live: beside the database.
     pub fn state_dir(&self) -> PathBuf {
+        if let Some(d) = &self.output_dir {
+            return d.clone();
+        }
         let mut name = self.state.file_name().unwrap_or_default().to_os_string();
         name.push(".output");
         self.state.with_file_name(name)
@@ -421,6 +443,10 @@ impl MasterConfig {
             metrics_listen: "127.0.0.1:0".parse().expect("literal"),
             mesh,
             state,
+            etcd: None,
+            etcd_lease_s: DEFAULT_ETCD_LEASE_S,
+            etcd_timeout_ms: DEFAULT_ETCD_TIMEOUT_MS,
+            output_dir: None,
             mpl: 1,
             allocator: AllocatorKind::AdaptiveScan,
             backfill: Backfill::Easy,

@@ -18,7 +18,9 @@ pub mod server;
 pub mod service;
 pub mod shim;
 pub mod state;
+pub mod state_store;
 pub mod store;
+pub mod store_etcd;
 pub mod switch_stats;
 
 #[cfg(test)]

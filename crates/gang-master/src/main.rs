@@ -34,9 +34,22 @@ struct Args {
     /// The mesh, WxH.
     #[arg(long, value_parser = parse_mesh)]
     mesh: Option<Shape>,
-    /// The state database (SQLite); output logs go beside it.
-    #[arg(long)]
+    /// Where the state is kept: an SQLite database (a path; output logs go beside it), or
+    /// etcd://HOST:PORT[,HOST:PORT...]/PREFIX: an etcd cluster shared by several masters,
+    /// one of which leads while the others stand by (with --output-dir for the logs).
+    #[arg(long, value_name = "PATH|etcd://...")]
     state: Option<PathBuf>,
+    /// Where per-job output logs go [default: beside the SQLite database;
+    /// gang-master.output with etcd].
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// With the state in etcd: the leader's lease in seconds (a dead leader is replaced
+    /// about this long after it stopped answering) [default: 2].
+    #[arg(long, value_name = "S")]
+    etcd_lease_s: Option<u32>,
+    /// With the state in etcd: how long one request to it may take [default: 3000].
+    #[arg(long, value_name = "MS")]
+    etcd_timeout_ms: Option<u32>,
     /// Maximum multiprogramming level: how many slices (rows of the matrix) take turns.
     #[arg(long)]
     mpl: Option<u32>,
@@ -278,6 +291,28 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .state
         .or(f.state.clone())
         .unwrap_or_else(|| PathBuf::from("gang-master.db"));
+    // `etcd://...`: the state in etcd; the path default stands for what lives beside it
+    // (the token key, unless set; output logs, unless --output-dir).
+    let (state, etcd) = match state.to_str() {
+        Some(s) if s.starts_with("etcd://") => (
+            PathBuf::from("gang-master.db"),
+            Some(s.parse::<gang_etcd::Target>()?),
+        ),
+        _ => (state, None),
+    };
+    let etcd_lease_s = a
+        .etcd_lease_s
+        .or(f.etcd_lease_s)
+        .unwrap_or(gang_master::config::DEFAULT_ETCD_LEASE_S);
+    if etcd_lease_s == 0 {
+        anyhow::bail!("--etcd-lease-s must be at least 1");
+    }
+    let etcd_timeout_ms = a
+        .etcd_timeout_ms
+        .or(f.etcd_timeout_ms)
+        .unwrap_or(gang_master::config::DEFAULT_ETCD_TIMEOUT_MS)
+        .max(1);
+    let output_dir = a.output_dir.or(f.output_dir.clone());
     let token_key = a
         .token_key
         .or(f.token_key.clone())
@@ -346,6 +381,10 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             .unwrap_or_else(|| "127.0.0.1:7471".parse().expect("literal")),
         mesh,
         state,
+        etcd,
+        etcd_lease_s,
+        etcd_timeout_ms,
+        output_dir,
         mpl,
         allocator,
         backfill,

@@ -62,7 +62,11 @@ pub struct RunningMaster {
     stop: watch::Sender<bool>,
     servers: JoinHandle<anyhow::Result<()>>,
     state: JoinHandle<()>,
+    /// With the state in etcd: ends, saying why, when this master no longer leads.
+    lost: Option<LostLeadership>,
 }
+
+type LostLeadership = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
 
 impl RunningMaster {
     /// Serve until `shutdown` resolves, then stop serving and wait (at most `grace`) for
@@ -73,8 +77,21 @@ impl RunningMaster {
         shutdown: impl std::future::Future<Output = ()>,
         grace: std::time::Duration,
     ) -> anyhow::Result<()> {
+        let lost = async {
+            match self.lost.take() {
+                Some(l) => l.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = shutdown => {}
+            why = lost => {
+                // Another master leads (or will once this one's lease ends): this one's
+                // writes are refused from now on, so it stops serving. Restarted (by
+                // systemd), it stands by.
+                let _ = self.stop.send(true);
+                anyhow::bail!("this master no longer leads ({why}): stepping down");
+            }
             r = &mut self.state => {
                 anyhow::bail!("the state task ended: {}", match r {
                     Ok(()) => "it stopped".to_string(),
@@ -141,6 +158,14 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         cfg.state_dir(),
         cfg.limits.max_output_bytes,
     )?);
+    // Before any port is bound: a standby (state in etcd, another master leads) waits
+    // here, and clients and agents that try it first are refused at once and go on to the
+    // next master they know.
+    let opened = crate::state_store::open(&cfg).await?;
+    let lost: Option<LostLeadership> = match &opened.0 {
+        crate::state_store::StateStore::Etcd(s) => Some(Box::pin(s.on_lost())),
+        crate::state_store::StateStore::Sqlite(_) => None,
+    };
     let client_tcp = bind_tcp(cfg.listen, "clients").await?;
     let agent_tcp = bind_tcp(cfg.agent_listen, "agents").await?;
     let metrics_listener = metrics::bind(cfg.metrics_listen)
@@ -176,7 +201,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let cfg_web_origins = cfg.web_origins.clone();
     let web_portal = cfg.web_portal;
     // Recovery happens here: nothing is served before the state is back.
-    let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone())?;
+    let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone(), opened)?;
 
     // Health answers SERVING for "" (tonic-health's default) and for every client service
     // by name: load balancers and `grpc_health_probe -service` ask for the one they use.
@@ -342,6 +367,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         stop,
         servers,
         state,
+        lost,
     })
 }
 
@@ -393,7 +419,8 @@ mod tests {
     async fn the_master_fails_when_its_state_task_dies() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
-        let (handle, _) = actor::start(cfg, Arc::default(), Arc::default()).unwrap();
+        let opened = crate::state_store::open(&cfg).await.unwrap();
+        let (handle, _) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let servers = tokio::spawn(std::future::pending());
         let master = RunningMaster {
@@ -405,6 +432,7 @@ mod tests {
             stop: watch::channel(false).0,
             servers,
             state,
+            lost: None,
         };
         let e = master
             .serve_until(std::future::pending(), std::time::Duration::from_millis(10))

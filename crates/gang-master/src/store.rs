@@ -74,6 +74,13 @@ fn getrandom_bytes(out: &mut [u8]) {
     }
 }
 
+/// A new cluster's id: 8 hex digits, random.
+pub fn new_cluster_id() -> String {
+    let mut bytes = [0u8; 4];
+    getrandom_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Store {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         private(path).with_context(|| format!("state database {}", path.display()))?;
@@ -116,9 +123,7 @@ impl Store {
         if let Some(id) = get()? {
             return Ok(id);
         }
-        let mut bytes = [0u8; 4];
-        getrandom_bytes(&mut bytes);
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let id = new_cluster_id();
         self.conn.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('cluster_id', ?1)",
             [&id],

@@ -28,14 +28,14 @@ use crate::state::events::{
     Registered, Registration,
 };
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
-use crate::state::{MasterState, Now, Persisted, batch, reactor};
+use crate::state::{MasterState, Now, batch, reactor};
 
 mod calls;
 mod daemon;
 mod relays;
 #[cfg(test)]
 mod tests;
-use crate::store::Store;
+use crate::state_store::{Initial, StateStore};
 
 type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -107,27 +107,14 @@ pub fn start(
     cfg: MasterConfig,
     metrics: Arc<Metrics>,
     agents: Arc<AgentPool>,
+    (store, initial): (StateStore, Initial),
 ) -> anyhow::Result<(Handle, JoinHandle<()>)> {
-    std::fs::create_dir_all(cfg.state_dir())?;
-    let store = Store::open(&cfg.state)?;
-    let mesh = cfg.mesh.to_string();
-    match store.mesh()? {
-        Some(m) if m != mesh => anyhow::bail!(
-            "the state database {} was made for a {m} mesh, not {mesh}; use another --state",
-            cfg.state.display()
-        ),
-        Some(_) => {}
-        None => store.set_mesh(&mesh)?,
-    }
-    let cluster_id: Arc<str> = store.cluster_id()?.into();
-    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
-    let persisted = Persisted {
-        next_job_id: store.next_job_id()?,
-        table_version: store.table_version()?,
-        table_epoch_ns: store.table_epoch(quantum_ns)?,
-    };
-    let records = store.load_jobs()?;
-    let drained = store.drained()?;
+    let Initial {
+        cluster_id,
+        persisted,
+        records,
+        drained,
+    } = initial;
     let (tx, rx) = mpsc::channel(4096);
     let (events, _) = broadcast::channel(4096);
     let (rank0, _) = broadcast::channel(1024);
@@ -173,7 +160,7 @@ pub fn start(
 
 struct Actor {
     st: MasterState,
-    store: Store,
+    store: StateStore,
     agents: Arc<AgentPool>,
     /// This state database's id, in jobs' MPI namespace names.
     cluster_id: Arc<str>,

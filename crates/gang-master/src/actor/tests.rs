@@ -31,15 +31,20 @@ async fn jobs(h: &Handle) -> Vec<(u64, State)> {
 }
 
 fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
+    let opened = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(crate::state_store::open(cfg))
+    })
+    .expect("the state opens");
     actor::start(
         cfg.clone(),
         Arc::new(Metrics::default()),
         Arc::new(AgentPool::default()),
+        opened,
     )
     .expect("the master starts")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("state.db");

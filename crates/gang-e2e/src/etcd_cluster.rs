@@ -1,0 +1,164 @@
+//! A real etcd cluster on loopback for the tests of masters that keep their state in it:
+//! `n` members of Debian's `etcd` (etcd-server), each with its own data directory and
+//! ports, started together; a member can be killed and started again.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+struct Member {
+    name: String,
+    client: SocketAddr,
+    peer: SocketAddr,
+    child: Option<Child>,
+}
+
+pub struct EtcdCluster {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+}
+
+/// A loopback port free now (the kernel's pick, released for the caller to bind).
+pub fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+impl EtcdCluster {
+    /// Start `n` members and wait until the cluster answers. Short election timeouts
+    /// (500 ms) make a lost raft leader, and the shortest lease (1 s), quick.
+    pub fn start(n: usize) -> Result<EtcdCluster> {
+        let dir = tempfile::Builder::new().prefix("gang-etcd-").tempdir()?;
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: free_port(),
+                peer: free_port(),
+                child: None,
+            })
+            .collect();
+        let mut c = EtcdCluster { dir, members };
+        for i in 0..n {
+            c.start_member(i, true)?;
+        }
+        c.wait_healthy(Duration::from_secs(30))?;
+        Ok(c)
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn start_member(&mut self, i: usize, new: bool) -> Result<()> {
+        let initial = self.initial_cluster();
+        let data = self.dir.path().join(&self.members[i].name);
+        let log = std::fs::File::create(self.log(i))?;
+        let m = &mut self.members[i];
+        let child = Command::new("etcd")
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &format!("http://{}", m.client)])
+            .args(["--advertise-client-urls", &format!("http://{}", m.client)])
+            .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://{}", m.peer),
+            ])
+            .args(["--initial-cluster", &initial])
+            .args([
+                "--initial-cluster-state",
+                if new { "new" } else { "existing" },
+            ])
+            .args(["--initial-cluster-token", "gang-test"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("cannot run etcd (Debian's etcd-server: scripts/setup-test-deps.sh)")?;
+        m.child = Some(child);
+        Ok(())
+    }
+
+    pub fn log(&self, i: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("{}.log", self.members[i].name))
+    }
+
+    /// `etcd://` with every member and `prefix`.
+    pub fn url(&self, prefix: &str) -> String {
+        let hosts: Vec<String> = self.members.iter().map(|m| m.client.to_string()).collect();
+        format!("etcd://{}/{prefix}", hosts.join(","))
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client.to_string()).collect()
+    }
+
+    /// SIGKILL member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start member `i` again on its data.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        self.start_member(i, false)
+    }
+
+    /// Every running member answers its health endpoint.
+    pub fn wait_healthy(&self, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        for (i, m) in self.members.iter().enumerate() {
+            if m.child.is_none() {
+                continue;
+            }
+            loop {
+                let body = health(m.client).unwrap_or_default();
+                if body.contains("\"health\":\"true\"") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "etcd member {i} not healthy within {within:?}: {body}; log: {}",
+                        std::fs::read_to_string(self.log(i)).unwrap_or_default()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A member's /health answer (None while it does not listen).
+fn health(addr: SocketAddr) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET /health HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}

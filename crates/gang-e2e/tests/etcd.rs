@@ -1,0 +1,182 @@
+//! Masters that keep their state in a real 3-member etcd cluster (Debian's etcd-server, on
+//! loopback): one leads, another stands by (it does not even listen), agents and clients
+//! know both. Killing the leader hands over to the standby with every acknowledged job and
+//! the running ones undisturbed; a leader paused past its lease cannot write once another
+//! leads, and steps down.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
+use gang_e2e::*;
+use gang_local::LocalCluster;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const T: Duration = Duration::from_secs(30);
+
+/// Both masters, as clients are told of them.
+struct Masters(String);
+
+impl Master for Masters {
+    fn master(&self) -> String {
+        self.0.clone()
+    }
+}
+
+/// A cluster whose master leads, and a standby on the same etcd prefix.
+struct Pair {
+    c: LocalCluster,
+    standby: Child,
+    b_ready: PathBuf,
+    b_log: PathBuf,
+    both: Masters,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = self.standby.kill();
+        let _ = self.standby.wait();
+    }
+}
+
+fn pair(etcd: &EtcdCluster, prefix: &str) -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("output");
+    let b_listen = free_port();
+    let b_agents = free_port();
+    let mut opts = options(&["--etcd-lease-s", "1", "--output-dir", out.to_str().unwrap()]);
+    opts.state = Some(PathBuf::from(etcd.url(prefix)));
+    opts.standby_agent_ports = vec![b_agents];
+    let c = LocalCluster::start((2, 2), opts).expect("the first master leads");
+    let b_sock = dir.path().join("b.sock");
+    let b_ready = dir.path().join("b.ready");
+    let b_log = dir.path().join("b.log");
+    let standby = c
+        .standby_master(b_listen, b_agents, &b_sock, &b_ready, &b_log)
+        .unwrap();
+    wait_for(T, "the second master to stand by", || {
+        read(&b_log).contains("standing by").then_some(())
+    });
+    assert!(!b_ready.exists(), "a standby must not serve");
+    let both = Masters(format!("{},unix:{}", c.master_addr(), b_sock.display()));
+    Pair {
+        c,
+        standby,
+        b_ready,
+        b_log,
+        both,
+        _dir: dir,
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn state_of(m: &impl Master, id: u64) -> String {
+    gangctl_json(m, &["job", &id.to_string()]).unwrap()["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn killing_the_leader_hands_over_to_the_standby_with_every_job() {
+    let etcd = EtcdCluster::start(3).expect("etcd starts");
+    let mut p = pair(&etcd, "gang/kill");
+    let dir = tempfile::tempdir().unwrap();
+    // A job that runs through the failover, and jobs that completed before it.
+    let running = submit(&p.both, "1x1", &["sh", "-c", &busy_script(dir.path())]);
+    let pids = rank_pids(dir.path(), 1, T);
+    let done: Vec<u64> = (0..10).map(|_| submit(&p.both, "1x1", &["true"])).collect();
+    for &id in &done {
+        wait_state(&p.both, id, "completed", T);
+    }
+
+    let killed = Instant::now();
+    p.c.stop_master(Signal::SIGKILL).unwrap();
+    wait_for(T, "the standby to lead and serve", || {
+        p.b_ready.exists().then_some(())
+    });
+    let failover = killed.elapsed();
+    eprintln!("failover (kill -9 to the standby serving): {failover:?}");
+    assert!(
+        read(&p.b_log).contains("elected leader"),
+        "{}",
+        read(&p.b_log)
+    );
+
+    // Every acknowledged job is there, once; the running one runs on, undisturbed.
+    for &id in &done {
+        assert_eq!(state_of(&p.both, id), "completed");
+    }
+    let all = gangctl_json(&p.both, &["jobs", "--all"]).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), done.len() + 1, "{all}");
+    wait_for(T, "the agents to re-register with the new leader", || {
+        let n = gangctl_json(&p.both, &["nodes"]).unwrap();
+        n["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["state"] == "up")
+            .then_some(())
+    });
+    assert_eq!(state_of(&p.both, running), "running");
+    assert!(
+        proc_stat(pids[0]).is_some(),
+        "the running job's rank was lost"
+    );
+    // The new leader takes work: a job submitted now runs and completes.
+    let after = submit(&p.both, "1x1", &["true"]);
+    wait_state(&p.both, after, "completed", T);
+    assert!(after > *done.last().unwrap());
+    let out = gangctl(&p.both, &["cancel", &running.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_leader_paused_past_its_lease_cannot_write_and_steps_down() {
+    let etcd = EtcdCluster::start(3).expect("etcd starts");
+    let mut p = pair(&etcd, "gang/pause");
+    let first = submit(&p.both, "1x1", &["true"]);
+    wait_state(&p.both, first, "completed", T);
+    let a = Pid::from_raw(p.c.master_pid().expect("the leader runs") as i32);
+    kill(a, Signal::SIGSTOP).unwrap();
+    wait_for(T, "the standby to lead", || {
+        p.b_ready.exists().then_some(())
+    });
+    // The new leader's job; then the old one wakes up, believing it leads. (A client that
+    // tries the paused master first waits for it until its --timeout: its socket still
+    // accepts. This one asks the new leader alone.)
+    let b = Masters(p.both.0.split(',').nth(1).unwrap().to_string());
+    let second = submit(&b, "1x1", &["true"]);
+    wait_state(&b, second, "completed", T);
+    kill(a, Signal::SIGCONT).unwrap();
+    let status = wait_for(T, "the old leader to step down", || {
+        p.c.master_exit_status()
+    });
+    assert!(!status.success(), "{status:?}");
+    let log = read(&p.c.master_log());
+    assert!(log.contains("stepping down"), "{log}");
+    // The store is the new leader's: the leader key names it, and its view is all there is.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (leader, jobs) = rt.block_on(async {
+        let store = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(3)).unwrap();
+        let l = store.get(b"/gang/pause/leader").await.unwrap().unwrap();
+        let j = store.get_prefix(b"/gang/pause/jobs/", 100).await.unwrap();
+        (String::from_utf8(l.value).unwrap(), j.len())
+    });
+    assert!(
+        leader.contains(&format!("pid={}", p.standby.id())),
+        "{leader}"
+    );
+    assert_eq!(jobs, 2);
+    assert_eq!(state_of(&p.both, second), "completed");
+}

@@ -1,0 +1,532 @@
+//! A small etcd v3 client: what the master needs to keep its state in an etcd cluster and
+//! to elect one leader among several masters.
+//!
+//! The gRPC API is the subset of etcd's in `proto/etcd`, compiled with protox (the
+//! published etcd clients run protoc at build time, which a fresh machine here lacks).
+//! One channel balances over every endpoint given, so a member that dies is routed around
+//! as long as a quorum answers.
+//!
+//! Leadership ([`Election`]) is a key bound to a lease: whoever creates it leads while its
+//! lease lives. Every write of the leader is a transaction that checks the key's create
+//! revision ([`Leader::guard`]): a leader paused past its lease, whose key another master
+//! has made since, cannot write, whatever its own clock says.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{info, warn};
+
+pub mod pb {
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+}
+
+use pb::etcdserverpb as rpc;
+use pb::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use pb::etcdserverpb::kv_client::KvClient;
+use pb::etcdserverpb::lease_client::LeaseClient;
+use pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use pb::etcdserverpb::request_op::Request as Op;
+pub use pb::mvccpb::KeyValue;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("{0}")]
+    Target(String),
+    #[error("etcd at {endpoints}: {status}")]
+    Rpc {
+        endpoints: String,
+        status: Box<tonic::Status>,
+    },
+    #[error("etcd endpoint {0}: {1}")]
+    Endpoint(String, String),
+    #[error("{0}")]
+    Lost(String),
+}
+
+pub type Result<T, E = EtcdError> = std::result::Result<T, E>;
+
+/// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the members to talk to, and the key prefix
+/// under which one cluster's state lives (several clusters may share an etcd).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub endpoints: Vec<String>,
+    /// Starts with `/`, never ends with one.
+    pub prefix: String,
+}
+
+impl FromStr for Target {
+    type Err = EtcdError;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            EtcdError::Target(format!(
+                "{s:?}: {why}; expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX"
+            ))
+        };
+        let rest = s
+            .strip_prefix("etcd://")
+            .ok_or_else(|| bad("not an etcd:// address"))?;
+        let (hosts, prefix) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("no /PREFIX for the cluster's keys"))?;
+        let prefix = format!("/{}", prefix.trim_end_matches('/'));
+        if prefix == "/" || prefix.contains("//") {
+            return Err(bad("the prefix is empty or has an empty part"));
+        }
+        let endpoints: Vec<String> = hosts
+            .split(',')
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(bad("no HOST:PORT"));
+        }
+        for h in &endpoints {
+            let port = h.rsplit_once(':').map(|(_, p)| p);
+            if port.is_none_or(|p| p.parse::<u16>().is_err()) {
+                return Err(bad(&format!("{h:?} is not HOST:PORT")));
+            }
+        }
+        Ok(Target { endpoints, prefix })
+    }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end for it).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte 0xff: to the end of the key space.
+    vec![0]
+}
+
+/// A connection to an etcd cluster (cheap to clone).
+#[derive(Clone)]
+pub struct Etcd {
+    endpoints: Arc<str>,
+    kv: KvClient<Channel>,
+    lease: LeaseClient<Channel>,
+    maint: MaintenanceClient<Channel>,
+}
+
+impl Etcd {
+    /// A channel over every endpoint: requests go to members that answer. Each request is
+    /// bounded by `timeout` (a cluster without quorum answers nothing). Call it within a
+    /// tokio runtime (the channel's balancer runs as a task).
+    pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
+        let eps = endpoints
+            .iter()
+            .map(|h| {
+                Endpoint::from_shared(format!("http://{h}"))
+                    .map(|e| {
+                        e.connect_timeout(timeout)
+                            .timeout(timeout)
+                            .tcp_nodelay(true)
+                    })
+                    .map_err(|e| EtcdError::Endpoint(h.clone(), e.to_string()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let channel = Channel::balance_list(eps.into_iter());
+        Ok(Etcd {
+            endpoints: endpoints.join(",").into(),
+            kv: KvClient::new(channel.clone()),
+            lease: LeaseClient::new(channel.clone()),
+            maint: MaintenanceClient::new(channel),
+        })
+    }
+
+    fn err(&self, status: tonic::Status) -> EtcdError {
+        EtcdError::Rpc {
+            endpoints: self.endpoints.to_string(),
+            status: Box::new(status),
+        }
+    }
+
+    pub async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+        let r = self
+            .kv
+            .clone()
+            .range(rpc::RangeRequest {
+                key: key.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(r.into_inner().kvs.into_iter().next())
+    }
+
+    /// Every key under `prefix`, in key order, read `page` at a time (one revision for all
+    /// pages: the first page's).
+    pub async fn get_prefix(&self, prefix: &[u8], page: i64) -> Result<Vec<KeyValue>> {
+        let end = prefix_end(prefix);
+        let mut from = prefix.to_vec();
+        let mut out = Vec::new();
+        let mut revision = 0;
+        loop {
+            let r = self
+                .kv
+                .clone()
+                .range(rpc::RangeRequest {
+                    key: from.clone(),
+                    range_end: end.clone(),
+                    limit: page,
+                    revision,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| self.err(s))?
+                .into_inner();
+            revision = r.header.map_or(0, |h| h.revision);
+            let more = r.more;
+            if let Some(last) = r.kvs.last() {
+                from = last.key.clone();
+                from.push(0);
+            }
+            out.extend(r.kvs);
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    pub async fn txn(&self, t: rpc::TxnRequest) -> Result<rpc::TxnResponse> {
+        let r = self.kv.clone().txn(t).await.map_err(|s| self.err(s))?;
+        Ok(r.into_inner())
+    }
+
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.kv
+            .clone()
+            .put(rpc::PutRequest {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    /// Forget the history before `revision` (and, `physical`, wait until it is gone).
+    pub async fn compact(&self, revision: i64) -> Result<()> {
+        self.kv
+            .clone()
+            .compact(rpc::CompactionRequest {
+                revision,
+                physical: true,
+            })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    /// A member's status (its database size, its raft leader), from whichever answers.
+    pub async fn status(&self) -> Result<rpc::StatusResponse> {
+        let r = self
+            .maint
+            .clone()
+            .status(rpc::StatusRequest {})
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(r.into_inner())
+    }
+
+    /// A lease of `ttl_s` seconds (etcd may grant more: its minimum): (id, granted TTL).
+    pub async fn grant(&self, ttl_s: i64) -> Result<(i64, i64)> {
+        let r = self
+            .lease
+            .clone()
+            .lease_grant(rpc::LeaseGrantRequest { ttl: ttl_s, id: 0 })
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        if !r.error.is_empty() {
+            return Err(EtcdError::Lost(format!("lease refused: {}", r.error)));
+        }
+        Ok((r.id, r.ttl))
+    }
+
+    pub async fn revoke(&self, id: i64) -> Result<()> {
+        self.lease
+            .clone()
+            .lease_revoke(rpc::LeaseRevokeRequest { id })
+            .await
+            .map_err(|s| self.err(s))?;
+        Ok(())
+    }
+
+    /// One keepalive of lease `id` on a fresh stream: the TTL it has now (0: it expired).
+    async fn keep_alive_once(&self, id: i64) -> Result<i64> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let _ = tx.send(rpc::LeaseKeepAliveRequest { id }).await;
+        let mut stream = self
+            .lease
+            .clone()
+            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map_err(|s| self.err(s))?
+            .into_inner();
+        let answer = stream.message().await.map_err(|s| self.err(s))?;
+        drop(tx);
+        Ok(answer.map_or(0, |a| a.ttl))
+    }
+}
+
+/// A put as a transaction's operation.
+pub fn put_op(key: Vec<u8>, value: Vec<u8>) -> rpc::RequestOp {
+    rpc::RequestOp {
+        request: Some(Op::RequestPut(rpc::PutRequest {
+            key,
+            value,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A delete (of one key) as a transaction's operation.
+pub fn delete_op(key: Vec<u8>) -> rpc::RequestOp {
+    rpc::RequestOp {
+        request: Some(Op::RequestDeleteRange(rpc::DeleteRangeRequest {
+            key,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A read of one key as a transaction's operation.
+pub fn get_op(key: Vec<u8>) -> rpc::RequestOp {
+    rpc::RequestOp {
+        request: Some(Op::RequestRange(rpc::RangeRequest {
+            key,
+            ..Default::default()
+        })),
+    }
+}
+
+/// Whether `key`'s create revision is `rev` (0: the key does not exist).
+pub fn created_at(key: Vec<u8>, rev: i64) -> rpc::Compare {
+    rpc::Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key,
+        target_union: Some(TargetUnion::CreateRevision(rev)),
+        range_end: Vec::new(),
+    }
+}
+
+/// Several masters on one prefix, one leader: the holder of `PREFIX/leader`.
+pub struct Election {
+    etcd: Etcd,
+    key: Vec<u8>,
+    /// What the leader key holds: where this master serves (clients and agents are told).
+    me: String,
+    ttl_s: i64,
+}
+
+/// This master leads: its lease, the revision its key was made at, and whether it still
+/// holds it (`lost` says why not, once it has lost it).
+pub struct Leader {
+    pub lease: i64,
+    pub create_revision: i64,
+    key: Vec<u8>,
+    lost: watch::Receiver<Option<String>>,
+    keepalive: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+    }
+}
+
+impl Leader {
+    /// The condition of every write: the leader key is still the one this master made.
+    pub fn guard(&self) -> rpc::Compare {
+        created_at(self.key.clone(), self.create_revision)
+    }
+
+    /// Why leadership was lost, once it was.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.borrow().clone()
+    }
+
+    /// What says when leadership is lost (`Some(why)` from then on).
+    pub fn lost_receiver(&self) -> watch::Receiver<Option<String>> {
+        self.lost.clone()
+    }
+
+    /// Wait until leadership is lost: why.
+    pub async fn wait_lost(&self) -> String {
+        let mut rx = self.lost.clone();
+        loop {
+            if let Some(why) = rx.borrow_and_update().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return "the lease keeper ended".into();
+            }
+        }
+    }
+}
+
+impl Election {
+    pub fn new(etcd: Etcd, prefix: &str, me: String, ttl_s: i64) -> Election {
+        Election {
+            etcd,
+            key: format!("{prefix}/leader").into_bytes(),
+            me,
+            ttl_s,
+        }
+    }
+
+    /// Who leads now (what its key holds), if anyone.
+    pub async fn leader(&self) -> Result<Option<String>> {
+        Ok(self
+            .etcd
+            .get(&self.key)
+            .await?
+            .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+    }
+
+    /// Become the leader: wait (looking every `poll`) until no master holds the key, then
+    /// make it, bound to a fresh lease kept alive from then on. `on_wait` hears who leads
+    /// while this one waits (each time that changes).
+    pub async fn campaign(&self, poll: Duration, mut on_wait: impl FnMut(&str)) -> Result<Leader> {
+        let mut seen: Option<String> = None;
+        loop {
+            match self.etcd.get(&self.key).await {
+                Ok(Some(kv)) => {
+                    let who = String::from_utf8_lossy(&kv.value).into_owned();
+                    if seen.as_deref() != Some(&who) {
+                        on_wait(&who);
+                        seen = Some(who);
+                    }
+                }
+                Ok(None) => {
+                    if let Some(l) = self.try_lead().await? {
+                        return Ok(l);
+                    }
+                }
+                Err(e) => warn!("etcd: {e}; trying again"),
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    async fn try_lead(&self) -> Result<Option<Leader>> {
+        let (lease, ttl) = self.etcd.grant(self.ttl_s).await?;
+        let granted_at = Instant::now();
+        let t = self
+            .etcd
+            .txn(rpc::TxnRequest {
+                compare: vec![created_at(self.key.clone(), 0)],
+                success: vec![rpc::RequestOp {
+                    request: Some(Op::RequestPut(rpc::PutRequest {
+                        key: self.key.clone(),
+                        value: self.me.clone().into_bytes(),
+                        lease,
+                        ..Default::default()
+                    })),
+                }],
+                failure: vec![],
+            })
+            .await?;
+        if !t.succeeded {
+            let _ = self.etcd.revoke(lease).await;
+            return Ok(None);
+        }
+        let create_revision = t.header.map_or(0, |h| h.revision);
+        info!(lease, ttl, create_revision, "elected leader");
+        let (tx, rx) = watch::channel(None);
+        let keepalive = tokio::spawn(keep(self.etcd.clone(), lease, ttl, granted_at, tx));
+        Ok(Some(Leader {
+            lease,
+            create_revision,
+            key: self.key.clone(),
+            lost: rx,
+            keepalive,
+        }))
+    }
+}
+
+/// Keep the lease alive every third of its TTL. It is held until the last answered
+/// keepalive's send time plus the TTL it granted: past that (no answer in time, or the
+/// lease gone), leadership is lost, whatever happens later.
+async fn keep(
+    etcd: Etcd,
+    lease: i64,
+    ttl: i64,
+    granted_at: Instant,
+    lost: watch::Sender<Option<String>>,
+) {
+    let ttl_d = Duration::from_secs(ttl.max(1) as u64);
+    let mut valid_until = granted_at + ttl_d;
+    let every = ttl_d / 3;
+    loop {
+        let sent = Instant::now();
+        let left = valid_until.saturating_duration_since(sent);
+        if left.is_zero() {
+            let _ = lost.send(Some(format!(
+                "no keepalive of lease {lease:x} was answered within its {ttl} s"
+            )));
+            return;
+        }
+        match tokio::time::timeout(left, etcd.keep_alive_once(lease)).await {
+            Ok(Ok(0)) => {
+                let _ = lost.send(Some(format!("lease {lease:x} expired")));
+                return;
+            }
+            Ok(Ok(granted)) => {
+                valid_until = sent + Duration::from_secs(granted as u64);
+            }
+            Ok(Err(e)) => warn!("keepalive of lease {lease:x}: {e}"),
+            Err(_) => {}
+        }
+        let next = (sent + every).min(valid_until);
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_bad_ones_say_what_is_expected() {
+        let t: Target = "etcd://127.0.0.1:2379,10.0.0.2:2379/gang/prod"
+            .parse()
+            .unwrap();
+        assert_eq!(t.endpoints, ["127.0.0.1:2379", "10.0.0.2:2379"]);
+        assert_eq!(t.prefix, "/gang/prod");
+        for bad in [
+            "http://h:1/x",
+            "etcd://h:1",
+            "etcd://h:1/",
+            "etcd:///x",
+            "etcd://h/x",
+            "etcd://h:99999/x",
+        ] {
+            let e = bad.parse::<Target>().unwrap_err().to_string();
+            assert!(e.contains("expected etcd://HOST:PORT"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_prefix_ends_at_the_next_key() {
+        assert_eq!(prefix_end(b"/g/jobs/"), b"/g/jobs0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), b"\0");
+    }
+}

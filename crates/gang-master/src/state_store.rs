@@ -1,0 +1,124 @@
+//! Where the master's state is kept: an SQLite file (the default), or an etcd cluster
+//! shared by several masters of which one leads (`store_etcd.rs`). The reactor and its
+//! commit (`state::batch::Commit`) do not care which; this opens either and reads what a
+//! restarted (or newly elected) master starts from.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::MasterConfig;
+use crate::job::SavedJob;
+use crate::state::Persisted;
+use crate::state::batch::Commit;
+use crate::state::effects::Save;
+use crate::store::Store;
+use crate::store_etcd::EtcdStore;
+
+pub enum StateStore {
+    Sqlite(Store),
+    Etcd(EtcdStore),
+}
+
+impl Commit for StateStore {
+    fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+        match self {
+            StateStore::Sqlite(s) => s.commit(saves),
+            StateStore::Etcd(s) => s.commit(saves),
+        }
+    }
+}
+
+/// What the master starts from.
+pub struct Initial {
+    pub cluster_id: Arc<str>,
+    pub persisted: Persisted,
+    pub records: Vec<SavedJob>,
+    pub drained: Vec<(u32, u32)>,
+}
+
+/// What the leader key of an etcd-backed master says of it: where clients and agents
+/// reach it.
+pub fn advertise(cfg: &MasterConfig) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "clients={} agents={} host={host} pid={}",
+        cfg.listen,
+        cfg.agent_listen,
+        std::process::id()
+    )
+}
+
+fn check_mesh(found: Option<&str>, cfg: &MasterConfig, place: &str) -> anyhow::Result<bool> {
+    let mesh = cfg.mesh.to_string();
+    match found {
+        Some(m) if m != mesh => anyhow::bail!(
+            "the state in {place} was made for a {m} mesh, not {mesh}; use another --state"
+        ),
+        Some(_) => Ok(false),
+        None => Ok(true),
+    }
+}
+
+/// Open the store `cfg` names (for etcd: once this master leads) and read it.
+pub async fn open(cfg: &MasterConfig) -> anyhow::Result<(StateStore, Initial)> {
+    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let Some(target) = &cfg.etcd else {
+        std::fs::create_dir_all(cfg.state_dir())?;
+        let store = Store::open(&cfg.state)?;
+        if check_mesh(
+            store.mesh()?.as_deref(),
+            cfg,
+            &cfg.state.display().to_string(),
+        )? {
+            store.set_mesh(&cfg.mesh.to_string())?;
+        }
+        let initial = Initial {
+            cluster_id: store.cluster_id()?.into(),
+            persisted: Persisted {
+                next_job_id: store.next_job_id()?,
+                table_version: store.table_version()?,
+                table_epoch_ns: store.table_epoch(quantum_ns)?,
+            },
+            records: store.load_jobs()?,
+            drained: store.drained()?,
+        };
+        return Ok((StateStore::Sqlite(store), initial));
+    };
+    std::fs::create_dir_all(cfg.state_dir())?;
+    let timeout = Duration::from_millis(u64::from(cfg.etcd_timeout_ms));
+    let (store, loaded) =
+        EtcdStore::open(target, advertise(cfg), i64::from(cfg.etcd_lease_s), timeout).await?;
+    let place = format!("etcd {}", target.prefix);
+    if check_mesh(loaded.mesh.as_deref(), cfg, &place)? {
+        store.set_meta("mesh", &cfg.mesh.to_string()).await?;
+    }
+    let cluster_id = match loaded.cluster_id {
+        Some(id) => id,
+        None => {
+            let id = crate::store::new_cluster_id();
+            store
+                .set_meta("cluster_id", &id)
+                .await
+                .context("saving the cluster id")?;
+            id
+        }
+    };
+    let next_job_id = loaded.jobs.iter().map(|j| j.id.0 + 1).max().unwrap_or(1);
+    let initial = Initial {
+        cluster_id: cluster_id.into(),
+        persisted: Persisted {
+            next_job_id,
+            table_version: loaded.table_version,
+            table_epoch_ns: loaded
+                .table_epoch
+                .and_then(|(e, q)| (q == quantum_ns).then_some(e)),
+        },
+        records: loaded.jobs,
+        drained: loaded.drained,
+    };
+    Ok((StateStore::Etcd(store), initial))
+}

@@ -1,0 +1,274 @@
+//! The master's state in an etcd cluster (`--state etcd://HOST:PORT,.../PREFIX`), for
+//! several masters of which one leads. Same promise as SQLite: a batch's saves are
+//! committed before any of its commands is answered, and a batch is saved whole or not at
+//! all (one transaction; see `MAX_TXN_OPS` for a batch too large for one).
+//!
+//! Keys (under PREFIX): `leader` (the election key, bound to the leader's lease; it holds
+//! where the leader serves), `meta/mesh`, `meta/cluster_id`, `meta/table_version`,
+//! `meta/table_epoch`, `jobs/ID` (ID zero-padded to 20 digits, one JSON row as SQLite's),
+//! `drained/X,Y`. Every write is a transaction conditional on the leader key's create
+//! revision being the one this master made: a master that lost the key (its lease ended
+//! while it was paused or cut off) cannot write, and steps down.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use gang_etcd::pb::etcdserverpb::TxnRequest;
+use gang_etcd::{Election, Etcd, Leader, Target, get_op, put_op};
+use tracing::{error, info};
+
+use crate::job::SavedJob;
+use crate::state::batch::Commit;
+use crate::state::effects::Save;
+
+/// Operations per transaction: etcd refuses more than `--max-txn-ops` (128 by default).
+const MAX_TXN_OPS: usize = 120;
+/// Bytes per transaction: etcd refuses requests over `--max-request-bytes` (1.5 MiB).
+const MAX_TXN_BYTES: usize = 1 << 20;
+/// Every this many commits the history before the newest revision is compacted away: the
+/// store keeps the newest value of each key, not every version of a job's row.
+const COMPACT_EVERY: u64 = 1000;
+
+/// What a master found in the store when it became the leader.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub mesh: Option<String>,
+    pub cluster_id: Option<String>,
+    pub table_version: u64,
+    /// (epoch, quantum) of the last run's slot grid.
+    pub table_epoch: Option<(i64, i64)>,
+    pub jobs: Vec<SavedJob>,
+    pub drained: Vec<(u32, u32)>,
+}
+
+pub struct EtcdStore {
+    etcd: Etcd,
+    prefix: String,
+    leader: Leader,
+    /// Set once a write was refused for want of the leader key: nothing more is tried.
+    deposed: Arc<AtomicBool>,
+    commits: AtomicU64,
+    rt: tokio::runtime::Handle,
+}
+
+fn key(prefix: &str, rest: &str) -> Vec<u8> {
+    format!("{prefix}/{rest}").into_bytes()
+}
+
+fn job_key(prefix: &str, id: u64) -> Vec<u8> {
+    key(prefix, &format!("jobs/{id:020}"))
+}
+
+impl EtcdStore {
+    /// Connect, wait to be the leader (saying who leads meanwhile), then read the state.
+    pub async fn open(
+        target: &Target,
+        me: String,
+        lease_s: i64,
+        timeout: Duration,
+    ) -> anyhow::Result<(EtcdStore, Loaded)> {
+        let etcd = Etcd::connect(&target.endpoints, timeout)?;
+        let election = Election::new(etcd.clone(), &target.prefix, me.clone(), lease_s);
+        info!(
+            endpoints = ?target.endpoints,
+            prefix = %target.prefix,
+            "state in etcd: campaigning to lead"
+        );
+        let leader = election
+            .campaign(Duration::from_millis(100), |who| {
+                info!(leader = %who, "standing by: another master leads");
+                crate::notify::status(&format!("standing by: the leader is {who}"));
+            })
+            .await
+            .context("electing a leader in etcd")?;
+        let store = EtcdStore {
+            etcd,
+            prefix: target.prefix.clone(),
+            leader,
+            deposed: Arc::default(),
+            commits: AtomicU64::new(0),
+            rt: tokio::runtime::Handle::current(),
+        };
+        let loaded = store.load().await?;
+        Ok((store, loaded))
+    }
+
+    async fn load(&self) -> anyhow::Result<Loaded> {
+        let p = &self.prefix;
+        let meta = self.etcd.get_prefix(&key(p, "meta/"), 1000).await?;
+        let mut out = Loaded::default();
+        for kv in meta {
+            let k = String::from_utf8_lossy(&kv.key).into_owned();
+            let v = String::from_utf8_lossy(&kv.value).into_owned();
+            match k.rsplit('/').next().unwrap_or_default() {
+                "mesh" => out.mesh = Some(v),
+                "cluster_id" => out.cluster_id = Some(v),
+                "table_version" => out.table_version = v.parse().unwrap_or(0),
+                "table_epoch" => {
+                    out.table_epoch = v
+                        .split_once(':')
+                        .and_then(|(e, q)| Some((e.parse().ok()?, q.parse().ok()?)))
+                }
+                _ => {}
+            }
+        }
+        for kv in self.etcd.get_prefix(&key(p, "jobs/"), 1000).await? {
+            let job: SavedJob = serde_json::from_slice(&kv.value)
+                .with_context(|| format!("job {} in etcd", String::from_utf8_lossy(&kv.key)))?;
+            out.jobs.push(job);
+        }
+        for kv in self.etcd.get_prefix(&key(p, "drained/"), 1000).await? {
+            let k = String::from_utf8_lossy(&kv.key).into_owned();
+            if let Some((x, y)) = k.rsplit('/').next().and_then(|n| n.split_once(',')) {
+                if let (Ok(x), Ok(y)) = (x.parse(), y.parse()) {
+                    out.drained.push((x, y));
+                }
+            }
+        }
+        info!(jobs = out.jobs.len(), "state read from etcd");
+        Ok(out)
+    }
+
+    /// Write one meta value (under the leader's guard), at startup.
+    pub async fn set_meta(&self, name: &str, value: &str) -> anyhow::Result<()> {
+        let ops = vec![put_op(
+            key(&self.prefix, &format!("meta/{name}")),
+            value.into(),
+        )];
+        self.guarded(ops).await.map_err(anyhow::Error::msg)
+    }
+
+    /// Why this master no longer leads, once it does not.
+    pub fn lost(&self) -> Option<String> {
+        if self.deposed.load(Ordering::Relaxed) {
+            return Some("another master holds the leader key".into());
+        }
+        self.leader.lost()
+    }
+
+    /// A future that ends when leadership is lost, with why (for the daemon to step down).
+    pub fn on_lost(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        let deposed = self.deposed.clone();
+        let mut lost = self.leader.lost_receiver();
+        async move {
+            loop {
+                if deposed.load(Ordering::Relaxed) {
+                    return "another master holds the leader key".to_string();
+                }
+                if let Some(why) = lost.borrow_and_update().clone() {
+                    return why;
+                }
+                tokio::select! {
+                    r = lost.changed() => if r.is_err() { return "the lease keeper ended".into() },
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        }
+    }
+
+    /// `ops` in transactions conditional on leading, in order.
+    async fn guarded(
+        &self,
+        ops: Vec<gang_etcd::pb::etcdserverpb::RequestOp>,
+    ) -> Result<(), String> {
+        if let Some(why) = self.lost() {
+            return Err(format!("this master no longer leads ({why})"));
+        }
+        let mut chunk = Vec::new();
+        let mut bytes = 0;
+        let mut chunks = Vec::new();
+        for op in ops {
+            let size = prost::Message::encoded_len(&op);
+            if !chunk.is_empty() && (chunk.len() >= MAX_TXN_OPS || bytes + size > MAX_TXN_BYTES) {
+                chunks.push(std::mem::take(&mut chunk));
+                bytes = 0;
+            }
+            bytes += size;
+            chunk.push(op);
+        }
+        if !chunk.is_empty() {
+            chunks.push(chunk);
+        }
+        let leader_key = key(&self.prefix, "leader");
+        for success in chunks {
+            let t = self
+                .etcd
+                .txn(TxnRequest {
+                    compare: vec![self.leader.guard()],
+                    success,
+                    failure: vec![get_op(leader_key.clone())],
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if !t.succeeded {
+                self.deposed.store(true, Ordering::Relaxed);
+                error!("a write was refused: another master holds the leader key; stepping down");
+                return Err(
+                    "this master no longer leads: another master holds the leader key".into(),
+                );
+            }
+            let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+            if n % COMPACT_EVERY == 0
+                && let Some(h) = t.header
+            {
+                let etcd = self.etcd.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = etcd.compact(h.revision).await {
+                        tracing::warn!("compacting etcd's history: {e}");
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Commit for EtcdStore {
+    fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+        // The newest value of each key, in the order first written.
+        let mut order: Vec<Vec<u8>> = Vec::new();
+        let mut values: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        let mut set = |k: Vec<u8>, v: Option<Vec<u8>>| {
+            if values.insert(k.clone(), v).is_none() {
+                order.push(k);
+            }
+        };
+        let p = &self.prefix;
+        for save in saves {
+            match save {
+                Save::Job(job) => {
+                    let text = serde_json::to_vec(job).expect("job records serialize");
+                    set(job_key(p, job.id.0), Some(text));
+                }
+                Save::Drained {
+                    node: (x, y),
+                    drained,
+                } => {
+                    let k = key(p, &format!("drained/{x},{y}"));
+                    set(k, drained.then(Vec::new));
+                }
+                Save::TableMeta { version, grid } => {
+                    set(
+                        key(p, "meta/table_version"),
+                        Some(version.to_string().into_bytes()),
+                    );
+                    let epoch = format!("{}:{}", grid.epoch_ns, grid.quantum_ns);
+                    set(key(p, "meta/table_epoch"), Some(epoch.into_bytes()));
+                }
+            }
+        }
+        let ops = order
+            .into_iter()
+            .map(|k| match values.remove(&k).flatten() {
+                Some(v) => put_op(k, v),
+                None => gang_etcd::delete_op(k),
+            })
+            .collect();
+        // The actor's task waits for the store here, as it does for SQLite's fsync.
+        let rt = self.rt.clone();
+        tokio::task::block_in_place(|| rt.block_on(self.guarded(ops)))
+    }
+}
