@@ -108,7 +108,8 @@ pub const SUBMIT_RETRY_FOR: Duration = Duration::from_secs(30);
 /// Submit, retrying when the connection breaks during the call and while the master is
 /// then unreachable (it restarts); with the request's token, a retry never makes a second
 /// job. A master unreachable from the start is reported at once (a wrong address should
-/// not take 30 s to say so), and an answer, even a refusal, ends it: "state not saved"
+/// not take 30 s to say so; with several masters listed, it is retried as a failover),
+/// and an answer, even a refusal, ends it: "state not saved"
 /// says the master is up and cannot write, which waiting will not change.
 pub async fn submit_with_retries(
     addr: &str,
@@ -116,7 +117,9 @@ pub async fn submit_with_retries(
 ) -> Result<gang_proto::v1::SubmitResponse, CliError> {
     let deadline = tokio::time::Instant::now() + SUBMIT_RETRY_FOR;
     let mut pause = Duration::from_millis(100);
-    let mut reached = false;
+    // Several masters (sharing their state in etcd): none answering may be an election
+    // under way, not a wrong address.
+    let mut reached = addr.contains(',');
     loop {
         let attempt = async {
             let mut client = job_client(addr).await?;

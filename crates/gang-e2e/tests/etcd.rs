@@ -96,12 +96,52 @@ fn killing_the_leader_hands_over_to_the_standby_with_every_job() {
         wait_state(&p.both, id, "completed", T);
     }
 
+    // A prun attached to a job that writes through the failover.
+    let attached = std::process::Command::new(bin_dir().join("prun"))
+        .env("GANG_MASTER", &p.both.0)
+        .args(["-n", "1x1", "--", "sh", "-c"])
+        .arg("i=0; while [ $i -lt 40 ]; do echo line $i; i=$((i+1)); sleep 0.1; done")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Four clients submit throughout; the leader is killed once some were acknowledged.
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (m, acked) = (Masters(p.both.0.clone()), acked.clone());
+            std::thread::spawn(move || {
+                (0..40)
+                    .map(|_| {
+                        let id = submit(&m, "1x1", &["true"]);
+                        acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        id
+                    })
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    wait_for(T, "submissions to be acknowledged", || {
+        (acked.load(std::sync::atomic::Ordering::Relaxed) >= 20).then_some(())
+    });
     let killed = Instant::now();
     p.c.stop_master(Signal::SIGKILL).unwrap();
     wait_for(T, "the standby to lead and serve", || {
         p.b_ready.exists().then_some(())
     });
     let failover = killed.elapsed();
+    let mut through: Vec<u64> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    through.sort_unstable();
+    let n = through.len();
+    through.dedup();
+    assert_eq!((n, through.len()), (160, 160), "every submission acknowledged once");
+    // The attached prun reattached to the new leader and got every line, once.
+    let out = attached.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = (0..40).map(|i| format!("line {i}")).collect();
+    assert_eq!(text.lines().collect::<Vec<_>>(), lines, "{}", String::from_utf8_lossy(&out.stderr));
     eprintln!("failover (kill -9 to the standby serving): {failover:?}");
     assert!(
         read(&p.b_log).contains("elected leader"),
@@ -113,8 +153,12 @@ fn killing_the_leader_hands_over_to_the_standby_with_every_job() {
     for &id in &done {
         assert_eq!(state_of(&p.both, id), "completed");
     }
+    // ...and nothing else: no acknowledged job lost, none doubled by a retry.
     let all = gangctl_json(&p.both, &["jobs", "--all"]).unwrap();
-    assert_eq!(all.as_array().unwrap().len(), done.len() + 1, "{all}");
+    assert_eq!(all.as_array().unwrap().len(), done.len() + 2 + through.len(), "{all}");
+    for &id in &through {
+        wait_state(&p.both, id, "completed", T);
+    }
     wait_for(T, "the agents to re-register with the new leader", || {
         let n = gangctl_json(&p.both, &["nodes"]).unwrap();
         n["nodes"]

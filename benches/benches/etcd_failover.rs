@@ -1,0 +1,212 @@
+//! Masters on etcd (release binaries, a real 3-member etcd on loopback, a 2x2 cluster):
+//!
+//! - failover: ROUNDS times, SIGKILL of the leading master, then until the standby serves
+//!   (its ready file: it leads, has read the state and listens) and until every agent has
+//!   registered with it again; the killed master comes back as the next standby;
+//! - submits over gRPC from CLIENTS concurrent clients (held jobs, so that nothing runs),
+//!   SUBMITS in all, against the same cluster with its state in SQLite and in etcd: rate and
+//!   per-call latency, side by side.
+//!
+//! Prints JSON. Env: ROUNDS (default 10), CLIENTS (8), SUBMITS (2000), LEASE_S (1).
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use gang_benches::{env_or, median_p99, release_bins};
+use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
+use gang_local::{LocalCluster, LocalClusterOptions};
+use gang_proto::client::{self, Target};
+use gang_proto::v1;
+use gang_proto::v1::job_service_client::JobServiceClient;
+use nix::sys::signal::Signal;
+
+fn options(state: PathBuf, extra: &[String], standby_agents: Vec<std::net::SocketAddr>) -> LocalClusterOptions {
+    let mut master_args: Vec<String> = ["--heartbeat-ms", "100", "--mpl", "1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    master_args.extend(extra.iter().cloned());
+    LocalClusterOptions {
+        bin_dir: Some(release_bins()),
+        state: Some(state),
+        master_args,
+        standby_agent_ports: standby_agents,
+        ..LocalClusterOptions::default()
+    }
+}
+
+fn wait_file(p: &Path, within: Duration) -> Duration {
+    let t = Instant::now();
+    while !p.exists() {
+        assert!(t.elapsed() < within, "{} did not appear", p.display());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    t.elapsed()
+}
+
+async fn nodes_up(socket: &Path) -> usize {
+    let target = Target::parse(&format!("unix:{}", socket.display())).unwrap();
+    let Ok(ch) = client::connect(&target, &Default::default(), Duration::from_secs(1)).await else {
+        return 0;
+    };
+    let mut admin = v1::admin_service_client::AdminServiceClient::new(ch);
+    match admin.list_nodes(v1::ListNodesRequest {}).await {
+        Ok(r) => r
+            .into_inner()
+            .nodes
+            .iter()
+            .filter(|n| n.state() == v1::NodeState::Up)
+            .count(),
+        Err(_) => 0,
+    }
+}
+
+struct Standby {
+    child: Child,
+    agents: std::net::SocketAddr,
+    socket: PathBuf,
+    ready: PathBuf,
+}
+
+fn failover(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster, rounds: usize, lease: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let b_agents = free_port();
+    let extra = vec![
+        "--etcd-lease-s".to_string(),
+        lease.to_string(),
+        "--output-dir".to_string(),
+        dir.path().join("out").display().to_string(),
+    ];
+    let mut c = LocalCluster::start(
+        (2, 2),
+        options(PathBuf::from(etcd.url("bench/failover")), &extra, vec![b_agents]),
+    )
+    .expect("cluster");
+    let a_agents = c.agents_addr().unwrap();
+    let spawn = |c: &LocalCluster, n: usize, agents| {
+        let socket = dir.path().join(format!("m{n}.sock"));
+        let ready = dir.path().join(format!("m{n}.ready"));
+        let log = dir.path().join(format!("m{n}.log"));
+        let child = c
+            .standby_master(free_port(), agents, &socket, &ready, &log)
+            .expect("standby");
+        Standby { child, agents, socket, ready }
+    };
+    let mut standby = spawn(&c, 0, b_agents);
+    std::thread::sleep(Duration::from_millis(500));
+    let (mut serving, mut all_up) = (vec![], vec![]);
+    let mut leader: Option<Standby> = None;
+    for round in 1..=rounds {
+        let killed_agents = match leader.take() {
+            None => {
+                c.stop_master(Signal::SIGKILL).unwrap();
+                a_agents
+            }
+            Some(mut l) => {
+                l.child.kill().unwrap();
+                let _ = l.child.wait();
+                l.agents
+            }
+        };
+        let t = Instant::now();
+        wait_file(&standby.ready, Duration::from_secs(30));
+        serving.push(t.elapsed().as_secs_f64() * 1e3);
+        while rt.block_on(nodes_up(&standby.socket)) < 4 {
+            assert!(t.elapsed() < Duration::from_secs(60), "agents did not come back");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        all_up.push(t.elapsed().as_secs_f64() * 1e3);
+        eprintln!("round {round}: serving {:.0} ms, all agents {:.0} ms", serving[round - 1], all_up[round - 1]);
+        let next = spawn(&c, round, killed_agents);
+        leader = Some(std::mem::replace(&mut standby, next));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for mut s in [Some(standby), leader].into_iter().flatten() {
+        let _ = s.child.kill();
+        let _ = s.child.wait();
+    }
+    let (s50, s99) = median_p99(&mut serving);
+    let (u50, u99) = median_p99(&mut all_up);
+    serde_json::json!({
+        "rounds": rounds,
+        "lease_s": lease,
+        "kill_to_serving_ms": {"median": s50, "p99": s99},
+        "kill_to_every_agent_back_ms": {"median": u50, "p99": u99},
+    })
+}
+
+fn submits(rt: &tokio::runtime::Runtime, state: PathBuf, extra: &[String], clients: usize, total: usize) -> serde_json::Value {
+    let c = LocalCluster::start((2, 2), options(state, extra, vec![])).expect("cluster");
+    let per = total / clients;
+    let (elapsed, mut lat) = rt.block_on(async {
+        let mut tasks = vec![];
+        let t0 = Instant::now();
+        for _ in 0..clients {
+            let ch = c.channel().await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut jc = JobServiceClient::new(ch);
+                let mut lat = Vec::with_capacity(per);
+                for _ in 0..per {
+                    let t = Instant::now();
+                    jc.submit(v1::SubmitRequest {
+                        spec: Some(v1::JobSpec {
+                            shape: "1x1".into(),
+                            argv: vec!["true".into()],
+                            cwd: "/".into(),
+                            hold: true,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("submitted");
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                lat
+            }));
+        }
+        let mut all = vec![];
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        (t0.elapsed(), all)
+    });
+    let (l50, l99) = median_p99(&mut lat);
+    serde_json::json!({
+        "submits": per * clients,
+        "clients": clients,
+        "per_second": (per * clients) as f64 / elapsed.as_secs_f64(),
+        "latency_ms": {"median": l50, "p99": l99},
+    })
+}
+
+fn main() {
+    let rounds: usize = env_or("ROUNDS", 10);
+    let clients: usize = env_or("CLIENTS", 8);
+    let total: usize = env_or("SUBMITS", 2000);
+    let lease: String = env_or("LEASE_S", "1".to_string());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let etcd = EtcdCluster::start(3).expect("etcd");
+    let fo = failover(&rt, &etcd, rounds, &lease);
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = submits(&rt, dir.path().join("state.db"), &[], clients, total);
+    let on_etcd = submits(
+        &rt,
+        PathBuf::from(etcd.url("bench/submits")),
+        &["--output-dir".into(), dir.path().join("out").display().to_string()],
+        clients,
+        total,
+    );
+    let ratio = on_etcd["per_second"].as_f64().unwrap() / sqlite["per_second"].as_f64().unwrap();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "failover": fo,
+            "submit_sqlite": sqlite,
+            "submit_etcd": on_etcd,
+            "etcd_over_sqlite_rate": ratio,
+        }))
+        .unwrap()
+    );
+}
