@@ -114,6 +114,15 @@ impl EtcdCluster {
         }
     }
 
+    /// SIGSTOP (`true`) or SIGCONT member `i`: it stops answering, its connections open.
+    pub fn pause(&self, i: usize, paused: bool) {
+        use nix::sys::signal::{Signal, kill};
+        if let Some(c) = &self.members[i].child {
+            let sig = if paused { Signal::SIGSTOP } else { Signal::SIGCONT };
+            let _ = kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+        }
+    }
+
     /// Start member `i` again on its data.
     pub fn restart(&mut self, i: usize) -> Result<()> {
         self.start_member(i, false)

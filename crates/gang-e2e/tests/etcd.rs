@@ -43,11 +43,15 @@ impl Drop for Pair {
 }
 
 fn pair(etcd: &EtcdCluster, prefix: &str) -> Pair {
+    pair_with_lease(etcd, prefix, "1")
+}
+
+fn pair_with_lease(etcd: &EtcdCluster, prefix: &str, lease_s: &str) -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("output");
     let b_listen = free_port();
     let b_agents = free_port();
-    let mut opts = options(&["--etcd-lease-s", "1", "--output-dir", out.to_str().unwrap()]);
+    let mut opts = options(&["--etcd-lease-s", lease_s, "--output-dir", out.to_str().unwrap()]);
     opts.state = Some(PathBuf::from(etcd.url(prefix)));
     opts.standby_agent_ports = vec![b_agents];
     let c = LocalCluster::start((2, 2), opts).expect("the first master leads");
@@ -223,4 +227,58 @@ fn a_leader_paused_past_its_lease_cannot_write_and_steps_down() {
     );
     assert_eq!(jobs, 2);
     assert_eq!(state_of(&p.both, second), "completed");
+}
+
+/// One etcd member down: nothing noticed. Two: no quorum; changes are refused saying so,
+/// reads answer, the leader stays. Members back: it carries on. Then no member answering
+/// at all (as if its host were cut off): it stops leading within the lease.
+#[test]
+fn etcd_members_lost_and_back() {
+    let mut etcd = EtcdCluster::start(3).expect("etcd starts");
+    let mut p = pair_with_lease(&etcd, "gang/members", "2");
+    etcd.kill(0);
+    for _ in 0..3 {
+        let id = submit(&p.both, "1x1", &["true"]);
+        wait_state(&p.both, id, "completed", T);
+    }
+    etcd.kill(1);
+    let out = prun(
+        &p.both,
+        &["-n", "1x1", "--detach", "--timeout", "20s", "--", "true"],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "a change without quorum was accepted");
+    assert!(err.contains("quorum"), "{err}");
+    let listed = gangctl_json(&p.both, &["jobs", "--all"]).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    // Past several leases without quorum, the same master still leads (nobody could take
+    // over, and its lease cannot expire meanwhile).
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        p.c.master_exit_status().is_none(),
+        "{}",
+        read(&p.c.master_log())
+    );
+    etcd.restart(0).unwrap();
+    etcd.restart(1).unwrap();
+    etcd.wait_healthy(T).unwrap();
+    let id = submit(&p.both, "1x1", &["true"]);
+    wait_state(&p.both, id, "completed", T);
+    assert!(!p.b_ready.exists(), "the standby took over: {}", read(&p.b_log));
+
+    // No member answers: within the lease (and a keepalive period), it stops leading.
+    let cut = Instant::now();
+    for i in 0..3 {
+        etcd.pause(i, true);
+    }
+    let status = wait_for(T, "the leader to step down", || p.c.master_exit_status());
+    let took = cut.elapsed();
+    for i in 0..3 {
+        etcd.pause(i, false);
+    }
+    eprintln!("cut off from etcd: stepped down after {took:?}");
+    assert!(!status.success());
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(read(&p.c.master_log()).contains("cut off from etcd"));
 }

@@ -3,8 +3,8 @@
 //!
 //! The gRPC API is the subset of etcd's in `proto/etcd`, compiled with protox (the
 //! published etcd clients run protoc at build time, which a fresh machine here lacks).
-//! One channel balances over every endpoint given, so a member that dies is routed around
-//! as long as a quorum answers.
+//! Requests go to one member at a time and move on to the next when it does not answer,
+//! so a member that dies is routed around as long as a quorum answers.
 //!
 //! Leadership ([`Election`]) is a key bound to a lease: whoever creates it leads while its
 //! lease lives. Every write of the leader is a transaction that checks the key's create
@@ -13,6 +13,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -112,38 +113,60 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// A connection to an etcd cluster (cheap to clone).
+/// One member's clients.
 #[derive(Clone)]
-pub struct Etcd {
-    endpoints: Arc<str>,
+struct Member {
     kv: KvClient<Channel>,
     lease: LeaseClient<Channel>,
     maint: MaintenanceClient<Channel>,
 }
 
+/// A connection to an etcd cluster (cheap to clone): one channel per member, requests to
+/// one member at a time, the next tried when it does not answer (refused, reset, timed out,
+/// or without a raft leader), and kept while it does.
+#[derive(Clone)]
+pub struct Etcd {
+    endpoints: Arc<str>,
+    members: Arc<[Member]>,
+    current: Arc<AtomicUsize>,
+}
+
+/// Whether another member may answer what this one did not.
+fn try_another(s: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+    )
+}
+
 impl Etcd {
-    /// A channel over every endpoint: requests go to members that answer. Each request is
-    /// bounded by `timeout` (a cluster without quorum answers nothing). Call it within a
-    /// tokio runtime (the channel's balancer runs as a task).
+    /// Channels to every endpoint, made lazily. Each request to a member is bounded by
+    /// `timeout` (a member without quorum answers nothing). Call it within a tokio runtime.
     pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
-        let eps = endpoints
+        let members = endpoints
             .iter()
             .map(|h| {
-                Endpoint::from_shared(format!("http://{h}"))
-                    .map(|e| {
-                        e.connect_timeout(timeout)
-                            .timeout(timeout)
-                            .tcp_nodelay(true)
-                    })
-                    .map_err(|e| EtcdError::Endpoint(h.clone(), e.to_string()))
+                let ch = Endpoint::from_shared(format!("http://{h}"))
+                    .map_err(|e| EtcdError::Endpoint(h.clone(), e.to_string()))?
+                    .connect_timeout(timeout)
+                    .timeout(timeout)
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                Ok(Member {
+                    kv: KvClient::new(ch.clone()),
+                    lease: LeaseClient::new(ch.clone()),
+                    maint: MaintenanceClient::new(ch),
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        let channel = Channel::balance_list(eps.into_iter());
+        if members.is_empty() {
+            return Err(EtcdError::Target("no etcd endpoint".into()));
+        }
         Ok(Etcd {
             endpoints: endpoints.join(",").into(),
-            kv: KvClient::new(channel.clone()),
-            lease: LeaseClient::new(channel.clone()),
-            maint: MaintenanceClient::new(channel),
+            members: members.into(),
+            current: Arc::default(),
         })
     }
 
@@ -154,16 +177,46 @@ impl Etcd {
         }
     }
 
+    /// `f` on the current member, then on the others in turn while they do not answer.
+    /// What is retried is idempotent here: reads, keepalives, puts of whole values under
+    /// the same guard (a lease granted twice expires unused).
+    async fn on_member<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: Fn(Member) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let n = self.members.len();
+        let start = self.current.load(Ordering::Relaxed) % n;
+        let mut last = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            match f(self.members[i].clone()).await {
+                Ok(v) => {
+                    if k > 0 {
+                        self.current.store(i, Ordering::Relaxed);
+                    }
+                    return Ok(v);
+                }
+                Err(s) if try_another(&s) => last = Some(s),
+                Err(s) => return Err(self.err(s)),
+            }
+        }
+        Err(self.err(last.expect("at least one member")))
+    }
+
     pub async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         let r = self
-            .kv
-            .clone()
-            .range(rpc::RangeRequest {
-                key: key.to_vec(),
-                ..Default::default()
+            .on_member(|mut m| {
+                let key = key.to_vec();
+                async move {
+                    m.kv.range(rpc::RangeRequest {
+                        key,
+                        ..Default::default()
+                    })
+                    .await
+                }
             })
-            .await
-            .map_err(|s| self.err(s))?;
+            .await?;
         Ok(r.into_inner().kvs.into_iter().next())
     }
 
@@ -175,18 +228,19 @@ impl Etcd {
         let mut out = Vec::new();
         let mut revision = 0;
         loop {
+            let req = rpc::RangeRequest {
+                key: from.clone(),
+                range_end: end.clone(),
+                limit: page,
+                revision,
+                ..Default::default()
+            };
             let r = self
-                .kv
-                .clone()
-                .range(rpc::RangeRequest {
-                    key: from.clone(),
-                    range_end: end.clone(),
-                    limit: page,
-                    revision,
-                    ..Default::default()
+                .on_member(|mut m| {
+                    let req = req.clone();
+                    async move { m.kv.range(req).await }
                 })
-                .await
-                .map_err(|s| self.err(s))?
+                .await?
                 .into_inner();
             revision = r.header.map_or(0, |h| h.revision);
             let more = r.more;
@@ -202,55 +256,58 @@ impl Etcd {
     }
 
     pub async fn txn(&self, t: rpc::TxnRequest) -> Result<rpc::TxnResponse> {
-        let r = self.kv.clone().txn(t).await.map_err(|s| self.err(s))?;
+        let r = self
+            .on_member(|mut m| {
+                let t = t.clone();
+                async move { m.kv.txn(t).await }
+            })
+            .await?;
         Ok(r.into_inner())
     }
 
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.kv
-            .clone()
-            .put(rpc::PutRequest {
+        self.on_member(|mut m| {
+            let req = rpc::PutRequest {
                 key: key.to_vec(),
                 value: value.to_vec(),
                 ..Default::default()
-            })
-            .await
-            .map_err(|s| self.err(s))?;
+            };
+            async move { m.kv.put(req).await }
+        })
+        .await?;
         Ok(())
     }
 
     /// Forget the history before `revision` (and, `physical`, wait until it is gone).
     pub async fn compact(&self, revision: i64) -> Result<()> {
-        self.kv
-            .clone()
-            .compact(rpc::CompactionRequest {
+        self.on_member(|mut m| async move {
+            m.kv.compact(rpc::CompactionRequest {
                 revision,
                 physical: true,
             })
             .await
-            .map_err(|s| self.err(s))?;
+        })
+        .await?;
         Ok(())
     }
 
     /// A member's status (its database size, its raft leader), from whichever answers.
     pub async fn status(&self) -> Result<rpc::StatusResponse> {
         let r = self
-            .maint
-            .clone()
-            .status(rpc::StatusRequest {})
-            .await
-            .map_err(|s| self.err(s))?;
+            .on_member(|mut m| async move { m.maint.status(rpc::StatusRequest {}).await })
+            .await?;
         Ok(r.into_inner())
     }
 
     /// A lease of `ttl_s` seconds (etcd may grant more: its minimum): (id, granted TTL).
     pub async fn grant(&self, ttl_s: i64) -> Result<(i64, i64)> {
         let r = self
-            .lease
-            .clone()
-            .lease_grant(rpc::LeaseGrantRequest { ttl: ttl_s, id: 0 })
-            .await
-            .map_err(|s| self.err(s))?
+            .on_member(|mut m| async move {
+                m.lease
+                    .lease_grant(rpc::LeaseGrantRequest { ttl: ttl_s, id: 0 })
+                    .await
+            })
+            .await?
             .into_inner();
         if !r.error.is_empty() {
             return Err(EtcdError::Lost(format!("lease refused: {}", r.error)));
@@ -259,28 +316,28 @@ impl Etcd {
     }
 
     pub async fn revoke(&self, id: i64) -> Result<()> {
-        self.lease
-            .clone()
-            .lease_revoke(rpc::LeaseRevokeRequest { id })
-            .await
-            .map_err(|s| self.err(s))?;
+        self.on_member(|mut m| async move {
+            m.lease.lease_revoke(rpc::LeaseRevokeRequest { id }).await
+        })
+        .await?;
         Ok(())
     }
 
     /// One keepalive of lease `id` on a fresh stream: the TTL it has now (0: it expired).
     async fn keep_alive_once(&self, id: i64) -> Result<i64> {
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let _ = tx.send(rpc::LeaseKeepAliveRequest { id }).await;
-        let mut stream = self
-            .lease
-            .clone()
-            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .map_err(|s| self.err(s))?
-            .into_inner();
-        let answer = stream.message().await.map_err(|s| self.err(s))?;
-        drop(tx);
-        Ok(answer.map_or(0, |a| a.ttl))
+        self.on_member(|mut m| async move {
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let _ = tx.send(rpc::LeaseKeepAliveRequest { id }).await;
+            let mut stream = m
+                .lease
+                .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            let answer = stream.message().await?;
+            drop(tx);
+            Ok(answer.map_or(0, |a| a.ttl))
+        })
+        .await
     }
 }
 
@@ -462,8 +519,13 @@ impl Election {
 }
 
 /// Keep the lease alive every third of its TTL. It is held until the last answered
-/// keepalive's send time plus the TTL it granted: past that (no answer in time, or the
-/// lease gone), leadership is lost, whatever happens later.
+/// keepalive's send time plus the TTL it granted. Past that:
+/// - if some member answers but the cluster has no quorum (no raft leader), nobody can
+///   lead or write, and no lease can expire, until it is back: keep trying (this master's
+///   writes fail meanwhile; its reads still answer);
+/// - if no member answers, this master may be cut off while the others elect another:
+///   leadership is lost;
+/// - once etcd answers that the lease is gone, leadership is lost, whatever happens later.
 async fn keep(
     etcd: Etcd,
     lease: i64,
@@ -474,27 +536,49 @@ async fn keep(
     let ttl_d = Duration::from_secs(ttl.max(1) as u64);
     let mut valid_until = granted_at + ttl_d;
     let every = ttl_d / 3;
+    let mut no_quorum = false;
     loop {
         let sent = Instant::now();
-        let left = valid_until.saturating_duration_since(sent);
-        if left.is_zero() {
-            let _ = lost.send(Some(format!(
-                "no keepalive of lease {lease:x} was answered within its {ttl} s"
-            )));
-            return;
+        if sent >= valid_until {
+            match tokio::time::timeout(every, etcd.status()).await {
+                Ok(Ok(st)) if st.leader == 0 || !st.errors.is_empty() => {
+                    if !no_quorum {
+                        warn!(
+                            "etcd has no quorum: changes are refused until it is back; \
+                             lease {lease:x} cannot expire meanwhile"
+                        );
+                        no_quorum = true;
+                    }
+                }
+                Ok(Ok(_)) => {}
+                _ => {
+                    let _ = lost.send(Some(format!(
+                        "no etcd member answered within lease {lease:x}'s {ttl} s: this \
+                         master may be cut off from etcd"
+                    )));
+                    return;
+                }
+            }
         }
+        let left = valid_until
+            .saturating_duration_since(sent)
+            .max(if no_quorum || sent >= valid_until { every } else { Duration::ZERO });
         match tokio::time::timeout(left, etcd.keep_alive_once(lease)).await {
             Ok(Ok(0)) => {
                 let _ = lost.send(Some(format!("lease {lease:x} expired")));
                 return;
             }
             Ok(Ok(granted)) => {
+                if no_quorum {
+                    info!("etcd has its quorum back; lease {lease:x} held");
+                    no_quorum = false;
+                }
                 valid_until = sent + Duration::from_secs(granted as u64);
             }
             Ok(Err(e)) => warn!("keepalive of lease {lease:x}: {e}"),
             Err(_) => {}
         }
-        let next = (sent + every).min(valid_until);
+        let next = (sent + every).min(valid_until.max(sent + every / 4));
         tokio::time::sleep_until(next).await;
     }
 }

@@ -202,7 +202,9 @@ impl EtcdStore {
                     failure: vec![get_op(leader_key.clone())],
                 })
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| {
+                    format!("etcd did not commit ({e}); is a quorum of its members up?")
+                })?;
             if !t.succeeded {
                 self.deposed.store(true, Ordering::Relaxed);
                 error!("a write was refused: another master holds the leader key; stepping down");
