@@ -2,7 +2,11 @@
 //!
 //! - failover: ROUNDS times, SIGKILL of the leading master, then until the standby serves
 //!   (its ready file: it leads, has read the state and listens) and until every agent has
-//!   registered with it again; the killed master comes back as the next standby;
+//!   registered with it again; the killed master comes back as the next standby. Two
+//!   CPU-bound 2x2 jobs alternate in two slices (100 ms quantum) all along: their turns per
+//!   second (the job running alone changed, from /proc CPU times sampled every 2 ms) in
+//!   the 2 s before each kill, from the kill until the standby serves, and in the 2 s
+//!   after;
 //! - submits over gRPC from CLIENTS concurrent clients (held jobs, so that nothing runs),
 //!   SUBMITS in all, against the same cluster with its state in SQLite and in etcd: rate and
 //!   per-call latency, side by side.
@@ -21,8 +25,50 @@ use gang_proto::v1;
 use gang_proto::v1::job_service_client::JobServiceClient;
 use nix::sys::signal::Signal;
 
-fn options(state: PathBuf, extra: &[String], standby_agents: Vec<std::net::SocketAddr>) -> LocalClusterOptions {
-    let mut master_args: Vec<String> = ["--heartbeat-ms", "100", "--mpl", "1"]
+/// Both masters, as clients are told of them.
+struct Masters(String);
+
+impl gang_e2e::Master for Masters {
+    fn master(&self) -> String {
+        self.0.clone()
+    }
+}
+
+/// When the job running alone changed (A alone, then B alone, ...), sampled every 2 ms
+/// until `stop`.
+fn turns(a: &[i32], b: &[i32], stop: &std::sync::atomic::AtomicBool) -> Vec<Instant> {
+    let cpu = |p: &[i32]| p.iter().filter_map(|&p| gang_e2e::cpu_ns(p)).sum::<u64>();
+    let (mut la, mut lb, mut lt) = (cpu(a), cpu(b), Instant::now());
+    let mut alone: Option<bool> = None;
+    let mut out = vec![];
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(2));
+        let (ca, cb, now) = (cpu(a), cpu(b), Instant::now());
+        // Ran: used at least a quarter of a CPU over the interval.
+        let ran = |used: u64| used as f64 > (now - lt).as_nanos() as f64 / 4.0;
+        let (ra, rb) = (ran(ca.saturating_sub(la)), ran(cb.saturating_sub(lb)));
+        if ra != rb {
+            if alone.is_some_and(|x| x != ra) {
+                out.push(now);
+            }
+            alone = Some(ra);
+        }
+        (la, lb, lt) = (ca, cb, now);
+    }
+    out
+}
+
+fn per_second(ts: &[Instant], from: Instant, to: Instant) -> f64 {
+    let n = ts.iter().filter(|&&t| t >= from && t < to).count();
+    n as f64 / (to - from).as_secs_f64().max(1e-9)
+}
+
+fn options(
+    state: PathBuf,
+    extra: &[String],
+    standby_agents: Vec<std::net::SocketAddr>,
+) -> LocalClusterOptions {
+    let mut master_args: Vec<String> = ["--heartbeat-ms", "100"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -69,18 +115,34 @@ struct Standby {
     ready: PathBuf,
 }
 
-fn failover(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster, rounds: usize, lease: &str) -> serde_json::Value {
+fn failover(
+    rt: &tokio::runtime::Runtime,
+    etcd: &EtcdCluster,
+    rounds: usize,
+    lease: &str,
+) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let b_agents = free_port();
-    let extra = vec![
-        "--etcd-lease-s".to_string(),
-        lease.to_string(),
-        "--output-dir".to_string(),
-        dir.path().join("out").display().to_string(),
-    ];
+    let extra: Vec<String> = [
+        "--etcd-lease-s",
+        lease,
+        "--output-dir",
+        &dir.path().join("out").display().to_string(),
+        "--mpl",
+        "2",
+        "--quantum-ms",
+        "100",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let mut c = LocalCluster::start(
         (2, 2),
-        options(PathBuf::from(etcd.url("bench/failover")), &extra, vec![b_agents]),
+        options(
+            PathBuf::from(etcd.url("bench/failover")),
+            &extra,
+            vec![b_agents],
+        ),
     )
     .expect("cluster");
     let a_agents = c.agents_addr().unwrap();
@@ -91,10 +153,36 @@ fn failover(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster, rounds: usize, lea
         let child = c
             .standby_master(free_port(), agents, &socket, &ready, &log)
             .expect("standby");
-        Standby { child, agents, socket, ready }
+        Standby {
+            child,
+            agents,
+            socket,
+            ready,
+        }
     };
     let mut standby = spawn(&c, 0, b_agents);
     std::thread::sleep(Duration::from_millis(500));
+    // Two CPU-bound jobs, one per slice.
+    let jobs_dir = tempfile::tempdir().unwrap();
+    let busy = |name: &str| {
+        let d = jobs_dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        gang_e2e::submit(
+            &Masters(c.master_addr().to_string()),
+            "2x2",
+            &["sh", "-c", &gang_e2e::busy_script(&d)],
+        );
+        gang_e2e::rank_pids(&d, 4, Duration::from_secs(30))
+    };
+    let (pa, pb) = (busy("a"), busy("b"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || turns(&pa, &pb, &stop))
+    };
+    // Switching before the first kill, too.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut windows = vec![];
     let (mut serving, mut all_up) = (vec![], vec![]);
     let mut leader: Option<Standby> = None;
     for round in 1..=rounds {
@@ -112,16 +200,37 @@ fn failover(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster, rounds: usize, lea
         let t = Instant::now();
         wait_file(&standby.ready, Duration::from_secs(30));
         serving.push(t.elapsed().as_secs_f64() * 1e3);
+        windows.push((t, Instant::now()));
         while rt.block_on(nodes_up(&standby.socket)) < 4 {
-            assert!(t.elapsed() < Duration::from_secs(60), "agents did not come back");
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "agents did not come back"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         all_up.push(t.elapsed().as_secs_f64() * 1e3);
-        eprintln!("round {round}: serving {:.0} ms, all agents {:.0} ms", serving[round - 1], all_up[round - 1]);
+        eprintln!(
+            "round {round}: serving {:.0} ms, all agents {:.0} ms",
+            serving[round - 1],
+            all_up[round - 1]
+        );
         let next = spawn(&c, round, killed_agents);
         leader = Some(std::mem::replace(&mut standby, next));
-        std::thread::sleep(Duration::from_millis(300));
+        // 2 s of switching after it, and before the next kill.
+        std::thread::sleep(Duration::from_secs(2));
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ts = sampler.join().unwrap();
+    let (mut before, mut during, mut after) = (vec![], vec![], vec![]);
+    for &(kill, served) in &windows {
+        before.push(per_second(&ts, kill - Duration::from_secs(2), kill));
+        during.push(per_second(&ts, kill, served));
+        after.push(per_second(&ts, served, served + Duration::from_secs(2)));
+    }
+    let (b50, b99) = median_p99(&mut before);
+    let (d50, d99) = median_p99(&mut during);
+    let (a50, a99) = median_p99(&mut after);
+    let lowest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     for mut s in [Some(standby), leader].into_iter().flatten() {
         let _ = s.child.kill();
         let _ = s.child.wait();
@@ -133,10 +242,21 @@ fn failover(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster, rounds: usize, lea
         "lease_s": lease,
         "kill_to_serving_ms": {"median": s50, "p99": s99},
         "kill_to_every_agent_back_ms": {"median": u50, "p99": u99},
+        "turns_per_second": {
+            "before": {"median": b50, "p99": b99},
+            "during": {"median": d50, "p99": d99, "lowest": lowest(&during)},
+            "after": {"median": a50, "p99": a99},
+        },
     })
 }
 
-fn submits(rt: &tokio::runtime::Runtime, state: PathBuf, extra: &[String], clients: usize, total: usize) -> serde_json::Value {
+fn submits(
+    rt: &tokio::runtime::Runtime,
+    state: PathBuf,
+    extra: &[String],
+    clients: usize,
+    total: usize,
+) -> serde_json::Value {
     let c = LocalCluster::start((2, 2), options(state, extra, vec![])).expect("cluster");
     let per = total / clients;
     let (elapsed, mut lat) = rt.block_on(async {
@@ -194,7 +314,10 @@ fn main() {
     let on_etcd = submits(
         &rt,
         PathBuf::from(etcd.url("bench/submits")),
-        &["--output-dir".into(), dir.path().join("out").display().to_string()],
+        &[
+            "--output-dir".into(),
+            dir.path().join("out").display().to_string(),
+        ],
         clients,
         total,
     );

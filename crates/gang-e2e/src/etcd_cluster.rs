@@ -118,7 +118,11 @@ impl EtcdCluster {
     pub fn pause(&self, i: usize, paused: bool) {
         use nix::sys::signal::{Signal, kill};
         if let Some(c) = &self.members[i].child {
-            let sig = if paused { Signal::SIGSTOP } else { Signal::SIGCONT };
+            let sig = if paused {
+                Signal::SIGSTOP
+            } else {
+                Signal::SIGCONT
+            };
             let _ = kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
         }
     }

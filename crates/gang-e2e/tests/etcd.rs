@@ -51,7 +51,12 @@ fn pair_with_lease(etcd: &EtcdCluster, prefix: &str, lease_s: &str) -> Pair {
     let out = dir.path().join("output");
     let b_listen = free_port();
     let b_agents = free_port();
-    let mut opts = options(&["--etcd-lease-s", lease_s, "--output-dir", out.to_str().unwrap()]);
+    let mut opts = options(&[
+        "--etcd-lease-s",
+        lease_s,
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
     opts.state = Some(PathBuf::from(etcd.url(prefix)));
     opts.standby_agent_ports = vec![b_agents];
     let c = LocalCluster::start((2, 2), opts).expect("the first master leads");
@@ -135,17 +140,33 @@ fn killing_the_leader_hands_over_to_the_standby_with_every_job() {
         p.b_ready.exists().then_some(())
     });
     let failover = killed.elapsed();
-    let mut through: Vec<u64> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    let mut through: Vec<u64> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
     through.sort_unstable();
     let n = through.len();
     through.dedup();
-    assert_eq!((n, through.len()), (160, 160), "every submission acknowledged once");
+    assert_eq!(
+        (n, through.len()),
+        (160, 160),
+        "every submission acknowledged once"
+    );
     // The attached prun reattached to the new leader and got every line, once.
     let out = attached.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<String> = (0..40).map(|i| format!("line {i}")).collect();
-    assert_eq!(text.lines().collect::<Vec<_>>(), lines, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        lines,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     eprintln!("failover (kill -9 to the standby serving): {failover:?}");
     assert!(
         read(&p.b_log).contains("elected leader"),
@@ -159,7 +180,11 @@ fn killing_the_leader_hands_over_to_the_standby_with_every_job() {
     }
     // ...and nothing else: no acknowledged job lost, none doubled by a retry.
     let all = gangctl_json(&p.both, &["jobs", "--all"]).unwrap();
-    assert_eq!(all.as_array().unwrap().len(), done.len() + 2 + through.len(), "{all}");
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        done.len() + 2 + through.len(),
+        "{all}"
+    );
     for &id in &through {
         wait_state(&p.both, id, "completed", T);
     }
@@ -248,7 +273,10 @@ fn etcd_members_lost_and_back() {
         None,
     );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "a change without quorum was accepted");
+    assert!(
+        !out.status.success(),
+        "a change without quorum was accepted"
+    );
     assert!(err.contains("quorum"), "{err}");
     let listed = gangctl_json(&p.both, &["jobs", "--all"]).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
@@ -265,7 +293,11 @@ fn etcd_members_lost_and_back() {
     etcd.wait_healthy(T).unwrap();
     let id = submit(&p.both, "1x1", &["true"]);
     wait_state(&p.both, id, "completed", T);
-    assert!(!p.b_ready.exists(), "the standby took over: {}", read(&p.b_log));
+    assert!(
+        !p.b_ready.exists(),
+        "the standby took over: {}",
+        read(&p.b_log)
+    );
 
     // No member answers: within the lease (and a keepalive period), it stops leading.
     let cut = Instant::now();
@@ -281,4 +313,66 @@ fn etcd_members_lost_and_back() {
     assert!(!status.success());
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(read(&p.c.master_log()).contains("cut off from etcd"));
+}
+
+/// A finished job's row (as SQLite keeps it), numbered `id`.
+fn finished_row(id: u64) -> gang_master::job::SavedJob {
+    let text = format!(
+        r#"{{"id":{id},"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"./a.out","argv":["./a.out","--size","100"],"cwd":"/home/u1000/run","env":{{"PATH":"/usr/bin:/bin","HOME":"/home/u1000"}},"time_limit_s":600,"stdin":false,"shape":"2x2","w":2,"h":2,"state":"completed","submesh":{{"x":0,"y":0,"w":2,"h":2}},"exit_code":0,"reason":"","submit_ns":1700000000000000000,"start_ns":1700000000100000000,"end_ns":1700000060000000000,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"auto","mpi_check":false,"run_ns":59900000000}}"#
+    );
+    serde_json::from_str(&text).expect("a job row")
+}
+
+/// Ended jobs leave their own keys for archive keys a thousand at a time, and come back
+/// whole when a master reads the store.
+#[test]
+fn ended_jobs_are_archived_a_thousand_to_a_key_and_read_back() {
+    use gang_master::state::batch::Commit;
+    use gang_master::state::effects::Save;
+    let etcd = EtcdCluster::start(3).expect("etcd starts");
+    let target: gang_etcd::Target = etcd.url("gang/archive").parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let open = || {
+        rt.block_on(gang_master::store_etcd::EtcdStore::open(
+            &target,
+            "test".into(),
+            1,
+            Duration::from_secs(3),
+        ))
+        .unwrap()
+    };
+    let (mut store, loaded) = open();
+    assert!(loaded.jobs.is_empty());
+    for batch in 0..25u64 {
+        let saves: Vec<Save> = (batch * 100 + 1..=batch * 100 + 100)
+            .map(|id| Save::Job(Box::new(finished_row(id))))
+            .collect();
+        rt.block_on(async {
+            tokio::task::block_in_place(|| store.commit(saves.iter())).unwrap();
+        });
+    }
+    let (jobs, archives) = rt.block_on(async {
+        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(3)).unwrap();
+        (
+            e.get_prefix(b"/gang/archive/jobs/", 1000)
+                .await
+                .unwrap()
+                .len(),
+            e.get_prefix(b"/gang/archive/archive/", 100)
+                .await
+                .unwrap()
+                .len(),
+        )
+    });
+    assert_eq!((jobs, archives), (500, 2));
+    drop(store);
+    // The next leader (once the lease of the first has ended) reads all 2500 back.
+    let (_store, loaded) = open();
+    let ids: Vec<u64> = loaded.jobs.iter().map(|j| j.id.0).collect();
+    assert_eq!(ids, (1..=2500).collect::<Vec<u64>>());
+    assert_eq!(loaded.jobs[1234].argv, ["./a.out", "--size", "100"]);
 }

@@ -223,8 +223,13 @@ impl Etcd {
     /// Every key under `prefix`, in key order, read `page` at a time (one revision for all
     /// pages: the first page's).
     pub async fn get_prefix(&self, prefix: &[u8], page: i64) -> Result<Vec<KeyValue>> {
-        let end = prefix_end(prefix);
-        let mut from = prefix.to_vec();
+        self.get_range(prefix, &prefix_end(prefix), page).await
+    }
+
+    /// Every key in `[from, end)`, as [`Self::get_prefix`].
+    pub async fn get_range(&self, from: &[u8], end: &[u8], page: i64) -> Result<Vec<KeyValue>> {
+        let end = end.to_vec();
+        let mut from = from.to_vec();
         let mut out = Vec::new();
         let mut revision = 0;
         loop {
@@ -357,6 +362,17 @@ pub fn delete_op(key: Vec<u8>) -> rpc::RequestOp {
     rpc::RequestOp {
         request: Some(Op::RequestDeleteRange(rpc::DeleteRangeRequest {
             key,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A delete of the keys in `[key, end)` as a transaction's operation.
+pub fn delete_range_op(key: Vec<u8>, end: Vec<u8>) -> rpc::RequestOp {
+    rpc::RequestOp {
+        request: Some(Op::RequestDeleteRange(rpc::DeleteRangeRequest {
+            key,
+            range_end: end,
             ..Default::default()
         })),
     }
@@ -560,9 +576,14 @@ async fn keep(
                 }
             }
         }
-        let left = valid_until
-            .saturating_duration_since(sent)
-            .max(if no_quorum || sent >= valid_until { every } else { Duration::ZERO });
+        let left =
+            valid_until
+                .saturating_duration_since(sent)
+                .max(if no_quorum || sent >= valid_until {
+                    every
+                } else {
+                    Duration::ZERO
+                });
         match tokio::time::timeout(left, etcd.keep_alive_once(lease)).await {
             Ok(Ok(0)) => {
                 let _ = lost.send(Some(format!("lease {lease:x} expired")));

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod error;
+pub mod etcd_archive;
 pub mod job;
 pub mod metrics;
 pub mod notify;

@@ -10,7 +10,7 @@
 //! revision being the one this master made: a master that lost the key (its lease ended
 //! while it was paused or cut off) cannot write, and steps down.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -45,6 +45,8 @@ pub struct Loaded {
 }
 
 pub struct EtcdStore {
+    /// Ended jobs whose rows are in keys of their own (`jobs/ID`), to be archived.
+    finished: BTreeSet<u64>,
     etcd: Etcd,
     prefix: String,
     leader: Leader,
@@ -84,7 +86,8 @@ impl EtcdStore {
             })
             .await
             .context("electing a leader in etcd")?;
-        let store = EtcdStore {
+        let mut store = EtcdStore {
+            finished: BTreeSet::new(),
             etcd,
             prefix: target.prefix.clone(),
             leader,
@@ -96,7 +99,34 @@ impl EtcdStore {
         Ok((store, loaded))
     }
 
-    async fn load(&self) -> anyhow::Result<Loaded> {
+    /// Pack the jobs `first..end` (all ended, each in its own key) into one archive key,
+    /// their keys deleted in the same guarded transaction.
+    async fn archive(&self, first: u64, end: u64) -> Result<(), String> {
+        let p = &self.prefix;
+        let rows = self
+            .etcd
+            .get_range(&job_key(p, first), &job_key(p, end), 1000)
+            .await
+            .map_err(|e| e.to_string())?;
+        let values: Vec<Vec<u8>> = rows.into_iter().map(|kv| kv.value).collect();
+        let packed = crate::etcd_archive::pack(&values).map_err(|e| e.to_string())?;
+        if packed.len() > MAX_TXN_BYTES {
+            tracing::warn!(
+                first,
+                end,
+                bytes = packed.len(),
+                "jobs too large to archive together: kept as they are"
+            );
+            return Ok(());
+        }
+        self.guarded(vec![
+            put_op(key(p, &format!("archive/{first:020}")), packed),
+            gang_etcd::delete_range_op(job_key(p, first), job_key(p, end)),
+        ])
+        .await
+    }
+
+    async fn load(&mut self) -> anyhow::Result<Loaded> {
         let p = &self.prefix;
         let meta = self.etcd.get_prefix(&key(p, "meta/"), 1000).await?;
         let mut out = Loaded::default();
@@ -115,11 +145,25 @@ impl EtcdStore {
                 _ => {}
             }
         }
+        // Rows in keys of their own win over archived ones (a job saved again after it
+        // was archived).
+        let mut jobs = std::collections::BTreeMap::new();
+        for kv in self.etcd.get_prefix(&key(p, "archive/"), 100).await? {
+            let archived = crate::etcd_archive::unpack(&kv.value)
+                .with_context(|| format!("archive {} in etcd", String::from_utf8_lossy(&kv.key)))?;
+            for job in archived {
+                jobs.insert(job.id.0, job);
+            }
+        }
         for kv in self.etcd.get_prefix(&key(p, "jobs/"), 1000).await? {
             let job: SavedJob = serde_json::from_slice(&kv.value)
                 .with_context(|| format!("job {} in etcd", String::from_utf8_lossy(&kv.key)))?;
-            out.jobs.push(job);
+            if job.state.is_final() {
+                self.finished.insert(job.id.0);
+            }
+            jobs.insert(job.id.0, job);
         }
+        out.jobs = jobs.into_values().collect();
         for kv in self.etcd.get_prefix(&key(p, "drained/"), 1000).await? {
             let k = String::from_utf8_lossy(&kv.key).into_owned();
             if let Some((x, y)) = k.rsplit('/').next().and_then(|n| n.split_once(',')) {
@@ -230,6 +274,7 @@ impl EtcdStore {
 
 impl Commit for EtcdStore {
     fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+        let (mut ended, mut running) = (Vec::new(), Vec::new());
         // The newest value of each key, in the order first written.
         let mut order: Vec<Vec<u8>> = Vec::new();
         let mut values: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
@@ -244,6 +289,11 @@ impl Commit for EtcdStore {
                 Save::Job(job) => {
                     let text = serde_json::to_vec(job).expect("job records serialize");
                     set(job_key(p, job.id.0), Some(text));
+                    if job.state.is_final() {
+                        ended.push(job.id.0);
+                    } else {
+                        running.push(job.id.0);
+                    }
                 }
                 Save::Drained {
                     node: (x, y),
@@ -271,6 +321,25 @@ impl Commit for EtcdStore {
             .collect();
         // The actor's task waits for the store here, as it does for SQLite's fsync.
         let rt = self.rt.clone();
-        tokio::task::block_in_place(|| rt.block_on(self.guarded(ops)))
+        tokio::task::block_in_place(|| rt.block_on(self.guarded(ops)))?;
+        for id in running {
+            self.finished.remove(&id);
+        }
+        self.finished.extend(ended);
+        // At most one archive per batch: its cost is spread over the batches that end jobs.
+        if let Some((first, end)) =
+            crate::etcd_archive::next_run(&self.finished, crate::etcd_archive::ARCHIVE_CHUNK)
+        {
+            match tokio::task::block_in_place(|| rt.block_on(self.archive(first, end))) {
+                Ok(()) => {
+                    for id in first..end {
+                        self.finished.remove(&id);
+                    }
+                }
+                // The batch is saved: only the archive waits for a later one.
+                Err(e) => tracing::warn!(first, end, "archiving ended jobs: {e}"),
+            }
+        }
+        Ok(())
     }
 }
