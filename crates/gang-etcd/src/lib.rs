@@ -304,6 +304,27 @@ impl Etcd {
         Ok(r.into_inner())
     }
 
+    /// Each member's status after defragmenting it (giving back the space compaction
+    /// freed): (endpoint, status), in the order given.
+    pub async fn defragment_each(&self) -> Result<Vec<(String, rpc::StatusResponse)>> {
+        let names: Vec<&str> = self.endpoints.split(',').collect();
+        let mut out = Vec::new();
+        for (i, m) in self.members.iter().enumerate() {
+            let mut m = m.clone();
+            m.maint
+                .defragment(rpc::DefragmentRequest {})
+                .await
+                .map_err(|s| self.err(s))?;
+            let st = m
+                .maint
+                .status(rpc::StatusRequest {})
+                .await
+                .map_err(|s| self.err(s))?;
+            out.push((names.get(i).unwrap_or(&"?").to_string(), st.into_inner()));
+        }
+        Ok(out)
+    }
+
     /// A lease of `ttl_s` seconds (etcd may grant more: its minimum): (id, granted TTL).
     pub async fn grant(&self, ttl_s: i64) -> Result<(i64, i64)> {
         let r = self

@@ -166,10 +166,10 @@ impl EtcdStore {
         out.jobs = jobs.into_values().collect();
         for kv in self.etcd.get_prefix(&key(p, "drained/"), 1000).await? {
             let k = String::from_utf8_lossy(&kv.key).into_owned();
-            if let Some((x, y)) = k.rsplit('/').next().and_then(|n| n.split_once(',')) {
-                if let (Ok(x), Ok(y)) = (x.parse(), y.parse()) {
-                    out.drained.push((x, y));
-                }
+            if let Some((x, y)) = k.rsplit('/').next().and_then(|n| n.split_once(','))
+                && let (Ok(x), Ok(y)) = (x.parse(), y.parse())
+            {
+                out.drained.push((x, y));
             }
         }
         info!(jobs = out.jobs.len(), "state read from etcd");
@@ -257,7 +257,7 @@ impl EtcdStore {
                 );
             }
             let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-            if n % COMPACT_EVERY == 0
+            if n.is_multiple_of(COMPACT_EVERY)
                 && let Some(h) = t.header
             {
                 let etcd = self.etcd.clone();

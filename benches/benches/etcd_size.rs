@@ -1,0 +1,96 @@
+//! The size of a cluster's history in etcd: JOBS finished jobs (default 1,000,000) saved
+//! through the master's etcd store as its batches save them (100 to a transaction, each row
+//! a realistic finished 2x2 job), on a real 3-member etcd on loopback. Ended jobs are
+//! archived a thousand to a key as they go (`etcd_archive`); at the end the history is
+//! compacted and every member defragmented, and each member's database size is read.
+//!
+//! Prints JSON: the time it took, the keys left, the rows' own bytes, and each member's
+//! database size (total, and in use) after compaction and defragmentation.
+
+use std::time::{Duration, Instant};
+
+use gang_benches::env_or;
+use gang_e2e::etcd_cluster::EtcdCluster;
+use gang_master::state::batch::Commit;
+use gang_master::state::effects::Save;
+
+fn row(id: u64) -> gang_master::job::SavedJob {
+    let text = format!(
+        r#"{{"id":{id},"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"solver","argv":["./solver","--size","100","--out","run-{id}.h5"],"cwd":"/home/u1000/run","env":{{"PATH":"/usr/local/bin:/usr/bin:/bin","HOME":"/home/u1000","LANG":"C.UTF-8","OMP_NUM_THREADS":"1"}},"time_limit_s":3600,"stdin":false,"shape":"2x2","w":2,"h":2,"state":"completed","submesh":{{"x":{x},"y":{y},"w":2,"h":2}},"exit_code":0,"reason":"","submit_ns":{s},"start_ns":{t},"end_ns":{e},"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"auto","mpi_check":false,"run_ns":59900000000,"usage":{{"ranks_measured":4,"cpu_user_ns":239000000000,"cpu_system_ns":1200000000,"max_rss_bytes":734003200,"max_rss_rank":2}}}}"#,
+        x = id % 14,
+        y = (id / 14) % 14,
+        s = 1_700_000_000_000_000_000u64 + id * 1_000_000,
+        t = 1_700_000_000_100_000_000u64 + id * 1_000_000,
+        e = 1_700_000_060_000_000_000u64 + id * 1_000_000,
+    );
+    serde_json::from_str(&text).expect("a job row")
+}
+
+fn main() {
+    let jobs: u64 = env_or("JOBS", 1_000_000);
+    let etcd = EtcdCluster::start(3).expect("etcd");
+    let target: gang_etcd::Target = etcd.url("bench/size").parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut store, _) = rt
+        .block_on(gang_master::store_etcd::EtcdStore::open(
+            &target,
+            "bench".into(),
+            2,
+            Duration::from_secs(10),
+        ))
+        .expect("leads");
+    let t0 = Instant::now();
+    let mut raw = 0usize;
+    let mut id = 1;
+    while id <= jobs {
+        let end = (id + 100).min(jobs + 1);
+        let saves: Vec<Save> = (id..end)
+            .map(|i| {
+                let r = row(i);
+                raw += serde_json::to_vec(&r).unwrap().len();
+                Save::Job(Box::new(r))
+            })
+            .collect();
+        rt.block_on(async {
+            tokio::task::block_in_place(|| store.commit(saves.iter())).expect("committed")
+        });
+        id = end;
+        if id % 100_000 == 1 {
+            eprintln!("{} jobs in {:.0} s", id - 1, t0.elapsed().as_secs_f64());
+        }
+    }
+    let written = t0.elapsed();
+    let out = rt.block_on(async {
+        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(60)).unwrap();
+        let rev = e.status().await.unwrap().header.map_or(0, |h| h.revision);
+        // The store compacts every 1000 commits: the newest revision may be compacted already.
+        if let Err(err) = e.compact(rev).await
+            && !err.to_string().contains("compacted")
+        {
+            panic!("compaction: {err}");
+        }
+        let archives = e.get_prefix(b"/bench/size/archive/", 100).await.unwrap().len();
+        let left = e.get_prefix(b"/bench/size/jobs/", 1000).await.unwrap().len();
+        let sizes: Vec<serde_json::Value> = e
+            .defragment_each()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(m, st)| serde_json::json!({"member": m, "db_size_bytes": st.db_size, "db_size_in_use_bytes": st.db_size_in_use}))
+            .collect();
+        serde_json::json!({
+            "jobs": jobs,
+            "write_seconds": written.as_secs_f64(),
+            "jobs_per_second": jobs as f64 / written.as_secs_f64(),
+            "rows_json_bytes": raw,
+            "archive_keys": archives,
+            "job_keys_left": left,
+            "members_after_compaction_and_defrag": sizes,
+        })
+    });
+    println!("{}", serde_json::to_string_pretty(&out).unwrap());
+}
