@@ -1,0 +1,58 @@
+//! A second master for a local cluster whose state is in etcd: a standby that leads once
+//! the cluster's own master is gone (`crates/gang-e2e/tests/etcd.rs`, the etcd benches).
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use gang_auth::PeerName;
+
+use crate::{LocalCluster, tls_args};
+
+impl LocalCluster {
+    /// A second master on the same state (in etcd) and files (TLS, token key) as this
+    /// cluster's, on the given ports and socket, logging to `log`: it stands by until it
+    /// leads. Not tracked by the cluster: the caller owns (and stops) the process.
+    pub fn standby_master(
+        &self,
+        listen: SocketAddr,
+        agents: SocketAddr,
+        socket: &Path,
+        ready: &Path,
+        log: &Path,
+    ) -> Result<std::process::Child> {
+        let tls = self.pki().files(&PeerName::Master);
+        let mut cmd = self.command(&self.master_bin, log)?;
+        cmd.arg("--listen")
+            .arg(listen.to_string())
+            .arg("--metrics-listen")
+            .arg("127.0.0.1:0")
+            .arg("--state")
+            .arg(
+                self.opts
+                    .state
+                    .clone()
+                    .unwrap_or_else(|| self.dir.join("state.db")),
+            )
+            .arg("--mesh")
+            .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
+            .arg("--agent-listen")
+            .arg(agents.to_string())
+            .arg("--socket")
+            .arg(socket)
+            .arg("--token-key")
+            .arg(self.dir.join("token.key"));
+        tls_args(&mut cmd, &tls);
+        if self.opts.allow_root_jobs {
+            cmd.arg("--allow-root-jobs");
+        }
+        if let Some(mpl) = self.opts.mpl {
+            cmd.arg("--mpl").arg(mpl.to_string());
+        }
+        cmd.arg("--ready-file")
+            .arg(ready)
+            .args(&self.opts.master_args);
+        cmd.spawn()
+            .with_context(|| format!("cannot run {}", self.master_bin.display()))
+    }
+}
