@@ -41,6 +41,7 @@ fn main() {
             "bench".into(),
             2,
             Duration::from_secs(10),
+            |_| {},
         ))
         .expect("leads");
     let t0 = Instant::now();

@@ -65,7 +65,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use gang_auth::PeerName;
 use gang_auth::pki::Pki;
 use gang_proto::client::{self, Target};
 use gang_proto::v1::{NodeInfo, NodeState};
@@ -373,45 +372,16 @@ impl LocalCluster {
                 .unwrap_or(Ipv4Addr::LOCALHOST.into());
             SocketAddr::new(host, 0)
         });
-        let tls = self.pki().files(&PeerName::Master);
         let metrics = self
             .metrics
             .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
-        let mut cmd = self.command(&self.master_bin, &log)?;
-        cmd.arg("--listen")
-            .arg(&listen)
-            .arg("--metrics-listen")
-            .arg(&metrics)
-            .arg("--state")
-            .arg(
-                self.opts
-                    .state
-                    .clone()
-                    .unwrap_or_else(|| self.dir.join("state.db")),
-            )
-            .arg("--mesh")
-            .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
-            .arg("--agent-listen")
-            .arg(agent_listen.to_string())
-            .arg("--socket")
-            .arg(
-                self.opts
-                    .socket
-                    .clone()
-                    .unwrap_or_else(|| self.dir.join("master.sock")),
-            )
-            .arg("--token-key")
-            .arg(self.dir.join("token.key"));
-        tls_args(&mut cmd, &tls);
-        if self.opts.allow_root_jobs {
-            cmd.arg("--allow-root-jobs");
-        }
-        if let Some(mpl) = self.opts.mpl {
-            cmd.arg("--mpl").arg(mpl.to_string());
-        }
-        cmd.arg("--ready-file")
-            .arg(&ready)
-            .args(&self.opts.master_args);
+        let socket = self
+            .opts
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.dir.join("master.sock"));
+        let mut cmd =
+            self.master_command(&log, &listen, &metrics, agent_listen, &socket, &ready)?;
         procs::ahead_of_ranks(&mut cmd, MASTER_NICE);
         let child = self
             .spawner

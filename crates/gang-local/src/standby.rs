@@ -1,8 +1,10 @@
-//! A second master for a local cluster whose state is in etcd: a standby that leads once
-//! the cluster's own master is gone (`crates/gang-e2e/tests/etcd.rs`, the etcd benches).
+//! The master's command line, for the cluster's master and for a second one on the same
+//! state in etcd: a standby that leads once the first is gone (`crates/gang-e2e/tests/etcd.rs`,
+//! the etcd benches).
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Command;
 
 use anyhow::{Context, Result};
 use gang_auth::PeerName;
@@ -10,23 +12,23 @@ use gang_auth::PeerName;
 use crate::{LocalCluster, tls_args};
 
 impl LocalCluster {
-    /// A second master on the same state (in etcd) and files (TLS, token key) as this
-    /// cluster's, on the given ports and socket, logging to `log`: it stands by until it
-    /// leads. Not tracked by the cluster: the caller owns (and stops) the process.
-    pub fn standby_master(
+    /// The master's command line: this cluster's state, mesh, TLS files and token key,
+    /// on these ports, socket and ready file.
+    pub(crate) fn master_command(
         &self,
-        listen: SocketAddr,
+        log: &Path,
+        listen: &str,
+        metrics: &str,
         agents: SocketAddr,
         socket: &Path,
         ready: &Path,
-        log: &Path,
-    ) -> Result<std::process::Child> {
+    ) -> Result<Command> {
         let tls = self.pki().files(&PeerName::Master);
         let mut cmd = self.command(&self.master_bin, log)?;
         cmd.arg("--listen")
-            .arg(listen.to_string())
+            .arg(listen)
             .arg("--metrics-listen")
-            .arg("127.0.0.1:0")
+            .arg(metrics)
             .arg("--state")
             .arg(
                 self.opts
@@ -52,6 +54,28 @@ impl LocalCluster {
         cmd.arg("--ready-file")
             .arg(ready)
             .args(&self.opts.master_args);
+        Ok(cmd)
+    }
+
+    /// A second master on the same state (in etcd) and files (TLS, token key) as this
+    /// cluster's, on the given ports and socket, logging to `log`: it stands by until it
+    /// leads. Not tracked by the cluster: the caller owns (and stops) the process.
+    pub fn standby_master(
+        &self,
+        listen: SocketAddr,
+        agents: SocketAddr,
+        socket: &Path,
+        ready: &Path,
+        log: &Path,
+    ) -> Result<std::process::Child> {
+        let mut cmd = self.master_command(
+            log,
+            &listen.to_string(),
+            "127.0.0.1:0",
+            agents,
+            socket,
+            ready,
+        )?;
         cmd.spawn()
             .with_context(|| format!("cannot run {}", self.master_bin.display()))
     }

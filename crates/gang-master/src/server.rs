@@ -161,7 +161,10 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // Before any port is bound: a standby (state in etcd, another master leads) waits
     // here, and clients and agents that try it first are refused at once and go on to the
     // next master they know.
-    let opened = crate::state_store::open(&cfg).await?;
+    let opened = crate::state_store::open(&cfg, |who| {
+        crate::notify::status(&format!("standing by: the leader is {who}"))
+    })
+    .await?;
     let lost: Option<LostLeadership> = match &opened.0 {
         crate::state_store::StateStore::Etcd(s) => Some(Box::pin(s.on_lost())),
         crate::state_store::StateStore::Sqlite(_) => None,
@@ -419,7 +422,7 @@ mod tests {
     async fn the_master_fails_when_its_state_task_dies() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
-        let opened = crate::state_store::open(&cfg).await.unwrap();
+        let opened = crate::state_store::open(&cfg, |_| {}).await.unwrap();
         let (handle, _) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let servers = tokio::spawn(std::future::pending());

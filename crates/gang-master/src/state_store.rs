@@ -63,8 +63,12 @@ fn check_mesh(found: Option<&str>, cfg: &MasterConfig, place: &str) -> anyhow::R
     }
 }
 
-/// Open the store `cfg` names (for etcd: once this master leads) and read it.
-pub async fn open(cfg: &MasterConfig) -> anyhow::Result<(StateStore, Initial)> {
+/// Open the store `cfg` names (for etcd: once this master leads; `on_wait` hears who
+/// leads meanwhile) and read it.
+pub async fn open(
+    cfg: &MasterConfig,
+    on_wait: impl FnMut(&str),
+) -> anyhow::Result<(StateStore, Initial)> {
     let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
     let Some(target) = &cfg.etcd else {
         std::fs::create_dir_all(cfg.state_dir())?;
@@ -90,8 +94,14 @@ pub async fn open(cfg: &MasterConfig) -> anyhow::Result<(StateStore, Initial)> {
     };
     std::fs::create_dir_all(cfg.state_dir())?;
     let timeout = Duration::from_millis(u64::from(cfg.etcd_timeout_ms));
-    let (store, loaded) =
-        EtcdStore::open(target, advertise(cfg), i64::from(cfg.etcd_lease_s), timeout).await?;
+    let (store, loaded) = EtcdStore::open(
+        target,
+        advertise(cfg),
+        i64::from(cfg.etcd_lease_s),
+        timeout,
+        on_wait,
+    )
+    .await?;
     let place = format!("etcd {}", target.prefix);
     if check_mesh(loaded.mesh.as_deref(), cfg, &place)? {
         store.set_meta("mesh", &cfg.mesh.to_string()).await?;

@@ -65,12 +65,14 @@ fn job_key(prefix: &str, id: u64) -> Vec<u8> {
 }
 
 impl EtcdStore {
-    /// Connect, wait to be the leader (saying who leads meanwhile), then read the state.
+    /// Connect, wait to be the leader (`on_wait` hears who leads meanwhile, each time that
+    /// changes), then read the state.
     pub async fn open(
         target: &Target,
         me: String,
         lease_s: i64,
         timeout: Duration,
+        mut on_wait: impl FnMut(&str),
     ) -> anyhow::Result<(EtcdStore, Loaded)> {
         let etcd = Etcd::connect(&target.endpoints, timeout)?;
         let election = Election::new(etcd.clone(), &target.prefix, me.clone(), lease_s);
@@ -82,7 +84,7 @@ impl EtcdStore {
         let leader = election
             .campaign(Duration::from_millis(100), |who| {
                 info!(leader = %who, "standing by: another master leads");
-                crate::notify::status(&format!("standing by: the leader is {who}"));
+                on_wait(who);
             })
             .await
             .context("electing a leader in etcd")?;
