@@ -114,6 +114,22 @@ async fn nodes_up(socket: &Path) -> usize {
     }
 }
 
+/// A standby master of `c` on a fresh port, its files in `dir` named after `name`.
+fn standby(c: &LocalCluster, dir: &Path, name: &str, agents: std::net::SocketAddr) -> Standby {
+    let socket = dir.join(format!("{name}.sock"));
+    let ready = dir.join(format!("{name}.ready"));
+    let log = dir.join(format!("{name}.log"));
+    let child = c
+        .standby_master(free_port(), agents, &socket, &ready, &log)
+        .expect("standby");
+    Standby {
+        child,
+        agents,
+        socket,
+        ready,
+    }
+}
+
 struct Standby {
     child: Child,
     agents: std::net::SocketAddr,
@@ -152,20 +168,8 @@ fn failover(
     )
     .expect("cluster");
     let a_agents = c.agents_addr().unwrap();
-    let spawn = |c: &LocalCluster, n: usize, agents| {
-        let socket = dir.path().join(format!("m{n}.sock"));
-        let ready = dir.path().join(format!("m{n}.ready"));
-        let log = dir.path().join(format!("m{n}.log"));
-        let child = c
-            .standby_master(free_port(), agents, &socket, &ready, &log)
-            .expect("standby");
-        Standby {
-            child,
-            agents,
-            socket,
-            ready,
-        }
-    };
+    let spawn =
+        |c: &LocalCluster, n: usize, agents| standby(c, dir.path(), &format!("m{n}"), agents);
     let mut standby = spawn(&c, 0, b_agents);
     std::thread::sleep(Duration::from_millis(500));
     // Two CPU-bound jobs, one per slice.
@@ -404,20 +408,8 @@ fn kills_under_submissions(
     .expect("cluster");
     let a_agents = c.agents_addr().unwrap();
     let a_socket = PathBuf::from(c.master_addr().trim_start_matches("unix:"));
-    let spawn = |c: &LocalCluster, n: usize, agents| {
-        let socket = dir.path().join(format!("k{n}.sock"));
-        let ready = dir.path().join(format!("k{n}.ready"));
-        let log = dir.path().join(format!("k{n}.log"));
-        let child = c
-            .standby_master(free_port(), agents, &socket, &ready, &log)
-            .expect("standby");
-        Standby {
-            child,
-            agents,
-            socket,
-            ready,
-        }
-    };
+    let spawn =
+        |c: &LocalCluster, n: usize, agents| standby(c, dir.path(), &format!("k{n}"), agents);
     let mut standby = spawn(&c, 0, b_agents);
     std::thread::sleep(Duration::from_millis(500));
     let mut leader: Option<Standby> = None;

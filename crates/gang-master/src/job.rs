@@ -312,6 +312,31 @@ pub struct JobRecord {
     pub step: Option<u32>,
 }
 
+impl JobRecord {
+    /// A job just accepted: queued, of `w x h` nodes, nothing run yet.
+    pub fn queued(id: JobId, spec: Arc<Spec>, w: u32, h: u32, submit_ns: i64) -> JobRecord {
+        JobRecord {
+            id,
+            spec,
+            w,
+            h,
+            state: State::Queued,
+            submesh: None,
+            exit_code: None,
+            reason: String::new(),
+            submit_ns,
+            start_ns: 0,
+            end_ns: 0,
+            run_ns: 0,
+            output_lost: Vec::new(),
+            hold: None,
+            array: None,
+            usage: JobUsage::default(),
+            step: None,
+        }
+    }
+}
+
 /// What one rank used, as its agent measured it in its cgroups; `None`: not measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RankUsage {

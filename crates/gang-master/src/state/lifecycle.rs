@@ -23,6 +23,15 @@ use crate::state::{MasterState, Now};
 pub const TIMEOUT_EXIT: i32 = 124;
 
 impl MasterState {
+    /// The cluster's defaults for what a submission leaves out.
+    pub(super) fn defaults(&self) -> Defaults {
+        Defaults {
+            gang: self.cfg.gang_mode,
+            on_deadlock: self.cfg.on_deadlock,
+            mpi: self.cfg.mpi,
+        }
+    }
+
     /// What every job is checked for, steps too: who, what it runs, where, its
     /// environment and output patterns.
     pub(super) fn validate_command(&self, new: &NewJob) -> Result<()> {
@@ -157,29 +166,11 @@ impl MasterState {
             admin: false,
         });
         let array = new.at_submit.array.clone();
-        let spec = new.resolve(Defaults {
-            gang: self.cfg.gang_mode,
-            on_deadlock: self.cfg.on_deadlock,
-            mpi: self.cfg.mpi,
-        });
+        let spec = new.resolve(self.defaults());
         let record = |id: JobId, spec: Arc<Spec>, array: Option<ArrayTask>| JobRecord {
-            id,
-            spec,
-            w: shape.w,
-            h: shape.h,
-            state: State::Queued,
-            submesh: None,
-            exit_code: None,
-            reason: String::new(),
-            submit_ns: now.wall_ns,
-            start_ns: 0,
-            end_ns: 0,
-            run_ns: 0,
-            output_lost: Vec::new(),
             hold: hold.clone(),
             array,
-            usage: Default::default(),
-            step: None,
+            ..JobRecord::queued(id, spec, shape.w, shape.h, now.wall_ns)
         };
         let records: Vec<JobRecord> = match &array {
             None => vec![record(first, Arc::new(spec), None)],

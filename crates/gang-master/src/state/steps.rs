@@ -16,7 +16,7 @@ use std::sync::Arc;
 use gang_core::{JobId, Request, Submesh};
 
 use crate::error::{MasterError, Result};
-use crate::job::{Defaults, Job, JobRecord, State};
+use crate::job::{Job, JobRecord, State};
 use crate::state::effects::{Effect, Effects, Metric};
 use crate::state::events::{Caller, NewJob};
 use crate::state::views::JobView;
@@ -117,31 +117,12 @@ impl MasterState {
         // What every job is checked for (command, environment, sizes), on the allocation's
         // rectangle rather than the mesh.
         self.validate_command(&new)?;
-        let spec = new.resolve(Defaults {
-            gang: self.cfg.gang_mode,
-            on_deadlock: self.cfg.on_deadlock,
-            mpi: self.cfg.mpi,
-        });
+        let spec = new.resolve(self.defaults());
         let id = JobId(self.next_id);
         self.next_id += 1;
         self.jobs.insert(Job::new(JobRecord {
-            id,
-            spec: Arc::new(spec),
-            w: shape.w,
-            h: shape.h,
-            state: State::Queued,
-            submesh: None,
-            exit_code: None,
-            reason: String::new(),
-            submit_ns: now.wall_ns,
-            start_ns: 0,
-            end_ns: 0,
-            run_ns: 0,
-            output_lost: Vec::new(),
-            hold: None,
-            array: None,
-            usage: Default::default(),
             step: Some(number),
+            ..JobRecord::queued(id, Arc::new(spec), shape.w, shape.h, now.wall_ns)
         }));
         fx.emit(Effect::Metric(Metric::Submitted));
         self.save(fx, now, id);
