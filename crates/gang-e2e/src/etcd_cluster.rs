@@ -19,6 +19,8 @@ struct Member {
 pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    /// Another address each member takes clients on, on its loopback port's number.
+    also: Option<std::net::Ipv4Addr>,
 }
 
 /// A loopback port free now (the kernel's pick, released for the caller to bind).
@@ -32,6 +34,12 @@ impl EtcdCluster {
     /// Start `n` members and wait until the cluster answers. Short election timeouts
     /// (500 ms) make a lost raft leader, and the shortest lease (1 s), quick.
     pub fn start(n: usize) -> Result<EtcdCluster> {
+        Self::start_also_on(n, None)
+    }
+
+    /// As [`EtcdCluster::start`], each member also taking clients on `also` (a link to
+    /// another network namespace), on the same port number.
+    pub fn start_also_on(n: usize, also: Option<std::net::Ipv4Addr>) -> Result<EtcdCluster> {
         let dir = tempfile::Builder::new().prefix("gang-etcd-").tempdir()?;
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
@@ -41,7 +49,7 @@ impl EtcdCluster {
                 child: None,
             })
             .collect();
-        let mut c = EtcdCluster { dir, members };
+        let mut c = EtcdCluster { dir, members, also };
         for i in 0..n {
             c.start_member(i, true)?;
         }
@@ -61,12 +69,17 @@ impl EtcdCluster {
         let initial = self.initial_cluster();
         let data = self.dir.path().join(&self.members[i].name);
         let log = std::fs::File::create(self.log(i))?;
+        let also = self.also;
         let m = &mut self.members[i];
+        let mut listen = format!("http://{}", m.client);
+        if let Some(ip) = also {
+            listen += &format!(",http://{ip}:{}", m.client.port());
+        }
         let child = Command::new("etcd")
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&data)
-            .args(["--listen-client-urls", &format!("http://{}", m.client)])
+            .args(["--listen-client-urls", &listen])
             .args(["--advertise-client-urls", &format!("http://{}", m.client)])
             .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
             .args([
@@ -99,6 +112,16 @@ impl EtcdCluster {
     /// `etcd://` with every member and `prefix`.
     pub fn url(&self, prefix: &str) -> String {
         let hosts: Vec<String> = self.members.iter().map(|m| m.client.to_string()).collect();
+        format!("etcd://{}/{prefix}", hosts.join(","))
+    }
+
+    /// `etcd://` with every member as reached from the other side of `also`'s link.
+    pub fn url_on(&self, ip: std::net::Ipv4Addr, prefix: &str) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{ip}:{}", m.client.port()))
+            .collect();
         format!("etcd://{}/{prefix}", hosts.join(","))
     }
 

@@ -10,6 +10,7 @@ use gang_local::{LocalCluster, LocalClusterOptions, default_bin_dir};
 use gang_proto::v1;
 
 pub mod etcd_cluster;
+pub mod netns;
 pub mod switch_in;
 
 /// Whatever clients reach a master through: a local cluster, emulated hosts.

@@ -326,7 +326,7 @@ fn etcd_members_lost_and_back() {
         read(&p.b_log)
     );
 
-    // No member answers: within the lease (and a keepalive period), it stops leading.
+    // No member answers: within the lease, it stops leading.
     let cut = Instant::now();
     for i in 0..3 {
         etcd.pause(i, true);
@@ -340,6 +340,139 @@ fn etcd_members_lost_and_back() {
     assert!(!status.success());
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(read(&p.c.master_log()).contains("cut off from etcd"));
+}
+
+/// When `needle` was first logged in `log` (the timestamp that opens its line, RFC 3339 in
+/// UTC with microseconds: such stamps compare as strings).
+fn logged_at(log: &Path, needle: &str) -> Option<String> {
+    let text = read(log);
+    let line = text.lines().find(|l| l.contains(needle))?;
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An ANSI colour: ESC [ ... m
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain.split_whitespace().next().map(str::to_string)
+}
+
+/// The leading master's host cut off from etcd (its one link down; it lives in a network
+/// namespace of its own): it stops serving within its lease, before another master takes
+/// over, and nothing it was asked after the cut lands.
+#[test]
+fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
+    let net = gang_e2e::netns::NetHost::new().expect("a network namespace (tests run as root)");
+    let etcd = EtcdCluster::start_also_on(3, Some(net.here)).expect("etcd starts");
+    let dir = tempfile::tempdir().unwrap();
+    let (c_listen, c_agents) = (free_port(), free_port());
+    let mut opts = options(&["--etcd-lease-s", "2"]);
+    opts.state = Some(PathBuf::from(etcd.url("gang/cut")));
+    opts.standby_agent_ports = vec![c_agents];
+    let mut cluster = LocalCluster::start((2, 2), opts).expect("the first master leads");
+    let first = submit(&cluster, "1x1", &["true"]);
+    wait_state(&cluster, first, "completed", T);
+
+    // The master across the link stands by, and leads once the first is gone.
+    let [x_sock, x_ready, x_log] = ["x.sock", "x.ready", "x.log"].map(|f| dir.path().join(f));
+    let mut cmd = cluster
+        .standby_command(
+            free_port(),
+            free_port(),
+            &x_sock,
+            &x_ready,
+            &x_log,
+            Some(&etcd.url_on(net.here, "gang/cut")),
+        )
+        .unwrap();
+    net.run_inside(&mut cmd).unwrap();
+    let mut x = KillOnDrop(cmd.spawn().unwrap());
+    wait_for(T, "the master across the link to stand by", || {
+        read(&x_log).contains("standing by").then_some(())
+    });
+    cluster.stop_master(Signal::SIGKILL).unwrap();
+    wait_for(T, "the master across the link to lead", || {
+        x_ready.exists().then_some(())
+    });
+    let xm = Masters(format!("unix:{}", x_sock.display()));
+    let held = prun(
+        &xm,
+        &["-n", "1x1", "--detach", "--hold", "--", "true"],
+        None,
+    );
+    assert!(
+        held.status.success(),
+        "{}",
+        String::from_utf8_lossy(&held.stderr)
+    );
+
+    // Another master stands by on this side.
+    let [c_sock, c_ready, c_log] = ["c.sock", "c.ready", "c.log"].map(|f| dir.path().join(f));
+    let _c = KillOnDrop(
+        cluster
+            .standby_master(c_listen, c_agents, &c_sock, &c_ready, &c_log)
+            .unwrap(),
+    );
+    wait_for(T, "the third master to stand by", || {
+        read(&c_log).contains("standing by").then_some(())
+    });
+
+    let cut = Instant::now();
+    net.set_link(false).unwrap();
+    // Asked after the cut, the master across the link must not carry it out.
+    let held_id = String::from_utf8_lossy(&held.stdout).trim().to_string();
+    let late = {
+        let (xm, id) = (Masters(xm.0.clone()), held_id.clone());
+        std::thread::spawn(move || gangctl(&xm, &["cancel", &id]))
+    };
+    let status = wait_for(T, "the master across the link to stop", || {
+        x.0.try_wait().unwrap()
+    });
+    let took = cut.elapsed();
+    eprintln!("cut off from etcd: stopped serving after {took:?}");
+    assert!(!status.success());
+    let late = late.join().unwrap();
+    assert!(
+        !late.status.success(),
+        "a cancel was acknowledged while cut off: {}",
+        String::from_utf8_lossy(&late.stdout)
+    );
+    wait_for(T, "the third master to lead", || {
+        c_ready.exists().then_some(())
+    });
+    let stopped = logged_at(&x_log, "no longer leads").expect("the stop is logged");
+    let elected = logged_at(&c_log, "elected leader").expect("the election is logged");
+    assert!(
+        stopped < elected,
+        "the cut-off master stopped at {stopped}, after another was elected at {elected}"
+    );
+    assert!(
+        read(&x_log).contains("cut off from etcd"),
+        "{}",
+        read(&x_log)
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    // The store holds what was acknowledged, and only that.
+    let cm = Masters(format!("unix:{}", c_sock.display()));
+    let all = gangctl_json(&cm, &["jobs", "--all"]).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+    assert_eq!(state_of(&cm, held_id.parse().unwrap()), "queued");
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A finished job's row (as SQLite keeps it), numbered `id`.

@@ -520,8 +520,9 @@ impl Election {
     }
 
     async fn try_lead(&self) -> Result<Option<Leader>> {
+        // The lease is counted from before it was asked for: etcd's count starts later.
+        let asked_at = Instant::now();
         let (lease, ttl) = self.etcd.grant(self.ttl_s).await?;
-        let granted_at = Instant::now();
         let t = self
             .etcd
             .txn(rpc::TxnRequest {
@@ -544,7 +545,7 @@ impl Election {
         let create_revision = t.header.map_or(0, |h| h.revision);
         info!(lease, ttl, create_revision, "elected leader");
         let (tx, rx) = watch::channel(None);
-        let keepalive = tokio::spawn(keep(self.etcd.clone(), lease, ttl, granted_at, tx));
+        let keepalive = tokio::spawn(keep(self.etcd.clone(), lease, ttl, asked_at, tx));
         Ok(Some(Leader {
             lease,
             create_revision,
@@ -556,56 +557,48 @@ impl Election {
 }
 
 /// Keep the lease alive every third of its TTL. It is held until the last answered
-/// keepalive's send time plus the TTL it granted. Past that:
+/// keepalive's send time plus the TTL it granted (etcd counts from when it received it,
+/// later): this master stops acting as leader a margin before that, so it has stopped
+/// before etcd can let another master take the key. When a keepalive is not answered:
 /// - if some member answers but the cluster has no quorum (no raft leader), nobody can
 ///   lead or write, and no lease can expire, until it is back: keep trying (this master's
-///   writes fail meanwhile; its reads still answer);
-/// - if no member answers, this master may be cut off while the others elect another:
-///   leadership is lost;
-/// - once etcd answers that the lease is gone, leadership is lost, whatever happens later.
+///   writes fail meanwhile; its reads still answer), unless no member answers any more;
+/// - if no member answers before the lease's end, this master may be cut off while the
+///   others elect another: leadership is lost at the lease's end, whatever happens later;
+/// - once etcd answers that the lease is gone, leadership is lost.
 async fn keep(
     etcd: Etcd,
     lease: i64,
     ttl: i64,
-    granted_at: Instant,
+    asked_at: Instant,
     lost: watch::Sender<Option<String>>,
 ) {
     let ttl_d = Duration::from_secs(ttl.max(1) as u64);
-    let mut valid_until = granted_at + ttl_d;
+    let margin = (ttl_d / 10).min(Duration::from_millis(250));
+    let mut valid_until = asked_at + ttl_d;
     let every = ttl_d / 3;
     let mut no_quorum = false;
+    // When a member last said there was no quorum: no lease could expire before then, and
+    // a raft leader elected since renews every lease for its TTL.
+    let mut no_quorum_seen = asked_at;
+    let cut_off = |lost: &watch::Sender<Option<String>>| {
+        let _ = lost.send(Some(format!(
+            "no etcd member answered within lease {lease:x}'s {ttl} s: this master may be \
+             cut off from etcd"
+        )));
+    };
     loop {
         let sent = Instant::now();
-        if sent >= valid_until {
-            match tokio::time::timeout(every, etcd.status()).await {
-                Ok(Ok(st)) if st.leader == 0 || !st.errors.is_empty() => {
-                    if !no_quorum {
-                        warn!(
-                            "etcd has no quorum: changes are refused until it is back; \
-                             lease {lease:x} cannot expire meanwhile"
-                        );
-                        no_quorum = true;
-                    }
-                }
-                Ok(Ok(_)) => {}
-                _ => {
-                    let _ = lost.send(Some(format!(
-                        "no etcd member answered within lease {lease:x}'s {ttl} s: this \
-                         master may be cut off from etcd"
-                    )));
-                    return;
-                }
-            }
+        let deadline = valid_until - margin;
+        if !no_quorum && sent >= deadline {
+            return cut_off(&lost);
         }
-        let left =
-            valid_until
-                .saturating_duration_since(sent)
-                .max(if no_quorum || sent >= valid_until {
-                    every
-                } else {
-                    Duration::ZERO
-                });
-        match tokio::time::timeout(left, etcd.keep_alive_once(lease)).await {
+        let budget = if no_quorum {
+            every
+        } else {
+            (deadline - sent).min(every)
+        };
+        match tokio::time::timeout(budget, etcd.keep_alive_once(lease)).await {
             Ok(Ok(0)) => {
                 let _ = lost.send(Some(format!("lease {lease:x} expired")));
                 return;
@@ -616,12 +609,45 @@ async fn keep(
                     no_quorum = false;
                 }
                 valid_until = sent + Duration::from_secs(granted as u64);
+                tokio::time::sleep_until(sent + every).await;
+                continue;
             }
             Ok(Err(e)) => warn!("keepalive of lease {lease:x}: {e}"),
             Err(_) => {}
         }
-        let next = (sent + every).min(valid_until.max(sent + every / 4));
-        tokio::time::sleep_until(next).await;
+        // Not renewed: does any member answer, and has the cluster a quorum?
+        let now = Instant::now();
+        let budget = if no_quorum {
+            every
+        } else {
+            deadline.saturating_duration_since(now).min(every)
+        };
+        match tokio::time::timeout(budget, etcd.status()).await {
+            Ok(Ok(st)) if st.leader == 0 || !st.errors.is_empty() => {
+                no_quorum_seen = now;
+                if !no_quorum {
+                    warn!(
+                        "etcd has no quorum: changes are refused until it is back; lease \
+                         {lease:x} cannot expire meanwhile"
+                    );
+                    no_quorum = true;
+                }
+            }
+            Ok(Ok(_)) if no_quorum => {
+                no_quorum = false;
+                valid_until = valid_until.max(no_quorum_seen + ttl_d);
+            }
+            Ok(Ok(_)) => {}
+            _ if no_quorum => return cut_off(&lost),
+            _ => {}
+        }
+        let retry = now + every / 4;
+        tokio::time::sleep_until(if no_quorum {
+            retry
+        } else {
+            retry.min(deadline)
+        })
+        .await;
     }
 }
 

@@ -380,8 +380,8 @@ impl LocalCluster {
             .socket
             .clone()
             .unwrap_or_else(|| self.dir.join("master.sock"));
-        let mut cmd =
-            self.master_command(&log, &listen, &metrics, agent_listen, &socket, &ready)?;
+        let files = (log.as_path(), socket.as_path(), ready.as_path());
+        let mut cmd = self.master_command(files, &listen, &metrics, agent_listen, None)?;
         procs::ahead_of_ranks(&mut cmd, MASTER_NICE);
         let child = self
             .spawner

@@ -3,7 +3,7 @@
 //! the etcd benches).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -12,16 +12,15 @@ use gang_auth::PeerName;
 use crate::{LocalCluster, tls_args};
 
 impl LocalCluster {
-    /// The master's command line: this cluster's state, mesh, TLS files and token key,
-    /// on these ports, socket and ready file.
+    /// The master's command line: this cluster's state (or `state`), mesh, TLS files and
+    /// token key, on these ports, and its files: (log, socket, ready file).
     pub(crate) fn master_command(
         &self,
-        log: &Path,
+        (log, socket, ready): (&Path, &Path, &Path),
         listen: &str,
         metrics: &str,
         agents: SocketAddr,
-        socket: &Path,
-        ready: &Path,
+        state: Option<&str>,
     ) -> Result<Command> {
         let tls = self.pki().files(&PeerName::Master);
         let mut cmd = self.command(&self.master_bin, log)?;
@@ -30,12 +29,12 @@ impl LocalCluster {
             .arg("--metrics-listen")
             .arg(metrics)
             .arg("--state")
-            .arg(
+            .arg(state.map(PathBuf::from).unwrap_or_else(|| {
                 self.opts
                     .state
                     .clone()
-                    .unwrap_or_else(|| self.dir.join("state.db")),
-            )
+                    .unwrap_or_else(|| self.dir.join("state.db"))
+            }))
             .arg("--mesh")
             .arg(format!("{}x{}", self.mesh.0, self.mesh.1))
             .arg("--agent-listen")
@@ -68,15 +67,29 @@ impl LocalCluster {
         ready: &Path,
         log: &Path,
     ) -> Result<std::process::Child> {
-        let mut cmd = self.master_command(
-            log,
+        self.standby_command(listen, agents, socket, ready, log, None)?
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.master_bin.display()))
+    }
+
+    /// The command of [`LocalCluster::standby_master`], on `state` if given (etcd reached
+    /// by other addresses), to be changed further before it runs (started in another
+    /// network namespace).
+    pub fn standby_command(
+        &self,
+        listen: SocketAddr,
+        agents: SocketAddr,
+        socket: &Path,
+        ready: &Path,
+        log: &Path,
+        state: Option<&str>,
+    ) -> Result<Command> {
+        self.master_command(
+            (log, socket, ready),
             &listen.to_string(),
             "127.0.0.1:0",
             agents,
-            socket,
-            ready,
-        )?;
-        cmd.spawn()
-            .with_context(|| format!("cannot run {}", self.master_bin.display()))
+            state,
+        )
     }
 }

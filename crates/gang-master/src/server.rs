@@ -90,6 +90,7 @@ impl RunningMaster {
                 // writes are refused from now on, so it stops serving. Restarted (by
                 // systemd), it stands by.
                 let _ = self.stop.send(true);
+                tracing::error!("this master no longer leads ({why}): stops serving");
                 anyhow::bail!("this master no longer leads ({why}): stepping down");
             }
             r = &mut self.state => {
