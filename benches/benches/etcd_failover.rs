@@ -13,18 +13,20 @@
 //!
 //! - acknowledged submissions through kills: KILLS times, 4 gRPC clients submit 1,000 jobs
 //!   each (held, with client tokens, retried across the failover on whichever master
-//!   answers) while the leader is SIGKILLed halfway; then every acknowledged job must be
-//!   in the new leader's list once, and nothing else.
+//!   answers) while the leader is SIGKILLed halfway, a 1x1 job running throughout; then
+//!   every acknowledged job must be in the new leader's list once, and nothing else, and
+//!   the running job's rank the one started before the first kill
+//!   (`gang_e2e::failover`, which CI runs at full size in `tests/etcd.rs`).
 //!
 //! Prints JSON. Env: ROUNDS (default 10), CLIENTS (8), SUBMITS (2000), LEASE_S (1),
 //! KILLS (5), PER_CLIENT (1000).
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use gang_benches::{env_or, median_p99, release_bins};
 use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
+use gang_e2e::failover::{Standby, kills_under_submissions, standby, wait_file};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::client::{self, Target};
 use gang_proto::v1;
@@ -88,15 +90,6 @@ fn options(
     }
 }
 
-fn wait_file(p: &Path, within: Duration) -> Duration {
-    let t = Instant::now();
-    while !p.exists() {
-        assert!(t.elapsed() < within, "{} did not appear", p.display());
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    t.elapsed()
-}
-
 async fn nodes_up(socket: &Path) -> usize {
     let target = Target::parse(&format!("unix:{}", socket.display())).unwrap();
     let Ok(ch) = client::connect(&target, &Default::default(), Duration::from_secs(1)).await else {
@@ -112,29 +105,6 @@ async fn nodes_up(socket: &Path) -> usize {
             .count(),
         Err(_) => 0,
     }
-}
-
-/// A standby master of `c` on a fresh port, its files in `dir` named after `name`.
-fn standby(c: &LocalCluster, dir: &Path, name: &str, agents: std::net::SocketAddr) -> Standby {
-    let socket = dir.join(format!("{name}.sock"));
-    let ready = dir.join(format!("{name}.ready"));
-    let log = dir.join(format!("{name}.log"));
-    let child = c
-        .standby_master(free_port(), agents, &socket, &ready, &log)
-        .expect("standby");
-    Standby {
-        child,
-        agents,
-        socket,
-        ready,
-    }
-}
-
-struct Standby {
-    child: Child,
-    agents: std::net::SocketAddr,
-    socket: PathBuf,
-    ready: PathBuf,
 }
 
 fn failover(
@@ -311,204 +281,6 @@ fn submits(
     })
 }
 
-/// A job client of the first of `sockets` that answers.
-async fn any_master(
-    sockets: &[PathBuf],
-) -> Option<JobServiceClient<gang_proto::client::MasterChannel>> {
-    for s in sockets {
-        let target = Target::parse(&format!("unix:{}", s.display())).ok()?;
-        if let Ok(ch) = client::connect_with_request_timeout(
-            &target,
-            &Default::default(),
-            Duration::from_millis(500),
-            Some(Duration::from_secs(5)),
-        )
-        .await
-        {
-            return Some(JobServiceClient::new(ch));
-        }
-    }
-    None
-}
-
-/// One client's submissions, each retried (same token) until a master acknowledges it:
-/// the ids acknowledged.
-async fn submit_through(
-    sockets: Vec<PathBuf>,
-    n: usize,
-    tag: String,
-    acked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) -> Vec<u64> {
-    let mut ids = Vec::with_capacity(n);
-    let mut client = None;
-    for i in 0..n {
-        let token = format!("{tag}-{i}");
-        loop {
-            if client.is_none() {
-                client = any_master(&sockets).await;
-            }
-            let Some(c) = client.as_mut() else {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            };
-            let req = v1::SubmitRequest {
-                spec: Some(v1::JobSpec {
-                    shape: "1x1".into(),
-                    argv: vec!["true".into()],
-                    cwd: "/".into(),
-                    hold: true,
-                    ..Default::default()
-                }),
-                client_token: token.clone(),
-                ..Default::default()
-            };
-            match c.submit(req).await {
-                Ok(r) => {
-                    ids.push(r.into_inner().job.expect("a job").id);
-                    acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    break;
-                }
-                Err(_) => {
-                    client = None;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-    }
-    ids
-}
-
-/// KILLS rounds of 4 clients x PER_CLIENT submissions with the leader killed halfway.
-fn kills_under_submissions(
-    rt: &tokio::runtime::Runtime,
-    etcd: &EtcdCluster,
-    kills: usize,
-    per_client: usize,
-    lease: &str,
-) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let b_agents = free_port();
-    let extra: Vec<String> = [
-        "--etcd-lease-s",
-        lease,
-        "--output-dir",
-        &dir.path().join("out").display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut c = LocalCluster::start(
-        (2, 2),
-        options(
-            PathBuf::from(etcd.url("bench/kills")),
-            &extra,
-            vec![b_agents],
-        ),
-    )
-    .expect("cluster");
-    let a_agents = c.agents_addr().unwrap();
-    let a_socket = PathBuf::from(c.master_addr().trim_start_matches("unix:"));
-    let spawn =
-        |c: &LocalCluster, n: usize, agents| standby(c, dir.path(), &format!("k{n}"), agents);
-    let mut standby = spawn(&c, 0, b_agents);
-    std::thread::sleep(Duration::from_millis(500));
-    let mut leader: Option<Standby> = None;
-    let mut sockets = vec![a_socket, standby.socket.clone()];
-    let (mut lost, mut doubled, mut acked_total) = (0usize, 0usize, 0usize);
-    let mut before = 0usize;
-    for round in 0..kills {
-        let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let tasks: Vec<_> = (0..4)
-            .map(|k| {
-                rt.spawn(submit_through(
-                    sockets.clone(),
-                    per_client,
-                    format!("r{round}c{k}"),
-                    acked.clone(),
-                ))
-            })
-            .collect();
-        while acked.load(std::sync::atomic::Ordering::Relaxed) < 2 * per_client {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let killed_agents = match leader.take() {
-            None => {
-                c.stop_master(Signal::SIGKILL).unwrap();
-                a_agents
-            }
-            Some(mut l) => {
-                l.child.kill().unwrap();
-                let _ = l.child.wait();
-                l.agents
-            }
-        };
-        wait_file(&standby.ready, Duration::from_secs(30));
-        let mut ids: Vec<u64> = rt.block_on(async {
-            let mut all = vec![];
-            for t in tasks {
-                all.extend(t.await.unwrap());
-            }
-            all
-        });
-        acked_total += ids.len();
-        ids.sort_unstable();
-        let n = ids.len();
-        ids.dedup();
-        doubled += n - ids.len();
-        let listed: std::collections::BTreeSet<u64> = rt.block_on(async {
-            let mut cl = any_master(&[standby.socket.clone()])
-                .await
-                .expect("the new leader answers");
-            cl.list_jobs(v1::ListJobsRequest {
-                states: vec![],
-                limit: 1_000_000,
-            })
-            .await
-            .expect("listed")
-            .into_inner()
-            .jobs
-            .iter()
-            .map(|j| j.id)
-            .collect()
-        });
-        lost += ids.iter().filter(|id| !listed.contains(id)).count();
-        // Jobs beyond those acknowledged (a retry that made a second job) are doubles too.
-        doubled += listed.len().saturating_sub(before + ids.len());
-        before = listed.len();
-        eprintln!(
-            "kill {}: {} acknowledged, {} listed",
-            round + 1,
-            ids.len(),
-            listed.len()
-        );
-        // Out of the queue (held jobs count against the per-user limit): cancelled.
-        rt.block_on(async {
-            let mut cl = any_master(&[standby.socket.clone()])
-                .await
-                .expect("the new leader answers");
-            for &id in &ids {
-                let _ = cl.cancel(v1::CancelRequest { job_id: id, uid: 0 }).await;
-            }
-        });
-        let next = spawn(&c, round + 1, killed_agents);
-        sockets = vec![standby.socket.clone(), next.socket.clone()];
-        leader = Some(std::mem::replace(&mut standby, next));
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    for mut s in [Some(standby), leader].into_iter().flatten() {
-        let _ = s.child.kill();
-        let _ = s.child.wait();
-    }
-    serde_json::json!({
-        "kills": kills,
-        "clients": 4,
-        "submissions_per_client_per_kill": per_client,
-        "acknowledged": acked_total,
-        "lost": lost,
-        "doubled": doubled,
-    })
-}
-
 fn main() {
     let rounds: usize = env_or("ROUNDS", 10);
     let clients: usize = env_or("CLIENTS", 8);
@@ -518,10 +290,25 @@ fn main() {
     let per_client: usize = env_or("PER_CLIENT", 1000);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let etcd = EtcdCluster::start(3).expect("etcd");
-    let through_kills = kills_under_submissions(&rt, &etcd, kills, per_client, &lease);
+    let dir = tempfile::tempdir().unwrap();
+    let extra: Vec<String> = [
+        "--etcd-lease-s",
+        &lease,
+        "--output-dir",
+        &dir.path().join("out").display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let outcome = kills_under_submissions(
+        &rt,
+        options(PathBuf::from(etcd.url("bench/kills")), &extra, vec![]),
+        kills,
+        per_client,
+    );
+    let through_kills = outcome.json();
     eprintln!("{through_kills}");
     let fo = failover(&rt, &etcd, rounds, &lease);
-    let dir = tempfile::tempdir().unwrap();
     let sqlite = submits(&rt, dir.path().join("state.db"), &[], clients, total);
     let on_etcd = submits(
         &rt,

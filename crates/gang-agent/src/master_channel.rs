@@ -1,8 +1,9 @@
 //! The agent's channel to its master, or to whichever of several masters leads (masters
-//! that share their state in etcd: only the leader listens, and a paused one stops
-//! answering). Calls go to one master at a time; a call that fails in transport (refused,
-//! reset, timed out) moves the next ones to the next master, so the agent follows a
-//! failover without choosing between masters that would both accept connections.
+//! that share their state in etcd: a standby refuses every call naming the leader, and a
+//! paused one stops answering). Calls go to one master at a time; a call that fails in
+//! transport (refused, reset, timed out) or is refused by a standby moves the next ones to
+//! the next master, so the agent follows a failover without choosing between masters
+//! that would both accept connections.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use gang_proto::client::LEADER_METADATA;
 use tonic::body::Body;
 use tonic::codegen::Service;
 use tonic::codegen::http;
@@ -60,7 +62,9 @@ impl Service<http::Request<Body>> for MasterChannel {
                 ch.call(req).await
             }
             .await;
-            if answer.is_err() && n > 1 {
+            // A standby's refusal names the leader: not this one.
+            let standby = matches!(&answer, Ok(r) if r.headers().contains_key(LEADER_METADATA));
+            if (answer.is_err() || standby) && n > 1 {
                 // Only the first failure of a master moves on: calls in flight to it when it
                 // went away must not skip the next one too.
                 let _ =

@@ -33,18 +33,49 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// here. A TLS address brings the credentials of the client config (`credentials`).
 ///
 /// `addr` may list several masters, comma-separated (`unix:/a.sock,https://b:7470`): of
-/// masters sharing their state in etcd only the leader listens, so the first that
-/// answers is the one; if none does, the last one's error is reported.
+/// masters sharing their state in etcd only the leader serves (a standby refuses, naming
+/// the leader), so the first that answers and does not stand by is the one; if none,
+/// the last one's error is reported.
 pub async fn channel(addr: &str) -> Result<MasterChannel, CliError> {
     let mut last = None;
+    let several = addr.contains(',');
     for one in addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         match channel_to(one).await {
+            Ok(c) if several => match stands_by(&c).await {
+                Some(why) => {
+                    last = Some(CliError::Unreachable {
+                        addr: one.to_string(),
+                        detail: why,
+                    })
+                }
+                None => return Ok(c),
+            },
             Ok(c) => return Ok(c),
             Err(e @ (CliError::Unreachable { .. } | CliError::NoAnswer { .. })) => last = Some(e),
             Err(e) => return Err(e),
         }
     }
     Err(last.unwrap_or_else(|| CliError::Other(format!("no master address in {addr:?}"))))
+}
+
+/// Whether the master behind `ch` stands by (it refuses calls, naming the leader): what it
+/// says if so. One health check; a leader, or a master of before standbys answered,
+/// passes.
+async fn stands_by(ch: &MasterChannel) -> Option<String> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let mut health = HealthClient::new(ch.clone());
+    let check = health.check(HealthCheckRequest {
+        service: String::new(),
+    });
+    match check.await {
+        Err(s)
+            if s.metadata()
+                .contains_key(gang_proto::client::LEADER_METADATA) =>
+        {
+            Some(s.message().to_string())
+        }
+        _ => None,
+    }
 }
 
 async fn channel_to(addr: &str) -> Result<MasterChannel, CliError> {

@@ -75,8 +75,8 @@ impl EtcdCluster {
         if let Some(ip) = also {
             listen += &format!(",http://{ip}:{}", m.client.port());
         }
-        let child = Command::new("etcd")
-            .args(["--name", &m.name])
+        let mut cmd = Command::new("etcd");
+        cmd.args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&data)
             .args(["--listen-client-urls", &listen])
@@ -96,7 +96,16 @@ impl EtcdCluster {
             .args(["--log-level", "warn"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
+            .stderr(log);
+        // Gone with the test, even one killed before its teardown.
+        // SAFETY: only prctl, async-signal-safe, between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd
             .spawn()
             .context("cannot run etcd (Debian's etcd-server: scripts/setup-test-deps.sh)")?;
         m.child = Some(child);

@@ -10,6 +10,7 @@ use gang_local::{LocalCluster, LocalClusterOptions, default_bin_dir};
 use gang_proto::v1;
 
 pub mod etcd_cluster;
+pub mod failover;
 pub mod netns;
 pub mod switch_in;
 

@@ -112,10 +112,16 @@ impl LocalCluster {
 }
 
 impl LocalCluster {
-    /// The agents' `--master`: the cluster's master, then any standby masters.
+    /// The agents' `--master`: the cluster's master, then any standby masters (or the
+    /// other way round: `standbys_first`).
     fn agent_master_arg(&self, agents: SocketAddr) -> String {
-        std::iter::once(agents)
+        let mut all: Vec<SocketAddr> = std::iter::once(agents)
             .chain(self.opts.standby_agent_ports.iter().copied())
+            .collect();
+        if self.opts.standbys_first {
+            all.rotate_left(1);
+        }
+        all.iter()
             .map(|a| format!("https://{a}"))
             .collect::<Vec<_>>()
             .join(",")

@@ -65,6 +65,9 @@ pub struct LocalClusterOptions {
     /// Agent ports of standby masters (state in etcd): each agent is given them after the
     /// cluster's own master's, and follows whichever leads.
     pub standby_agent_ports: Vec<std::net::SocketAddr>,
+    /// Give the agents the standby masters first, the cluster's own master last (to see
+    /// them follow a standby's refusal to the leader).
+    pub standbys_first: bool,
 }
 
 impl Default for LocalClusterOptions {
@@ -88,6 +91,7 @@ impl Default for LocalClusterOptions {
             socket: None,
             agents_listen: None,
             standby_agent_ports: Vec::new(),
+            standbys_first: false,
         }
     }
 }

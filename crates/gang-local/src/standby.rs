@@ -84,12 +84,21 @@ impl LocalCluster {
         log: &Path,
         state: Option<&str>,
     ) -> Result<Command> {
-        self.master_command(
+        let mut cmd = self.master_command(
             (log, socket, ready),
             &listen.to_string(),
             "127.0.0.1:0",
             agents,
             state,
-        )
+        )?;
+        // Gone with the thread that started it, should the test or bench die first.
+        // SAFETY: only prctl, async-signal-safe, between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        Ok(cmd)
     }
 }

@@ -18,6 +18,7 @@ pub mod revocations;
 pub mod server;
 pub mod service;
 pub mod shim;
+pub mod standby_server;
 pub mod state;
 pub mod state_store;
 pub mod store;

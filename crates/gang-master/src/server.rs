@@ -118,7 +118,7 @@ impl RunningMaster {
 }
 
 /// Bind the Unix socket, replacing a stale one but never a live master's.
-fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+pub(crate) fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("socket directory {}", dir.display()))?;
@@ -159,13 +159,17 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         cfg.state_dir(),
         cfg.limits.max_output_bytes,
     )?);
-    // Before any port is bound: a standby (state in etcd, another master leads) waits
-    // here, and clients and agents that try it first are refused at once and go on to the
-    // next master they know.
+    // Before the servers bind: a standby (state in etcd, another master leads) waits here,
+    // answering every call with where the leader is (`standby_server.rs`), and clients and
+    // agents that try it first go on to the next master they know.
+    let mut standby = crate::standby_server::StandbyServers::new(&cfg);
     let opened = crate::state_store::open(&cfg, |who| {
-        crate::notify::status(&format!("standing by: the leader is {who}"))
+        crate::notify::status(&format!("standing by: the leader is {who}"));
+        standby.waiting(who);
     })
-    .await?;
+    .await;
+    standby.stop().await;
+    let opened = opened?;
     let lost: Option<LostLeadership> = match &opened.0 {
         crate::state_store::StateStore::Etcd(s) => Some(Box::pin(s.on_lost())),
         crate::state_store::StateStore::Sqlite(_) => None,

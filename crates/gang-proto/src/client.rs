@@ -87,6 +87,11 @@ impl Interceptor for Bearer {
 /// A channel to the master with the caller's token on every call.
 pub type MasterChannel = InterceptedService<Channel, Bearer>;
 
+/// Metadata of a standby master's refusals (state in etcd, another master leads): where
+/// the leader is, as its leader key says (`clients=ADDR agents=ADDR host=H pid=P`). A
+/// client or agent given several masters takes it as "try the next".
+pub const LEADER_METADATA: &str = "gang-leader";
+
 /// Why a connection could not be made.
 #[derive(Debug)]
 pub enum ConnectError {

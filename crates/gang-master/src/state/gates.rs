@@ -136,6 +136,11 @@ impl MasterState {
                     self.gated.remove(&id);
                     continue;
                 };
+                // A hold is lifted by a request, not by time or other jobs: until then
+                // nothing else about the job is looked at (thousands may be held).
+                if job.record.hold.is_some() {
+                    continue;
+                }
                 match self.gate(job, &mut cache) {
                     None => {
                         let array = job.record.array.map(|a| a.job);

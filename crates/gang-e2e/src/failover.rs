@@ -1,0 +1,303 @@
+//! Masters on etcd killed one after another under submissions: shared by the test that
+//! CI runs (`tests/etcd.rs`) and the bench that measures it (`benches/etcd_failover`).
+//! Each kill's standby is the next leader; the killed master comes back as the next
+//! standby, on the same agent port (the agents know a fixed list of masters).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use gang_local::{LocalCluster, LocalClusterOptions};
+use gang_proto::client::{self, Target};
+use gang_proto::v1;
+use gang_proto::v1::job_service_client::JobServiceClient;
+use nix::sys::signal::Signal;
+
+use crate::etcd_cluster::free_port;
+
+pub struct Standby {
+    pub child: Child,
+    pub agents: std::net::SocketAddr,
+    pub socket: PathBuf,
+    pub ready: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Standby {
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A standby master of `c` on a fresh port, its files in `dir` named after `name`.
+pub fn standby(c: &LocalCluster, dir: &Path, name: &str, agents: std::net::SocketAddr) -> Standby {
+    let socket = dir.join(format!("{name}.sock"));
+    let ready = dir.join(format!("{name}.ready"));
+    let log = dir.join(format!("{name}.log"));
+    let child = c
+        .standby_master(free_port(), agents, &socket, &ready, &log)
+        .expect("a standby master");
+    Standby {
+        child,
+        agents,
+        socket,
+        ready,
+        log,
+    }
+}
+
+/// Wait until `p` exists: how long that took.
+pub fn wait_file(p: &Path, within: Duration) -> Duration {
+    let t = Instant::now();
+    while !p.exists() {
+        assert!(t.elapsed() < within, "{} did not appear", p.display());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    t.elapsed()
+}
+
+/// A job client of the first of `sockets` that answers.
+pub async fn any_master(sockets: &[PathBuf]) -> Option<JobServiceClient<client::MasterChannel>> {
+    for s in sockets {
+        let target = Target::parse(&format!("unix:{}", s.display())).ok()?;
+        if let Ok(ch) = client::connect_with_request_timeout(
+            &target,
+            &Default::default(),
+            Duration::from_millis(500),
+            Some(Duration::from_secs(5)),
+        )
+        .await
+        {
+            return Some(JobServiceClient::new(ch));
+        }
+    }
+    None
+}
+
+/// One client's submissions, each retried (same token) until a master acknowledges it:
+/// the ids acknowledged.
+async fn submit_through(
+    sockets: Vec<PathBuf>,
+    n: usize,
+    tag: String,
+    acked: Arc<AtomicUsize>,
+) -> Vec<u64> {
+    let mut ids = Vec::with_capacity(n);
+    let mut client = None;
+    for i in 0..n {
+        let token = format!("{tag}-{i}");
+        loop {
+            if client.is_none() {
+                client = any_master(&sockets).await;
+            }
+            let Some(c) = client.as_mut() else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let req = v1::SubmitRequest {
+                spec: Some(v1::JobSpec {
+                    shape: "1x1".into(),
+                    argv: vec!["true".into()],
+                    cwd: "/".into(),
+                    hold: true,
+                    ..Default::default()
+                }),
+                client_token: token.clone(),
+                ..Default::default()
+            };
+            match c.submit(req).await {
+                Ok(r) => {
+                    ids.push(r.into_inner().job.expect("a job").id);
+                    acked.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(_) => {
+                    client = None;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    ids
+}
+
+/// When process `pid` started (clock ticks since boot): another process given the same
+/// pid later has another.
+fn start_time(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    text[text.rfind(')')? + 2..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// What came through the kills.
+#[derive(Debug, Default)]
+pub struct KillsOutcome {
+    pub kills: usize,
+    pub clients: usize,
+    pub per_client: usize,
+    pub acknowledged: usize,
+    /// Acknowledged, then not in the next leader's list.
+    pub lost: usize,
+    /// Acknowledged twice, or listed beyond what was acknowledged.
+    pub doubled: usize,
+    /// The job that ran through every kill: still running, its rank never restarted.
+    pub running_undisturbed: bool,
+    pub kill_to_serving_ms: Vec<f64>,
+}
+
+impl KillsOutcome {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kills": self.kills,
+            "clients": self.clients,
+            "submissions_per_client_per_kill": self.per_client,
+            "acknowledged": self.acknowledged,
+            "lost": self.lost,
+            "doubled": self.doubled,
+            "running_job_undisturbed": self.running_undisturbed,
+        })
+    }
+}
+
+/// `kills` rounds of 4 clients x `per_client` held submissions with the leader SIGKILLed
+/// once half of them are acknowledged, a 1x1 job running throughout. `opts` is a 2x2
+/// cluster's, its state in etcd (its standby agent port is set here).
+pub fn kills_under_submissions(
+    rt: &tokio::runtime::Runtime,
+    mut opts: LocalClusterOptions,
+    kills: usize,
+    per_client: usize,
+) -> KillsOutcome {
+    const CLIENTS: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let b_agents = free_port();
+    opts.standby_agent_ports = vec![b_agents];
+    // Every held job stays queued: more than one user may have by default.
+    let limits = dir.path().join("limits.toml");
+    std::fs::write(&limits, "[limits]\nmax_queued_per_user = 1000000\n").unwrap();
+    opts.master_args.push("--config".into());
+    opts.master_args.push(limits.display().to_string());
+    let mut c = LocalCluster::start((2, 2), opts).expect("a cluster on etcd");
+    let a_agents = c.agents_addr().unwrap();
+    let a_socket = PathBuf::from(c.master_addr().trim_start_matches("unix:"));
+    let busy_dir = dir.path().join("busy");
+    std::fs::create_dir_all(&busy_dir).unwrap();
+    let running = crate::submit(&c, "1x1", &["sh", "-c", &crate::busy_script(&busy_dir)]);
+    let pid = crate::rank_pids(&busy_dir, 1, Duration::from_secs(60))[0];
+    let started = start_time(pid).expect("the running rank");
+
+    let spawn =
+        |c: &LocalCluster, n: usize, agents| standby(c, dir.path(), &format!("k{n}"), agents);
+    let mut next = spawn(&c, 0, b_agents);
+    let mut leader: Option<Standby> = None;
+    let mut sockets = vec![a_socket, next.socket.clone()];
+    let mut out = KillsOutcome {
+        kills,
+        clients: CLIENTS,
+        per_client,
+        ..Default::default()
+    };
+    let mut before = 0usize;
+    for round in 0..kills {
+        crate::wait_for(Duration::from_secs(60), "the standby to stand by", || {
+            std::fs::read_to_string(&next.log)
+                .unwrap_or_default()
+                .contains("standing by")
+                .then_some(())
+        });
+        let acked = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                rt.spawn(submit_through(
+                    sockets.clone(),
+                    per_client,
+                    format!("r{round}c{k}"),
+                    acked.clone(),
+                ))
+            })
+            .collect();
+        while acked.load(Ordering::Relaxed) < CLIENTS * per_client / 2 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let killed_agents = match leader.take() {
+            None => {
+                c.stop_master(Signal::SIGKILL).unwrap();
+                a_agents
+            }
+            Some(mut l) => {
+                l.kill();
+                l.agents
+            }
+        };
+        let serving = wait_file(&next.ready, Duration::from_secs(60));
+        out.kill_to_serving_ms.push(serving.as_secs_f64() * 1e3);
+        let mut ids: Vec<u64> = rt.block_on(async {
+            let mut all = vec![];
+            for t in tasks {
+                all.extend(t.await.unwrap());
+            }
+            all
+        });
+        let submitted = t0.elapsed();
+        out.acknowledged += ids.len();
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        out.doubled += n - ids.len();
+        let listed: BTreeSet<u64> = rt.block_on(async {
+            let mut cl = any_master(std::slice::from_ref(&next.socket))
+                .await
+                .expect("the new leader answers");
+            let jobs = cl
+                .list_jobs(v1::ListJobsRequest {
+                    states: vec![],
+                    limit: 1_000_000,
+                })
+                .await
+                .expect("listed")
+                .into_inner()
+                .jobs;
+            jobs.iter()
+                .filter(|j| j.id != running)
+                .map(|j| j.id)
+                .collect()
+        });
+        out.lost += ids.iter().filter(|id| !listed.contains(id)).count();
+        // Jobs beyond those acknowledged (a retry that made a second job) are doubles too.
+        out.doubled += listed.len().saturating_sub(before + ids.len());
+        before = listed.len();
+        eprintln!(
+            "kill {}: {} acknowledged in {submitted:?}, {} listed, serving after {serving:?}",
+            round + 1,
+            ids.len(),
+            listed.len(),
+        );
+        let standby = spawn(&c, round + 1, killed_agents);
+        sockets = vec![next.socket.clone(), standby.socket.clone()];
+        leader = Some(std::mem::replace(&mut next, standby));
+    }
+    // The job that ran through it all: the new leader says it runs, its rank is the one
+    // started before the first kill.
+    let lead = leader.as_ref().expect("a leader");
+    out.running_undisturbed = start_time(pid) == Some(started)
+        && rt.block_on(async {
+            let mut cl = any_master(std::slice::from_ref(&lead.socket))
+                .await
+                .expect("the leader answers");
+            cl.get_job(v1::GetJobRequest { job_id: running })
+                .await
+                .is_ok_and(|r| r.into_inner().state() == v1::JobState::Running)
+        });
+    for s in [Some(next), leader].iter_mut().flatten() {
+        s.kill();
+    }
+    out
+}

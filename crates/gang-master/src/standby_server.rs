@@ -1,0 +1,180 @@
+//! What a standby master answers (state in etcd, another master leads): on its socket,
+//! its client port and its agent port, every call (health checks included) is refused
+//! UNAVAILABLE, saying where the leader is, in words and in the `gang-leader` metadata
+//! (`gang_proto::client::LEADER_METADATA`). Clients and agents given several masters take
+//! that as "not here" and try the next; a load balancer's health check sees it unhealthy.
+//!
+//! Served only while waiting (from the first time the election says another leads), and
+//! stopped, its ports released, before the leader's own servers bind them.
+
+use std::convert::Infallible;
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use gang_proto::client::LEADER_METADATA;
+use gang_proto::v1::admin_service_server::AdminServiceServer;
+use gang_proto::v1::agent_registry_server::AgentRegistryServer;
+use gang_proto::v1::auth_service_server::AuthServiceServer;
+use gang_proto::v1::job_service_server::JobServiceServer;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::body::Body;
+use tonic::codegen::{Service, http};
+use tonic::server::NamedService;
+use tonic::service::Routes;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tracing::{info, warn};
+
+use crate::config::MasterConfig;
+use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
+
+/// Every call of service `N` refused, naming the leader.
+struct Refuse<N> {
+    leader: Arc<RwLock<String>>,
+    _service: PhantomData<fn() -> N>,
+}
+
+impl<N> Clone for Refuse<N> {
+    fn clone(&self) -> Self {
+        Refuse {
+            leader: self.leader.clone(),
+            _service: PhantomData,
+        }
+    }
+}
+
+impl<N: NamedService> NamedService for Refuse<N> {
+    const NAME: &'static str = N::NAME;
+}
+
+impl<N> Service<http::Request<Body>> for Refuse<N> {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+        let who = self.leader.read().map(|w| w.clone()).unwrap_or_default();
+        let mut st = tonic::Status::unavailable(format!(
+            "this master stands by; the leader is {who} (try the next master)"
+        ));
+        // A hostname that is not ASCII cannot go in a header; the message still says it.
+        if let Ok(v) = who.parse() {
+            st.metadata_mut().insert(LEADER_METADATA, v);
+        }
+        std::future::ready(Ok(st.into_http()))
+    }
+}
+
+type Health = tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>;
+
+/// The standby's servers, started by the first [`StandbyServers::waiting`].
+pub struct StandbyServers {
+    cfg: MasterConfig,
+    leader: Arc<RwLock<String>>,
+    running: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+}
+
+impl StandbyServers {
+    pub fn new(cfg: &MasterConfig) -> StandbyServers {
+        StandbyServers {
+            cfg: cfg.clone(),
+            leader: Arc::default(),
+            running: None,
+        }
+    }
+
+    /// Another master leads (`who`, as its leader key says): answer so.
+    pub fn waiting(&mut self, who: &str) {
+        if let Ok(mut w) = self.leader.write() {
+            *w = who.to_string();
+        }
+        if self.running.is_none() {
+            let (tx, rx) = watch::channel(false);
+            let task = tokio::spawn(serve(self.cfg.clone(), self.leader.clone(), rx));
+            self.running = Some((tx, task));
+        }
+    }
+
+    /// This master leads now: stop answering, and release the ports.
+    pub async fn stop(self) {
+        let Some((tx, mut task)) = self.running else {
+            return;
+        };
+        let _ = tx.send(true);
+        // Idle connections (agents, clients that moved on) close at the shutdown; one
+        // that lingers must not delay the leader's start.
+        if tokio::time::timeout(Duration::from_secs(1), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+async fn serve(cfg: MasterConfig, leader: Arc<RwLock<String>>, stop: watch::Receiver<bool>) {
+    if let Err(e) = try_serve(&cfg, leader, stop).await {
+        warn!("standing by, without answering on the master's ports: {e:#}");
+    }
+}
+
+async fn try_serve(
+    cfg: &MasterConfig,
+    leader: Arc<RwLock<String>>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+    let tls = cfg.tls.read()?;
+    let identity = Identity::from_pem(&tls.cert, &tls.key);
+    let ca = Certificate::from_pem(&tls.ca);
+    let tls_config = ServerTlsConfig::new()
+        .identity(identity)
+        .client_ca_root(ca)
+        .client_auth_optional(true);
+    let unix = crate::server::bind_socket(&cfg.socket)?;
+    let clients = tokio::net::TcpListener::bind(cfg.listen).await?;
+    let agents = tokio::net::TcpListener::bind(cfg.agent_listen).await?;
+    info!(
+        socket = %cfg.socket.display(),
+        clients = %cfg.listen,
+        agents = %cfg.agent_listen,
+        "standing by: calls are answered with where the leader is"
+    );
+    let until = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let l = &leader;
+    let routes = Routes::new(refuse::<Health>(l))
+        .add_service(refuse::<JobServiceServer<Jobs>>(l))
+        .add_service(refuse::<AdminServiceServer<Admin>>(l))
+        .add_service(refuse::<AuthServiceServer<Tokens>>(l));
+    let local = Server::builder()
+        .add_routes(routes.clone())
+        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), until(stop.clone()));
+    let remote = Server::builder()
+        .tls_config(tls_config.clone())?
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(clients), until(stop.clone()));
+    let for_agents = Server::builder()
+        .tls_config(tls_config)?
+        .add_service(refuse::<AgentRegistryServer<Registry>>(l))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(agents), until(stop));
+    let r = tokio::try_join!(local, remote, for_agents);
+    let _ = std::fs::remove_file(&cfg.socket);
+    r?;
+    Ok(())
+}
+
+fn refuse<N>(leader: &Arc<RwLock<String>>) -> Refuse<N> {
+    Refuse {
+        leader: leader.clone(),
+        _service: PhantomData,
+    }
+}
