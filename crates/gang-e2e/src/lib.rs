@@ -412,3 +412,22 @@ pub fn user_token(c: &LocalCluster) -> String {
         .trim()
         .to_string()
 }
+
+/// A log line without its terminal colour codes (`ESC [ ... m`: the daemons colour their
+/// logs even into a file).
+pub fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -362,21 +362,10 @@ fn etcd_members_lost_and_back() {
 fn logged_at(log: &Path, needle: &str) -> Option<String> {
     let text = read(log);
     let line = text.lines().find(|l| l.contains(needle))?;
-    let mut plain = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // An ANSI colour: ESC [ ... m
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    plain.split_whitespace().next().map(str::to_string)
+    without_colours(line)
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
 }
 
 /// The leading master's host cut off from etcd (its one link down; it lives in a network

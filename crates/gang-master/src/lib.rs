@@ -24,6 +24,7 @@ pub mod state_store;
 pub mod store;
 pub mod store_etcd;
 pub mod switch_stats;
+pub mod unix_socket;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -117,26 +117,6 @@ impl RunningMaster {
     }
 }
 
-/// Bind the Unix socket, replacing a stale one but never a live master's.
-pub(crate) fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("socket directory {}", dir.display()))?;
-    }
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            anyhow::bail!("another master is serving on {}", path.display());
-        }
-        std::fs::remove_file(path).with_context(|| format!("stale socket {}", path.display()))?;
-    }
-    let l = tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("cannot listen on {}", path.display()))?;
-    // Anyone on the host may connect: the peer credentials say who they are.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
-    Ok(l)
-}
-
 async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr)
         .await
@@ -180,7 +160,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .await
         .with_context(|| format!("cannot listen on {} for metrics", cfg.metrics_listen))?;
     let socket_path = cfg.socket.clone();
-    let unix = bind_socket(&socket_path)?;
+    let unix = crate::unix_socket::bind_socket(&socket_path)?;
     let grpc_addr = client_tcp.local_addr()?;
     let agent_addr = agent_tcp.local_addr()?;
     let metrics_addr = metrics_listener.local_addr()?;

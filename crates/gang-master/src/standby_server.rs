@@ -138,7 +138,7 @@ async fn try_serve(
         .identity(identity)
         .client_ca_root(ca)
         .client_auth_optional(true);
-    let unix = crate::server::bind_socket(&cfg.socket)?;
+    let unix = crate::unix_socket::bind_socket(&cfg.socket)?;
     let clients = tokio::net::TcpListener::bind(cfg.listen).await?;
     let agents = tokio::net::TcpListener::bind(cfg.agent_listen).await?;
     info!(

@@ -19,25 +19,6 @@ fn net_ns_inode(pid: i32) -> u64 {
         .ino()
 }
 
-/// A log line without its terminal colour codes (`ESC [ ... m`: the master colours its
-/// log even into a file).
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// When the first log line holding every one of `parts` was written: seconds since the
 /// start of its day (both daemons log UTC timestamps from the same host clock).
 fn logged_at(log: &str, parts: &[&str]) -> Option<f64> {

@@ -25,7 +25,9 @@ use accounts::{
 };
 use gang_auth::PeerName;
 use gang_auth::token::TokenKey;
-use gang_e2e::{bin_dir, gangctl, gangctl_json, options, prun, rank_pids, wait_for, wait_state};
+use gang_e2e::{
+    bin_dir, gangctl, gangctl_json, options, prun, rank_pids, wait_for, wait_state, without_colours,
+};
 use gang_local::{LocalCluster, LocalClusterOptions, log_tail};
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
