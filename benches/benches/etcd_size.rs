@@ -3,9 +3,11 @@
 //! a realistic finished 2x2 job), on a real 3-member etcd on loopback. Ended jobs are
 //! archived a thousand to a key as they go (`etcd_archive`); at the end the history is
 //! compacted and every member defragmented, and each member's database size is read.
+//! Before that, a second master takes over and reads it all, as a standby does today.
 //!
-//! Prints JSON: the time it took, the keys left, the rows' own bytes, and each member's
-//! database size (total, and in use) after compaction and defragmentation.
+//! Prints JSON: the time it took, the takeover's read, the keys left, the rows' own bytes,
+//! and each member's database size (total, and in use) after compaction and
+//! defragmentation.
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +67,31 @@ fn main() {
         }
     }
     let written = t0.elapsed();
+    // What a standby does at takeover today (no warm copy): read the whole state. The
+    // first leader's key is removed so that the second leads at once.
+    drop(store);
+    let takeover = rt.block_on(async {
+        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(60)).unwrap();
+        e.txn(gang_etcd::pb::etcdserverpb::TxnRequest {
+            success: vec![gang_etcd::delete_op(b"/bench/size/leader".to_vec())],
+            ..Default::default()
+        })
+        .await
+        .expect("the leader key removed");
+        let t = Instant::now();
+        let (_store, loaded) = gang_master::store_etcd::EtcdStore::open(
+            &target,
+            "bench-2".into(),
+            2,
+            Duration::from_secs(60),
+            |_| {},
+        )
+        .await
+        .expect("the second master leads");
+        assert_eq!(loaded.jobs.len() as u64, jobs);
+        t.elapsed()
+    });
+    eprintln!("takeover read {jobs} jobs in {takeover:?}");
     let out = rt.block_on(async {
         let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(60)).unwrap();
         let rev = e.status().await.unwrap().header.map_or(0, |h| h.revision);
@@ -86,6 +113,7 @@ fn main() {
         serde_json::json!({
             "jobs": jobs,
             "write_seconds": written.as_secs_f64(),
+            "takeover_read_seconds": takeover.as_secs_f64(),
             "jobs_per_second": jobs as f64 / written.as_secs_f64(),
             "rows_json_bytes": raw,
             "archive_keys": archives,
