@@ -301,3 +301,17 @@ pub fn kills_under_submissions(
     }
     out
 }
+
+/// A job's row as the master saves it (numbered `id`, in `state`: "queued", "completed"...),
+/// with the fields a finished 2x2 job of a real run has.
+pub fn saved_job(id: u64, state: &str) -> gang_master::job::SavedJob {
+    let text = format!(
+        r#"{{"id":{id},"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"solver","argv":["./solver","--size","100","--out","run-{id}.h5"],"cwd":"/home/u1000/run","env":{{"PATH":"/usr/local/bin:/usr/bin:/bin","HOME":"/home/u1000","LANG":"C.UTF-8","OMP_NUM_THREADS":"1"}},"time_limit_s":3600,"stdin":false,"shape":"2x2","w":2,"h":2,"state":"{state}","submesh":{{"x":{x},"y":{y},"w":2,"h":2}},"exit_code":0,"reason":"","submit_ns":{s},"start_ns":{t},"end_ns":{e},"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"auto","mpi_check":false,"run_ns":59900000000,"usage":{{"ranks_measured":4,"cpu_user_ns":239000000000,"cpu_system_ns":1200000000,"max_rss_bytes":734003200,"max_rss_rank":2}}}}"#,
+        x = id % 14,
+        y = (id / 14) % 14,
+        s = 1_700_000_000_000_000_000u64 + id * 1_000_000,
+        t = 1_700_000_000_100_000_000u64 + id * 1_000_000,
+        e = 1_700_000_060_000_000_000u64 + id * 1_000_000,
+    );
+    serde_json::from_str(&text).expect("a job row")
+}

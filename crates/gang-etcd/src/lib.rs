@@ -21,6 +21,9 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{info, warn};
 
+mod changes;
+pub use changes::{Change, Changes};
+
 pub mod pb {
     pub mod mvccpb {
         tonic::include_proto!("mvccpb");
@@ -36,6 +39,7 @@ use pb::etcdserverpb::kv_client::KvClient;
 use pb::etcdserverpb::lease_client::LeaseClient;
 use pb::etcdserverpb::maintenance_client::MaintenanceClient;
 use pb::etcdserverpb::request_op::Request as Op;
+use pb::etcdserverpb::watch_client::WatchClient;
 pub use pb::mvccpb::KeyValue;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +55,8 @@ pub enum EtcdError {
     Endpoint(String, String),
     #[error("{0}")]
     Lost(String),
+    #[error("etcd's history before revision {0} is compacted")]
+    Compacted(i64),
 }
 
 pub type Result<T, E = EtcdError> = std::result::Result<T, E>;
@@ -119,6 +125,7 @@ struct Member {
     kv: KvClient<Channel>,
     lease: LeaseClient<Channel>,
     maint: MaintenanceClient<Channel>,
+    watch: WatchClient<Channel>,
 }
 
 /// A connection to an etcd cluster (cheap to clone): one channel per member, requests to
@@ -156,7 +163,10 @@ impl Etcd {
                 Ok(Member {
                     kv: KvClient::new(ch.clone()),
                     lease: LeaseClient::new(ch.clone()),
-                    maint: MaintenanceClient::new(ch),
+                    maint: MaintenanceClient::new(ch.clone()),
+                    // One watch answer may carry many revisions' changes (etcd sends
+                    // up to a thousand at once to a watcher catching up).
+                    watch: WatchClient::new(ch).max_decoding_message_size(1 << 30),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -228,10 +238,21 @@ impl Etcd {
 
     /// Every key in `[from, end)`, as [`Self::get_prefix`].
     pub async fn get_range(&self, from: &[u8], end: &[u8], page: i64) -> Result<Vec<KeyValue>> {
+        Ok(self.get_range_at(from, end, page, 0).await?.0)
+    }
+
+    /// Every key in `[from, end)` as it was at `revision` (0: the newest), and that
+    /// revision: several reads at one revision see one state of the store.
+    pub async fn get_range_at(
+        &self,
+        from: &[u8],
+        end: &[u8],
+        page: i64,
+        mut revision: i64,
+    ) -> Result<(Vec<KeyValue>, i64)> {
         let end = end.to_vec();
         let mut from = from.to_vec();
         let mut out = Vec::new();
-        let mut revision = 0;
         loop {
             let req = rpc::RangeRequest {
                 key: from.clone(),
@@ -247,7 +268,11 @@ impl Etcd {
                 })
                 .await?
                 .into_inner();
-            revision = r.header.map_or(0, |h| h.revision);
+            // The header says the store's newest revision, whatever was asked: the first
+            // page's is the one every later page is read at.
+            if revision == 0 {
+                revision = r.header.map_or(0, |h| h.revision);
+            }
             let more = r.more;
             if let Some(last) = r.kvs.last() {
                 from = last.key.clone();
@@ -255,7 +280,7 @@ impl Etcd {
             }
             out.extend(r.kvs);
             if !more {
-                return Ok(out);
+                return Ok((out, revision));
             }
         }
     }

@@ -8,6 +8,7 @@ pub mod config;
 pub mod connections;
 pub mod error;
 pub mod etcd_archive;
+pub mod etcd_mirror;
 pub mod job;
 pub mod metrics;
 pub mod notify;
@@ -25,6 +26,7 @@ pub mod store;
 pub mod store_etcd;
 pub mod switch_stats;
 pub mod unix_socket;
+pub mod warm_copy;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -20,7 +20,6 @@ use gang_etcd::pb::etcdserverpb::TxnRequest;
 use gang_etcd::{Election, Etcd, Leader, Target, get_op, put_op};
 use tracing::{error, info};
 
-use crate::job::SavedJob;
 use crate::state::batch::Commit;
 use crate::state::effects::Save;
 
@@ -32,17 +31,7 @@ const MAX_TXN_BYTES: usize = 1 << 20;
 /// store keeps the newest value of each key, not every version of a job's row.
 const COMPACT_EVERY: u64 = 1000;
 
-/// What a master found in the store when it became the leader.
-#[derive(Debug, Default)]
-pub struct Loaded {
-    pub mesh: Option<String>,
-    pub cluster_id: Option<String>,
-    pub table_version: u64,
-    /// (epoch, quantum) of the last run's slot grid.
-    pub table_epoch: Option<(i64, i64)>,
-    pub jobs: Vec<SavedJob>,
-    pub drained: Vec<(u32, u32)>,
-}
+pub use crate::etcd_mirror::Loaded;
 
 pub struct EtcdStore {
     /// Ended jobs whose rows are in keys of their own (`jobs/ID`), to be archived.
@@ -81,6 +70,8 @@ impl EtcdStore {
             prefix = %target.prefix,
             "state in etcd: campaigning to lead"
         );
+        // Standing by, it follows the state: elected, it starts from that copy.
+        let warm = crate::warm_copy::WarmCopy::start(etcd.clone(), target.prefix.clone());
         let leader = election
             .campaign(Duration::from_millis(100), |who| {
                 info!(leader = %who, "standing by: another master leads");
@@ -97,7 +88,26 @@ impl EtcdStore {
             commits: AtomicU64::new(0),
             rt: tokio::runtime::Handle::current(),
         };
-        let loaded = store.load().await?;
+        let started = std::time::Instant::now();
+        let loaded = match warm.take(store.leader.create_revision, timeout).await {
+            Some(copy) => {
+                info!(revision = copy.revision, "state taken from the warm copy");
+                Loaded {
+                    from_warm_copy: true,
+                    ..copy.into_loaded()
+                }
+            }
+            None => {
+                info!("no warm copy up to the election: reading the state");
+                store.load().await?
+            }
+        };
+        info!(
+            jobs = loaded.jobs.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "state ready"
+        );
+        store.finished = loaded.finished_unarchived.clone();
         Ok((store, loaded))
     }
 
@@ -128,54 +138,10 @@ impl EtcdStore {
         .await
     }
 
-    async fn load(&mut self) -> anyhow::Result<Loaded> {
-        let p = &self.prefix;
-        let meta = self.etcd.get_prefix(&key(p, "meta/"), 1000).await?;
-        let mut out = Loaded::default();
-        for kv in meta {
-            let k = String::from_utf8_lossy(&kv.key).into_owned();
-            let v = String::from_utf8_lossy(&kv.value).into_owned();
-            match k.rsplit('/').next().unwrap_or_default() {
-                "mesh" => out.mesh = Some(v),
-                "cluster_id" => out.cluster_id = Some(v),
-                "table_version" => out.table_version = v.parse().unwrap_or(0),
-                "table_epoch" => {
-                    out.table_epoch = v
-                        .split_once(':')
-                        .and_then(|(e, q)| Some((e.parse().ok()?, q.parse().ok()?)))
-                }
-                _ => {}
-            }
-        }
-        // Rows in keys of their own win over archived ones (a job saved again after it
-        // was archived).
-        let mut jobs = std::collections::BTreeMap::new();
-        for kv in self.etcd.get_prefix(&key(p, "archive/"), 100).await? {
-            let archived = crate::etcd_archive::unpack(&kv.value)
-                .with_context(|| format!("archive {} in etcd", String::from_utf8_lossy(&kv.key)))?;
-            for job in archived {
-                jobs.insert(job.id.0, job);
-            }
-        }
-        for kv in self.etcd.get_prefix(&key(p, "jobs/"), 1000).await? {
-            let job: SavedJob = serde_json::from_slice(&kv.value)
-                .with_context(|| format!("job {} in etcd", String::from_utf8_lossy(&kv.key)))?;
-            if job.state.is_final() {
-                self.finished.insert(job.id.0);
-            }
-            jobs.insert(job.id.0, job);
-        }
-        out.jobs = jobs.into_values().collect();
-        for kv in self.etcd.get_prefix(&key(p, "drained/"), 1000).await? {
-            let k = String::from_utf8_lossy(&kv.key).into_owned();
-            if let Some((x, y)) = k.rsplit('/').next().and_then(|n| n.split_once(','))
-                && let (Ok(x), Ok(y)) = (x.parse(), y.parse())
-            {
-                out.drained.push((x, y));
-            }
-        }
-        info!(jobs = out.jobs.len(), "state read from etcd");
-        Ok(out)
+    /// The state as read now, in full (no warm copy to start from).
+    async fn load(&self) -> anyhow::Result<Loaded> {
+        let mirror = crate::warm_copy::read_all(&self.etcd, &self.prefix).await?;
+        Ok(mirror.into_loaded())
     }
 
     /// Write one meta value (under the leader's guard), at startup.
