@@ -141,7 +141,7 @@ fn failover(
     let spawn =
         |c: &LocalCluster, n: usize, agents| standby(c, dir.path(), &format!("m{n}"), agents);
     let mut standby = spawn(&c, 0, b_agents);
-    std::thread::sleep(Duration::from_millis(500));
+    standby.wait_warm(Duration::from_secs(30));
     // Two CPU-bound jobs, one per slice.
     let jobs_dir = tempfile::tempdir().unwrap();
     let busy = |name: &str| {
@@ -196,8 +196,9 @@ fn failover(
         );
         let next = spawn(&c, round, killed_agents);
         leader = Some(std::mem::replace(&mut standby, next));
-        // 2 s of switching after it, and before the next kill.
+        // 2 s of switching after it, and before the next kill (the next standby warm).
         std::thread::sleep(Duration::from_secs(2));
+        standby.wait_warm(Duration::from_secs(30));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let ts = sampler.join().unwrap();

@@ -3,7 +3,9 @@
 //! a realistic finished 2x2 job), on a real 3-member etcd on loopback. Ended jobs are
 //! archived a thousand to a key as they go (`etcd_archive`); at the end the history is
 //! compacted and every member defragmented, and each member's database size is read.
-//! Before that, a second master takes over and reads it all, as a standby does today.
+//! Before that, a master is elected on it without a warm copy (it reads it all), and the
+//! real master daemon is started on it: cold, then `ROUNDS` standbys that followed the
+//! state take over from a leader killed with kill -9.
 //!
 //! Prints JSON: the time it took, the takeover's read, the keys left, the rows' own bytes,
 //! and each member's database size (total, and in use) after compaction and
@@ -11,10 +13,102 @@
 
 use std::time::{Duration, Instant};
 
-use gang_benches::env_or;
-use gang_e2e::etcd_cluster::EtcdCluster;
+use std::path::PathBuf;
+
+use gang_benches::{env_or, median_p99, release_bins};
+use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
+use gang_e2e::failover::{Standby, standby, wait_file};
+use gang_local::{LocalCluster, LocalClusterOptions};
+use nix::sys::signal::Signal;
 use gang_master::state::batch::Commit;
 use gang_master::state::effects::Save;
+
+fn release_leader(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster) {
+    rt.block_on(async {
+        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(60)).unwrap();
+        e.txn(gang_etcd::pb::etcdserverpb::TxnRequest {
+            success: vec![gang_etcd::delete_op(b"/bench/size/leader".to_vec())],
+            ..Default::default()
+        })
+        .await
+        .expect("the leader key removed");
+    });
+}
+
+/// The `ms=` of the log line that says the state is ready (how long the elected master
+/// took to have it, from its election).
+fn state_ready_ms(log: &std::path::Path) -> Option<f64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text.lines().rev().find(|l| l.contains("state ready"))?;
+    let rest = &line[line.find(" ms=")? + 4..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The real master daemon on this history: a cold start (the whole read, then recovery),
+/// then `rounds` times a standby that followed the state is started, its copy awaited, and
+/// the leader killed (kill -9): how long until the standby serves.
+fn masters_on_history(etcd: &EtcdCluster, rounds: usize) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<std::net::SocketAddr> = (0..rounds).map(|_| free_port()).collect();
+    let master_args = [
+        "--etcd-lease-s",
+        "1",
+        "--output-dir",
+        &dir.path().join("out").display().to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let t = Instant::now();
+    let mut c = LocalCluster::start(
+        (2, 2),
+        LocalClusterOptions {
+            bin_dir: Some(release_bins()),
+            state: Some(PathBuf::from(etcd.url("bench/size"))),
+            master_args,
+            standby_agent_ports: ports.clone(),
+            master_ready_timeout: Duration::from_secs(600),
+            ..LocalClusterOptions::default()
+        },
+    )
+    .expect("a cluster on the history");
+    let cold = t.elapsed().as_secs_f64();
+    eprintln!("cluster started on the history in {cold:.1} s");
+    let (mut warm, mut serving, mut handover) = (vec![], vec![], vec![]);
+    let mut leader: Option<Standby> = None;
+    for (i, port) in ports.into_iter().enumerate() {
+        let next = standby(&c, dir.path(), &format!("m{i}"), port);
+        warm.push(next.wait_warm(Duration::from_secs(600)).as_secs_f64());
+        match leader.take() {
+            None => drop(c.stop_master(Signal::SIGKILL).unwrap()),
+            Some(mut l) => l.kill(),
+        }
+        let t = Instant::now();
+        wait_file(&next.ready, Duration::from_secs(120));
+        serving.push(t.elapsed().as_secs_f64() * 1e3);
+        handover.push(state_ready_ms(&next.log).unwrap_or(f64::NAN));
+        eprintln!(
+            "round {}: copy warm after {:.1} s; kill -9 to serving {:.0} ms (state ready {:.0} ms after the election)",
+            i + 1,
+            warm[i],
+            serving[i],
+            handover[i]
+        );
+        leader = Some(next);
+    }
+    if let Some(mut l) = leader {
+        l.kill();
+    }
+    let (s50, s99) = median_p99(&mut serving);
+    let (h50, h99) = median_p99(&mut handover);
+    serde_json::json!({
+        "cluster_cold_start_seconds": cold,
+        "standby_copy_ready_seconds": warm,
+        "failover_kill_to_serving_ms": {"median": s50, "p99": s99, "rounds": serving},
+        "state_ready_after_election_ms": {"median": h50, "p99": h99},
+        "lease_s": 1,
+    })
+}
 
 fn main() {
     let jobs: u64 = env_or("JOBS", 1_000_000);
@@ -55,17 +149,11 @@ fn main() {
         }
     }
     let written = t0.elapsed();
-    // What a standby does at takeover today (no warm copy): read the whole state. The
-    // first leader's key is removed so that the second leads at once.
     drop(store);
+    // What a master elected on this store reads when it kept no warm copy: all of it. The
+    // first leader's key is removed so that the second leads at once.
+    release_leader(&rt, &etcd);
     let takeover = rt.block_on(async {
-        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(60)).unwrap();
-        e.txn(gang_etcd::pb::etcdserverpb::TxnRequest {
-            success: vec![gang_etcd::delete_op(b"/bench/size/leader".to_vec())],
-            ..Default::default()
-        })
-        .await
-        .expect("the leader key removed");
         let t = Instant::now();
         let (_store, loaded) = gang_master::store_etcd::EtcdStore::open(
             &target,
@@ -79,6 +167,8 @@ fn main() {
         assert_eq!(loaded.jobs.len() as u64, jobs);
         t.elapsed()
     });
+    release_leader(&rt, &etcd);
+    let masters = masters_on_history(&etcd, env_or("ROUNDS", 3));
     eprintln!("takeover read {jobs} jobs in {takeover:?}");
     let out = rt.block_on(async {
         let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(60)).unwrap();
@@ -102,6 +192,7 @@ fn main() {
             "jobs": jobs,
             "write_seconds": written.as_secs_f64(),
             "takeover_read_seconds": takeover.as_secs_f64(),
+            "master_daemons": masters,
             "jobs_per_second": jobs as f64 / written.as_secs_f64(),
             "rows_json_bytes": raw,
             "archive_keys": archives,

@@ -31,6 +31,23 @@ impl Standby {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Wait until it has read the state and follows its changes (its warm copy is there):
+    /// how long that took.
+    pub fn wait_warm(&self, within: Duration) -> Duration {
+        let t = Instant::now();
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains("warm copy: state read") {
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < within,
+                "the standby has no warm copy after {within:?}: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// A standby master of `c` on a fresh port, its files in `dir` named after `name`.

@@ -95,10 +95,10 @@ impl WarmCopy {
             let p = *progress.borrow_and_update();
             if p.revision >= revision {
                 let mut slot = self.slot.lock().expect("the copy's lock");
-                if let Slot::Ready(m) = std::mem::replace(&mut *slot, Slot::Taken) {
-                    if m.revision >= revision {
-                        return Some(m);
-                    }
+                if let Slot::Ready(m) = std::mem::replace(&mut *slot, Slot::Taken)
+                    && m.revision >= revision
+                {
+                    return Some(m);
                 }
                 return None;
             }
