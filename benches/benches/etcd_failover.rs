@@ -250,18 +250,9 @@ fn submits(
                 let mut lat = Vec::with_capacity(per);
                 for _ in 0..per {
                     let t = Instant::now();
-                    jc.submit(v1::SubmitRequest {
-                        spec: Some(v1::JobSpec {
-                            shape: "1x1".into(),
-                            argv: vec!["true".into()],
-                            cwd: "/".into(),
-                            hold: true,
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("submitted");
+                    jc.submit(gang_e2e::failover::held_job(""))
+                        .await
+                        .expect("submitted");
                     lat.push(t.elapsed().as_secs_f64() * 1e3);
                 }
                 lat

@@ -19,9 +19,9 @@ use gang_benches::{env_or, median_p99, release_bins};
 use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
 use gang_e2e::failover::{Standby, standby, wait_file};
 use gang_local::{LocalCluster, LocalClusterOptions};
-use nix::sys::signal::Signal;
 use gang_master::state::batch::Commit;
 use gang_master::state::effects::Save;
+use nix::sys::signal::Signal;
 
 fn release_leader(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster) {
     rt.block_on(async {
@@ -38,7 +38,7 @@ fn release_leader(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster) {
 /// The `ms=` of the log line that says the state is ready (how long the elected master
 /// took to have it, from its election).
 fn state_ready_ms(log: &std::path::Path) -> Option<f64> {
-    let text = std::fs::read_to_string(log).ok()?;
+    let text = gang_e2e::without_colours(&std::fs::read_to_string(log).ok()?);
     let line = text.lines().rev().find(|l| l.contains("state ready"))?;
     let rest = &line[line.find(" ms=")? + 4..];
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -59,11 +59,12 @@ fn masters_on_history(etcd: &EtcdCluster, rounds: usize) -> serde_json::Value {
     ]
     .map(String::from)
     .to_vec();
+    let bins = release_bins();
     let t = Instant::now();
     let mut c = LocalCluster::start(
         (2, 2),
         LocalClusterOptions {
-            bin_dir: Some(release_bins()),
+            bin_dir: Some(bins),
             state: Some(PathBuf::from(etcd.url("bench/size"))),
             master_args,
             standby_agent_ports: ports.clone(),

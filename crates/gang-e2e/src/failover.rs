@@ -95,6 +95,22 @@ pub async fn any_master(sockets: &[PathBuf]) -> Option<JobServiceClient<client::
     None
 }
 
+/// A held 1x1 job (it waits for a release: submissions measure the master and its store,
+/// not launches), with the retry token `token` if not empty.
+pub fn held_job(token: &str) -> v1::SubmitRequest {
+    v1::SubmitRequest {
+        spec: Some(v1::JobSpec {
+            shape: "1x1".into(),
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            hold: true,
+            ..Default::default()
+        }),
+        client_token: token.into(),
+        ..Default::default()
+    }
+}
+
 /// One client's submissions, each retried (same token) until a master acknowledges it:
 /// the ids acknowledged.
 async fn submit_through(
@@ -115,18 +131,7 @@ async fn submit_through(
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
-            let req = v1::SubmitRequest {
-                spec: Some(v1::JobSpec {
-                    shape: "1x1".into(),
-                    argv: vec!["true".into()],
-                    cwd: "/".into(),
-                    hold: true,
-                    ..Default::default()
-                }),
-                client_token: token.clone(),
-                ..Default::default()
-            };
-            match c.submit(req).await {
+            match c.submit(held_job(&token)).await {
                 Ok(r) => {
                     ids.push(r.into_inner().job.expect("a job").id);
                     acked.fetch_add(1, Ordering::Relaxed);

@@ -21,20 +21,25 @@ pub struct NetHost {
     pub there: Ipv4Addr,
 }
 
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
+/// `program args...` run to its end; an error names it and says what it printed.
+fn run(program: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .context("cannot run ip (iproute2)")?;
+        .with_context(|| format!("cannot run {program}"))?;
     if !out.status.success() {
         bail!(
-            "`ip {}` failed: {}",
+            "`{program} {}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
     Ok(())
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    run("ip", args)
 }
 
 impl NetHost {
@@ -109,19 +114,10 @@ impl NetHost {
             ],
             vec!["ip", "link", "set", "eth0", "up"],
         ] {
-            let out = Command::new("nsenter")
-                .arg(format!("--net={ns}"))
-                .arg("--")
-                .args(&args)
-                .output()
-                .context("cannot run nsenter")?;
-            if !out.status.success() {
-                bail!(
-                    "`{}` in the namespace failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
+            let net = format!("--net={ns}");
+            let mut all = vec![net.as_str(), "--"];
+            all.extend(args.iter().copied());
+            run("nsenter", &all)?;
         }
         Ok(())
     }

@@ -24,6 +24,8 @@ struct Progress {
     revision: i64,
     /// A full read is under way (what a cold takeover would do anyway: worth waiting for).
     reading: bool,
+    /// Full reads that failed so far.
+    failures: u32,
 }
 
 enum Slot {
@@ -62,11 +64,17 @@ pub async fn read_all(etcd: &Etcd, prefix: &str) -> anyhow::Result<Mirror> {
         revision = rev;
         kvs.extend(part);
     }
-    let mut m = Mirror::new(prefix, revision);
-    for kv in kvs {
-        m.apply(&kv.key, Some(&kv.value), 0)?;
-    }
-    Ok(m)
+    // Decoding a long history takes seconds: off the runtime's workers, so that the lease
+    // keeper (and, standing by, the standby's server) is not starved meanwhile.
+    let prefix = prefix.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut m = Mirror::new(&prefix, revision);
+        for kv in kvs {
+            m.apply(&kv.key, Some(&kv.value), 0)?;
+        }
+        Ok(m)
+    })
+    .await?
 }
 
 impl WarmCopy {
@@ -76,6 +84,7 @@ impl WarmCopy {
         let (tx, progress) = watch::channel(Progress {
             revision: 0,
             reading: true,
+            failures: 0,
         });
         let task = tokio::spawn(follow(etcd, prefix, slot.clone(), tx));
         WarmCopy {
@@ -86,13 +95,19 @@ impl WarmCopy {
     }
 
     /// The copy, once it holds every change up to `revision`; `None` if it is not there
-    /// within `patience` (a full read under way is waited for: it is what the caller would
-    /// do instead).
+    /// within `patience` of its last full read.
     pub async fn take(self, revision: i64, patience: Duration) -> Option<Mirror> {
         let mut progress = self.progress.clone();
-        let mut deadline = Instant::now() + patience;
+        // Counted from when the copy is not being read in full (a read under way is waited
+        // for: it is what the caller would do instead).
+        let mut deadline: Option<Instant> = None;
+        let failures = progress.borrow().failures;
         loop {
             let p = *progress.borrow_and_update();
+            if p.failures > failures {
+                // The caller's own read says why better than a retry loop would.
+                return None;
+            }
             if p.revision >= revision {
                 let mut slot = self.slot.lock().expect("the copy's lock");
                 if let Slot::Ready(m) = std::mem::replace(&mut *slot, Slot::Taken)
@@ -102,9 +117,10 @@ impl WarmCopy {
                 }
                 return None;
             }
+            let now = Instant::now();
             if p.reading {
-                deadline = Instant::now() + patience;
-            } else if Instant::now() >= deadline {
+                deadline = None;
+            } else if now >= *deadline.get_or_insert(now + patience) {
                 warn!(
                     have = p.revision,
                     want = revision,
@@ -112,8 +128,14 @@ impl WarmCopy {
                 );
                 return None;
             }
-            let wait = deadline.saturating_duration_since(Instant::now());
-            if let Ok(Err(_)) = tokio::time::timeout(wait, progress.changed()).await {
+            let changed = progress.changed();
+            let ended = match deadline {
+                Some(d) => tokio::time::timeout(d.saturating_duration_since(now), changed)
+                    .await
+                    .is_ok_and(|r| r.is_err()),
+                None => changed.await.is_err(),
+            };
+            if ended {
                 return None;
             }
         }
@@ -133,18 +155,22 @@ fn publish(slot: &Mutex<Slot>, f: impl FnOnce(&mut Slot)) -> bool {
 async fn follow(etcd: Etcd, prefix: String, slot: Arc<Mutex<Slot>>, tx: watch::Sender<Progress>) {
     let key = format!("{prefix}/").into_bytes();
     let pause = Duration::from_millis(250);
+    let mut failures = 0;
     loop {
         tx.send_replace(Progress {
             revision: 0,
             reading: true,
+            failures,
         });
         let mirror = match read_all(&etcd, &prefix).await {
             Ok(m) => m,
             Err(e) => {
                 warn!("warm copy: reading the state: {e:#}; again soon");
+                failures += 1;
                 tx.send_replace(Progress {
                     revision: 0,
                     reading: false,
+                    failures,
                 });
                 tokio::time::sleep(pause).await;
                 continue;
@@ -161,6 +187,7 @@ async fn follow(etcd: Etcd, prefix: String, slot: Arc<Mutex<Slot>>, tx: watch::S
         tx.send_replace(Progress {
             revision: at,
             reading: false,
+            failures,
         });
         // Changes from the one after the read, on whichever member answers; a broken watch
         // goes on from the last change applied.
@@ -206,6 +233,7 @@ async fn follow(etcd: Etcd, prefix: String, slot: Arc<Mutex<Slot>>, tx: watch::S
                 tx.send_replace(Progress {
                     revision: at,
                     reading: false,
+                    failures,
                 });
             }
         }

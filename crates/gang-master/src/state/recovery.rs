@@ -159,6 +159,9 @@ impl MasterState {
             .map(|(id, _)| *id)
             .collect();
         for id in overdue {
+            if self.requeue_unlaunched(fx, now, id) {
+                continue;
+            }
             self.adopted.remove(&id);
             let missing: Vec<(u32, Coord)> = self.jobs.get(id).map_or(vec![], |j| {
                 (0..j.ranks.len() as u32)
@@ -173,5 +176,52 @@ impl MasterState {
                 self.rank_gone(fx, now, id, rank, why);
             }
         }
+    }
+
+    /// A job placed before a restart whose launch reached none of its agents (the master
+    /// died between saving the placement and sending it): every node of it registered
+    /// again and none runs, or ran, a rank of it. It never ran, so it is queued again, as it
+    /// was before it was placed, rather than failed. One rank reported, or one node not
+    /// back (its ranks may run there), and it is not touched: its ranks are lost as before.
+    fn requeue_unlaunched(&mut self, fx: &mut Effects, now: Now, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(id) else {
+            return false;
+        };
+        let untouched = job.record.state == State::Starting
+            && job.record.allocation.is_none()
+            && !job.record.allocate
+            && job.failure.is_none()
+            && job.cancelled.is_none()
+            && !job.timed_out
+            && job.ranks.iter().all(|r| *r == Rank::Pending)
+            && job
+                .nodes()
+                .into_iter()
+                .all(|n| self.node_index(n).is_some_and(|i| self.nodes[i].up));
+        if !untouched {
+            return false;
+        }
+        match self.sched.finish(now.mono_s(), id) {
+            Ok(plan) => self.execute(fx, now, plan),
+            Err(e) => {
+                warn!(job = %id, error = %e, "scheduler did not know the adopted job");
+                return false;
+            }
+        }
+        self.adopted.remove(&id);
+        self.placed_at.remove(&id);
+        let job = self.jobs.get_mut(id).expect("looked at above");
+        let mut record = job.record.clone();
+        record.state = State::Queued;
+        record.submesh = None;
+        record.start_ns = 0;
+        record.run_ns = 0;
+        *job = Job::new(record);
+        info!(job = %id, "its launch reached no agent before the master restarted: queued again");
+        if let Err(e) = self.enqueue(fx, now, id) {
+            warn!(job = %id, error = %e, "could not queue the job again");
+        }
+        self.save(fx, now, id);
+        true
     }
 }

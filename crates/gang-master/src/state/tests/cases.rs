@@ -289,6 +289,52 @@ fn after_a_restart_ranks_nobody_reports_are_lost_after_the_timeout() {
 }
 
 #[test]
+fn a_launch_that_reached_no_agent_before_a_restart_is_queued_again() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            // Placed and saved, its launch orders not sent when the master died.
+            Launching(1, 16),
+            Restart,
+            RegisterAll,
+            Wait(1000),
+            Launching(1, 0),
+            Wait(1500),
+            // Every agent is back and none runs a rank of it: placed again, launched anew.
+            Launching(1, 16),
+            Start(1),
+            State(1, Running),
+            ExitAll(1, 0),
+            State(1, Completed),
+        ],
+    );
+}
+
+#[test]
+fn a_launch_maybe_on_a_node_not_back_after_a_restart_is_not_run_twice() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Launching(1, 16),
+            Restart,
+            Register((0, 0)),
+            Register((1, 0)),
+            Wait(2500),
+            // Its rank may run on the node that did not come back: lost, not relaunched
+            // (the nodes that are back are told to kill whatever of it they run).
+            Launching(1, 0),
+            Signalled(1, 1, 0),
+            State(1, Failed),
+            Reason(1, "not found after a master or agent restart"),
+        ],
+    );
+}
+
+#[test]
 fn a_time_limit_counts_run_time_not_time_switched_out() {
     run(
         world(2),
