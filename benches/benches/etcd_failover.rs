@@ -273,6 +273,69 @@ fn submits(
     })
 }
 
+/// etcd alone, as the master uses it: `clients` tasks each committing one job row (a
+/// realistic one, as JSON) at a time in a transaction guarded as the leader's are. The
+/// floor under any master that keeps its state there, on this machine.
+fn raw_etcd(
+    rt: &tokio::runtime::Runtime,
+    etcd: &EtcdCluster,
+    clients: usize,
+    total: usize,
+) -> serde_json::Value {
+    use gang_etcd::pb::etcdserverpb::TxnRequest;
+    let per = total / clients;
+    let row = serde_json::to_vec(&gang_e2e::failover::saved_job(1, "queued")).unwrap();
+    let (elapsed, mut lat) = rt.block_on(async {
+        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(10)).unwrap();
+        e.put(b"/bench/raw/leader", b"me").await.unwrap();
+        let guard_rev = e
+            .get(b"/bench/raw/leader")
+            .await
+            .unwrap()
+            .unwrap()
+            .create_revision;
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| {
+                let (e, row) = (e.clone(), row.clone());
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(per);
+                    for i in 0..per {
+                        let key = format!("/bench/raw/jobs/{c}-{i:020}").into_bytes();
+                        let t = Instant::now();
+                        let r = e
+                            .txn(TxnRequest {
+                                compare: vec![gang_etcd::created_at(
+                                    b"/bench/raw/leader".to_vec(),
+                                    guard_rev,
+                                )],
+                                success: vec![gang_etcd::put_op(key, row.clone())],
+                                failure: vec![],
+                            })
+                            .await
+                            .expect("committed");
+                        assert!(r.succeeded);
+                        lat.push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut all = vec![];
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        (t0.elapsed(), all)
+    });
+    let (l50, l99) = median_p99(&mut lat);
+    serde_json::json!({
+        "txns": per * clients,
+        "clients": clients,
+        "per_second": (per * clients) as f64 / elapsed.as_secs_f64(),
+        "latency_ms": {"median": l50, "p99": l99},
+    })
+}
+
 fn main() {
     let rounds: usize = env_or("ROUNDS", 10);
     let clients: usize = env_or("CLIENTS", 8);
@@ -312,6 +375,7 @@ fn main() {
         clients,
         total,
     );
+    let raw = raw_etcd(&rt, &etcd, clients, total);
     let ratio = on_etcd["per_second"].as_f64().unwrap() / sqlite["per_second"].as_f64().unwrap();
     println!(
         "{}",
@@ -320,6 +384,7 @@ fn main() {
             "submissions_through_kills": through_kills,
             "submit_sqlite": sqlite,
             "submit_etcd": on_etcd,
+            "etcd_alone_guarded_txns": raw,
             "etcd_over_sqlite_rate": ratio,
         }))
         .unwrap()

@@ -147,18 +147,26 @@ impl Mirror {
             jobs: Vec::new(),
             from_warm_copy: false,
         };
+        // Both in id order (an archive holds consecutive ids, its key the first): merged in
+        // one pass, each job moved once (a million large rows to take over).
         let archived: usize = self.archives.values().map(Vec::len).sum();
-        let mut all: Vec<SavedJob> = Vec::with_capacity(archived + self.jobs.len());
-        all.extend(self.archives.into_values().flatten());
-        all.extend(self.jobs.into_values());
-        // Stable: of two rows of one job, the key of its own (after) stays after.
-        all.sort_by_key(|j| j.id.0);
-        out.jobs.reserve(all.len());
-        for job in all {
-            if out.jobs.last().is_some_and(|l| l.id == job.id) {
-                out.jobs.pop();
+        out.jobs.reserve(archived + self.jobs.len());
+        let mut own = self.jobs.into_values().peekable();
+        for job in self.archives.into_values().flatten() {
+            while let Some(o) = own.next_if(|o| o.id.0 < job.id.0) {
+                out.jobs.push(o);
             }
-            out.jobs.push(job);
+            // A row in a key of its own wins over the archived one.
+            match own.next_if(|o| o.id == job.id) {
+                Some(o) => out.jobs.push(o),
+                None => out.jobs.push(job),
+            }
+        }
+        out.jobs.extend(own);
+        // Archives written out of order (never by this master) would break the merge.
+        if !out.jobs.is_sorted_by_key(|j| j.id.0) {
+            out.jobs.sort_by_key(|j| j.id.0);
+            out.jobs.dedup_by_key(|j| j.id.0);
         }
         out
     }

@@ -54,6 +54,7 @@ impl MasterState {
         let mut found = Recovered::default();
         let mut placed = vec![];
         let mut queued = vec![];
+        let mut restored = Vec::with_capacity(records.len());
         for rec in records {
             self.next_id = self.next_id.max(rec.id.0 + 1);
             let mut job = Job::restored(rec);
@@ -108,8 +109,11 @@ impl MasterState {
                 }
                 _ => {}
             }
-            self.jobs.insert(job);
+            restored.push(Box::new(job));
         }
+        // Oldest first (running ones were taken first above): the table is built at once.
+        restored.sort_by_key(|j| j.id());
+        self.jobs.restore(restored);
         // Queued jobs in submission order; a gated one waits for its gate (held, its
         // dependencies, its array's limit) as before the restart.
         // All start gated, so that a task not yet looked at does not count against its

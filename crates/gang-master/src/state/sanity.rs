@@ -33,6 +33,9 @@ impl MasterState {
                 ));
             }
         }
+        if !self.jobs.live_index_holds() {
+            return Err("a job not ended is missing from the live set".into());
+        }
         let queued: BTreeSet<JobId> = self.sched.queue().map(|q| q.id).collect();
         let placed: BTreeSet<JobId> = self.sched.matrix().placements().map(|(j, _)| j).collect();
         for job in self.jobs.values() {
