@@ -45,6 +45,36 @@ fn state_ready_ms(log: &std::path::Path) -> Option<f64> {
     digits.parse().ok()
 }
 
+/// Seconds since midnight (UTC) of a log line's timestamp (`2026-11-27T20:07:22.978791Z`).
+fn log_seconds(line: &str) -> Option<f64> {
+    let t = line.split_once('T')?.1.split('Z').next()?;
+    let mut parts = t.split(':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// Where a takeover's time went, from the kill (wall clock) through the new leader's log:
+/// milliseconds from the kill to each step.
+fn phases(log: &std::path::Path, killed: std::time::SystemTime) -> Vec<(&'static str, f64)> {
+    let text = gang_e2e::without_colours(&std::fs::read_to_string(log).unwrap_or_default());
+    let since = killed.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let kill_s = (since.as_secs() % 86_400) as f64 + f64::from(since.subsec_nanos()) / 1e9;
+    [
+        ("elected", "elected leader"),
+        ("state_ready", "state ready"),
+        ("recovered", "state recovered"),
+        ("serving", "master serving"),
+    ]
+    .into_iter()
+    .filter_map(|(name, needle)| {
+        let line = text.lines().rev().find(|l| l.contains(needle))?;
+        Some((name, (log_seconds(line)? - kill_s) * 1e3))
+    })
+    .collect()
+}
+
 /// The real master daemon on this history: a cold start (the whole read, then recovery),
 /// then `rounds` times a standby that followed the state is started, its copy awaited, and
 /// the leader killed (kill -9): how long until the standby serves.
@@ -76,6 +106,7 @@ fn masters_on_history(etcd: &EtcdCluster, rounds: usize) -> serde_json::Value {
     let cold = t.elapsed().as_secs_f64();
     eprintln!("cluster started on the history in {cold:.1} s");
     let (mut warm, mut serving, mut handover) = (vec![], vec![], vec![]);
+    let mut timelines = vec![];
     let mut leader: Option<Standby> = None;
     for (i, port) in ports.into_iter().enumerate() {
         let next = standby(&c, dir.path(), &format!("m{i}"), port);
@@ -84,10 +115,18 @@ fn masters_on_history(etcd: &EtcdCluster, rounds: usize) -> serde_json::Value {
             None => drop(c.stop_master(Signal::SIGKILL).unwrap()),
             Some(mut l) => l.kill(),
         }
-        let t = Instant::now();
+        let (t, killed) = (Instant::now(), std::time::SystemTime::now());
         wait_file(&next.ready, Duration::from_secs(120));
         serving.push(t.elapsed().as_secs_f64() * 1e3);
         handover.push(state_ready_ms(&next.log).unwrap_or(f64::NAN));
+        let steps = phases(&next.log, killed);
+        eprintln!("  from the kill (ms): {steps:?}");
+        timelines.push(serde_json::json!(
+            steps
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::json!(v.round())))
+                .collect::<serde_json::Map<_, _>>()
+        ));
         eprintln!(
             "round {}: copy warm after {:.1} s; kill -9 to serving {:.0} ms (state ready {:.0} ms after the election)",
             i + 1,
@@ -107,6 +146,7 @@ fn masters_on_history(etcd: &EtcdCluster, rounds: usize) -> serde_json::Value {
         "standby_copy_ready_seconds": warm,
         "failover_kill_to_serving_ms": {"median": s50, "p99": s99, "rounds": serving},
         "state_ready_after_election_ms": {"median": h50, "p99": h99},
+        "from_the_kill_ms": timelines,
         "lease_s": 1,
     })
 }

@@ -19,8 +19,8 @@ pub struct Loaded {
     pub table_version: u64,
     /// (epoch, quantum) of the last run's slot grid.
     pub table_epoch: Option<(i64, i64)>,
-    /// Every job, by id.
-    pub jobs: Vec<SavedJob>,
+    /// Every job, by id (taken one at a time: see [`Jobs`]).
+    pub jobs: Jobs,
     pub drained: Vec<(u32, u32)>,
     /// Ended jobs whose rows are still in keys of their own (not yet archived).
     pub finished_unarchived: BTreeSet<u64>,
@@ -127,7 +127,7 @@ impl Mirror {
     /// one (a job saved again after it was archived).
     pub fn into_loaded(self) -> Loaded {
         let meta = |k: &str| self.meta.get(k).cloned();
-        let mut out = Loaded {
+        Loaded {
             mesh: meta("mesh"),
             cluster_id: meta("cluster_id"),
             table_version: meta("table_version")
@@ -144,31 +144,107 @@ impl Mirror {
                 .filter(|j| j.state.is_final())
                 .map(|j| j.id.0)
                 .collect(),
-            jobs: Vec::new(),
+            jobs: Jobs {
+                archives: self.archives,
+                own: self.jobs,
+            },
             from_warm_copy: false,
-        };
-        // Both in id order (an archive holds consecutive ids, its key the first): merged in
-        // one pass, each job moved once (a million large rows to take over).
-        let archived: usize = self.archives.values().map(Vec::len).sum();
-        out.jobs.reserve(archived + self.jobs.len());
-        let mut own = self.jobs.into_values().peekable();
-        for job in self.archives.into_values().flatten() {
-            while let Some(o) = own.next_if(|o| o.id.0 < job.id.0) {
-                out.jobs.push(o);
-            }
-            // A row in a key of its own wins over the archived one.
-            match own.next_if(|o| o.id == job.id) {
-                Some(o) => out.jobs.push(o),
-                None => out.jobs.push(job),
-            }
         }
-        out.jobs.extend(own);
-        // Archives written out of order (never by this master) would break the merge.
-        if !out.jobs.is_sorted_by_key(|j| j.id.0) {
-            out.jobs.sort_by_key(|j| j.id.0);
-            out.jobs.dedup_by_key(|j| j.id.0);
+    }
+}
+
+/// Every job of the state, archived or in a key of its own, in id order, each once (the
+/// own key's row wins). Handed to recovery one at a time: a million jobs copied into one
+/// more vector were a third of a takeover.
+#[derive(Debug, Default)]
+pub struct Jobs {
+    archives: BTreeMap<u64, Vec<SavedJob>>,
+    own: BTreeMap<u64, SavedJob>,
+}
+
+/// `archived` and `own`, both in id order, merged; of two with one id, `own`'s.
+fn merge<T>(
+    archived: impl Iterator<Item = T>,
+    own: impl Iterator<Item = T>,
+    id: impl Fn(&T) -> u64,
+) -> impl Iterator<Item = T> {
+    let mut archived = archived.peekable();
+    let mut own = own.peekable();
+    std::iter::from_fn(move || match (archived.peek(), own.peek()) {
+        (Some(a), Some(o)) if id(a) < id(o) => archived.next(),
+        (Some(a), Some(o)) if id(a) == id(o) => {
+            archived.next();
+            own.next()
         }
-        out
+        (_, Some(_)) => own.next(),
+        (Some(_), None) => archived.next(),
+        (None, None) => None,
+    })
+}
+
+impl Jobs {
+    /// Whether each archive's jobs come before the next archive's (always, as this master
+    /// writes them): then a merge gives id order.
+    fn in_order(&self) -> bool {
+        let mut last = None;
+        self.archives.values().flatten().all(|j| {
+            let ok = last.is_none_or(|l| l < j.id.0);
+            last = Some(j.id.0);
+            ok
+        })
+    }
+
+    /// In id order, by reference.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = &SavedJob> + '_> {
+        if self.in_order() {
+            return Box::new(merge(
+                self.archives.values().flatten(),
+                self.own.values(),
+                |j| j.id.0,
+            ));
+        }
+        let mut all: BTreeMap<u64, &SavedJob> = BTreeMap::new();
+        all.extend(self.archives.values().flatten().map(|j| (j.id.0, j)));
+        all.extend(self.own.values().map(|j| (j.id.0, j)));
+        Box::new(all.into_values())
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.archives.values().all(Vec::is_empty) && self.own.is_empty()
+    }
+
+    /// The highest id, if any.
+    pub fn max_id(&self) -> Option<u64> {
+        let archived = self.archives.values().flatten().map(|j| j.id.0).max();
+        archived.max(self.own.keys().next_back().copied())
+    }
+
+    /// Into one vector (for tests and tools: recovery takes them one at a time).
+    pub fn into_vec(self) -> Vec<SavedJob> {
+        self.into_iter().collect()
+    }
+}
+
+impl IntoIterator for Jobs {
+    type Item = SavedJob;
+    type IntoIter = Box<dyn Iterator<Item = SavedJob> + Send>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        if self.in_order() {
+            return Box::new(merge(
+                self.archives.into_values().flatten(),
+                self.own.into_values(),
+                |j| j.id.0,
+            ));
+        }
+        let mut all = BTreeMap::new();
+        all.extend(self.archives.into_values().flatten().map(|j| (j.id.0, j)));
+        all.extend(self.own.into_values().map(|j| (j.id.0, j)));
+        Box::new(all.into_values())
     }
 }
 
@@ -220,6 +296,7 @@ mod tests {
         assert_eq!(l.table_epoch, Some((100, 50)));
         let ids: Vec<(u64, String)> = l
             .jobs
+            .into_vec()
             .iter()
             .map(|j| (j.id.0, format!("{:?}", j.state)))
             .collect();
@@ -234,6 +311,34 @@ mod tests {
         );
         assert_eq!(l.finished_unarchived, [2, 3].into_iter().collect());
         assert_eq!(l.drained, vec![(3, 0)]);
+    }
+
+    #[test]
+    fn archives_out_of_order_still_give_every_job_once_by_id() {
+        let mut m = Mirror::new("/c", 1);
+        let pack = |ids: &[u64]| {
+            let rows: Vec<Vec<u8>> = ids.iter().map(|&i| row(i, "completed")).collect();
+            crate::etcd_archive::pack(&rows).unwrap()
+        };
+        // Overlapping archives (never written by this master) and an own row among them.
+        m.apply(
+            b"/c/archive/00000000000000000001",
+            Some(&pack(&[1, 5, 9])),
+            2,
+        )
+        .unwrap();
+        m.apply(b"/c/archive/00000000000000000002", Some(&pack(&[2, 3])), 3)
+            .unwrap();
+        m.apply(b"/c/jobs/00000000000000000003", Some(&row(3, "failed")), 4)
+            .unwrap();
+        let l = m.into_loaded();
+        assert_eq!(l.jobs.max_id(), Some(9));
+        let by_ref: Vec<u64> = l.jobs.iter().map(|j| j.id.0).collect();
+        let jobs = l.jobs.into_vec();
+        let ids: Vec<u64> = jobs.iter().map(|j| j.id.0).collect();
+        assert_eq!(ids, [1, 2, 3, 5, 9]);
+        assert_eq!(by_ref, ids);
+        assert_eq!(format!("{:?}", jobs[2].state), "Failed");
     }
 
     #[test]

@@ -34,7 +34,8 @@ impl Commit for StateStore {
 pub struct Initial {
     pub cluster_id: Arc<str>,
     pub persisted: Persisted,
-    pub records: Vec<SavedJob>,
+    /// Every saved job, in id order, taken one at a time by recovery.
+    pub records: Box<dyn Iterator<Item = SavedJob> + Send>,
     pub drained: Vec<(u32, u32)>,
 }
 
@@ -87,7 +88,7 @@ pub async fn open(
                 table_version: store.table_version()?,
                 table_epoch_ns: store.table_epoch(quantum_ns)?,
             },
-            records: store.load_jobs()?,
+            records: Box::new(store.load_jobs()?.into_iter()),
             drained: store.drained()?,
         };
         return Ok((StateStore::Sqlite(store), initial));
@@ -117,7 +118,7 @@ pub async fn open(
             id
         }
     };
-    let next_job_id = loaded.jobs.iter().map(|j| j.id.0 + 1).max().unwrap_or(1);
+    let next_job_id = loaded.jobs.max_id().map_or(1, |m| m + 1);
     let initial = Initial {
         cluster_id: cluster_id.into(),
         persisted: Persisted {
@@ -127,7 +128,7 @@ pub async fn open(
                 .table_epoch
                 .and_then(|(e, q)| (q == quantum_ns).then_some(e)),
         },
-        records: loaded.jobs,
+        records: Box::new(loaded.jobs.into_iter()),
         drained: loaded.drained,
     };
     Ok((StateStore::Etcd(store), initial))

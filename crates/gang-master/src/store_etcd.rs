@@ -103,7 +103,7 @@ impl EtcdStore {
             }
         };
         info!(
-            jobs = loaded.jobs.len(),
+            last_job = loaded.jobs.max_id(),
             ms = started.elapsed().as_millis() as u64,
             "state ready"
         );

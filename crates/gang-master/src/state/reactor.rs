@@ -32,7 +32,7 @@ pub fn on_recover(
     st: &mut MasterState,
     fx: &mut Effects,
     now: Now,
-    records: Vec<SavedJob>,
+    records: impl IntoIterator<Item = SavedJob>,
     drained: &[Coord],
 ) -> Result<Recovered> {
     st.recover(fx, now, records, drained)

@@ -25,7 +25,7 @@ impl MasterState {
         &mut self,
         fx: &mut Effects,
         now: Now,
-        mut records: Vec<SavedJob>,
+        records: impl IntoIterator<Item = SavedJob>,
         drained: &[Coord],
     ) -> Result<Recovered> {
         let mesh = self.cfg.mesh;
@@ -41,22 +41,23 @@ impl MasterState {
         }
         // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
         // so each lands in a slice no later than its old one and the matrix fits again.
-        // Queued jobs keep their submission (id) order.
-        records.sort_by_key(|r| {
-            let running = r.state.is_placed();
-            let slice = r
-                .live
-                .as_ref()
-                .and_then(|l| l.home_slice)
-                .unwrap_or(u32::MAX);
-            (!running, if running { slice } else { 0 }, r.id)
-        });
+        // Queued jobs keep their submission (id) order. The rest (a history of ended jobs,
+        // perhaps a million) are taken as they come, never copied together.
         let mut found = Recovered::default();
         let mut placed = vec![];
         let mut queued = vec![];
-        let mut restored = Vec::with_capacity(records.len());
-        for rec in records {
-            self.next_id = self.next_id.max(rec.id.0 + 1);
+        let mut restored = Vec::new();
+        let mut running = vec![];
+        let records = records.into_iter().filter_map(|r| {
+            if r.state.is_placed() {
+                running.push(r);
+                None
+            } else {
+                Some(r)
+            }
+        });
+        let mut take = |st: &mut MasterState, rec: SavedJob| -> Result<()> {
+            st.next_id = st.next_id.max(rec.id.0 + 1);
             let mut job = Job::restored(rec);
             let id = job.id();
             let spec = JobSpec {
@@ -74,7 +75,7 @@ impl MasterState {
                 State::Starting | State::Running if job.record.allocation.is_some() => {
                     job.run_accounted_to = now.wall_ns;
                     placed.push(id);
-                    self.adopted.insert(id, now.mono_ns);
+                    st.adopted.insert(id, now.mono_ns);
                     found.adopted += 1;
                 }
                 State::Queued => {
@@ -88,9 +89,9 @@ impl MasterState {
                     })?;
                     job.run_accounted_to = now.wall_ns;
                     placed.push(id);
-                    match self.sched.adopt(now.mono_s(), spec, sm) {
+                    match st.sched.adopt(now.mono_s(), spec, sm) {
                         Ok(_) => {
-                            self.adopted.insert(id, now.mono_ns);
+                            st.adopted.insert(id, now.mono_ns);
                             found.adopted += 1;
                         }
                         Err(e) => {
@@ -110,8 +111,20 @@ impl MasterState {
                 _ => {}
             }
             restored.push(Box::new(job));
+            Ok(())
+        };
+        for rec in records {
+            take(self, rec)?;
         }
-        // Oldest first (running ones were taken first above): the table is built at once.
+        running.sort_by_key(|r| {
+            let slice = r.live.as_ref().and_then(|l| l.home_slice);
+            (slice.unwrap_or(u32::MAX), r.id)
+        });
+        for rec in running {
+            take(self, rec)?;
+        }
+        queued.sort_by_key(|s: &JobSpec| s.id);
+        // Oldest first (running ones were taken last): the table is built at once.
         restored.sort_by_key(|j| j.id());
         self.jobs.restore(restored);
         // Queued jobs in submission order; a gated one waits for its gate (held, its

@@ -338,7 +338,7 @@ impl World {
             table_version: fx.table_meta.map_or(0, |(v, _)| v),
             table_epoch_ns: fx.table_meta.map(|(_, g)| g.epoch_ns),
         };
-        let records = fx.db.values().cloned().collect();
+        let records: Vec<SavedJob> = fx.db.values().cloned().collect();
         let drained: Vec<Coord> = fx.drained.iter().copied().collect();
         let mut w = World {
             st: MasterState::new(cfg.clone(), &persisted).expect("config is valid"),
