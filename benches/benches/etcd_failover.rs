@@ -1,7 +1,8 @@
 //! Masters on etcd (release binaries, a real 3-member etcd on loopback, a 2x2 cluster):
 //!
 //! - failover: ROUNDS times, SIGKILL of the leading master, then until the standby serves
-//!   (its ready file: it leads, has read the state and listens) and until every agent has
+//!   (its ready file: it leads, has its state and listens; each standby's warm copy is
+//!   awaited before the kill) and until every agent has
 //!   registered with it again; the killed master comes back as the next standby. Two
 //!   CPU-bound 2x2 jobs alternate in two slices (100 ms quantum) all along: their turns per
 //!   second (the job running alone changed, from /proc CPU times sampled every 2 ms) in
@@ -9,7 +10,8 @@
 //!   after;
 //! - submits over gRPC from CLIENTS concurrent clients (held jobs, so that nothing runs),
 //!   SUBMITS in all, against the same cluster with its state in SQLite and in etcd: rate and
-//!   per-call latency, side by side.
+//!   per-call latency, side by side; and etcd alone under the same clients (each committing
+//!   one job row at a time in a transaction guarded as the leader's): the floor on etcd.
 //!
 //! - acknowledged submissions through kills: KILLS times, 4 gRPC clients submit 1,000 jobs
 //!   each (held, with client tokens, retried across the failover on whichever master
