@@ -13,6 +13,8 @@ struct Member {
     name: String,
     client: SocketAddr,
     peer: SocketAddr,
+    /// Plain HTTP for /health, whether clients speak TLS or not.
+    metrics: SocketAddr,
     child: Option<Child>,
 }
 
@@ -21,6 +23,43 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     /// Another address each member takes clients on, on its loopback port's number.
     also: Option<std::net::Ipv4Addr>,
+    /// Clients speak TLS and must show a certificate of the cluster's CA.
+    tls: bool,
+}
+
+/// The files of a TLS etcd cluster's clients: its CA, a client certificate and its key.
+pub struct ClientTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, in `dir`.
+fn write_pki(dir: &std::path::Path) -> Result<()> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+        SanType,
+    };
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key)?;
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem())?;
+    let issuer = Issuer::new(ca, ca_key);
+    for (name, usage) in [
+        ("server", ExtendedKeyUsagePurpose::ServerAuth),
+        ("client", ExtendedKeyUsagePurpose::ClientAuth),
+    ] {
+        let key = KeyPair::generate()?;
+        let mut p = CertificateParams::new(vec!["localhost".to_string()])?;
+        p.subject_alt_names
+            .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &issuer)?;
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem())?;
+        std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem())?;
+    }
+    Ok(())
 }
 
 /// A loopback port free now (the kernel's pick, released for the caller to bind).
@@ -40,16 +79,35 @@ impl EtcdCluster {
     /// As [`EtcdCluster::start`], each member also taking clients on `also` (a link to
     /// another network namespace), on the same port number.
     pub fn start_also_on(n: usize, also: Option<std::net::Ipv4Addr>) -> Result<EtcdCluster> {
+        Self::start_with(n, also, false)
+    }
+
+    /// As [`EtcdCluster::start`], clients speaking TLS to the members and showing a
+    /// certificate of the cluster's CA (`--client-cert-auth`): see [`EtcdCluster::client_tls`].
+    pub fn start_tls(n: usize) -> Result<EtcdCluster> {
+        Self::start_with(n, None, true)
+    }
+
+    fn start_with(n: usize, also: Option<std::net::Ipv4Addr>, tls: bool) -> Result<EtcdCluster> {
         let dir = tempfile::Builder::new().prefix("gang-etcd-").tempdir()?;
+        if tls {
+            write_pki(dir.path())?;
+        }
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
                 client: free_port(),
                 peer: free_port(),
+                metrics: free_port(),
                 child: None,
             })
             .collect();
-        let mut c = EtcdCluster { dir, members, also };
+        let mut c = EtcdCluster {
+            dir,
+            members,
+            also,
+            tls,
+        };
         for i in 0..n {
             c.start_member(i, true)?;
         }
@@ -69,18 +127,23 @@ impl EtcdCluster {
         let initial = self.initial_cluster();
         let data = self.dir.path().join(&self.members[i].name);
         let log = std::fs::File::create(self.log(i))?;
-        let also = self.also;
+        let (also, tls, pki) = (self.also, self.tls, self.dir.path().to_path_buf());
         let m = &mut self.members[i];
-        let mut listen = format!("http://{}", m.client);
+        let scheme = if tls { "https" } else { "http" };
+        let mut listen = format!("{scheme}://{}", m.client);
         if let Some(ip) = also {
-            listen += &format!(",http://{ip}:{}", m.client.port());
+            listen += &format!(",{scheme}://{ip}:{}", m.client.port());
         }
         let mut cmd = Command::new("etcd");
         cmd.args(["--name", &m.name])
             .arg("--data-dir")
             .arg(&data)
             .args(["--listen-client-urls", &listen])
-            .args(["--advertise-client-urls", &format!("http://{}", m.client)])
+            .args([
+                "--advertise-client-urls",
+                &format!("{scheme}://{}", m.client),
+            ])
+            .args(["--listen-metrics-urls", &format!("http://{}", m.metrics)])
             .args(["--listen-peer-urls", &format!("http://{}", m.peer)])
             .args([
                 "--initial-advertise-peer-urls",
@@ -97,6 +160,15 @@ impl EtcdCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if tls {
+            cmd.arg("--cert-file")
+                .arg(pki.join("server.pem"))
+                .arg("--key-file")
+                .arg(pki.join("server-key.pem"))
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(pki.join("ca.pem"));
+        }
         // Gone with the test, even one killed before its teardown.
         // SAFETY: only prctl, async-signal-safe, between fork and exec.
         unsafe {
@@ -132,6 +204,16 @@ impl EtcdCluster {
             .map(|m| format!("{ip}:{}", m.client.port()))
             .collect();
         format!("etcd://{}/{prefix}", hosts.join(","))
+    }
+
+    /// The client side's files, if the members speak TLS.
+    pub fn client_tls(&self) -> Option<ClientTls> {
+        let d = self.dir.path();
+        self.tls.then(|| ClientTls {
+            ca: d.join("ca.pem"),
+            cert: d.join("client.pem"),
+            key: d.join("client-key.pem"),
+        })
     }
 
     pub fn endpoints(&self) -> Vec<String> {
@@ -172,7 +254,7 @@ impl EtcdCluster {
                 continue;
             }
             loop {
-                let body = health(m.client).unwrap_or_default();
+                let body = health(m.metrics).unwrap_or_default();
                 if body.contains("\"health\":\"true\"") {
                     break;
                 }

@@ -540,3 +540,37 @@ fn five_kills_under_four_thousand_submissions_each_lose_nothing() {
         "the running job was disturbed: {o:?}"
     );
 }
+
+/// A master whose etcd speaks TLS and asks for a client certificate: given the CA, its
+/// certificate and key (`--etcd-ca`, `--etcd-cert`, `--etcd-key`), it leads, saves and
+/// runs jobs as over plain HTTP.
+#[test]
+fn a_master_on_an_etcd_that_asks_for_tls_and_a_certificate() {
+    let etcd = EtcdCluster::start_tls(3).expect("etcd starts");
+    let files = etcd.client_tls().expect("TLS files");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("output");
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let mut opts = options(&[
+        "--output-dir",
+        &path(&out),
+        "--etcd-ca",
+        &path(&files.ca),
+        "--etcd-cert",
+        &path(&files.cert),
+        "--etcd-key",
+        &path(&files.key),
+    ]);
+    opts.state = Some(PathBuf::from(etcd.url("gang/tls")));
+    let c = LocalCluster::start((2, 2), opts).expect("the master leads over TLS");
+    let id = submit(&c, "2x2", &["true"]);
+    wait_state(&c, id, "completed", T);
+    // Saved in etcd: read back over TLS with the same certificate.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tls = gang_etcd::Tls::read(&files.ca, Some((&files.cert, &files.key))).unwrap();
+    let saved = rt.block_on(async {
+        let e = gang_etcd::Etcd::connect_tls(&etcd.endpoints(), T, Some(&tls)).unwrap();
+        e.get_prefix(b"/gang/tls/jobs/", 100).await.unwrap()
+    });
+    assert_eq!(saved.len(), 1, "the job's row in etcd");
+}

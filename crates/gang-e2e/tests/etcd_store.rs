@@ -162,3 +162,40 @@ fn a_standby_takes_over_from_its_warm_copy_equal_to_a_full_read() {
     let fifth = taken.jobs.iter().nth(4).unwrap();
     assert_eq!(format!("{:?}", fifth.state), "Failed");
 }
+
+/// With TLS to etcd, members asking for a client certificate, the store works as over
+/// plain HTTP, the standby's watch included; without the certificate, or without TLS, etcd
+/// answers nothing.
+#[test]
+fn the_store_speaks_tls_to_members_that_ask_for_a_certificate() {
+    let etcd = EtcdCluster::start_tls(3).expect("etcd starts");
+    let files = etcd.client_tls().expect("TLS files");
+    let mut target: gang_etcd::Target = etcd.url("gang/tls").parse().unwrap();
+    let tls = gang_etcd::Tls::read(&files.ca, Some((&files.cert, &files.key))).unwrap();
+    assert!(!format!("{tls:?}").contains("PRIVATE KEY"), "{tls:?}");
+    target.tls = Some(tls);
+    let rt = runtime();
+    let (mut leader, _) = rt.block_on(open(&target, "leader"));
+    let standby = {
+        let target = target.clone();
+        rt.spawn(async move { open(&target, "standby").await })
+    };
+    for id in 1..=50 {
+        commit(&rt, &mut leader, &jobs(id..=id, "queued"));
+    }
+    drop(leader);
+    let (_store, taken) = rt.block_on(standby).unwrap();
+    assert!(taken.from_warm_copy);
+    assert_eq!(taken.jobs.len(), 50);
+    rt.block_on(async {
+        let t = Duration::from_secs(2);
+        let no_cert = gang_etcd::Tls::read(&files.ca, None).unwrap();
+        let e = gang_etcd::Etcd::connect_tls(&etcd.endpoints(), t, Some(&no_cert)).unwrap();
+        assert!(
+            e.get(b"/gang/tls/leader").await.is_err(),
+            "no client certificate"
+        );
+        let plain = gang_etcd::Etcd::connect(&etcd.endpoints(), t).unwrap();
+        assert!(plain.get(b"/gang/tls/leader").await.is_err(), "no TLS");
+    });
+}

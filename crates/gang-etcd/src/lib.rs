@@ -67,6 +67,58 @@ pub struct Target {
     pub endpoints: Vec<String>,
     /// Starts with `/`, never ends with one.
     pub prefix: String,
+    /// TLS to the members (not in the address: from the configuration's files).
+    pub tls: Option<Tls>,
+}
+
+/// TLS to etcd's members: the CA their certificates are checked against, and this
+/// client's certificate and key for members that ask for one (`--client-cert-auth`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub ca_pem: Vec<u8>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Tls {
+    // Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Read `ca`, and `cert` and `key` if given (both or neither): errors name the file.
+    pub fn read(
+        ca: &std::path::Path,
+        cert_key: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> Result<Tls> {
+        let read = |p: &std::path::Path, what: &str| {
+            std::fs::read(p).map_err(|e| {
+                EtcdError::Target(format!(
+                    "etcd TLS: cannot read the {what} {}: {e}",
+                    p.display()
+                ))
+            })
+        };
+        Ok(Tls {
+            ca_pem: read(ca, "CA certificate")?,
+            identity: match cert_key {
+                Some((c, k)) => Some((read(c, "client certificate")?, read(k, "client key")?)),
+                None => None,
+            },
+        })
+    }
+
+    fn config(&self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let mut c = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        if let Some((cert, key)) = &self.identity {
+            c = c.identity(Identity::from_pem(cert, key));
+        }
+        c
+    }
 }
 
 impl FromStr for Target {
@@ -101,7 +153,11 @@ impl FromStr for Target {
                 return Err(bad(&format!("{h:?} is not HOST:PORT")));
             }
         }
-        Ok(Target { endpoints, prefix })
+        Ok(Target {
+            endpoints,
+            prefix,
+            tls: None,
+        })
     }
 }
 
@@ -150,11 +206,22 @@ impl Etcd {
     /// Channels to every endpoint, made lazily. Each request to a member is bounded by
     /// `timeout` (a member without quorum answers nothing). Call it within a tokio runtime.
     pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
+        Self::connect_tls(endpoints, timeout, None)
+    }
+
+    /// [`Etcd::connect`], over TLS if `tls` says how.
+    pub fn connect_tls(endpoints: &[String], timeout: Duration, tls: Option<&Tls>) -> Result<Etcd> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let members = endpoints
             .iter()
             .map(|h| {
-                let ch = Endpoint::from_shared(format!("http://{h}"))
-                    .map_err(|e| EtcdError::Endpoint(h.clone(), e.to_string()))?
+                let bad =
+                    |e: tonic::transport::Error| EtcdError::Endpoint(h.clone(), e.to_string());
+                let mut ep = Endpoint::from_shared(format!("{scheme}://{h}")).map_err(bad)?;
+                if let Some(t) = tls {
+                    ep = ep.tls_config(t.config()).map_err(bad)?;
+                }
+                let ch = ep
                     .connect_timeout(timeout)
                     .timeout(timeout)
                     .tcp_nodelay(true)

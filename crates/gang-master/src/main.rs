@@ -50,6 +50,16 @@ struct Args {
     /// With the state in etcd: how long one request to it may take [default: 3000].
     #[arg(long, value_name = "MS")]
     etcd_timeout_ms: Option<u32>,
+    /// With the state in etcd: TLS to its members, whose certificates this CA signed.
+    #[arg(long, value_name = "PEM")]
+    etcd_ca: Option<PathBuf>,
+    /// With --etcd-ca: this master's client certificate, for members that ask for one
+    /// (etcd's --client-cert-auth); with --etcd-key.
+    #[arg(long, value_name = "PEM")]
+    etcd_cert: Option<PathBuf>,
+    /// The key of --etcd-cert.
+    #[arg(long, value_name = "PEM")]
+    etcd_key: Option<PathBuf>,
     /// Maximum multiprogramming level: how many slices (rows of the matrix) take turns.
     #[arg(long)]
     mpl: Option<u32>,
@@ -293,13 +303,30 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .unwrap_or_else(|| PathBuf::from("gang-master.db"));
     // `etcd://...`: the state in etcd; the path default stands for what lives beside it
     // (the token key, unless set; output logs, unless --output-dir).
-    let (state, etcd) = match state.to_str() {
+    let (state, mut etcd) = match state.to_str() {
         Some(s) if s.starts_with("etcd://") => (
             PathBuf::from("gang-master.db"),
             Some(s.parse::<gang_etcd::Target>()?),
         ),
         _ => (state, None),
     };
+    let etcd_ca = a.etcd_ca.or(f.etcd_ca.clone());
+    let etcd_cert = a.etcd_cert.or(f.etcd_cert.clone());
+    let etcd_key = a.etcd_key.or(f.etcd_key.clone());
+    // Like the other etcd_* keys, read only when the state is in etcd.
+    match (&mut etcd, &etcd_ca, &etcd_cert, &etcd_key) {
+        (None, ..) | (_, None, None, None) => {}
+        (Some(_), None, ..) => anyhow::bail!(
+            "etcd_cert and etcd_key need etcd_ca: the CA that signed the etcd members' certificates"
+        ),
+        (Some(_), Some(_), Some(_), None) | (Some(_), Some(_), None, Some(_)) => {
+            anyhow::bail!("etcd_cert and etcd_key go together")
+        }
+        (Some(t), Some(ca), cert, key) => {
+            let pair = cert.as_deref().zip(key.as_deref());
+            t.tls = Some(gang_etcd::Tls::read(ca, pair)?);
+        }
+    }
     let etcd_lease_s = a
         .etcd_lease_s
         .or(f.etcd_lease_s)

@@ -63,7 +63,7 @@ impl EtcdStore {
         timeout: Duration,
         mut on_wait: impl FnMut(&str),
     ) -> anyhow::Result<(EtcdStore, Loaded)> {
-        let etcd = Etcd::connect(&target.endpoints, timeout)?;
+        let etcd = Etcd::connect_tls(&target.endpoints, timeout, target.tls.as_ref())?;
         let election = Election::new(etcd.clone(), &target.prefix, me.clone(), lease_s);
         info!(
             endpoints = ?target.endpoints,

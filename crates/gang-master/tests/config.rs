@@ -109,6 +109,37 @@ fn bad_flags_are_refused() {
 }
 
 #[test]
+fn etcd_tls_files_are_checked_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not read before it is needed").unwrap();
+    let ca = ca.to_str().unwrap();
+    let etcd = ["--mesh", "2x2", "--state", "etcd://127.0.0.1:1/gang/test"];
+    for (extra, said) in [
+        (
+            vec!["--etcd-cert", ca, "--etcd-key", ca],
+            "etcd_cert and etcd_key need etcd_ca",
+        ),
+        (
+            vec!["--etcd-ca", ca, "--etcd-cert", ca],
+            "etcd_cert and etcd_key go together",
+        ),
+        (
+            vec!["--etcd-ca", "/nonexistent/ca.pem"],
+            "cannot read the CA certificate /nonexistent/ca.pem",
+        ),
+    ] {
+        let args: Vec<&str> = etcd.iter().copied().chain(extra).collect();
+        let out = master(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(said),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn state_database_of_another_mesh_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
