@@ -211,18 +211,23 @@ async fn follow(etcd: Etcd, prefix: String, slot: Arc<Mutex<Slot>>, tx: watch::S
                     }
                 };
                 let mut bad = None;
-                if !publish(&slot, |s| {
-                    if let Slot::Ready(m) = s {
-                        for c in &batch {
-                            if let Err(e) = m.apply(&c.key, c.value.as_deref(), c.revision) {
-                                bad = Some(e);
-                                *s = Slot::Empty;
-                                return;
+                // A catching-up watch brings up to a thousand revisions at once, archives
+                // among them: decoded off the async workers' queue, as the full read is.
+                let applied = tokio::task::block_in_place(|| {
+                    publish(&slot, |s| {
+                        if let Slot::Ready(m) = s {
+                            for c in &batch {
+                                if let Err(e) = m.apply(&c.key, c.value.as_deref(), c.revision) {
+                                    bad = Some(e);
+                                    *s = Slot::Empty;
+                                    return;
+                                }
                             }
+                            at = m.revision;
                         }
-                        at = m.revision;
-                    }
-                }) {
+                    })
+                });
+                if !applied {
                     return;
                 }
                 if let Some(e) = bad {
