@@ -27,10 +27,21 @@ async fn open(target: &gang_etcd::Target, name: &str) -> (EtcdStore, Loaded) {
         .unwrap()
 }
 
+/// Commit `saves`, again while etcd has no raft leader (a member was killed: nothing of a
+/// refused transaction lands, and the master's next batch saves the same jobs again), for
+/// up to 20 s; never once this store no longer leads.
 fn commit(rt: &tokio::runtime::Runtime, store: &mut EtcdStore, saves: &[Save]) {
-    rt.block_on(async {
-        tokio::task::block_in_place(|| store.commit(saves.iter())).unwrap();
-    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = rt.block_on(async { tokio::task::block_in_place(|| store.commit(saves.iter())) });
+        match r {
+            Ok(()) => return,
+            Err(e) if e.contains("no longer leads") || std::time::Instant::now() > deadline => {
+                panic!("commit: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
 }
 
 fn jobs(ids: impl Iterator<Item = u64>, state: &str) -> Vec<Save> {
