@@ -233,6 +233,32 @@ fn failover(
     })
 }
 
+/// Every task's latencies, together.
+async fn joined(tasks: Vec<tokio::task::JoinHandle<Vec<f64>>>) -> Vec<f64> {
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// A closed-loop run's figures: `n` calls (named `what`) by `clients`, rate and latency.
+fn closed_loop(
+    what: &str,
+    n: usize,
+    clients: usize,
+    elapsed: Duration,
+    lat: &mut [f64],
+) -> serde_json::Value {
+    let (l50, l99) = median_p99(lat);
+    serde_json::json!({
+        what: n,
+        "clients": clients,
+        "per_second": n as f64 / elapsed.as_secs_f64(),
+        "latency_ms": {"median": l50, "p99": l99},
+    })
+}
+
 fn submits(
     rt: &tokio::runtime::Runtime,
     state: PathBuf,
@@ -260,19 +286,9 @@ fn submits(
                 lat
             }));
         }
-        let mut all = vec![];
-        for t in tasks {
-            all.extend(t.await.unwrap());
-        }
-        (t0.elapsed(), all)
+        (t0.elapsed(), joined(tasks).await)
     });
-    let (l50, l99) = median_p99(&mut lat);
-    serde_json::json!({
-        "submits": per * clients,
-        "clients": clients,
-        "per_second": (per * clients) as f64 / elapsed.as_secs_f64(),
-        "latency_ms": {"median": l50, "p99": l99},
-    })
+    closed_loop("submits", per * clients, clients, elapsed, &mut lat)
 }
 
 /// etcd alone, as the master uses it: `clients` tasks each committing one job row (a
@@ -323,19 +339,9 @@ fn raw_etcd(
                 })
             })
             .collect();
-        let mut all = vec![];
-        for t in tasks {
-            all.extend(t.await.unwrap());
-        }
-        (t0.elapsed(), all)
+        (t0.elapsed(), joined(tasks).await)
     });
-    let (l50, l99) = median_p99(&mut lat);
-    serde_json::json!({
-        "txns": per * clients,
-        "clients": clients,
-        "per_second": (per * clients) as f64 / elapsed.as_secs_f64(),
-        "latency_ms": {"median": l50, "p99": l99},
-    })
+    closed_loop("txns", per * clients, clients, elapsed, &mut lat)
 }
 
 fn main() {
