@@ -88,7 +88,20 @@ impl EtcdCluster {
         Self::start_with(n, None, true)
     }
 
+    /// Ports are picked free, then bound by etcd: another test's cluster may take one in
+    /// between (seen in CI: "bind: address already in use"); then start again on others.
     fn start_with(n: usize, also: Option<std::net::Ipv4Addr>, tls: bool) -> Result<EtcdCluster> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::try_start(n, also, tls) {
+                Err(e) if tries < 4 && format!("{e:#}").contains("address already in use") => {}
+                r => return r,
+            }
+        }
+    }
+
+    fn try_start(n: usize, also: Option<std::net::Ipv4Addr>, tls: bool) -> Result<EtcdCluster> {
         let dir = tempfile::Builder::new().prefix("gang-etcd-").tempdir()?;
         if tls {
             write_pki(dir.path())?;
