@@ -271,6 +271,11 @@ mount -t overlay overlay -o "lowerdir=/etc,upperdir=$H/rw/upper,workdir=$H/rw/wo
 rm -rf /etc/systemd/system/*
 ln -s /dev/null /etc/systemd/system/console-getty.service
 ln -s /dev/null /etc/systemd/system/getty.target
+# Binary formats are the kernel's, shared by every host on this machine: registering them
+# from each host races the others ("File exists") and changes the machine for everyone.
+ln -s /dev/null /etc/systemd/system/systemd-binfmt.service
+ln -s /dev/null /etc/systemd/system/proc-sys-fs-binfmt_misc.automount
+ln -s /dev/null /etc/systemd/system/proc-sys-fs-binfmt_misc.mount
 cp -a "$H/files/etc/." /etc/
 "#
         .replace("CGROUPS\n", cgroup_mounts()),
