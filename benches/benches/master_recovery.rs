@@ -31,6 +31,7 @@ fn main() {
         let now = Now {
             mono_ns: 1_000_000_000,
             wall_ns: 1_800_000_000_000_000_000,
+            live_ns: 1_000_000_000,
         };
         let t = Instant::now();
         let (found, saved) = batch::run(&mut st, &mut store, now, |st, fx, now| {

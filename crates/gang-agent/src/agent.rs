@@ -1,6 +1,6 @@
 //! Putting the agent together: check the TLS files, bind the NodeAgent server (mutual
 //! TLS, the master only), announce the port, then start the registry session, the uplink
-//! and the fence. `AgentHandle::shutdown` takes it all down without leaving a rank behind.
+//! and the master's lease. `AgentHandle::shutdown` takes it all down without leaving a rank behind.
 //!
 //! This is also where the clock probes and the switch reports get their RPCs
 //! (`registry_client::probe_clock`, `report_switches`): `clock` and `switch` take them as
@@ -27,9 +27,9 @@ use tracing::{info, warn};
 use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::error::Coord;
-use crate::fence;
 use crate::guard::Guard;
 use crate::launch::LaunchPolicy;
+use crate::lease;
 use crate::msg::MsgHub;
 use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
@@ -67,7 +67,7 @@ struct Tasks {
     /// Clock probes (None with `clock = "host"`).
     probes: Option<JoinHandle<()>>,
     reports: JoinHandle<()>,
-    fence: JoinHandle<()>,
+    lease: JoinHandle<()>,
 }
 
 /// Where the registry session runs.
@@ -260,7 +260,7 @@ fn outbox_for(cfg: &AgentConfig) -> anyhow::Result<Arc<Outbox>> {
 }
 
 impl Tasks {
-    /// The fence, the registry session, the uplink, the clock probes and the switch
+    /// The lease, the registry session, the uplink, the clock probes and the switch
     /// reports.
     fn spawn(
         cfg: &AgentConfig,
@@ -270,9 +270,9 @@ impl Tasks {
         clock: Arc<Clock>,
         address: String,
     ) -> anyhow::Result<Tasks> {
-        let fence_state = Arc::clone(&node.fence);
-        let fence = tokio::spawn(fence::watch(
-            Arc::clone(&fence_state),
+        let lease_state = Arc::clone(&node.lease);
+        let lease = tokio::spawn(lease::watch(
+            Arc::clone(&lease_state),
             {
                 let node = Arc::clone(node);
                 move || !node.ranks.is_empty()
@@ -287,7 +287,7 @@ impl Tasks {
                 client.clone(),
                 Arc::clone(node),
                 address,
-                Arc::clone(&fence_state),
+                Arc::clone(&lease_state),
                 tokio::runtime::Handle::current(),
             )))
         } else {
@@ -299,7 +299,7 @@ impl Tasks {
                         tls: session_tls,
                         node: Arc::clone(node),
                         address,
-                        fence: fence_state,
+                        lease: lease_state,
                     },
                     (cfg.rt_priority - 1).max(0),
                 )
@@ -329,7 +329,7 @@ impl Tasks {
             uplink,
             probes,
             reports,
-            fence,
+            lease,
         })
     }
 
@@ -338,7 +338,7 @@ impl Tasks {
             Session::Thread(t) => t.stop().await,
             Session::Task(t) => t.abort(),
         }
-        self.fence.abort();
+        self.lease.abort();
         self.uplink.abort();
         self.reports.abort();
         if let Some(p) = &self.probes {

@@ -3,8 +3,8 @@
 //! their output, reports their exits, and switches them in and out on the master's slice
 //! table at the same instants as every other agent (on the master clock, no message per
 //! switch). It speaks only mutual TLS, takes orders only from the master's certificate
-//! (`tls`), and stops its ranks when the master has been silent for longer than its node
-//! timeout (`fence`). See the crate README for the invariants.
+//! (`tls`), and keeps its ranks running and switching while the master is silent, for
+//! the master's lease (`lease`). See the crate README for the invariants.
 //!
 //! ```text
 //! master ──NodeAgent──> service ──> node ──> launch ──> ranks (as the submitter)
@@ -12,7 +12,7 @@
 //!   │  Signal, Stdin, SetTable       │        v
 //!   │  (mTLS; tls::only_the_master)  │
 //!   ├── AgentRegistry <── registry_client <── output (outbox)
-//!   │   (mTLS, master.gang)          ├──> fence (last answer) ──> node.stop_all
+//!   │   (mTLS, master.gang)          ├──> lease (last answer) ──> node.stop_all
 //!   │                                │
 //!   │                                └──> switch::Switcher ──(ArcSwap plan)──> switch thread (SIGSTOP/CONT, nice, freezer)
 //!   │                                     tables + ranks with their launch modes   ^     │
@@ -25,18 +25,18 @@
 //!
 //! Module dependencies run one way: `agent` -> {`service`, `relay`, `registry_client`} -> `node` ->
 //! {`launch`, `switch`, `clock`}, `launch` -> `switch` -> `clock`, which imports nothing of
-//! the agent, nor does `fence`; `agent` hands the clock and the switch reporter their RPCs,
-//! and the fence its stopping, as functions.
+//! the agent, nor does `lease`; `agent` hands the clock and the switch reporter their RPCs,
+//! and the lease its stopping, as functions.
 
 pub mod agent;
 pub mod clock;
 pub mod config;
 pub mod env_policy;
 pub mod error;
-pub mod fence;
 pub mod fleet;
 pub mod guard;
 pub mod launch;
+pub mod lease;
 pub mod master_channel;
 pub mod mpi_check;
 pub mod mpi_program;

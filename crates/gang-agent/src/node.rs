@@ -32,8 +32,8 @@ pub struct Node {
     pub clock: Arc<Clock>,
     /// The ranks' messaging-library directories, fences and activity.
     pub msg: Arc<MsgHub>,
-    /// When the master was last heard from (`fence`): its answers, and its launches.
-    pub fence: Arc<crate::fence::Fence>,
+    /// When the master was last heard from (`lease`): its answers, and its launches.
+    pub lease: Arc<crate::lease::Lease>,
     /// The master's key for orders relayed through other agents (set at registration).
     pub relay_key: crate::relay_key::RelayKey,
     /// What a launch works with.
@@ -73,7 +73,7 @@ impl Node {
             kill_grace,
             switch,
             clock,
-            fence: crate::fence::Fence::new(),
+            lease: crate::lease::Lease::new(),
             relay_key: Default::default(),
             parts,
         })

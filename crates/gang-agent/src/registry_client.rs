@@ -23,7 +23,7 @@ use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::realtime_ns;
-use crate::fence::{Fence, Liveness};
+use crate::lease::{Lease, Liveness};
 use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
@@ -107,7 +107,7 @@ fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
 
 /// Register, heartbeat, and register again whenever the master is lost or has forgotten
 /// this node. Runs until aborted. `address` is where the master reaches our NodeAgent.
-/// Every answer of the master is reported to `fence`.
+/// Every answer of the master is reported to `lease`.
 ///
 /// Orders that come with a registration run on `main`, the agent's runtime: the session
 /// runs on a thread of its own (`session_thread`), which only talks to the master.
@@ -115,19 +115,19 @@ pub async fn run_session(
     client: RegistryClient,
     node: Arc<Node>,
     address: String,
-    fence: Arc<Fence>,
+    lease: Arc<Lease>,
     main: tokio::runtime::Handle,
 ) {
     let mut registered_before = false;
     loop {
         let (liveness, kill_jobs) =
-            register(&client, &node, &address, registered_before, &fence).await;
+            register(&client, &node, &address, registered_before, &lease).await;
         if !kill_jobs.is_empty() {
             let node = Arc::clone(&node);
             main.spawn(async move { kill_dropped_jobs(&node, kill_jobs) });
         }
         registered_before = true;
-        heartbeat_until_lost(&client, &node, liveness, &fence).await;
+        heartbeat_until_lost(&client, &node, liveness, &lease).await;
     }
 }
 
@@ -138,7 +138,7 @@ async fn register(
     node: &Node,
     address: &str,
     again: bool,
-    fence: &Fence,
+    lease: &Lease,
 ) -> (Liveness, Vec<u64>) {
     let mut backoff = Backoff::new();
     let resp = loop {
@@ -151,7 +151,7 @@ async fn register(
         match client.clone().register(req).await {
             Ok(resp) => break resp.into_inner(),
             Err(status) => {
-                note_failure(fence, &status);
+                note_failure(lease, &status);
                 if backoff.fail() {
                     if is_final_refusal(&status) {
                         // E.g. a coordinate outside the master's mesh: a configuration
@@ -192,17 +192,19 @@ async fn register(
         )
     });
     let liveness = Liveness {
+        lease: (resp.agent_lease_ms > 0).then(|| ms(resp.agent_lease_ms)),
         node_timeout,
         heartbeat,
         idle,
     };
-    fence.registered(tokio::time::Instant::now(), liveness);
+    lease.registered(tokio::time::Instant::now(), liveness);
     info!(
         node = %node.coord,
         %address,
         mesh = %format!("{}x{}", resp.mesh_w, resp.mesh_h),
         heartbeat_ms = heartbeat.as_millis() as u64,
         node_timeout_ms = resp.node_timeout_ms,
+        agent_lease_ms = resp.agent_lease_ms,
         idle_heartbeat_ms = resp.idle_heartbeat_ms,
         idle_node_timeout_ms = resp.idle_node_timeout_ms,
         clock_probe_max_ms = resp.clock_probe_max_ms,
@@ -237,7 +239,7 @@ async fn heartbeat_until_lost(
     client: &RegistryClient,
     node: &Node,
     liveness: Liveness,
-    fence: &Fence,
+    lease: &Lease,
 ) {
     let period = liveness.heartbeat;
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -270,7 +272,7 @@ async fn heartbeat_until_lost(
             activity: node.msg.activity(),
         };
         match client.clone().heartbeat(req).await {
-            Ok(resp) if resp.get_ref().known => fence.heard(tokio::time::Instant::now()),
+            Ok(resp) if resp.get_ref().known => lease.heard(tokio::time::Instant::now()),
             Ok(_) => {
                 // An answer, but not supervision: the master does not count this node as
                 // up until it registers again.
@@ -278,9 +280,9 @@ async fn heartbeat_until_lost(
                 return;
             }
             Err(status) => {
-                // Ranks keep running (until the fence falls); a restarted master learns of
+                // Ranks keep running (for the lease); a restarted master learns of
                 // them from Register.
-                note_failure(fence, &status);
+                note_failure(lease, &status);
                 warn!("heartbeat failed: {}; registering again", brief(&status));
                 return;
             }
@@ -288,13 +290,13 @@ async fn heartbeat_until_lost(
     }
 }
 
-/// Tell the fence how a call failed: refused by the master's host (the master is down),
+/// Tell the lease how a call failed: refused by the master's host (the master is down),
 /// or unanswered.
-fn note_failure(fence: &Fence, status: &tonic::Status) {
+fn note_failure(lease: &Lease, status: &tonic::Status) {
     if connection_refused(status) {
-        fence.refused(tokio::time::Instant::now());
+        lease.refused(tokio::time::Instant::now());
     } else if !is_final_refusal(status) {
-        fence.unanswered();
+        lease.unanswered();
     }
 }
 

@@ -153,7 +153,7 @@ impl Relayer {
             Some(_) => {}
         }
         // Proof the master was alive when it signed this: a busy node's fence counts it.
-        node.fence.heard(tokio::time::Instant::now());
+        node.lease.heard(tokio::time::Instant::now());
         Ok(Checked {
             parent_address: request.parent_address,
             route: Route {

@@ -98,7 +98,7 @@ impl NodeAgent for AgentService {
     ) -> Result<Response<LaunchResponse>, Status> {
         // The master calls: that is an answer for the fence (quiet liveness: it counts a
         // busy node's silence from this placement).
-        self.node.fence.heard(tokio::time::Instant::now());
+        self.node.lease.heard(tokio::time::Instant::now());
         let req = rank_request(request.into_inner());
         let RankKey { job_id, rank } = req.key;
         // Spawned right here, in this handler's task on a runtime worker thread (see

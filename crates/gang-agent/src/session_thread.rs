@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use tonic::transport::ClientTlsConfig;
 use tracing::error;
 
-use crate::fence::Fence;
+use crate::lease::Lease;
 use crate::node::Node;
 use crate::registry_client;
 
@@ -34,13 +34,13 @@ pub struct SessionThread {
 }
 
 /// What the session needs: the master to dial and how, this node, where the master reaches
-/// us, and the fence its answers feed.
+/// us, and the lease its answers feed.
 pub struct SessionParts {
     pub master: String,
     pub tls: ClientTlsConfig,
     pub node: Arc<Node>,
     pub address: String,
-    pub fence: Arc<Fence>,
+    pub lease: Arc<Lease>,
 }
 
 impl SessionThread {
@@ -96,7 +96,7 @@ fn run(
             }
         };
         let session =
-            registry_client::run_session(client, parts.node, parts.address, parts.fence, main);
+            registry_client::run_session(client, parts.node, parts.address, parts.lease, main);
         tokio::select! {
             () = session => {}
             _ = stopped => {}

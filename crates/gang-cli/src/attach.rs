@@ -18,8 +18,10 @@ use crate::connect::{self, CliError};
 use crate::output::format::{deadlock_report, fmt_submesh};
 use crate::relay::{Dest, Relay};
 
-/// How long `prun` keeps trying to reattach after the stream broke.
-pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+/// How long `prun` keeps trying to reattach after the stream broke: as long as agents
+/// keep a job's ranks without the master by default (the master's `agent_lease_ms`), so
+/// that a master restarting or failing over slowly does not cost the user their terminal.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(300);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const STDIN_CHUNK: usize = 64 * 1024;
@@ -472,7 +474,9 @@ impl Attacher {
                 }
                 Some(t) if t.elapsed() >= RECONNECT_FOR => {
                     let secs = RECONNECT_FOR.as_secs();
-                    eprintln!("{prog}: gave up reattaching to job {job_id} after {secs} s: {why}");
+                    eprintln!(
+                        "{prog}: gave up reattaching to job {job_id} after {secs} s: {why} (the job may still run: `gangctl job {job_id}`, `gangctl output {job_id}`)"
+                    );
                     return Some(self.finish(1));
                 }
                 Some(_) => {}

@@ -26,6 +26,16 @@ impl Master for LocalCluster {
     }
 }
 
+/// A master's address alone (`GANG_MASTER`), for a client on a thread of its own.
+#[derive(Debug, Clone)]
+pub struct MasterAddr(pub String);
+
+impl Master for MasterAddr {
+    fn master(&self) -> String {
+        self.0.clone()
+    }
+}
+
 impl Master for gang_local::hosts::EmulatedHosts {
     fn master(&self) -> String {
         self.master_addr()
@@ -125,13 +135,19 @@ pub fn prun_env(
     stdin: Option<&[u8]>,
     env: &[(&str, &str)],
 ) -> Output {
-    run_prun(c, args, stdin, env, None)
+    run_prun(c, args, stdin, env, None, PRUN_DEADLINE)
 }
 
 /// [`prun`] started in `dir`, which becomes the job's working directory: a program
 /// named as a user at a shell names it (`./a.out`) is found there.
 pub fn prun_in(c: &impl Master, dir: &Path, args: &[&str]) -> Output {
-    run_prun(c, args, None, &[], Some(dir))
+    run_prun(c, args, None, &[], Some(dir), PRUN_DEADLINE)
+}
+
+/// [`prun`] for a job that runs longer than [`PRUN_DEADLINE`]: killed (and the test
+/// failed) only past `deadline`.
+pub fn prun_within(c: &impl Master, args: &[&str], deadline: Duration) -> Output {
+    run_prun(c, args, None, &[], None, deadline)
 }
 
 fn run_prun(
@@ -140,6 +156,7 @@ fn run_prun(
     stdin: Option<&[u8]>,
     env: &[(&str, &str)],
     dir: Option<&Path>,
+    deadline: Duration,
 ) -> Output {
     let mut cmd = Command::new(bin_dir().join("prun"));
     cmd.args(args)
@@ -164,7 +181,7 @@ fn run_prun(
     // anyway) and fail with what it printed.
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let watchdog = std::thread::spawn(move || {
-        let deadline = Instant::now() + PRUN_DEADLINE;
+        let deadline = Instant::now() + deadline;
         while Instant::now() < deadline {
             if nix::sys::signal::kill(pid, None).is_err() {
                 return false;
@@ -192,7 +209,7 @@ fn run_prun(
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         panic!(
-            "prun {args:?} did not end within {PRUN_DEADLINE:?}; stderr: {}\nstdout (end): {tail}\njobs:\n{jobs}",
+            "prun {args:?} did not end within {deadline:?}; stderr: {}\nstdout (end): {tail}\njobs:\n{jobs}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

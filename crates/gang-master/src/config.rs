@@ -42,6 +42,12 @@ pub fn liveness_scale(nodes: u64) -> u32 {
     nodes.div_ceil(LIVENESS_NODES).max(1) as u32
 }
 
+/// How long an agent keeps its ranks running and switching without an answer of the
+/// master (SlurmdTimeout's 300 s): a master paused, swapping, restarting or failing over
+/// for less than this loses no job. See `check_liveness` for how it relates to the node
+/// timeout.
+pub const DEFAULT_AGENT_LEASE_MS: u32 = 300_000;
+
 /// Idle keepalives the master waits for, beyond the node timeout, before an idle node
 /// is down: one lost or late keepalive on a loaded host does not take a node down.
 pub const IDLE_KEEPALIVES_MISSED: u32 = 3;
@@ -66,6 +72,7 @@ pub fn check_liveness(
     node_timeout_ms: u32,
     idle_heartbeat_ms: u32,
     idle_node_timeout_ms: u32,
+    agent_lease_ms: u32,
 ) -> Result<(), String> {
     if heartbeat_ms == 0 {
         return Err("heartbeat_ms is 0: agents would never report".into());
@@ -93,6 +100,15 @@ pub fn check_liveness(
              every idle node would be declared down between two keepalives"
         ));
     }
+    // The master gives a node that runs ranks up after the node timeout; its agent gives
+    // the master up after the lease. Shorter, an agent cut off would stop ranks of jobs the
+    // master still counts as running. (An idle node has no ranks to stop.)
+    if agent_lease_ms <= node_timeout_ms {
+        return Err(format!(
+            "agent_lease_ms ({agent_lease_ms}) must be longer than node_timeout_ms ({node_timeout_ms}): \
+             agents would stop ranks of jobs the master still counts as running"
+        ));
+    }
     Ok(())
 }
 
@@ -117,6 +133,7 @@ pub struct FileConfig {
     pub node_timeout_ms: Option<u32>,
     pub idle_heartbeat_ms: Option<u32>,
     pub idle_node_timeout_ms: Option<u32>,
+    pub agent_lease_ms: Option<u32>,
     pub kill_grace_ms: Option<u32>,
     pub log_format: Option<String>,
     pub quantum_ms: Option<u32>,
@@ -289,6 +306,9 @@ pub struct MasterConfig {
     /// `node_timeout_ms`). See `liveness`.
     pub idle_heartbeat_ms: u32,
     pub idle_node_timeout_ms: u32,
+    /// An agent that has had no answer of the master for this long stops its ranks; until
+    /// then it keeps them running and switching on its last table.
+    pub agent_lease_ms: u32,
     /// The longest clock probe period asked of agents (0: theirs): [`liveness_scale`].
     pub clock_probe_max_ms: u32,
     /// SIGTERM-to-SIGKILL grace when a job is cancelled.
@@ -458,6 +478,7 @@ impl MasterConfig {
             node_timeout_ms: 2000,
             idle_heartbeat_ms: 0,
             idle_node_timeout_ms: 2000,
+            agent_lease_ms: DEFAULT_AGENT_LEASE_MS,
             clock_probe_max_ms: 0,
             kill_grace_ms: 2000,
             ready_file: None,
@@ -492,12 +513,18 @@ mod tests {
             .collect();
         assert_eq!(scales, [1, 1, 1, 2, 4, 10]);
         assert_eq!(default_idle_node_timeout(50_000, 30_000), 180_000);
-        assert!(check_liveness(5000, 30_000, 50_000, 180_000).is_ok());
+        assert!(check_liveness(5000, 30_000, 50_000, 180_000, 300_000).is_ok());
         // Quiet liveness off: the node timeout for every node.
         assert_eq!(default_idle_node_timeout(0, 3000), 3000);
-        assert!(check_liveness(500, 3000, 5000, 18_000).is_ok());
-        assert!(check_liveness(500, 3000, 0, 3000).is_ok());
-        let err = |h, t, ih, it| check_liveness(h, t, ih, it).unwrap_err();
+        assert!(check_liveness(500, 3000, 5000, 18_000, 300_000).is_ok());
+        assert!(check_liveness(500, 3000, 0, 3000, 300_000).is_ok());
+        let err = |h, t, ih, it| check_liveness(h, t, ih, it, 300_000).unwrap_err();
+        assert!(
+            check_liveness(500, 3000, 5000, 18_000, 3000)
+                .unwrap_err()
+                .contains("agent_lease_ms (3000) must be longer than node_timeout_ms (3000)")
+        );
+        assert!(check_liveness(500, 3000, 5000, 18_000, 10_000).is_ok());
         assert!(err(0, 3000, 0, 3000).contains("heartbeat_ms is 0"));
         assert!(err(500, 500, 0, 500).contains("node_timeout_ms (500) must be longer"));
         assert!(err(500, 3000, 200, 18_000).contains("idle_heartbeat_ms (200) is shorter"));

@@ -8,11 +8,11 @@ use gang_auth::pki::TlsFiles;
 use gang_core::{AllocatorKind, Backfill, Shape};
 use gang_core::{DeadlockPolicy, GangMode};
 use gang_master::config::{
-    AuthPolicy, DEFAULT_CLOCK_PROBE_MAX_MS, DEFAULT_FANOUT_WIDTH, DEFAULT_HEARTBEAT_MS,
-    DEFAULT_HOP_TIMEOUT_MS, DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_MPL, DEFAULT_NODE_TIMEOUT_MS,
-    DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS, DEFAULT_TOKEN_MAX_TTL_S,
-    DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, MasterConfig, check_liveness,
-    default_idle_node_timeout, liveness_scale, parse_mesh,
+    AuthPolicy, DEFAULT_AGENT_LEASE_MS, DEFAULT_CLOCK_PROBE_MAX_MS, DEFAULT_FANOUT_WIDTH,
+    DEFAULT_HEARTBEAT_MS, DEFAULT_HOP_TIMEOUT_MS, DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_MPL,
+    DEFAULT_NODE_TIMEOUT_MS, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
+    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, MasterConfig,
+    check_liveness, default_idle_node_timeout, liveness_scale, parse_mesh,
 };
 use gang_master::connections::{ConnLimits, ConnectionsSection};
 use gang_master::notify;
@@ -103,6 +103,11 @@ struct Args {
     /// heartbeats and the node timeout: 18000].
     #[arg(long)]
     idle_node_timeout_ms: Option<u32>,
+    /// An agent that has had no answer of the master this long stops its ranks; until then
+    /// they run and switch on its last table, so a master paused, restarting or failing
+    /// over for less loses no job [default: 300000, or twice the node timeout if longer].
+    #[arg(long)]
+    agent_lease_ms: Option<u32>,
     /// Launches, signals and slice tables for more agents than this go through a tree of
     /// agents this wide; 0: the master calls every agent itself [default: 16].
     #[arg(long)]
@@ -361,11 +366,16 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .idle_node_timeout_ms
         .or(f.idle_node_timeout_ms)
         .unwrap_or_else(|| default_idle_node_timeout(idle_heartbeat_ms, node_timeout_ms));
+    let agent_lease_ms = a
+        .agent_lease_ms
+        .or(f.agent_lease_ms)
+        .unwrap_or_else(|| DEFAULT_AGENT_LEASE_MS.max(node_timeout_ms.saturating_mul(2)));
     check_liveness(
         heartbeat_ms,
         node_timeout_ms,
         idle_heartbeat_ms,
         idle_node_timeout_ms,
+        agent_lease_ms,
     )
     .map_err(anyhow::Error::msg)?;
     let web_origins = f
@@ -426,6 +436,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         node_timeout_ms,
         idle_heartbeat_ms,
         idle_node_timeout_ms,
+        agent_lease_ms,
         clock_probe_max_ms: DEFAULT_CLOCK_PROBE_MAX_MS * scale,
         kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),
         ready_file: a.ready_file,

@@ -123,6 +123,9 @@ pub struct MasterOptions {
     /// This "master" clock runs this far ahead of the host's (for clock probes).
     pub clock_ahead_ns: i64,
     pub node_timeout_ms: u32,
+    /// The lease it states (0: none, as a master before leases: the node timeout and a
+    /// heartbeat period hold).
+    pub agent_lease_ms: u32,
     /// Whose certificate it serves with (the master's, unless a test impersonates).
     pub identity: PeerName,
 }
@@ -133,6 +136,7 @@ impl Default for MasterOptions {
             kill_jobs: Vec::new(),
             clock_ahead_ns: 0,
             node_timeout_ms: NODE_TIMEOUT_MS,
+            agent_lease_ms: 0,
             identity: PeerName::Master,
         }
     }
@@ -209,6 +213,7 @@ impl AgentRegistry for Recorder {
             heartbeat_ms: HEARTBEAT_MS,
             kill_jobs: self.0.options.kill_jobs.clone(),
             node_timeout_ms: self.0.options.node_timeout_ms,
+            agent_lease_ms: self.0.options.agent_lease_ms,
             // Heartbeats every period, idle or not (as a master before quiet liveness).
             ..RegisterResponse::default()
         }))

@@ -88,6 +88,7 @@ async fn list_all(
 
 mod agent_kill;
 mod disk_full;
+mod master_away;
 mod master_kill;
 mod procs;
 

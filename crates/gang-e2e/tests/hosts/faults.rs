@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gang_e2e::{example, gangctl_json, job, prun, submit, wait_for, wait_state};
+use gang_e2e::{example, gangctl, gangctl_json, job, prun, submit, wait_for, wait_state};
 use gang_local::hosts::{EmulatedHosts, HostsOptions, ImageOptions};
 use serde_json::Value;
 
@@ -360,14 +360,15 @@ struct Watch {
 
 /// One host's link cut while two slices switch: in one, a 2x2 job over every host; in
 /// the other, a 2x1 job on the cut host and another host, and a 2x1 job on the other two
-/// hosts. Both jobs with a rank on the cut host fail naming the node as lost; the cut
-/// host's agent stops its ranks by itself (the fence: nobody can reach it to do so),
-/// whether they were running or stopped by the switch at the time; the master stops the
-/// ranks on the other hosts; nothing of those jobs is left anywhere. The job on the other
-/// hosts keeps running and completes. With the link back the node comes up and takes a
-/// job.
+/// hosts. Both jobs with a rank on the cut host fail naming the node as lost (the master
+/// hears the other hosts meanwhile), and the master stops their ranks on the other hosts.
+/// The cut host's agent keeps its ranks (the master's lease is minutes: it cannot tell a
+/// cut link from a master that is away), and nothing is placed on its node while it is
+/// cut: a job that needs it waits, naming it down. The job on the other hosts keeps
+/// running and completes. With the link back the agent registers again, is told which
+/// jobs ended, and kills their ranks; the node comes up and runs the job that waited.
 #[test]
-fn a_cut_link_fails_its_jobs_fences_its_ranks_and_spares_the_rest() {
+fn a_cut_link_fails_its_jobs_keeps_its_node_out_and_spares_the_rest() {
     let c = hosts_keyed(2, 2, 4, &[("mpl", 2), ("quantum_ms", 100)]);
     let dir = tempfile::Builder::new()
         .prefix("hosts-faults.")
@@ -418,7 +419,7 @@ fn a_cut_link_fails_its_jobs_fences_its_ranks_and_spares_the_rest() {
                 .then(|| (cut_at.elapsed(), j["reason"].as_str().unwrap().to_string()))
         })
     };
-    let (down, (failed, reason), (failed_whole, reason_whole), stopped) = std::thread::scope(|s| {
+    let (down, (failed, reason), (failed_whole, reason_whole)) = std::thread::scope(|s| {
         let down = s.spawn(|| {
             wait_for(LIMIT, "the cut node down", || {
                 (node(&c, cut_node)["state"] == "down").then(|| cut_at.elapsed())
@@ -426,16 +427,10 @@ fn a_cut_link_fails_its_jobs_fences_its_ranks_and_spares_the_rest() {
         });
         let failed = s.spawn(|| failed_at(cut_job));
         let failed_whole = s.spawn(|| failed_at(whole));
-        let stopped = s.spawn(|| {
-            wait_for(LIMIT, "the ranks on the cut host stopped", || {
-                (ranks_on(&c, cut, "sleep 61[34]") == 0).then(|| cut_at.elapsed())
-            })
-        });
         (
             down.join().unwrap(),
             failed.join().unwrap(),
             failed_whole.join().unwrap(),
-            stopped.join().unwrap(),
         )
     });
     let name = format!("node ({},{})", cut_node.0, cut_node.1);
@@ -445,16 +440,28 @@ fn a_cut_link_fails_its_jobs_fences_its_ranks_and_spares_the_rest() {
             "the reason names the node: {r}"
         );
     }
-    // Stopped by the agent's own fence: the master could not reach it.
-    let fence_log = c.journal(cut, AGENT);
-    assert!(
-        fence_log.contains("stopping their ranks here"),
-        "the fence fell: {fence_log}"
+    // The master stopped their ranks on the other hosts; the cut host keeps its own.
+    wait_for(
+        LIMIT,
+        "no rank of the failed jobs but on the cut host",
+        || (ranks_anywhere(&c, "sleep 613") + ranks_anywhere(&c, "sleep 614") == 2).then_some(()),
     );
-    // Nothing of those jobs anywhere: the master stopped their ranks on the other hosts.
-    wait_for(LIMIT, "no rank of the failed jobs anywhere", || {
-        (ranks_anywhere(&c, "sleep 613") + ranks_anywhere(&c, "sleep 614") == 0).then_some(())
+    assert_eq!(
+        ranks_on(&c, cut, "sleep 61[34]"),
+        2,
+        "the cut host keeps its ranks"
+    );
+    // Nothing is placed on the cut node: a job that needs it waits, naming it.
+    let waiting = submit(&c, "2x2", &["hostname"]);
+    let pending = wait_for(LIMIT, "the whole-mesh job queued", || {
+        let j = job(&c, waiting);
+        (j["state"] == "queued" && j["pending_reason"].as_str()?.contains("down"))
+            .then(|| j["pending_reason"].as_str().unwrap().to_string())
     });
+    assert!(
+        pending.contains(&format!("({},{})", cut_node.0, cut_node.1)),
+        "{pending}"
+    );
     // The other job was not touched.
     assert_eq!(job(&c, keep)["state"], "running");
     for &i in &kept_hosts {
@@ -469,13 +476,27 @@ fn a_cut_link_fails_its_jobs_fences_its_ranks_and_spares_the_rest() {
         (node(&c, cut_node)["state"] == "up").then_some(())
     });
     let rejoined = mended_at.elapsed();
+    // Registered again, the agent is told which jobs ended and kills their ranks.
+    wait_for(
+        LIMIT,
+        "the failed jobs' ranks killed on the cut host",
+        || (ranks_on(&c, cut, "sleep 61[34]") == 0).then_some(()),
+    );
+    let stopped = mended_at.elapsed();
+    let agent_log = c.journal(cut, AGENT);
+    assert!(
+        agent_log.contains("the master no longer runs this job: killing its ranks here"),
+        "{agent_log}"
+    );
+    assert!(!agent_log.contains("for its whole lease"), "{agent_log}");
 
     // The kept job runs to its end, as if nothing had happened.
     std::fs::write(&release, b"").unwrap();
     let j = wait_state(&c, keep, "completed", LIMIT);
     assert_eq!(j["exit_code"], 0, "{j}");
-    // The node takes work again: a job on the whole mesh, the rejoined host among them.
-    let out = prun(&c, &["-n", "2x2", "--", "hostname"], None);
+    // The job that waited runs on the whole mesh, the rejoined host among them.
+    wait_state(&c, waiting, "completed", LIMIT);
+    let out = gangctl(&c, &["output", &waiting.to_string()]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     let mut hosts: Vec<&str> = text.lines().map(str::trim).collect();
@@ -492,22 +513,20 @@ fn a_cut_link_fails_its_jobs_fences_its_ranks_and_spares_the_rest() {
             .unwrap_or_else(|| "?".into())
     };
     let master_down = by_log(0, MASTER, &["node down", &node_key]);
-    let fenced = by_log(cut, AGENT, &["stopping their ranks here"]);
     eprintln!(
         "cut link ({}, node {cut_node:?}; node timeout 3000 ms, heartbeat 500 ms, two slices \
-         of 100 ms): node down after {} ms, jobs failed after {} and {} ms ({reason:?}), their \
-         ranks on the cut host stopped after {} ms (polled; by the logs: master gave up \
-         {master_down}, fence fell {fenced}); link back: node up again after {} ms",
+         of 100 ms): node down after {} ms (by the master's log {master_down}), jobs failed \
+         after {} and {} ms ({reason:?}), the cut host's ranks kept; link back: node up again \
+         after {} ms, the ended jobs' ranks there killed after {} ms",
         c.name(cut),
         down.as_millis(),
         failed.as_millis(),
         failed_whole.as_millis(),
-        stopped.as_millis(),
-        rejoined.as_millis()
+        rejoined.as_millis(),
+        stopped.as_millis()
     );
-    // Within the node timeout and the fence (+ one heartbeat), with room for a loaded
+    // Within the node timeout and the time to hear another host, with room for a loaded
     // machine.
     assert!(down < Duration::from_secs(8), "{down:?}");
-    assert!(stopped < Duration::from_secs(10), "{stopped:?}");
     c.shutdown().unwrap();
 }

@@ -51,10 +51,14 @@ fn until<V>(timeout: Duration, mut f: impl FnMut() -> Option<V>) -> Option<V> {
     }
 }
 
+/// The master's lease in this test: short, so that a partition outlasts it.
+const LEASE_MS: u64 = 10_000;
+
 /// Node (1,0)'s agent runs in a network namespace, joined to the host by a veth pair;
-/// cutting the link mid-job: the master counts the node lost and fails the job naming it,
-/// the agent's fence stops the rank there; mending it: the agent registers again, the
-/// node is up, and a new job runs on it.
+/// cutting the link mid-job: the master counts the node lost (it hears node (0,0)
+/// meanwhile) and fails the job naming it; the agent keeps its rank until the master's
+/// lease is out, then stops it; mending it: the agent registers again, the node is up,
+/// and a new job runs on it.
 #[test]
 fn an_agent_cut_off_in_a_network_namespace() {
     if !root() {
@@ -65,6 +69,8 @@ fn an_agent_cut_off_in_a_network_namespace() {
     // veth; the other agents still dial loopback.
     let mut c = cluster_with(2, 1, |o| {
         o.agents_listen = Some(Ipv4Addr::UNSPECIFIED.into());
+        o.master_args
+            .extend(["--agent-lease-ms".to_string(), LEASE_MS.to_string()]);
     });
     let port = c.agents_addr().expect("the agent port").port();
     let work = tempfile::tempdir().unwrap();
@@ -147,7 +153,7 @@ fn an_agent_cut_off_in_a_network_namespace() {
     // Cut the cable.
     let cut_at = Instant::now();
     ns.set_link(false);
-    let (mut down, mut failed, mut stopped) = (None, None, None);
+    let (mut down, mut failed, mut kept_at_failure) = (None, None, None);
     let done = until(T, || {
         let t = cut_at.elapsed();
         if down.is_none() && node_10().state() == NodeState::Down {
@@ -163,30 +169,42 @@ fn an_agent_cut_off_in_a_network_namespace() {
             });
             if j.state() == JobState::Failed {
                 failed = Some((t, j.reason));
+                kept_at_failure = Some(!gone(cut_pid));
             }
         }
-        if stopped.is_none() && gone(cut_pid) {
-            stopped = Some(t);
-        }
-        (down.is_some() && failed.is_some() && stopped.is_some()).then_some(())
+        (down.is_some() && failed.is_some()).then_some(())
     });
     assert!(
         done.is_some(),
-        "after the cut: node down {down:?}, job failed {failed:?}, rank stopped {stopped:?}; agent log:\n{}",
+        "after the cut: node down {down:?}, job failed {failed:?}; agent log:\n{}",
         log_tail(&log, 30)
     );
-    let (down, (failed, reason), stopped) = (down.unwrap(), failed.unwrap(), stopped.unwrap());
+    let (down, (failed, reason)) = (down.unwrap(), failed.unwrap());
     assert!(
         reason.starts_with("node (1,0) lost"),
         "the reason names the node: {reason}"
     );
+    assert_eq!(
+        kept_at_failure,
+        Some(true),
+        "the cut agent keeps its rank while the lease lasts"
+    );
     wait_for(T, "the rank on (0,0) to be stopped by the master", || {
         gone(other_pid).then_some(())
     });
+    // The lease runs out: the agent stops the rank by itself.
+    let stopped = until(T, || gone(cut_pid).then(|| cut_at.elapsed()));
+    let stopped = stopped.unwrap_or_else(|| {
+        panic!(
+            "the cut rank still runs {:?} after the cut; agent log:\n{}",
+            cut_at.elapsed(),
+            log_tail(&log, 30)
+        )
+    });
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
-        text.contains("stopping their ranks here so that none runs unsupervised"),
-        "the fence fell: {text}"
+        text.contains("the master has not answered for its whole lease: stopping the ranks here"),
+        "the lease ran out: {text}"
     );
     assert!(agent.running(), "the cut agent keeps trying");
 
@@ -233,26 +251,30 @@ fn an_agent_cut_off_in_a_network_namespace() {
     );
     assert!(!text.contains(" ERROR "), "{text}");
 
-    // Seen from the logs (one host, one clock): how long after the master gave up on the
-    // node its agent's fence fell (negative: before).
+    // Seen from the logs (one host, one clock): when the master gave up on the node and
+    // when its agent's lease ran out.
     let master_text = std::fs::read_to_string(c.master_log()).unwrap();
     let gave_up = logged_at(&master_text, &["agent silent: node down", "node=1,0"]);
-    let fenced = logged_at(&text, &["stopping their ranks here"]);
-    let fence_after_ms = gave_up
-        .zip(fenced)
+    let lease_out = logged_at(&text, &["for its whole lease"]);
+    let lease_after_ms = gave_up
+        .zip(lease_out)
         .map(|(m, a)| format!("{:+.0} ms", (a - m) * 1000.0))
         .unwrap_or_else(|| "?".into());
     eprintln!(
-        "cut link: node (1,0) down after {} ms, job failed after {} ms, its rank there stopped after {} ms (the fence fell {fence_after_ms} after the master gave up, by the logs); mended: node up again after {} ms",
+        "cut link: node (1,0) down after {} ms, job failed after {} ms, its rank there kept until the lease ({LEASE_MS} ms) ran out, stopped after {} ms ({lease_after_ms} after the master gave up, by the logs); mended: node up again after {} ms",
         down.as_millis(),
         failed.as_millis(),
         stopped.as_millis(),
         rejoined.as_millis()
     );
-    // Within the node timeout (3 s) and the fence (+ one heartbeat, 100 ms) and
-    // the kill grace (500 ms), with room for a loaded machine.
+    // Down within the node timeout (3 s) and a heartbeat of the other node, with room for
+    // a loaded machine; the rank kept for the lease (counted from the agent's last
+    // answer, at most one heartbeat, 100 ms, before the cut) and stopped within its
+    // kill grace (500 ms) after it, with room.
     assert!(down < Duration::from_secs(6), "{down:?}");
-    assert!(stopped < Duration::from_secs(8), "{stopped:?}");
+    let lease = Duration::from_millis(LEASE_MS);
+    assert!(stopped >= lease - Duration::from_millis(200), "{stopped:?}");
+    assert!(stopped < lease + Duration::from_secs(5), "{stopped:?}");
     drop(agent);
     c.shutdown().unwrap();
 }

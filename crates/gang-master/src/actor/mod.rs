@@ -43,6 +43,11 @@ type Reply<T> = oneshot::Sender<Result<T>>;
 const MAX_BATCH: usize = 512;
 /// How often the tick runs (timeouts, run time, time limits).
 const TICK: Duration = Duration::from_millis(100);
+/// The most the master's responsive time (`Now::live_ns`) moves between two batches: a
+/// tick and a loaded host's scheduling delay. A longer gap is the master's own stall (it
+/// was stopped, swapped, held by a disk or by a long batch): heartbeats could not be
+/// heard then, so that time is nobody's silence.
+const LIVE_STEP_MAX: Duration = Duration::from_millis(300);
 
 pub enum Cmd {
     Submit(Box<NewJob>, Reply<JobView>),
@@ -130,6 +135,7 @@ pub fn start(
             rank0,
         },
         started: Instant::now(),
+        live: LiveClock::default(),
         retry: vec![],
         fences: HashMap::new(),
     };
@@ -168,6 +174,7 @@ struct Actor {
     handle: Handle,
     /// The origin of the monotonic clock (`Now::mono_ns`).
     started: Instant,
+    live: LiveClock,
     /// Outcomes of network calls from a batch that was not saved: handled again.
     retry: Vec<Cmd>,
     /// Ranks waiting in a fence, by job and epoch (answered by `Effect::FenceDone`, or with
@@ -189,10 +196,12 @@ fn defer<T: Send + 'static>(out: &mut Vec<Pending>, tx: Reply<T>, r: Result<T>) 
 }
 
 impl Actor {
-    fn now(&self) -> Now {
+    fn now(&mut self) -> Now {
+        let mono_ns = self.started.elapsed().as_nanos() as i64;
         Now {
-            mono_ns: self.started.elapsed().as_nanos() as i64,
+            mono_ns,
             wall_ns: wall_ns(),
+            live_ns: self.live.at(mono_ns),
         }
     }
 
@@ -254,6 +263,24 @@ impl Actor {
         self.metrics.jobs_running.set(running as i64);
         self.metrics.slices.set(slices as i64);
         self.metrics.nodes_up.set(up as i64);
+    }
+}
+
+/// The master's responsive time: monotonic time, but a gap between two batches longer
+/// than `LIVE_STEP_MAX` counts only that much. The tick guarantees a batch every `TICK`
+/// while the master runs, so a longer gap is time it was not running.
+#[derive(Debug, Default)]
+struct LiveClock {
+    last_mono_ns: i64,
+    live_ns: i64,
+}
+
+impl LiveClock {
+    fn at(&mut self, mono_ns: i64) -> i64 {
+        let step = (mono_ns - self.last_mono_ns).clamp(0, LIVE_STEP_MAX.as_nanos() as i64);
+        self.live_ns += step;
+        self.last_mono_ns = self.last_mono_ns.max(mono_ns);
+        self.live_ns
     }
 }
 

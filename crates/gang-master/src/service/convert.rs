@@ -372,6 +372,7 @@ pub fn registered(r: Registered) -> v1::RegisterResponse {
         idle_heartbeat_ms: r.idle_heartbeat_ms,
         idle_node_timeout_ms: r.idle_node_timeout_ms,
         clock_probe_max_ms: r.clock_probe_max_ms,
+        agent_lease_ms: r.agent_lease_ms,
         // Set by the service (`Registry::relay_key`): not state.
         relay_key: Vec::new(),
     }

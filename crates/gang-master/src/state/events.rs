@@ -70,8 +70,10 @@ pub struct Registered {
     pub heartbeat_ms: u32,
     /// Jobs the agent must no longer run.
     pub kill_jobs: Vec<JobId>,
-    /// Silent this long, a node is lost (and its agent stops its ranks).
+    /// Silent this long (while others are heard), a node is lost.
     pub node_timeout_ms: u32,
+    /// Without an answer of the master this long, the agent stops its ranks.
+    pub agent_lease_ms: u32,
     /// Quiet liveness for a node that runs no rank (0: heartbeat every `heartbeat_ms`).
     pub idle_heartbeat_ms: u32,
     pub idle_node_timeout_ms: u32,

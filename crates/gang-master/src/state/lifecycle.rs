@@ -17,7 +17,7 @@ use crate::job::{
 use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
-use crate::state::{MasterState, Now};
+use crate::state::{MasterState, Now, Placed};
 
 /// The exit code of a job that ran out of time (`timeout(1)`'s).
 pub const TIMEOUT_EXIT: i32 = 124;
@@ -319,7 +319,13 @@ impl MasterState {
         job.record.start_ns = now.wall_ns;
         job.run_accounted_to = now.wall_ns;
         job.ranks = vec![Rank::Pending; job.rank_count() as usize];
-        self.placed_at.insert(id, now.mono_ns);
+        self.placed_at.insert(
+            id,
+            Placed {
+                mono_ns: now.mono_ns,
+                live_ns: now.live_ns,
+            },
+        );
         let job = self.jobs.get(id).expect("present");
         let part = job
             .record
@@ -403,7 +409,7 @@ impl MasterState {
         self.jobs.get_mut(id).expect("present").record.state = State::Running;
         if let Some(t) = self.placed_at.remove(&id) {
             fx.emit(Effect::Metric(Metric::Launched(
-                (now.mono_ns - t) as f64 / 1e9,
+                (now.mono_ns - t.mono_ns) as f64 / 1e9,
             )));
         }
         self.save(fx, now, id);

@@ -63,6 +63,11 @@ pub struct Now {
     /// Wall-clock nanoseconds since the Unix epoch: job timestamps and the slot grid, on
     /// which agents synchronize.
     pub wall_ns: i64,
+    /// The master's responsive time: monotonic time with the master's own stalls taken out
+    /// (a pause, a swap, a disk that held a commit, a long batch: see `actor::LiveClock`).
+    /// Silence is judged on it, so no agent is blamed for time the master was not
+    /// listening.
+    pub live_ns: i64,
 }
 
 impl Now {
@@ -91,8 +96,9 @@ pub struct MasterState {
     /// Jobs put back after a restart (or whose node re-registered without some of their
     /// ranks), and since when: ranks not reported by then + the node timeout are lost.
     adopted: HashMap<JobId, i64>,
-    /// When a job was placed (monotonic), for the launch latency histogram.
-    placed_at: HashMap<JobId, i64>,
+    /// When a job was placed: for the launch latency histogram and the liveness of its
+    /// nodes until the launch is answered.
+    placed_at: HashMap<JobId, Placed>,
     /// Slice tables published to the agents.
     slicer: Slicer,
     /// When run times were last written (monotonic).
@@ -102,13 +108,20 @@ pub struct MasterState {
     gated: BTreeSet<JobId>,
 }
 
+/// When a job was placed, on both of the master's clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placed {
+    mono_ns: i64,
+    live_ns: i64,
+}
+
 /// Everything but the jobs and nodes, as it was when a batch began (they keep their own
 /// journals).
 struct Checkpoint {
     sched: Scheduler,
     next_id: u64,
     adopted: HashMap<JobId, i64>,
-    placed_at: HashMap<JobId, i64>,
+    placed_at: HashMap<JobId, Placed>,
     slicer: Slicer,
     run_saved_ns: i64,
     gated: BTreeSet<JobId>,

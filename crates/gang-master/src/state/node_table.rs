@@ -91,7 +91,7 @@ mod tests {
         t.begin();
         t[1].address = Some("b:2".into());
         t[1].up = false;
-        t[0].heard_mono_ns = 7;
+        t[0].heard_live_ns = 7;
         // Reading does not journal.
         assert!(!t[2].up);
         assert_eq!(t.undo.as_ref().map(Vec::len), Some(2));

@@ -19,8 +19,8 @@ pub struct Node {
     pub address: Option<String>,
     pub up: bool,
     pub drained: bool,
-    /// When it was last heard from (monotonic).
-    pub heard_mono_ns: i64,
+    /// When it was last heard from (the master's responsive time, `Now::live_ns`).
+    pub heard_live_ns: i64,
     /// When its last heartbeat came (wall clock, for people).
     pub heartbeat_wall_ns: i64,
     pub clock: ClockReport,
@@ -56,7 +56,7 @@ impl MasterState {
         let was_up = node.up;
         node.address = Some(reg.address.clone());
         node.up = true;
-        node.heard_mono_ns = now.mono_ns;
+        node.heard_live_ns = now.live_ns;
         node.heartbeat_wall_ns = now.wall_ns;
         node.unreachable = false;
         let drained = node.drained;
@@ -101,7 +101,7 @@ impl MasterState {
             if let Some(job) = self.jobs.get_mut(id) {
                 job.ranks[rank as usize] = Rank::Pending;
             }
-            self.adopted.entry(id).or_insert(now.mono_ns);
+            self.adopted.entry(id).or_insert(now.live_ns);
         }
         if !drained {
             let plan = self.sched.set_node_offline(now.mono_s(), x, y, false)?;
@@ -117,6 +117,7 @@ impl MasterState {
             heartbeat_ms: self.cfg.heartbeat_ms,
             kill_jobs,
             node_timeout_ms: self.cfg.node_timeout_ms,
+            agent_lease_ms: self.cfg.agent_lease_ms,
             idle_heartbeat_ms: self.cfg.idle_heartbeat_ms,
             idle_node_timeout_ms: self.cfg.idle_node_timeout_ms,
             clock_probe_max_ms: self.cfg.clock_probe_max_ms,
@@ -129,7 +130,7 @@ impl MasterState {
             return false;
         };
         let n = &mut self.nodes[i];
-        n.heard_mono_ns = now.mono_ns;
+        n.heard_live_ns = now.live_ns;
         n.heartbeat_wall_ns = now.wall_ns;
         n.unreachable = false;
         n.clock = hb.clock;
@@ -170,7 +171,7 @@ impl MasterState {
     pub(super) fn heard(&mut self, node: Coord, now: Now) {
         if let Some(i) = self.node_index(node) {
             let n = &mut self.nodes[i];
-            n.heard_mono_ns = n.heard_mono_ns.max(now.mono_ns);
+            n.heard_live_ns = n.heard_live_ns.max(now.live_ns);
             n.unreachable = false;
         }
     }
@@ -192,14 +193,14 @@ impl MasterState {
     }
 
     /// For each node that runs ranks (of a live job, not yet ended there): when the
-    /// latest of those jobs was placed (`i64::MIN` if that is no longer recorded), or
-    /// `i64::MAX` while a launch to it is unanswered: a whole-mesh launch can take the
-    /// master longer than the node timeout to send, and its answer (or failure) settles
-    /// the node's fate.
+    /// latest of those jobs was placed (live clock; `i64::MIN` if that is no longer
+    /// recorded), or `i64::MAX` while a launch to it is unanswered: a whole-mesh launch can
+    /// take the master longer than the node timeout to send, and its answer (or failure)
+    /// settles the node's fate.
     fn busy_since(&self) -> Vec<Option<i64>> {
         let mut busy = vec![None; self.nodes.len()];
         for job in self.jobs.live() {
-            let placed = self.placed_at.get(&job.id()).copied();
+            let placed = self.placed_at.get(&job.id()).map(|p| p.live_ns);
             for (rank, state) in job.ranks.iter().enumerate() {
                 if state.is_done() {
                     continue;
@@ -219,28 +220,87 @@ impl MasterState {
         busy
     }
 
+    /// The two latest times up nodes were heard from (live clock).
+    pub(super) fn hearing(&self) -> Hearing {
+        let mut h = Hearing {
+            latest: None,
+            second: None,
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.up {
+                continue;
+            }
+            let t = n.heard_live_ns;
+            match h.latest {
+                Some((l, _)) if t <= l => h.second = Some(h.second.map_or(t, |s| s.max(t))),
+                _ => {
+                    h.second = h.latest.map(|(l, _)| l);
+                    h.latest = Some((t, i));
+                }
+            }
+        }
+        h
+    }
+
+    /// Whether a silence since `since` (live clock), overdue at `due`, is the node's own
+    /// (`node`: its index, None for a node that is not up) and not the master's: another
+    /// node was heard since it fell due, so the master was listening and hearing others;
+    /// or the silence outlasted the agents' lease (an agent stops its ranks by then,
+    /// whoever was cut off); or, for a node that is up, no other node is up to compare it
+    /// with. All nodes silent together says more about the master (its network, its host)
+    /// than about them.
+    pub(super) fn silence_is_its_own(
+        &self,
+        hearing: &Hearing,
+        node: Option<usize>,
+        (since, due): (i64, i64),
+        now: Now,
+    ) -> bool {
+        let lease_ns = i64::from(self.cfg.agent_lease_ms) * 1_000_000;
+        if now.live_ns - since > lease_ns {
+            return true;
+        }
+        match hearing.latest_other(node) {
+            Some(t) => t >= due,
+            None => node.is_some(),
+        }
+    }
+
     /// Silent agents: their nodes go down and the ranks there are lost. A node that runs
-    /// ranks is down after `node_timeout_ms` of silence, counted from its last call or
+    /// ranks is overdue after `node_timeout_ms` of silence, counted from its last call or
     /// from its latest placement, whichever is later (an idle agent heartbeats seldom, and
     /// was not expected to have been heard from lately when it was given work); a node
-    /// that runs none after `idle_node_timeout_ms`.
+    /// that runs none after `idle_node_timeout_ms`. Silence is counted on the master's
+    /// responsive time, and an overdue node is down only once its silence is its own
+    /// (`silence_is_its_own`).
+    ///
+    /// A node that is down is offline: nothing is placed on it until its agent registers
+    /// again, and registration tells it to kill the ranks of the jobs that ended meanwhile.
+    /// So a partitioned agent, which keeps its ranks for its lease, never shares its node
+    /// with a job placed after it was given up.
     pub(super) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let busy_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
         let idle_ns = i64::from(self.cfg.idle_node_timeout_ms) * 1_000_000;
         // Worked out only when some node is silent past the shorter limit.
         let mut busy: Option<Vec<Option<i64>>> = None;
+        let mut hearing: Option<Hearing> = None;
         for i in 0..self.nodes.len() {
-            let heard = self.nodes[i].heard_mono_ns;
-            if !self.nodes[i].up || now.mono_ns - heard <= busy_ns {
+            let heard = self.nodes[i].heard_live_ns;
+            if !self.nodes[i].up || now.live_ns - heard <= busy_ns {
                 continue;
             }
             let placed = busy.get_or_insert_with(|| self.busy_since())[i];
-            let (silence, limit) = match placed {
-                Some(placed) => (now.mono_ns - heard.max(placed), busy_ns),
-                None if self.nodes[i].unreachable => (now.mono_ns - heard, busy_ns),
-                None => (now.mono_ns - heard, idle_ns),
+            let (since, limit) = match placed {
+                Some(placed) => (heard.max(placed), busy_ns),
+                None if self.nodes[i].unreachable => (heard, busy_ns),
+                None => (heard, idle_ns),
             };
-            if silence <= limit {
+            if now.live_ns - since <= limit {
+                continue;
+            }
+            let hearing = hearing.get_or_insert_with(|| self.hearing());
+            if !self.silence_is_its_own(hearing, Some(i), (since, since.saturating_add(limit)), now)
+            {
                 continue;
             }
             let (x, y) = self.coord(i);
@@ -262,7 +322,9 @@ impl MasterState {
                 .collect();
             let ms = limit / 1_000_000;
             for (id, rank) in hit {
-                let why = format!("node ({x},{y}) lost: its agent was silent for {ms} ms");
+                let why = format!(
+                    "node ({x},{y}) lost: its agent was silent for {ms} ms while the master heard others"
+                );
                 self.rank_gone(fx, now, id, rank, why);
             }
         }
@@ -313,5 +375,25 @@ impl MasterState {
             job: id,
             grace_ms,
         });
+    }
+}
+
+/// The two latest times up nodes were heard from, so that "was another node heard since"
+/// costs one comparison a node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Hearing {
+    /// The latest, and which node.
+    latest: Option<(i64, usize)>,
+    /// The latest of any other node.
+    second: Option<i64>,
+}
+
+impl Hearing {
+    /// The latest time a node other than `node` was heard (any node for None).
+    fn latest_other(&self, node: Option<usize>) -> Option<i64> {
+        match self.latest {
+            Some((_, i)) if Some(i) == node => self.second,
+            l => l.map(|(t, _)| t),
+        }
     }
 }

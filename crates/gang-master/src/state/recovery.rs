@@ -75,7 +75,7 @@ impl MasterState {
                 State::Starting | State::Running if job.record.allocation.is_some() => {
                     job.run_accounted_to = now.wall_ns;
                     placed.push(id);
-                    st.adopted.insert(id, now.mono_ns);
+                    st.adopted.insert(id, now.live_ns);
                     found.adopted += 1;
                 }
                 State::Queued => {
@@ -91,7 +91,7 @@ impl MasterState {
                     placed.push(id);
                     match st.sched.adopt(now.mono_s(), spec, sm) {
                         Ok(_) => {
-                            st.adopted.insert(id, now.mono_ns);
+                            st.adopted.insert(id, now.live_ns);
                             found.adopted += 1;
                         }
                         Err(e) => {
@@ -166,16 +166,40 @@ impl MasterState {
         Ok(found)
     }
 
-    /// Ranks of adopted jobs that no agent reported back within the node timeout are lost.
+    /// Ranks of adopted jobs that no agent reported back within the node timeout are lost:
+    /// at once where their node's agent registered again without them; where it did not
+    /// register yet, only once its silence is its own (`silence_is_its_own`: after a
+    /// restart no agent at all coming back blames the master's side, not the nodes).
     pub(super) fn adoption_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
-        let overdue: Vec<JobId> = self
+        let overdue: Vec<(JobId, i64)> = self
             .adopted
             .iter()
-            .filter(|&(_, &since)| now.mono_ns - since > timeout_ns)
-            .map(|(id, _)| *id)
+            .filter(|&(_, &since)| now.live_ns - since > timeout_ns)
+            .map(|(id, &since)| (*id, since))
             .collect();
-        for id in overdue {
+        if overdue.is_empty() {
+            return;
+        }
+        let hearing = self.hearing();
+        for (id, since) in overdue {
+            let waiting_on_silence = self.jobs.get(id).is_some_and(|j| {
+                (0..j.ranks.len() as u32)
+                    .filter(|&r| j.ranks[r as usize] == Rank::Pending)
+                    .filter_map(|r| j.node_of(r).and_then(|c| self.node_index(c)))
+                    .any(|i| {
+                        !self.nodes[i].up
+                            && !self.silence_is_its_own(
+                                &hearing,
+                                None,
+                                (since, since + timeout_ns),
+                                now,
+                            )
+                    })
+            });
+            if waiting_on_silence {
+                continue;
+            }
             if self.requeue_unlaunched(fx, now, id) {
                 continue;
             }

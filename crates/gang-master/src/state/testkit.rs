@@ -328,6 +328,7 @@ impl World {
         let now = Now {
             mono_ns: 1_000_000_000,
             wall_ns: 1_700_000_000_000_000_000,
+            live_ns: 1_000_000_000,
         };
         World::recovered(cfg, Recorder::default(), now)
     }
@@ -369,6 +370,7 @@ impl World {
         let now = Now {
             mono_ns: 1_000_000_000, // a new process: its monotonic clock starts again
             wall_ns: self.now.wall_ns + 1_000_000_000,
+            live_ns: 1_000_000_000,
         };
         let mut w = World::recovered(self.cfg, fx, now);
         w.running = self.running;
@@ -377,6 +379,14 @@ impl World {
     }
 
     pub fn advance_ms(&mut self, ms: i64) {
+        self.now.mono_ns += ms * 1_000_000;
+        self.now.wall_ns += ms * 1_000_000;
+        self.now.live_ns += ms * 1_000_000;
+    }
+
+    /// The master itself was stopped for `ms` (SIGSTOP, a swap storm, a disk that held a
+    /// commit): the clocks moved on, its responsive time did not.
+    pub fn pause_ms(&mut self, ms: i64) {
         self.now.mono_ns += ms * 1_000_000;
         self.now.wall_ns += ms * 1_000_000;
     }

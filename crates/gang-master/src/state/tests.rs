@@ -60,6 +60,12 @@ pub enum S {
     Wait(i64),
     /// An agent stops talking (its node's link is cut, or it died).
     Silence(Coord),
+    /// The master itself is stopped this long (SIGSTOP, swap, a disk holding a commit):
+    /// every clock moves but its responsive time; then its tick, before any heartbeat
+    /// (as after SIGCONT: the timer is due, the agents' calls are still on their way).
+    Pause(i64),
+    /// The node is up (true) or down.
+    Up(Coord, bool),
     /// An agent registers (again), listing the ranks it runs.
     Register(Coord),
     RegisterAll,
@@ -217,6 +223,15 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Wait(ms) => w.tick_after_ms(ms),
             S::Silence(node) => {
                 w.silent.insert(node);
+            }
+            S::Pause(ms) => {
+                w.pause_ms(ms);
+                w.step(reactor::on_tick);
+            }
+            S::Up(node, up) => {
+                let state = w.st.nodes_view().nodes.into_iter().find(|v| v.node == node);
+                let is_up = state.as_ref().is_some_and(|v| v.state == NodeState::Up);
+                assert_eq!(is_up, up, "{}: {state:?}", at());
             }
             S::Register(node) => {
                 w.register(node);

@@ -78,3 +78,143 @@ fn an_idle_node_whose_agent_a_launch_cannot_reach_is_down_after_the_node_timeout
             .any(|v| v.node == (0, 0) && v.state == NodeState::Down);
     assert!(down, "{:?}", w.st.nodes_view().nodes[0]);
 }
+
+/// A 2x2 mesh running one 2x2 job, its nodes' agents heartbeating.
+fn running_2x2(lease_ms: u32) -> World {
+    let mut cfg = config(2, 2, 1);
+    cfg.agent_lease_ms = lease_ms;
+    run(
+        World::new(cfg),
+        &[RegisterAll, Submit("2x2"), Start(1), State(1, Running)],
+    )
+}
+
+const NODES: [(u32, u32); 4] = [(0, 0), (1, 0), (0, 1), (1, 1)];
+
+/// The master stopped for 30 s (fifteen node timeouts) blames nobody for it: on its
+/// first tick after, before any heartbeat came in, every node is up and the job runs;
+/// the agents' calls then come in and it runs on.
+#[test]
+fn a_master_paused_for_30_s_blames_no_node_and_its_job_runs_on() {
+    let w = run(
+        running_2x2(300_000),
+        &[
+            Pause(30_000),
+            State(1, Running),
+            Up((0, 0), true),
+            Up((1, 1), true),
+            Wait(1000),
+            Pause(5000),
+            Pause(5000),
+            Wait(3000),
+            State(1, Running),
+            Up((0, 1), true),
+        ],
+    );
+    w.fx.assert_quiet();
+}
+
+/// Every node silent at once (the master's own link cut, its host's network stalled) is
+/// the master's silence, not theirs: nothing is down while the agents' lease lasts (they
+/// keep their ranks that long); past it, every node is down and the job fails.
+#[test]
+fn nodes_all_silent_at_once_are_down_only_past_the_agents_lease() {
+    let mut steps: Vec<super::S> = NODES.iter().map(|&n| Silence(n)).collect();
+    steps.extend([
+        Wait(10_000),
+        State(1, Running),
+        Up((1, 0), true),
+        Wait(49_000),
+        State(1, Running),
+        Wait(2000),
+        Up((0, 0), false),
+        Up((1, 1), false),
+        // The first node given up fails the job, whose other ranks are told to stop (their
+        // agents, silent too, hear it when they are back, or have stopped them already).
+        Signalled(1, 3, 0),
+        State(1, Failed),
+        Reason(1, "lost: its agent was silent"),
+    ]);
+    run(running_2x2(60_000), &steps);
+}
+
+/// One node silent while the master hears the others is that node's silence: down after
+/// the node timeout, its job failed naming it, the others up.
+#[test]
+fn one_node_silent_among_heard_ones_is_down_after_the_node_timeout() {
+    run(
+        running_2x2(300_000),
+        &[
+            Silence((1, 0)),
+            Wait(1500),
+            State(1, Running),
+            Wait(1000),
+            Up((1, 0), false),
+            Up((0, 0), true),
+            Signalled(1, 3, 0),
+            KilledAll(1, 9),
+            State(1, Failed),
+            Reason(
+                1,
+                "node (1,0) lost: its agent was silent for 2000 ms while the master heard others",
+            ),
+        ],
+    );
+}
+
+/// A mesh of one node has nobody to compare it with: its silence is judged by the node
+/// timeout alone.
+#[test]
+fn the_only_node_of_a_mesh_is_down_after_the_node_timeout() {
+    run(
+        World::new(config(1, 1, 1)),
+        &[
+            RegisterAll,
+            Submit("1x1"),
+            Start(1),
+            Silence((0, 0)),
+            Wait(2500),
+            Up((0, 0), false),
+            State(1, Failed),
+        ],
+    );
+}
+
+/// After a restart, no agent back at all is the master's side (its network, its slow
+/// start), not the nodes': adopted ranks wait; once agents are heard again, the one that
+/// did not come back is lost after the node timeout.
+#[test]
+fn after_a_restart_ranks_are_lost_only_where_others_came_back() {
+    let w = run(
+        running_2x2(300_000),
+        &[
+            Restart,
+            Wait(10_000),
+            State(1, Running),
+            Register((0, 0)),
+            Register((1, 0)),
+            Register((0, 1)),
+            State(1, Running),
+            Wait(2500),
+            Signalled(1, 3, 0),
+            KilledAll(1, 9),
+            State(1, Failed),
+            Reason(
+                1,
+                "rank 3 on node (1,1) was not found after a master or agent restart",
+            ),
+        ],
+    );
+    // And all of them back in time: it runs on.
+    let w2 = run(
+        running_2x2(300_000),
+        &[
+            Restart,
+            Wait(10_000),
+            RegisterAll,
+            Wait(3000),
+            State(1, Running),
+        ],
+    );
+    drop((w, w2));
+}

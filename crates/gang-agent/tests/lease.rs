@@ -1,7 +1,8 @@
-//! The fence end to end: an agent cut off from its master (no answer at all) for longer
-//! than the master's node timeout plus a heartbeat period stops its ranks; one whose
-//! master is back sooner, or whose master is down (its host refuses the connection),
-//! keeps them.
+//! The master's lease end to end: an agent cut off from its master (no answer at all)
+//! for longer than the lease the master stated stops its ranks, and keeps them through any
+//! shorter silence, however many node timeouts long; with a master that states no lease
+//! (an older one), the node timeout plus a heartbeat period is the lease. One whose master
+//! is back sooner, or whose master is down (its host refuses the connection), keeps them.
 
 mod common;
 
@@ -27,11 +28,21 @@ async fn setup(
     node_timeout: Duration,
     kill_grace: Duration,
 ) -> (TestRegistry, AgentHandle, NodeAgentClient<Channel>) {
-    let registry = TestRegistry::start_with(MasterOptions {
-        node_timeout_ms: node_timeout.as_millis() as u32,
-        ..MasterOptions::default()
-    })
-    .await;
+    setup_with(
+        MasterOptions {
+            node_timeout_ms: node_timeout.as_millis() as u32,
+            ..MasterOptions::default()
+        },
+        kill_grace,
+    )
+    .await
+}
+
+async fn setup_with(
+    options: MasterOptions,
+    kill_grace: Duration,
+) -> (TestRegistry, AgentHandle, NodeAgentClient<Channel>) {
+    let registry = TestRegistry::start_with(options).await;
     let mut cfg = registry.pki.agent_config(&registry, X, Y);
     cfg.kill_grace = kill_grace;
     let agent = gang_agent::start(cfg).await.expect("agent starts");
@@ -145,7 +156,7 @@ async fn a_master_back_within_the_timeout_finds_the_ranks_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_agent_stops_its_ranks_after_timeout_plus_period() {
     // No answer at all (a cut link, a hung master): the master counts the node lost after
-    // its timeout. The agent's calls wait up to 5 s; the fence does not wait for them.
+    // its timeout. The agent's calls wait up to 5 s; the lease does not wait for them.
     let timeout = Duration::from_millis(400);
     let grace = Duration::from_millis(300);
     let (registry, agent, mut client) = setup(timeout, grace).await;
@@ -161,7 +172,7 @@ async fn a_cut_off_agent_stops_its_ranks_after_timeout_plus_period() {
 
     registry.set_silent(true);
     let nodes = &agent.node.ranks;
-    let termed = time_of("the fence to stop job 90", || !nodes.is_running(key(90))).await;
+    let termed = time_of("the lease to stop job 90", || !nodes.is_running(key(90))).await;
     let killed = time_of("the grace to end job 91", || !nodes.is_running(key(91))).await;
     let due = registry.last_heartbeat_at().unwrap() + timeout + PERIOD;
     assert!(termed >= due, "stopped {:?} early", due - termed);
@@ -184,6 +195,38 @@ async fn a_cut_off_agent_stops_its_ranks_after_timeout_plus_period() {
                 .then_some(())
         })
         .await;
+    agent.shutdown().await;
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stated_lease_keeps_the_ranks_through_node_timeouts_and_then_stops_them() {
+    // A master silent for many node timeouts (paused, failing over): the ranks run on;
+    // only the lease, counted from its last answer, stops them.
+    let lease = Duration::from_millis(3000);
+    let (registry, agent, mut client) = setup_with(
+        MasterOptions {
+            node_timeout_ms: 300,
+            agent_lease_ms: lease.as_millis() as u32,
+            ..MasterOptions::default()
+        },
+        Duration::from_millis(300),
+    )
+    .await;
+    let pid = launch(&mut client, &registry, 95, "exec sleep 30").await;
+    registry.set_silent(true);
+    let last = registry.last_heartbeat_at().unwrap();
+    // Five node timeouts and a heartbeat period past the last answer: running.
+    tokio::time::sleep_until(last + Duration::from_millis(1500) + PERIOD).await;
+    assert!(agent.node.ranks.is_running(key(95)));
+    assert!(!is_dead(pid));
+    let nodes = &agent.node.ranks;
+    let termed = time_of("the lease to stop job 95", || !nodes.is_running(key(95))).await;
+    let due = registry.last_heartbeat_at().unwrap() + lease;
+    assert!(termed >= due, "stopped {:?} early", due - termed);
+    assert!(termed < due + SLACK, "stopped {:?} late", termed - due);
+    assert_eq!(registry.exit_of(95, 0).await.1, How::Signal(15));
+    registry.set_silent(false);
     agent.shutdown().await;
     registry.stop().await;
 }

@@ -1,24 +1,29 @@
-//! The fence: no rank runs unsupervised.
+//! The master's lease: how long this agent's ranks run without the master.
 //!
-//! The master counts a node lost when it has heard no heartbeat from it for
-//! `node_timeout_ms` (sent at registration), and fails the jobs that had ranks there. From
-//! then on nobody watches those ranks: the master has given up on them and may place their
-//! nodes again. So an agent that has not heard the master answer (a registration, or a
-//! heartbeat the master knew it by) for longer than that timeout plus one heartbeat period
-//! stops all its ranks, the way a master-ordered kill does, and keeps trying to register.
-//! Their exit reports wait in the outbox and reach the master when it is back.
+//! While the master is silent (paused, swapping, restarting, failing over, or cut off from
+//! this node), the agent keeps its ranks running and switching on its last table, and
+//! keeps trying to reach the master. Only when no answer came for the lease the master
+//! states at registration (`agent_lease_ms`, minutes by default, as Slurm's
+//! SlurmdTimeout) does it stop them, the way a master-ordered kill does: by then the
+//! master, had it been up and hearing others, gave this node up long ago, and no rank
+//! should run unsupervised for ever. Their exit reports wait in the outbox and reach the
+//! master when it is back; when it answers before the lease is out, registration tells
+//! which jobs ended meanwhile, and only their ranks are killed.
 //!
-//! Why this bound: the master measures silence from the last heartbeat it *received*; the
-//! agent from the last answer it *got*, which is later. So the agent never fences before
-//! the master has given up; the extra period covers the master's own timer granularity.
+//! How it relates to the master's node timeout: the master gives a silent node up after
+//! `node_timeout_ms` (and only when it was itself responsive and heard other agents
+//! meanwhile), fails the jobs that had ranks there, and places nothing on the node until
+//! its agent registers again, which is when those ranks are killed. So the lease need not
+//! end before the master could reuse the node: it never does so while the agent is away.
+//! An older master that states no lease: the lease is its node timeout plus one heartbeat
+//! period (the master measures silence from the last heartbeat it received, the agent from
+//! the last answer it got, which is later, so the agent never stops first).
 //!
 //! A master that is *down* is not a master that is *away*. When the master's host refuses
-//! the connection (nothing listens: the master crashed and systemd is restarting it), this
-//! node is not cut off, and nobody can have failed its jobs: a master only fails jobs
+//! the connection (nothing listens: the master crashed and systemd is restarting it),
+//! this node is not cut off, and nobody can have failed its jobs: a master only fails jobs
 //! while it runs, and a restarted one adopts the ranks its agents report. So a refusal
-//! counts as contact, and ranks keep running and switching on the last table for as long
-//! as the master is down. Silence that proves nothing (no route, no answer: a cut link, a
-//! dead host) is what the fence is for.
+//! counts as contact, and ranks keep running for as long as the master is down.
 //!
 //! Like `clock`, this module imports nothing of the agent: the session reports contact
 //! (`registered`, `heard`), and `watch` is given the stopping as a function (`agent.rs`).
@@ -33,17 +38,22 @@ use tracing::{info, warn};
 /// What the master said at registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Terms {
+    /// The lease; None from an older master (then the node timeout and one period).
+    lease: Option<Duration>,
     node_timeout: Duration,
     heartbeat: Duration,
     /// Quiet liveness: the idle node timeout and idle heartbeat, which hold while the
     /// node runs no rank. A call of the master (a launch) counts as its answer, so a node
-    /// given work after a long idle silence is not fenced at once: the master counts the
+    /// given work after a long idle silence is not stopped at once: the master counts the
     /// silence of a busy node from its placement, which comes before that call.
     idle: Option<(Duration, Duration)>,
 }
 
 impl Terms {
     fn bound(&self, busy: bool) -> Duration {
+        if let Some(lease) = self.lease {
+            return lease;
+        }
         match self.idle {
             Some((timeout, heartbeat)) if !busy => timeout + heartbeat,
             _ => self.node_timeout + self.heartbeat,
@@ -54,7 +64,10 @@ impl Terms {
 /// The master's liveness terms, as sent at registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Liveness {
-    /// None: the master sent none (an older master): nothing is fenced.
+    /// How long ranks run without an answer; None: the master sent none (an older
+    /// master), then `node_timeout` and one heartbeat.
+    pub lease: Option<Duration>,
+    /// None: the master sent none (an older master): nothing is stopped.
     pub node_timeout: Option<Duration>,
     pub heartbeat: Duration,
     /// None: the master expects heartbeats every period whatever the node runs.
@@ -66,24 +79,24 @@ struct State {
     /// When the master last answered.
     heard: Option<Instant>,
     /// None before the first registration, or if the master sent no node timeout (an
-    /// older master): then nothing is fenced.
+    /// older master): then nothing is stopped.
     terms: Option<Terms>,
     /// Counts answers, so the watch can tell whether one came while it slept.
     answers: u64,
     /// The last failed call was refused by the master's host: the master is down, and the
-    /// fence waits until a call fails otherwise (or is answered).
+    /// lease waits until a call fails otherwise (or is answered).
     master_down: bool,
 }
 
 #[derive(Debug, Default)]
-pub struct Fence {
+pub struct Lease {
     state: Mutex<State>,
     changed: Notify,
 }
 
-impl Fence {
-    pub fn new() -> Arc<Fence> {
-        Arc::new(Fence::default())
+impl Lease {
+    pub fn new() -> Arc<Lease> {
+        Arc::new(Lease::default())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -94,6 +107,7 @@ impl Fence {
     pub fn registered(&self, at: Instant, terms: Liveness) {
         let mut s = self.lock();
         s.terms = terms.node_timeout.map(|node_timeout| Terms {
+            lease: terms.lease,
             node_timeout,
             heartbeat: terms.heartbeat,
             idle: terms.idle,
@@ -120,7 +134,7 @@ impl Fence {
     }
 
     /// The master's host refused the connection at `at`: the master is down (restarting),
-    /// and this node is not cut off. The fence stays up until a call fails otherwise.
+    /// and this node is not cut off. The lease holds until a call fails otherwise.
     pub fn refused(&self, at: Instant) {
         self.contact(at, true);
     }
@@ -136,7 +150,7 @@ impl Fence {
         }
     }
 
-    /// When the fence falls unless the master answers before, for a node that runs
+    /// When the lease runs out unless the master answers before, for a node that runs
     /// ranks (`busy`) or none.
     pub fn deadline(&self, busy: bool) -> Option<Instant> {
         let s = self.lock();
@@ -152,20 +166,20 @@ fn deadline(s: &State, busy: bool) -> Option<Instant> {
     Some(s.heard? + t.bound(busy))
 }
 
-/// Watch the fence until aborted: when it falls, call `stop` (which stops every rank and
+/// Watch the lease until aborted: when it runs out, call `stop` (which stops every rank and
 /// returns the jobs it stopped) once, then wait for the master to answer again. `busy`
 /// says whether the node runs ranks now (the idle terms hold while it runs none).
-pub async fn watch(fence: Arc<Fence>, busy: impl Fn() -> bool, mut stop: impl FnMut() -> Vec<u64>) {
+pub async fn watch(lease: Arc<Lease>, busy: impl Fn() -> bool, mut stop: impl FnMut() -> Vec<u64>) {
     // An idle node is given ranks only by a launch, which is also an answer: the wait
     // below is woken by it and the bound worked out again.
     loop {
-        let changed = fence.changed.notified();
+        let changed = lease.changed.notified();
         tokio::pin!(changed);
         // Interest first, then the state: an answer in between is not missed.
         changed.as_mut().enable();
         let was_busy = busy();
         let (due, answers, terms, heard) = {
-            let s = fence.lock();
+            let s = lease.lock();
             (deadline(&s, was_busy), s.answers, s.terms, s.heard)
         };
         let (Some(due), Some(terms), Some(heard)) = (due, terms, heard) else {
@@ -177,32 +191,29 @@ pub async fn watch(fence: Arc<Fence>, busy: impl Fn() -> bool, mut stop: impl Fn
             _ = tokio::time::sleep_until(due) => {}
         }
         // Its ranks ended meanwhile: the idle bound holds now.
-        if fence.lock().answers != answers || busy() != was_busy {
+        if lease.lock().answers != answers || busy() != was_busy {
             continue;
         }
         let jobs = stop();
         let silent_ms = heard.elapsed().as_millis() as u64;
-        let node_timeout_ms = terms.node_timeout.as_millis() as u64;
-        let heartbeat_ms = terms.heartbeat.as_millis() as u64;
+        let lease_ms = terms.bound(was_busy).as_millis() as u64;
         if jobs.is_empty() {
             warn!(
                 silent_ms,
-                node_timeout_ms,
-                heartbeat_ms,
-                "the master has not answered for longer than its node timeout plus a heartbeat period: it counts this node lost; no ranks here to stop; still trying to register"
+                lease_ms,
+                "the master has not answered for its whole lease: no ranks here to stop; still trying to register"
             );
         } else {
             warn!(
                 silent_ms,
-                node_timeout_ms,
-                heartbeat_ms,
+                lease_ms,
                 ?jobs,
-                "the master has not answered for longer than its node timeout plus a heartbeat period: it counts this node lost and has failed these jobs; stopping their ranks here so that none runs unsupervised; still trying to register"
+                "the master has not answered for its whole lease: stopping the ranks here so that none runs unsupervised (their exits are reported when it is back); still trying to register"
             );
         }
         // Once per silence.
         changed.await;
-        info!("the master answers again: the fence is up");
+        info!("the master answers again: the lease holds again");
     }
 }
 
@@ -224,6 +235,7 @@ mod tests {
 
     fn terms(node_timeout: Option<Duration>, heartbeat: Duration) -> Liveness {
         Liveness {
+            lease: None,
             node_timeout,
             heartbeat,
             idle: None,
@@ -233,11 +245,11 @@ mod tests {
     /// A watch on a node that runs ranks while `busy` holds.
     fn start_with(
         busy: Arc<AtomicBool>,
-    ) -> (Arc<Fence>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
-        let fence = Fence::new();
+    ) -> (Arc<Lease>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+        let lease = Lease::new();
         let falls = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn(watch(
-            Arc::clone(&fence),
+            Arc::clone(&lease),
             move || busy.load(Ordering::SeqCst),
             {
                 let falls = Arc::clone(&falls);
@@ -247,26 +259,26 @@ mod tests {
                 }
             },
         ));
-        (fence, falls, task)
+        (lease, falls, task)
     }
 
-    fn start() -> (Arc<Fence>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    fn start() -> (Arc<Lease>, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
         start_with(Arc::new(AtomicBool::new(true)))
     }
 
     #[tokio::test(start_paused = true)]
     async fn falls_once_after_timeout_plus_period_and_rearms_on_an_answer() {
-        let (fence, falls, task) = start();
-        // Nothing is fenced before the master set its terms.
+        let (lease, falls, task) = start();
+        // Nothing is stopped before the master set its terms.
         tokio::time::sleep(T * 10).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
 
         let t0 = Instant::now();
-        fence.registered(t0, terms(Some(T), P));
+        lease.registered(t0, terms(Some(T), P));
         tokio::time::sleep_until(t0 + 100 * MS).await;
-        fence.heard(Instant::now());
-        assert_eq!(fence.deadline(true), Some(t0 + 100 * MS + T + P));
+        lease.heard(Instant::now());
+        assert_eq!(lease.deadline(true), Some(t0 + 100 * MS + T + P));
         tokio::time::sleep_until(t0 + 100 * MS + T + P - MS).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0, "fell early");
@@ -280,7 +292,7 @@ mod tests {
 
         // Registered again: armed again, from then.
         let t1 = Instant::now();
-        fence.registered(t1, terms(Some(T), P));
+        lease.registered(t1, terms(Some(T), P));
         settle().await;
         tokio::time::sleep_until(t1 + T + P - MS).await;
         settle().await;
@@ -293,19 +305,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn answers_in_time_keep_it_up_and_no_timeout_means_no_fence() {
-        let (fence, falls, task) = start();
-        fence.registered(Instant::now(), terms(Some(T), P));
+        let (lease, falls, task) = start();
+        lease.registered(Instant::now(), terms(Some(T), P));
         // Heartbeats answered every period for a long while.
         for _ in 0..100 {
             tokio::time::sleep(P).await;
-            fence.heard(Instant::now());
+            lease.heard(Instant::now());
             settle().await;
         }
         assert_eq!(falls.load(Ordering::SeqCst), 0);
 
         // A master that states no timeout: its silence is not judged.
-        fence.registered(Instant::now(), terms(None, P));
-        assert_eq!(fence.deadline(true), None);
+        lease.registered(Instant::now(), terms(None, P));
+        assert_eq!(lease.deadline(true), None);
         tokio::time::sleep(T * 20).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
@@ -314,20 +326,20 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_master_that_is_down_holds_the_fence_until_a_call_goes_unanswered() {
-        let (fence, falls, task) = start();
+        let (lease, falls, task) = start();
         let t0 = Instant::now();
-        fence.registered(t0, terms(Some(T), P));
+        lease.registered(t0, terms(Some(T), P));
         // Refused (the master restarts): however long, nothing falls.
         tokio::time::sleep(P).await;
-        fence.refused(Instant::now());
-        assert_eq!(fence.deadline(true), None);
+        lease.refused(Instant::now());
+        assert_eq!(lease.deadline(true), None);
         tokio::time::sleep(T * 20).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
         // Then a call goes unanswered (the link is cut): the silence counts from the last
-        // contact, which is long past, so the fence falls at once.
-        fence.unanswered();
-        assert_eq!(fence.deadline(true), Some(t0 + P + T + P));
+        // contact, which is long past, so the lease runs out at once.
+        lease.unanswered();
+        assert_eq!(lease.deadline(true), Some(t0 + P + T + P));
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 1);
         task.abort();
@@ -340,25 +352,26 @@ mod tests {
         const IT: Duration = Duration::from_millis(3000);
         const IP: Duration = Duration::from_millis(1000);
         let busy = Arc::new(AtomicBool::new(false));
-        let (fence, falls, task) = start_with(Arc::clone(&busy));
+        let (lease, falls, task) = start_with(Arc::clone(&busy));
         let t0 = Instant::now();
-        fence.registered(
+        lease.registered(
             t0,
             Liveness {
+                lease: None,
                 node_timeout: Some(T),
                 heartbeat: P,
                 idle: Some((IT, IP)),
             },
         );
-        assert_eq!(fence.deadline(false), Some(t0 + IT + IP));
-        // Silent far past the busy bound: an idle node is not fenced.
+        assert_eq!(lease.deadline(false), Some(t0 + IT + IP));
+        // Silent far past the busy bound: an idle node is not stopped.
         tokio::time::sleep_until(t0 + IT).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 0);
         // A launch: the master called, and the node runs ranks from now on.
         let t1 = Instant::now();
         busy.store(true, Ordering::SeqCst);
-        fence.heard(t1);
+        lease.heard(t1);
         tokio::time::sleep_until(t1 + T + P - MS).await;
         settle().await;
         assert_eq!(
@@ -371,7 +384,7 @@ mod tests {
         assert_eq!(falls.load(Ordering::SeqCst), 1);
         // Answered again; the ranks end; silence then counts against the idle bound.
         let t2 = Instant::now();
-        fence.heard(t2);
+        lease.heard(t2);
         busy.store(false, Ordering::SeqCst);
         tokio::time::sleep_until(t2 + T + P + MS).await;
         settle().await;
@@ -383,6 +396,46 @@ mod tests {
         tokio::time::sleep_until(t2 + IT + IP + MS).await;
         settle().await;
         assert_eq!(falls.load(Ordering::SeqCst), 2);
+        task.abort();
+    }
+
+    /// A lease from the master: the ranks run through a silence far longer than the node
+    /// timeout, busy or idle, and stop only once the lease is out; any answer renews it.
+    #[tokio::test(start_paused = true)]
+    async fn a_stated_lease_keeps_ranks_through_a_long_silence_and_only_then_stops_them() {
+        const LEASE: Duration = Duration::from_secs(300);
+        let (lease, falls, task) = start();
+        let t0 = Instant::now();
+        lease.registered(
+            t0,
+            Liveness {
+                lease: Some(LEASE),
+                node_timeout: Some(T),
+                heartbeat: P,
+                idle: Some((Duration::from_secs(18), Duration::from_secs(5))),
+            },
+        );
+        assert_eq!(lease.deadline(true), Some(t0 + LEASE));
+        assert_eq!(lease.deadline(false), Some(t0 + LEASE));
+        // A master paused for a minute: calls go unanswered, nothing stops.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        lease.unanswered();
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 0);
+        // It answers again: the lease counts from then.
+        let t1 = Instant::now();
+        lease.heard(t1);
+        settle().await;
+        tokio::time::sleep_until(t1 + LEASE - MS).await;
+        settle().await;
+        assert_eq!(
+            falls.load(Ordering::SeqCst),
+            0,
+            "stopped before the lease was out"
+        );
+        tokio::time::sleep_until(t1 + LEASE + MS).await;
+        settle().await;
+        assert_eq!(falls.load(Ordering::SeqCst), 1);
         task.abort();
     }
 }
