@@ -174,8 +174,7 @@ fn failover(
                 a_agents
             }
             Some(mut l) => {
-                l.child.kill().unwrap();
-                let _ = l.child.wait();
+                l.kill();
                 l.agents
             }
         };
@@ -215,8 +214,7 @@ fn failover(
     let (a50, a99) = median_p99(&mut after);
     let lowest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     for mut s in [Some(standby), leader].into_iter().flatten() {
-        let _ = s.child.kill();
-        let _ = s.child.wait();
+        s.kill();
     }
     let (s50, s99) = median_p99(&mut serving);
     let (u50, u99) = median_p99(&mut all_up);

@@ -260,16 +260,28 @@ impl EtcdCluster {
     }
 
     /// Every running member answers its health endpoint.
-    pub fn wait_healthy(&self, within: Duration) -> Result<()> {
+    pub fn wait_healthy(&mut self, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
-        for (i, m) in self.members.iter().enumerate() {
-            if m.child.is_none() {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
                 continue;
             }
             loop {
-                let body = health(m.metrics).unwrap_or_default();
+                let body = health(self.members[i].metrics).unwrap_or_default();
                 if body.contains("\"health\":\"true\"") {
                     break;
+                }
+                // A member that exited (a port taken before it bound it) will not answer:
+                // said at once, not after the whole wait.
+                if let Some(st) = self.members[i]
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten())
+                {
+                    bail!(
+                        "etcd member {i} exited ({st}); log: {}",
+                        std::fs::read_to_string(self.log(i)).unwrap_or_default()
+                    );
                 }
                 if Instant::now() > deadline {
                     bail!(

@@ -5,11 +5,11 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use gang_local::unit::Unit;
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::client::{self, Target};
 use gang_proto::v1;
@@ -19,7 +19,7 @@ use nix::sys::signal::Signal;
 use crate::etcd_cluster::free_port;
 
 pub struct Standby {
-    pub child: Child,
+    pub child: Unit,
     pub agents: std::net::SocketAddr,
     pub socket: PathBuf,
     pub ready: PathBuf,
@@ -28,8 +28,7 @@ pub struct Standby {
 
 impl Standby {
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 
     /// Wait until it has read the state and follows its changes (its warm copy is there):
@@ -111,19 +110,30 @@ pub fn held_job(token: &str) -> v1::SubmitRequest {
     }
 }
 
+/// How long one submission may go unacknowledged through kills before the test fails:
+/// a failover takes seconds; this is a master that never came.
+const NO_MASTER_FOR: Duration = Duration::from_secs(120);
+
 /// One client's submissions, each retried (same token) until a master acknowledges it:
-/// the ids acknowledged.
+/// the ids acknowledged; an error naming the submission no master took within
+/// `NO_MASTER_FOR`.
 async fn submit_through(
     sockets: Vec<PathBuf>,
     n: usize,
     tag: String,
     acked: Arc<AtomicUsize>,
-) -> Vec<u64> {
+) -> Result<Vec<u64>, String> {
     let mut ids = Vec::with_capacity(n);
     let mut client = None;
     for i in 0..n {
         let token = format!("{tag}-{i}");
+        let since = Instant::now();
         loop {
+            if since.elapsed() > NO_MASTER_FOR {
+                return Err(format!(
+                    "no master of {sockets:?} acknowledged submission {token} within {NO_MASTER_FOR:?}"
+                ));
+            }
             if client.is_none() {
                 client = any_master(&sockets).await;
             }
@@ -144,7 +154,7 @@ async fn submit_through(
             }
         }
     }
-    ids
+    Ok(ids)
 }
 
 /// When process `pid` started (clock ticks since boot): another process given the same
@@ -246,9 +256,12 @@ pub fn kills_under_submissions(
                 ))
             })
             .collect();
-        while acked.load(Ordering::Relaxed) < CLIENTS * per_client / 2 {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let half = CLIENTS * per_client / 2;
+        crate::wait_for(
+            NO_MASTER_FOR,
+            &format!("{half} submissions of round {round} acknowledged"),
+            || (acked.load(Ordering::Relaxed) >= half).then_some(()),
+        );
         let killed_agents = match leader.take() {
             None => {
                 c.stop_master(Signal::SIGKILL).unwrap();
@@ -264,7 +277,12 @@ pub fn kills_under_submissions(
         let mut ids: Vec<u64> = rt.block_on(async {
             let mut all = vec![];
             for t in tasks {
-                all.extend(t.await.unwrap());
+                match tokio::time::timeout(NO_MASTER_FOR, t).await {
+                    Ok(Ok(Ok(mine))) => all.extend(mine),
+                    Ok(Ok(Err(why))) => panic!("{why}"),
+                    Ok(Err(e)) => panic!("a client failed: {e}"),
+                    Err(_) => panic!("a client still submits after {NO_MASTER_FOR:?}"),
+                }
             }
             all
         });

@@ -179,19 +179,7 @@ fn run_prun(
     }
     // Never hang a test: kill prun (which cancels nothing; the cluster is torn down
     // anyway) and fail with what it printed.
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let watchdog = std::thread::spawn(move || {
-        let deadline = Instant::now() + deadline;
-        while Instant::now() < deadline {
-            if nix::sys::signal::kill(pid, None).is_err() {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok()
-    });
-    let out = child.wait_with_output().expect("prun ends");
-    let killed = watchdog.join().unwrap_or(false);
+    let (out, killed) = output_within(child, deadline);
     if killed {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let tail: String = stdout
@@ -214,6 +202,24 @@ fn run_prun(
         );
     }
     out
+}
+
+/// A child's output once it ends, or what it wrote until `deadline`, when it is killed
+/// (then `true`): a test waits on no process for ever.
+pub fn output_within(child: std::process::Child, deadline: Duration) -> (Output, bool) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let watchdog = std::thread::spawn(move || {
+        let deadline = Instant::now() + deadline;
+        while Instant::now() < deadline {
+            if nix::sys::signal::kill(pid, None).is_err() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok()
+    });
+    let out = child.wait_with_output().expect("the child ends");
+    (out, watchdog.join().unwrap_or(false))
 }
 
 /// The longest any prun in a test may take.

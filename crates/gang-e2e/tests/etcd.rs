@@ -5,12 +5,12 @@
 //! leads, and steps down.
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
 use gang_e2e::*;
 use gang_local::LocalCluster;
+use gang_local::unit::Unit;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -28,7 +28,7 @@ impl Master for Masters {
 /// A cluster whose master leads, and a standby on the same etcd prefix.
 struct Pair {
     c: LocalCluster,
-    standby: Child,
+    standby: Unit,
     b_ready: PathBuf,
     b_log: PathBuf,
     b_sock: PathBuf,
@@ -38,8 +38,7 @@ struct Pair {
 
 impl Drop for Pair {
     fn drop(&mut self) {
-        let _ = self.standby.kill();
-        let _ = self.standby.wait();
+        self.standby.kill();
     }
 }
 
@@ -178,7 +177,12 @@ fn killing_the_leader_hands_over_to_the_standby_with_every_job() {
         "every submission acknowledged once"
     );
     // The attached prun reattached to the new leader and got every line, once.
-    let out = attached.wait_with_output().unwrap();
+    let (out, killed) = output_within(attached, PRUN_DEADLINE);
+    assert!(
+        !killed,
+        "the attached prun did not end within {PRUN_DEADLINE:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -290,7 +294,10 @@ fn a_leader_paused_past_its_lease_cannot_write_and_steps_down() {
         (String::from_utf8(l.value).unwrap(), j.len())
     });
     assert!(
-        leader.contains(&format!("pid={}", p.standby.id())),
+        leader.contains(&format!(
+            "pid={}",
+            p.standby.pid().expect("the new leader runs")
+        )),
         "{leader}"
     );
     assert_eq!(jobs, 2);
@@ -298,8 +305,9 @@ fn a_leader_paused_past_its_lease_cannot_write_and_steps_down() {
 }
 
 /// One etcd member down: nothing noticed. Two: no quorum; changes are refused saying so,
-/// reads answer, the leader stays. Members back: it carries on. Then no member answering
-/// at all (as if its host were cut off): it stops leading within the lease.
+/// reads answer, the leader stays (its lease cannot end without a quorum: it only stops
+/// acting until etcd renews it). Members back: it acts again. Then no member answering at
+/// all (as if its host were cut off): past its lease it gives leadership up.
 #[test]
 fn etcd_members_lost_and_back() {
     let mut etcd = EtcdCluster::start(3).expect("etcd starts");
@@ -331,9 +339,20 @@ fn etcd_members_lost_and_back() {
         "{}",
         read(&p.c.master_log())
     );
+    assert!(
+        read(&p.c.master_log()).contains("changes are refused until it is renewed"),
+        "the leader stopped acting: {}",
+        read(&p.c.master_log())
+    );
     etcd.restart(0).unwrap();
     etcd.restart(1).unwrap();
     etcd.wait_healthy(T).unwrap();
+    // Its lease renewed (it never ended: without quorum nobody could end it), it acts again.
+    wait_for(T, "the leader to act again", || {
+        read(&p.c.master_log())
+            .contains("renewed again: this master leads and acts again")
+            .then_some(())
+    });
     let id = submit(&p.both, "1x1", &["true"]);
     wait_state(&p.both, id, "completed", T);
     assert!(
@@ -420,11 +439,9 @@ fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
 
     // Another master stands by on this side.
     let [c_sock, c_ready, c_log] = ["c.sock", "c.ready", "c.log"].map(|f| dir.path().join(f));
-    let _c = KillOnDrop(
-        cluster
-            .standby_master(c_listen, c_agents, &c_sock, &c_ready, &c_log)
-            .unwrap(),
-    );
+    let _c = cluster
+        .standby_master(c_listen, c_agents, &c_sock, &c_ready, &c_log)
+        .unwrap();
     wait_for(T, "the third master to stand by", || {
         read(&c_log).contains("standing by").then_some(())
     });
@@ -452,7 +469,10 @@ fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
     wait_for(T, "the third master to lead", || {
         c_ready.exists().then_some(())
     });
-    let stopped = logged_at(&x_log, "no longer leads").expect("the stop is logged");
+    // It stopped acting when its lease could no longer be confirmed, before etcd could let
+    // another master lead; it exits once it learns it cannot reach etcd past the lease.
+    let stopped =
+        logged_at(&x_log, "changes are refused until it is renewed").expect("the stop is logged");
     let elected = logged_at(&c_log, "elected leader").expect("the election is logged");
     assert!(
         stopped < elected,
@@ -471,7 +491,7 @@ fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
     assert_eq!(state_of(&cm, held_id.parse().unwrap()), "queued");
 }
 
-struct KillOnDrop(Child);
+struct KillOnDrop(std::process::Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
@@ -494,10 +514,9 @@ fn an_agent_sent_to_a_standby_goes_on_to_the_leader() {
     opts.standbys_first = true;
     let mut c = LocalCluster::start((2, 2), opts).expect("the first master leads");
     let [b_sock, b_ready, b_log] = ["b.sock", "b.ready", "b.log"].map(|f| dir.path().join(f));
-    let _b = KillOnDrop(
-        c.standby_master(b_listen, b_agents, &b_sock, &b_ready, &b_log)
-            .unwrap(),
-    );
+    let _b = c
+        .standby_master(b_listen, b_agents, &b_sock, &b_ready, &b_log)
+        .unwrap();
     wait_for(T, "the standby to answer", || {
         read(&b_log)
             .contains("calls are answered with where the leader is")

@@ -22,9 +22,15 @@ fn runtime() -> tokio::runtime::Runtime {
 /// with two workers, on a host that runs nine etcd members on two cores; a 1 s lease was
 /// once lost there, the leader's keepalives starved, and the test's write refused.
 async fn open(target: &gang_etcd::Target, name: &str) -> (EtcdStore, Loaded) {
-    EtcdStore::open(target, name.into(), 2, Duration::from_secs(3), |_| {})
-        .await
-        .unwrap()
+    // Elected within a few leases (another store's must end first), or the test fails.
+    let within = Duration::from_secs(60);
+    tokio::time::timeout(
+        within,
+        EtcdStore::open(target, name.into(), 2, Duration::from_secs(3), |_| {}),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("store {name} not elected within {within:?}"))
+    .unwrap()
 }
 
 /// Commit `saves`, again while etcd has no raft leader (a member was killed: nothing of a

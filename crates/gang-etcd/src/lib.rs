@@ -452,7 +452,10 @@ impl Etcd {
                 .into_inner();
             let answer = stream.message().await?;
             drop(tx);
-            Ok(answer.map_or(0, |a| a.ttl))
+            // A stream that ends unanswered says nothing of the lease: ask again.
+            answer
+                .map(|a| a.ttl)
+                .ok_or_else(|| tonic::Status::unavailable("the keepalive stream ended unanswered"))
         })
         .await
     }

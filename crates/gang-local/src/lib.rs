@@ -53,6 +53,7 @@ pub mod proc_table;
 mod procs;
 mod ready;
 mod standby;
+pub mod unit;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;

@@ -9,6 +9,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use gang_auth::PeerName;
 
+use crate::unit::Unit;
 use crate::{LocalCluster, tls_args};
 
 impl LocalCluster {
@@ -58,7 +59,8 @@ impl LocalCluster {
 
     /// A second master on the same state (in etcd) and files (TLS, token key) as this
     /// cluster's, on the given ports and socket, logging to `log`: it stands by until it
-    /// leads. Not tracked by the cluster: the caller owns (and stops) the process.
+    /// leads, and is started again when it steps down, as its unit would (`unit::Unit`).
+    /// Not tracked by the cluster: the caller owns (and stops) it.
     pub fn standby_master(
         &self,
         listen: SocketAddr,
@@ -66,10 +68,9 @@ impl LocalCluster {
         socket: &Path,
         ready: &Path,
         log: &Path,
-    ) -> Result<std::process::Child> {
-        self.standby_command(listen, agents, socket, ready, log, None)?
-            .spawn()
-            .with_context(|| format!("cannot run {}", self.master_bin.display()))
+    ) -> Result<Unit> {
+        let cmd = self.standby_command(listen, agents, socket, ready, log, None)?;
+        Unit::start(&cmd, log).with_context(|| format!("cannot run {}", self.master_bin.display()))
     }
 
     /// The command of [`LocalCluster::standby_master`], on `state` if given (etcd reached

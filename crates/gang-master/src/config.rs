@@ -269,9 +269,13 @@ impl FileConfig {
     }
 }
 
-/// The leader's lease in etcd, s: failover takes about this long after a leader dies.
-/// etcd grants at least its own minimum (1.5 election timeouts, rounded up).
-pub const DEFAULT_ETCD_LEASE_S: u32 = 2;
+/// The leader's lease in etcd, s: a leader that dies is replaced about this long after
+/// (one that stops cleanly gives its lease up, and is replaced at once). Five seconds: a
+/// leader whose renewals are late only stops acting until they are answered, but a lease
+/// etcd lets end is lost for good, and a loaded host or a slow disk can hold a renewal
+/// for seconds; jobs do not notice a failover this long (agents keep their ranks for
+/// `agent_lease_ms`). etcd grants at least its own minimum (1.5 election timeouts).
+pub const DEFAULT_ETCD_LEASE_S: u32 = 5;
 /// One etcd request's deadline, ms (a cluster without quorum answers nothing).
 pub const DEFAULT_ETCD_TIMEOUT_MS: u32 = 3000;
 

@@ -44,7 +44,7 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
     /// With the state in etcd: the leader's lease in seconds (a dead leader is replaced
-    /// about this long after it stopped answering) [default: 2].
+    /// about this long after it stopped answering; a stopped one at once) [default: 5].
     #[arg(long, value_name = "S")]
     etcd_lease_s: Option<u32>,
     /// With the state in etcd: how long one request to it may take [default: 3000].

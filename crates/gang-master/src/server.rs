@@ -64,9 +64,12 @@ pub struct RunningMaster {
     state: JoinHandle<()>,
     /// With the state in etcd: ends, saying why, when this master no longer leads.
     lost: Option<LostLeadership>,
+    /// With the state in etcd: gives leadership up at a clean stop.
+    resign: Option<Resign>,
 }
 
 type LostLeadership = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+type Resign = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl RunningMaster {
     /// Serve until `shutdown` resolves, then stop serving and wait (at most `grace`) for
@@ -113,6 +116,11 @@ impl RunningMaster {
             Err(_) => info!("streams still open after {grace:?}; exiting anyway"),
         }
         let _ = std::fs::remove_file(&self.socket);
+        // A standby takes over now, not a lease's TTL from now.
+        if let Some(resign) = self.resign.take() {
+            resign.await;
+            info!("leadership given up");
+        }
         Ok(())
     }
 }
@@ -150,12 +158,21 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     .await;
     standby.stop().await;
     let opened = opened?;
-    let lost: Option<LostLeadership> = match &opened.0 {
-        crate::state_store::StateStore::Etcd(s) => Some(Box::pin(s.on_lost())),
-        crate::state_store::StateStore::Sqlite(_) => None,
+    let (lost, resign): (Option<LostLeadership>, Option<Resign>) = match &opened.0 {
+        crate::state_store::StateStore::Etcd(s) => {
+            (Some(Box::pin(s.on_lost())), Some(Box::pin(s.resign())))
+        }
+        crate::state_store::StateStore::Sqlite(_) => (None, None),
     };
     let client_tcp = bind_tcp(cfg.listen, "clients").await?;
     let agent_tcp = bind_tcp(cfg.agent_listen, "agents").await?;
+    if let crate::state_store::StateStore::Etcd(s) = &opened.0 {
+        let me =
+            crate::state_store::advertise_at(client_tcp.local_addr()?, agent_tcp.local_addr()?);
+        if let Err(e) = s.advertise(me).await {
+            warn!("saying where this master serves in its leader key: {e:#}");
+        }
+    }
     let metrics_listener = metrics::bind(cfg.metrics_listen)
         .await
         .with_context(|| format!("cannot listen on {} for metrics", cfg.metrics_listen))?;
@@ -356,6 +373,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         servers,
         state,
         lost,
+        resign,
     })
 }
 
@@ -421,6 +439,7 @@ mod tests {
             servers,
             state,
             lost: None,
+            resign: None,
         };
         let e = master
             .serve_until(std::future::pending(), std::time::Duration::from_millis(10))

@@ -28,6 +28,13 @@ impl Commit for StateStore {
             StateStore::Etcd(s) => s.commit(saves),
         }
     }
+
+    fn may_act(&self) -> Result<(), String> {
+        match self {
+            StateStore::Sqlite(_) => Ok(()),
+            StateStore::Etcd(s) => s.may_act(),
+        }
+    }
 }
 
 /// What the master starts from.
@@ -42,13 +49,16 @@ pub struct Initial {
 /// What the leader key of an etcd-backed master says of it: where clients and agents
 /// reach it.
 pub fn advertise(cfg: &MasterConfig) -> String {
+    advertise_at(cfg.listen, cfg.agent_listen)
+}
+
+/// The same, for the ports bound.
+pub fn advertise_at(clients: std::net::SocketAddr, agents: std::net::SocketAddr) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
     format!(
-        "clients={} agents={} host={host} pid={}",
-        cfg.listen,
-        cfg.agent_listen,
+        "clients={clients} agents={agents} host={host} pid={}",
         std::process::id()
     )
 }

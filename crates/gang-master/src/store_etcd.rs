@@ -161,6 +161,40 @@ impl EtcdStore {
         self.leader.lost()
     }
 
+    /// Say in the leader key where this master serves, once its ports are bound (it was
+    /// elected with the ports configured, which may be 0): clients and agents told of the
+    /// leader by a standby are told the real ones. The key keeps its lease and creation.
+    pub async fn advertise(&self, me: String) -> anyhow::Result<()> {
+        let mut op = put_op(key(&self.prefix, "leader"), me.into_bytes());
+        if let Some(gang_etcd::pb::etcdserverpb::request_op::Request::RequestPut(put)) =
+            op.request.as_mut()
+        {
+            put.lease = self.leader.lease;
+        }
+        self.guarded(vec![op]).await.map_err(anyhow::Error::msg)
+    }
+
+    /// Whether this master may act: it leads, and its lease is confirmed.
+    pub fn may_act(&self) -> Result<(), String> {
+        if let Some(why) = self.lost() {
+            return Err(format!("this master no longer leads ({why})"));
+        }
+        match self.leader.unconfirmed() {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// Give leadership up (a clean stop): a standby is elected at once.
+    pub fn resign(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let resign = self.leader.resign();
+        async move {
+            if let Err(e) = resign.await {
+                tracing::warn!("revoking this master's lease at its stop: {e}");
+            }
+        }
+    }
+
     /// A future that ends when leadership is lost, with why (for the daemon to step down).
     pub fn on_lost(&self) -> impl std::future::Future<Output = String> + Send + 'static {
         let deposed = self.deposed.clone();
@@ -186,9 +220,7 @@ impl EtcdStore {
         &self,
         ops: Vec<gang_etcd::pb::etcdserverpb::RequestOp>,
     ) -> Result<(), String> {
-        if let Some(why) = self.lost() {
-            return Err(format!("this master no longer leads ({why})"));
-        }
+        self.may_act()?;
         let mut chunk = Vec::new();
         let mut bytes = 0;
         let mut chunks = Vec::new();

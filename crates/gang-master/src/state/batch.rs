@@ -9,6 +9,12 @@ use crate::state::{MasterState, Now, reactor};
 pub trait Commit {
     /// Make every save durable, or (`Err(why)`) none of them.
     fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String>;
+
+    /// Whether this master may act now (`Err(why)` if not: a leader on etcd whose lease is
+    /// not confirmed). A batch that would change or send anything is then taken back.
+    fn may_act(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Run `events` as one batch at `now`: from a checkpoint of the state, then the end of the
@@ -32,6 +38,13 @@ pub fn run<R>(
     // transaction: with thousands of nodes, that is tens of write locks and commits a
     // second for nothing.
     let nothing_to_save = fx.saves().next().is_none();
+    // Nothing to save or send (reads, heartbeats of an agent in step): answered even by a
+    // master that may not act now.
+    let acts = !nothing_to_save || fx.acts();
+    if acts && let Err(why) = db.may_act() {
+        st.rollback(cp);
+        return (r, Err(why));
+    }
     if !nothing_to_save && let Err(why) = db.commit(fx.saves()) {
         st.rollback(cp);
         return (r, Err(why));
@@ -46,4 +59,54 @@ pub fn run<R>(
         panic!("master state inconsistent after a batch: {e}");
     }
     (r, Ok(fx.into_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::State;
+    use crate::state::testkit::{World, caller, config};
+    use crate::state::tests::{S::*, run as steps};
+    use gang_core::JobId;
+
+    /// A store whose master may not act now (a leader on etcd whose lease is unconfirmed).
+    struct NotActing;
+
+    impl Commit for NotActing {
+        fn commit<'a>(&mut self, _: impl Iterator<Item = &'a Save>) -> Result<(), String> {
+            panic!("nothing is committed by a master that may not act")
+        }
+
+        fn may_act(&self) -> Result<(), String> {
+            Err("lease unconfirmed".into())
+        }
+    }
+
+    /// A master that may not act answers reads, and takes back every batch that would save
+    /// or send anything: nothing of it stays, nothing leaves.
+    #[test]
+    fn a_master_that_may_not_act_answers_reads_and_changes_nothing() {
+        let mut w = steps(
+            World::new(config(2, 2, 1)),
+            &[
+                RegisterAll,
+                Submit("1x1"),
+                Start(1),
+                State(1, State::Running),
+            ],
+        );
+        let admin = caller(0);
+        let (r, saved) = run(&mut w.st, &mut NotActing, w.now, |st, fx, now| {
+            reactor::on_cancel(st, fx, now, JobId(1), &admin)
+        });
+        assert!(r.is_ok(), "the reactor itself accepted the cancel");
+        assert_eq!(saved.unwrap_err(), "lease unconfirmed");
+        assert_eq!(w.view(1).state, State::Running, "taken back");
+        let (view, saved) = run(&mut w.st, &mut NotActing, w.now, |st, _, now| {
+            st.view(JobId(1), now)
+        });
+        assert!(saved.is_ok(), "a read is answered");
+        assert_eq!(view.unwrap().record.state, State::Running);
+        w.fx.assert_quiet();
+    }
 }

@@ -79,6 +79,13 @@ pub enum Save {
 pub struct Effects(Vec<Effect>, std::collections::HashMap<u64, usize>);
 
 impl Effects {
+    /// Whether anything but metrics would leave: a call, an announcement, a fence answer.
+    pub fn acts(&self) -> bool {
+        self.0
+            .iter()
+            .any(|e| !matches!(e, Effect::Metric(_) | Effect::Save(_)))
+    }
+
     pub fn emit(&mut self, effect: Effect) {
         if let Effect::Save(Save::Job(job)) = &effect {
             let id = job.record.id.0;
