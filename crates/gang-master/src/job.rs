@@ -241,13 +241,51 @@ pub struct Defaults {
     pub mpi: Mpi,
 }
 
+/// The longest job name, in bytes (Slurm allows more, but a name is a label, not data).
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// A job name users chose: 1 to `MAX_NAME_BYTES` bytes, no control character (names are
+/// printed on other users' and admins' terminals: an ESC there is an attack).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "a job name must be 1 to {MAX_NAME_BYTES} bytes, got {} bytes",
+            name.len()
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "a job name may not contain control characters, got {c:?} in {:?}",
+            name.escape_debug().to_string()
+        ));
+    }
+    Ok(())
+}
+
+/// The name of a job that chose none: its program, cut to `MAX_NAME_BYTES` and with
+/// control characters shown as '?'.
+pub fn default_name(argv0: &str) -> String {
+    let mut name: String = argv0
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if name.len() > MAX_NAME_BYTES {
+        let mut end = MAX_NAME_BYTES;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+    }
+    name
+}
+
 impl Spec<Asked> {
     /// The spec the job keeps: the defaults of today for what it left out (a later change
     /// of the cluster's defaults does not change a job), and a name.
     pub fn resolve(self, d: Defaults) -> Spec {
         Spec {
             name: if self.name.is_empty() {
-                self.argv.first().cloned().unwrap_or_default()
+                default_name(self.argv.first().map_or("", String::as_str))
             } else {
                 self.name
             },
@@ -643,4 +681,29 @@ pub fn killed_by(signal: i32) -> String {
 pub fn signal_code(signal: i32) -> i32 {
     // Agents report real signal numbers; a bogus one must not overflow the master.
     128i32.saturating_add(signal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_short_labels_without_control_characters() {
+        assert!(check_name("solver-run 3").is_ok());
+        assert!(check_name(&"é".repeat(128)).is_ok());
+        assert!(check_name("").unwrap_err().contains("1 to 256 bytes"));
+        let long = "x".repeat(2_500_000);
+        assert!(check_name(&long).unwrap_err().contains("got 2500000 bytes"));
+        for bad in ["a\u{1b}[2Jb", "nul\0", "two\nlines", "\u{9b}31m"] {
+            assert!(
+                check_name(bad).unwrap_err().contains("control characters"),
+                "{bad:?}"
+            );
+        }
+        // A program's name stands in, made printable and short.
+        assert_eq!(default_name("./a.out"), "./a.out");
+        assert_eq!(default_name("x\u{1b}y"), "x?y");
+        let long = default_name(&"é".repeat(200));
+        assert!(long.len() <= MAX_NAME_BYTES && check_name(&long).is_ok());
+    }
 }

@@ -65,7 +65,22 @@ pub(super) fn dash(s: &str) -> String {
 }
 
 /// Columns padded to their widest cell, two spaces apart; no trailing blanks.
+/// A string users wrote, safe to print on someone's terminal: control characters (ESC,
+/// NUL, newlines) shown escaped, not sent to the terminal. The master refuses them in new
+/// names; rows written before, arguments and reasons may still hold them.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(s.chars().flat_map(char::escape_debug).collect())
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
 pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| r.into_iter().map(|c| printable(&c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (i, cell) in row.iter().enumerate() {
@@ -94,7 +109,7 @@ pub(super) fn key_values(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
     pairs
         .iter()
-        .map(|(k, v)| format!("{:<width$} {v}\n", format!("{k}:")))
+        .map(|(k, v)| format!("{:<width$} {}\n", format!("{k}:"), printable(v)))
         .collect()
 }
 
@@ -107,6 +122,18 @@ pub fn shell_join(argv: &[String]) -> String {
                     .all(|c| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c));
             if plain {
                 a.clone()
+            } else if a.chars().any(char::is_control) {
+                // Bash's $'...' quoting: control characters escaped, not sent raw.
+                let escaped: String = a
+                    .chars()
+                    .map(|c| match c {
+                        '\'' | '\\' => format!("\\{c}"),
+                        c if c.is_control() && c.is_ascii() => format!("\\x{:02x}", c as u32),
+                        c if c.is_control() => format!("\\u{:04x}", c as u32),
+                        c => c.to_string(),
+                    })
+                    .collect();
+                format!("$'{escaped}'")
             } else {
                 format!("'{}'", a.replace('\'', r"'\''"))
             }
@@ -338,6 +365,15 @@ pub fn job_label(j: &gang_proto::v1::JobInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_users_wrote_reaches_terminals_escaped() {
+        assert_eq!(printable("plain name"), "plain name");
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        let t = table(&["NAME"], vec![vec!["x\u{1b}]0;pwned\u{7}".into()]]);
+        assert!(!t.contains('\u{1b}') && !t.contains('\u{7}'), "{t:?}");
+        assert_eq!(shell_join(&["a\u{1b}'b".into()]), "$'a\\x1b\\'b'");
+    }
 
     #[test]
     fn formats() {

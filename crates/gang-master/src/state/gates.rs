@@ -243,13 +243,8 @@ impl MasterState {
                 )));
             }
         }
-        if let Some(name) = &u.name
-            && (name.is_empty() || name.len() > 256 || name.contains('\0'))
-        {
-            return Err(MasterError::Invalid(format!(
-                "a job name must be 1 to 256 bytes without NUL, got {} bytes",
-                name.len()
-            )));
+        if let Some(name) = &u.name {
+            crate::job::check_name(name).map_err(MasterError::Invalid)?;
         }
         match u.hold {
             Some(true) if state != State::Queued => {

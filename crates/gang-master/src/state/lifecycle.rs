@@ -21,6 +21,8 @@ use crate::state::{MasterState, Now, Placed};
 
 /// The exit code of a job that ran out of time (`timeout(1)`'s).
 pub const TIMEOUT_EXIT: i32 = 124;
+/// The longest working directory (Linux's PATH_MAX).
+const MAX_PATH_BYTES: usize = 4096;
 
 impl MasterState {
     /// The cluster's defaults for what a submission leaves out.
@@ -87,6 +89,15 @@ impl MasterState {
                 "the working directory must be an absolute path, got {:?}",
                 new.cwd
             )));
+        }
+        if new.cwd.len() > MAX_PATH_BYTES || new.cwd.contains('\0') {
+            return Err(MasterError::Invalid(format!(
+                "the working directory must be at most {MAX_PATH_BYTES} bytes without NUL, got {} bytes",
+                new.cwd.len()
+            )));
+        }
+        if !new.name.is_empty() {
+            crate::job::check_name(&new.name).map_err(MasterError::Invalid)?;
         }
         if new.at_submit.array.is_none() {
             let patterns = [&new.output_files.output, &new.output_files.error];
