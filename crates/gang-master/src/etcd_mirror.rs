@@ -5,11 +5,12 @@
 //!
 //! Pure: keys and values in, state out; reading etcd is the caller's.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::job::SavedJob;
+use crate::job::{SavedJob, Spec};
 
 /// What a master finds in the store when it becomes the leader.
 #[derive(Debug, Default)]
@@ -22,6 +23,8 @@ pub struct Loaded {
     /// Every job, by id (taken one at a time: see [`Jobs`]).
     pub jobs: Jobs,
     pub drained: Vec<(u32, u32)>,
+    /// The specs arrays' tasks share, by array id.
+    pub specs: HashMap<u64, Arc<Spec>>,
     /// Ended jobs whose rows are still in keys of their own (not yet archived).
     pub finished_unarchived: BTreeSet<u64>,
     /// Taken from a standby's warm copy (not read at the election).
@@ -41,6 +44,8 @@ pub struct Mirror {
     /// Jobs in keys of their own.
     jobs: BTreeMap<u64, SavedJob>,
     drained: BTreeSet<(u32, u32)>,
+    /// The specs arrays' tasks share.
+    specs: HashMap<u64, Arc<Spec>>,
 }
 
 fn id_of(name: &str) -> Option<u64> {
@@ -56,6 +61,7 @@ impl Mirror {
             meta: BTreeMap::new(),
             archives: BTreeMap::new(),
             jobs: BTreeMap::new(),
+            specs: HashMap::new(),
             drained: BTreeSet::new(),
         }
     }
@@ -107,6 +113,18 @@ impl Mirror {
                     }
                 }
             }
+            ("specs", v) => {
+                let id = id_of(name).with_context(what)?;
+                match v {
+                    Some(v) => {
+                        let spec: Spec = serde_json::from_slice(v).with_context(what)?;
+                        self.specs.insert(id, Arc::new(spec));
+                    }
+                    None => {
+                        self.specs.remove(&id);
+                    }
+                }
+            }
             ("drained", v) => {
                 let node = name
                     .split_once(',')
@@ -148,6 +166,7 @@ impl Mirror {
                 archives: self.archives,
                 own: self.jobs,
             },
+            specs: self.specs,
             from_warm_copy: false,
         }
     }
@@ -257,6 +276,31 @@ mod tests {
             r#"{{"id":{id},"user":"u","uid":1,"gid":1,"groups":[1],"name":"x","argv":["x"],"cwd":"/","env":{{}},"time_limit_s":0,"stdin":false,"shape":"1x1","w":1,"h":1,"state":"{state}","exit_code":0,"reason":"","submit_ns":1,"start_ns":2,"end_ns":3,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0}}"#
         )
         .into_bytes()
+    }
+
+    /// An array's spec key is kept with the jobs, and a task's row names it.
+    #[test]
+    fn an_arrays_spec_is_followed_with_its_tasks() {
+        let mut m = Mirror::new("/c", 1);
+        let spec = serde_json::to_vec(&*row_spec()).unwrap();
+        m.apply(b"/c/specs/00000000000000000004", Some(&spec), 2)
+            .unwrap();
+        let task = String::from_utf8(row(4, "queued"))
+            .unwrap()
+            .replace(r#""run_ns":0}"#, r#""run_ns":0,"spec_of":4}"#);
+        m.apply(b"/c/jobs/00000000000000000004", Some(task.as_bytes()), 3)
+            .unwrap();
+        let loaded = m.into_loaded();
+        assert_eq!(loaded.specs[&4].argv, ["./big", "input"]);
+        let mut jobs: Vec<SavedJob> = loaded.jobs.into_iter().collect();
+        crate::job::attach_spec(&mut jobs[0], &loaded.specs);
+        assert_eq!(jobs[0].argv, ["./big", "input"]);
+    }
+
+    fn row_spec() -> Arc<Spec> {
+        let mut j: SavedJob = serde_json::from_slice(&row(1, "queued")).unwrap();
+        Arc::make_mut(&mut j.record.spec).argv = vec!["./big".into(), "input".into()];
+        j.record.spec
     }
 
     #[test]

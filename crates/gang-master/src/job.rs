@@ -231,6 +231,51 @@ pub struct ArrayTask {
     pub task: u32,
     #[serde(default)]
     pub throttle: u32,
+    /// The array's task count and lowest and highest index, which its ranks are told
+    /// (`GANG_ARRAY_TASK_COUNT`...). 0: a task saved before the tasks shared one spec,
+    /// whose spec already says so.
+    #[serde(default)]
+    pub count: u32,
+    #[serde(default)]
+    pub min: u32,
+    #[serde(default)]
+    pub max: u32,
+}
+
+impl ArrayTask {
+    /// The spec a task's ranks get: its array's, with its index in the environment and
+    /// in the output patterns (`%A`, `%a`). The array's tasks share one spec (a thousand
+    /// tasks of a large command and environment are one copy, in memory and saved).
+    pub fn task_spec(self, array: &Spec) -> Spec {
+        let mut s = array.clone();
+        if self.count == 0 {
+            return s;
+        }
+        let env = [
+            ("GANG_ARRAY_JOB_ID", self.job.0.to_string()),
+            ("GANG_ARRAY_TASK_ID", self.task.to_string()),
+            ("GANG_ARRAY_TASK_COUNT", self.count.to_string()),
+            ("GANG_ARRAY_TASK_MIN", self.min.to_string()),
+            ("GANG_ARRAY_TASK_MAX", self.max.to_string()),
+        ];
+        for (k, v) in env {
+            s.env.insert(k.to_string(), v);
+        }
+        s.output_files = self.output_files(&array.output_files);
+        s
+    }
+
+    /// The array's output patterns with this task's `%A` and `%a`.
+    pub fn output_files(self, array: &OutputFiles) -> OutputFiles {
+        use gang_core::output_pattern::expand_array;
+        if self.count == 0 {
+            return array.clone();
+        }
+        OutputFiles {
+            output: expand_array(&array.output, self.job.0, self.task),
+            error: expand_array(&array.error, self.job.0, self.task),
+        }
+    }
 }
 
 /// The cluster's defaults for the modes a submission may leave out.
@@ -468,6 +513,65 @@ pub struct SavedJob {
     pub record: JobRecord,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Live>,
+    /// A task of an array whose spec is saved once for all its tasks (`Save::Spec`): the
+    /// row holds a placeholder spec, and the array's is put in when it is read back
+    /// (`attach_spec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_of: Option<JobId>,
+}
+
+/// The spec a task's row holds in place of its array's (a few hundred bytes).
+pub fn placeholder_spec() -> Arc<Spec> {
+    static P: std::sync::OnceLock<Arc<Spec>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        Arc::new(Spec {
+            owner: Owner {
+                uid: u32::MAX,
+                gid: u32::MAX,
+                groups: Vec::new(),
+                user: String::new(),
+            },
+            name: String::new(),
+            argv: Vec::new(),
+            cwd: String::new(),
+            env: BTreeMap::new(),
+            time_limit_s: 0,
+            stdin: false,
+            shape: String::new(),
+            gang: GangMode::default(),
+            on_deadlock: DeadlockPolicy::default(),
+            msg_context: MsgContext::default(),
+            mpi: Mpi::default(),
+            mpi_check: false,
+            output_files: OutputFiles::default(),
+            client_token: None,
+            dependency: Vec::new(),
+            allocate: false,
+            allocation: None,
+            at_submit: AtSubmit::default(),
+        })
+    })
+    .clone()
+}
+
+/// Put the array's spec into a task row read back (`specs`: the arrays' specs saved). A
+/// spec that is missing (a store damaged by hand) leaves the task failed, saying so, rather
+/// than run with the placeholder.
+pub fn attach_spec(saved: &mut SavedJob, specs: &std::collections::HashMap<u64, Arc<Spec>>) {
+    let Some(array) = saved.spec_of else {
+        return;
+    };
+    match specs.get(&array.0) {
+        Some(spec) => saved.record.spec = spec.clone(),
+        None if saved.record.state.is_final() => {}
+        None => {
+            saved.record.state = State::Failed;
+            saved.record.reason = format!(
+                "the spec of array {array} is missing from the master's store: this task cannot run"
+            );
+            saved.live = None;
+        }
+    }
 }
 
 impl std::ops::Deref for SavedJob {
@@ -528,6 +632,8 @@ pub struct Job {
     pub run_accounted_to: i64,
     /// Its messaging library's activity, verdict and fences, once it runs (not saved).
     pub shim: Option<Box<JobShim>>,
+    /// A task whose spec is its array's, shared and saved once (`SavedJob::spec_of`).
+    pub spec_shared: bool,
 }
 
 impl Job {
@@ -541,6 +647,7 @@ impl Job {
             ended_with: None,
             run_accounted_to: 0,
             shim: None,
+            spec_shared: false,
         }
     }
 
@@ -570,9 +677,20 @@ impl Job {
             home_slice,
             ended_with: self.ended_with,
         });
+        let (record, spec_of) = match self.record.array {
+            Some(a) if self.spec_shared => (
+                JobRecord {
+                    spec: placeholder_spec(),
+                    ..self.record.clone()
+                },
+                Some(a.job),
+            ),
+            _ => (self.record.clone(), None),
+        };
         SavedJob {
-            record: self.record.clone(),
+            record,
             live,
+            spec_of,
         }
     }
 
@@ -581,6 +699,7 @@ impl Job {
     pub fn restored(saved: SavedJob) -> Self {
         let live = saved.live.unwrap_or_default();
         let mut job = Job::new(saved.record);
+        job.spec_shared = saved.spec_of.is_some();
         if matches!(job.record.state, State::Starting | State::Running) {
             job.ranks = (0..job.rank_count() as usize)
                 .map(|i| match live.exits.get(i).copied().flatten() {

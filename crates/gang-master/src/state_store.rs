@@ -46,6 +46,17 @@ pub struct Initial {
     pub drained: Vec<(u32, u32)>,
 }
 
+/// Saved jobs with their arrays' specs put back (`job::attach_spec`).
+fn attached(
+    records: impl Iterator<Item = SavedJob> + Send + 'static,
+    specs: std::collections::HashMap<u64, Arc<crate::job::Spec>>,
+) -> Box<dyn Iterator<Item = SavedJob> + Send> {
+    Box::new(records.map(move |mut r| {
+        crate::job::attach_spec(&mut r, &specs);
+        r
+    }))
+}
+
 /// What the leader key of an etcd-backed master says of it: where clients and agents
 /// reach it.
 pub fn advertise(cfg: &MasterConfig) -> String {
@@ -98,7 +109,7 @@ pub async fn open(
                 table_version: store.table_version()?,
                 table_epoch_ns: store.table_epoch(quantum_ns)?,
             },
-            records: Box::new(store.load_jobs()?.into_iter()),
+            records: attached(store.load_jobs()?.into_iter(), store.load_specs()?),
             drained: store.drained()?,
         };
         return Ok((StateStore::Sqlite(store), initial));
@@ -138,7 +149,7 @@ pub async fn open(
                 .table_epoch
                 .and_then(|(e, q)| (q == quantum_ns).then_some(e)),
         },
-        records: Box::new(loaded.jobs.into_iter()),
+        records: attached(loaded.jobs.into_iter(), loaded.specs),
         drained: loaded.drained,
     };
     Ok((StateStore::Etcd(store), initial))

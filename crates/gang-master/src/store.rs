@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::job::SavedJob;
+use std::sync::Arc;
+
+use crate::job::{SavedJob, Spec};
 use crate::state::batch::Commit;
 use crate::state::effects::Save;
 
@@ -31,6 +33,10 @@ CREATE TABLE IF NOT EXISTS drained (
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS specs (
+    array INTEGER PRIMARY KEY,
+    spec TEXT NOT NULL
 );
 ";
 
@@ -183,6 +189,21 @@ impl Store {
         Ok(out)
     }
 
+    /// The specs arrays' tasks share, by array id.
+    pub fn load_specs(&self) -> anyhow::Result<std::collections::HashMap<u64, Arc<Spec>>> {
+        let mut stmt = self.conn.prepare("SELECT array, spec FROM specs")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = std::collections::HashMap::new();
+        for row in rows {
+            let (id, text) = row?;
+            let spec: Spec = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("the spec of array {id} in the state database: {e}")
+            })?;
+            out.insert(id as u64, Arc::new(spec));
+        }
+        Ok(out)
+    }
+
     pub fn drained(&self) -> rusqlite::Result<Vec<(u32, u32)>> {
         let mut stmt = self.conn.prepare("SELECT x, y FROM drained")?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -214,6 +235,13 @@ fn write(db: &Connection, save: &Save) -> rusqlite::Result<()> {
             db.execute(
                 "INSERT INTO jobs (id, record) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET record = excluded.record",
                 params![job.id.0 as i64, text],
+            )?;
+        }
+        Save::Spec { array, spec } => {
+            let text = serde_json::to_string(spec.as_ref()).expect("specs serialize");
+            db.execute(
+                "INSERT OR REPLACE INTO specs (array, spec) VALUES (?1, ?2)",
+                params![array.0 as i64, text],
             )?;
         }
         Save::Drained {
@@ -303,6 +331,61 @@ mod tests {
         r#"{"id":3,"user":"u1000","uid":1000,"gid":1000,"groups":[1000],"name":"./a.out","argv":["./a.out"],"cwd":"/tmp","env":{"GANG_MASTER":"x"},"time_limit_s":0,"stdin":false,"shape":"4x4","w":4,"h":4,"state":"queued","submesh":null,"exit_code":null,"reason":"","submit_ns":1700000000000000000,"start_ns":0,"end_ns":0,"gang":"stop","on_deadlock":"report","msg_context":"resident","mpi":"pmi1","mpi_check":false,"run_ns":0}"#,
         r#"{"id":4,"user":"bob","uid":1002,"gid":1002,"name":"sim","argv":["sim"],"cwd":"/","env":{},"time_limit_s":0,"stdin":true,"shape":"2","w":2,"h":1,"state":"cancelled","submesh":null,"exit_code":null,"reason":"cancelled by bob","submit_ns":1,"start_ns":0,"end_ns":2}"#,
     ];
+
+    /// An array of a large command and environment is one copy in the database: its
+    /// tasks' rows name the spec saved once, and read back with it.
+    #[test]
+    fn an_arrays_tasks_share_one_saved_spec_and_read_back_whole() {
+        use crate::state::testkit::{config, new_job};
+        use crate::state::{MasterState, Now, Persisted, batch, reactor};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut store = Store::open(&path).unwrap();
+        let mut st = MasterState::new(config(2, 2, 1), &Persisted::default()).unwrap();
+        let mut job = new_job("1x1", 1000, 0);
+        job.argv = vec!["./solver".into(), "x".repeat(200_000)];
+        job.env.insert("BIG".into(), "y".repeat(800_000));
+        job.at_submit.array = Some(gang_core::array::parse("0-99", 1000).unwrap());
+        job.at_submit.hold = true;
+        let now = Now {
+            mono_ns: 1,
+            wall_ns: 1,
+            live_ns: 1,
+        };
+        let (r, _) = batch::run(&mut st, &mut store, now, |st, fx, now| {
+            reactor::on_recover(st, fx, now, std::iter::empty(), &[])
+        });
+        r.unwrap();
+        let (r, saved) = batch::run(&mut st, &mut store, now, |st, fx, now| {
+            reactor::on_submit(st, fx, now, job)
+        });
+        r.unwrap();
+        saved.unwrap();
+        let rows: i64 = store
+            .conn
+            .query_row("SELECT SUM(LENGTH(record)) FROM jobs", [], |r| r.get(0))
+            .unwrap();
+        assert!(rows < 100 * 2000, "100 task rows of {rows} bytes");
+        let specs = store.load_specs().unwrap();
+        assert_eq!(specs.len(), 1);
+        let mut jobs = store.load_jobs().unwrap();
+        assert_eq!(jobs.len(), 100);
+        for j in &mut jobs {
+            crate::job::attach_spec(j, &specs);
+            assert_eq!(j.argv[1].len(), 200_000);
+            assert_eq!(j.env["BIG"].len(), 800_000);
+        }
+        // A task row whose spec is gone is not run with the placeholder.
+        let mut orphan = jobs[5].clone();
+        orphan.spec_of = Some(gang_core::JobId(77));
+        crate::job::attach_spec(&mut orphan, &Default::default());
+        assert_eq!(orphan.state, crate::job::State::Failed);
+        assert!(
+            orphan.reason.contains("spec of array 77 is missing"),
+            "{}",
+            orphan.reason
+        );
+    }
 
     #[test]
     fn rows_of_an_earlier_master_load_and_are_saved_back_unchanged() {

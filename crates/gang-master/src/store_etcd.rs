@@ -295,6 +295,10 @@ impl Commit for EtcdStore {
                         running.push(job.id.0);
                     }
                 }
+                Save::Spec { array, spec } => {
+                    let text = serde_json::to_vec(spec.as_ref()).expect("specs serialize");
+                    set(key(p, &format!("specs/{:020}", array.0)), Some(text));
+                }
                 Save::Drained {
                     node: (x, y),
                     drained,

@@ -258,6 +258,11 @@ pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> 
 
 pub fn job_info(v: &JobView) -> v1::JobInfo {
     let gang = v1::GangMode::from(v.gang) as i32;
+    // A task's own patterns (its array's, with its %A and %a).
+    let files = match v.array {
+        Some(a) => a.output_files(&v.output_files),
+        None => v.output_files.clone(),
+    };
     v1::JobInfo {
         id: v.id.0,
         user: v.owner.user.clone(),
@@ -276,8 +281,8 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             msg_context: v1::MsgContext::from(v.msg_context) as i32,
             mpi: v1::Mpi::from(v.mpi) as i32,
             mpi_check: v.mpi_check,
-            output: v.output_files.output.clone(),
-            error: v.output_files.error.clone(),
+            output: files.output,
+            error: files.error,
             dependency: v
                 .dependency
                 .iter()

@@ -70,6 +70,11 @@ pub enum Save {
         version: u64,
         grid: SlotGrid,
     },
+    /// The spec an array's tasks share, saved once (their rows name it: `spec_of`).
+    Spec {
+        array: JobId,
+        spec: Arc<Spec>,
+    },
 }
 
 /// A batch's effects, in the order the reactor emitted them; a job saved twice in one
@@ -166,6 +171,7 @@ mod tests {
         Effect::Save(Save::Job(Box::new(SavedJob {
             record: r,
             live: None,
+            spec_of: None,
         })))
     }
 

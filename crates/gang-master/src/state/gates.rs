@@ -285,6 +285,8 @@ impl MasterState {
             None => {}
         }
         if u.time_limit_s.is_some() || u.name.is_some() {
+            // A task that shared its array's spec gets one of its own (saved whole).
+            job.spec_shared = false;
             let spec = Arc::make_mut(&mut job.record.spec);
             if let Some(limit) = u.time_limit_s {
                 spec.time_limit_s = limit;

@@ -190,33 +190,41 @@ impl MasterState {
             array,
             ..JobRecord::queued(id, spec, shape.w, shape.h, now.wall_ns)
         };
+        let spec = Arc::new(spec);
         let records: Vec<JobRecord> = match &array {
-            None => vec![record(first, Arc::new(spec), None)],
-            Some(a) => a
-                .tasks
-                .iter()
-                .enumerate()
-                .map(|(i, &task)| {
-                    let id = JobId(first.0 + i as u64);
-                    let place = ArrayTask {
-                        job: first,
-                        task,
-                        throttle: a.throttle,
-                    };
-                    record(
-                        id,
-                        Arc::new(array_task_spec(&spec, a, place, i == 0)),
-                        Some(place),
-                    )
-                })
-                .collect(),
+            None => vec![record(first, spec, None)],
+            Some(a) => {
+                // One spec for every task, saved once: a task's index is added where its
+                // ranks are launched (`ArrayTask::task_spec`).
+                fx.emit(Effect::Save(Save::Spec {
+                    array: first,
+                    spec: spec.clone(),
+                }));
+                a.tasks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &task)| {
+                        let place = ArrayTask {
+                            job: first,
+                            task,
+                            throttle: a.throttle,
+                            count: a.tasks.len() as u32,
+                            min: a.tasks[0],
+                            max: a.tasks[a.tasks.len() - 1],
+                        };
+                        record(JobId(first.0 + i as u64), spec.clone(), Some(place))
+                    })
+                    .collect()
+            }
         };
         // A job with nothing to wait for goes to the core at once; the others wait gated
         // (held, dependencies, their array's limit) until `admit_ready` lets them in.
         let mut cache = Default::default();
         for r in records {
             let id = r.id;
-            self.jobs.insert(Job::new(r));
+            let mut job = Job::new(r);
+            job.spec_shared = job.record.array.is_some();
+            self.jobs.insert(job);
             self.next_id = id.0 + 1;
             // Gated while its gate is looked at: a task does not count against its own
             // array's limit.
@@ -342,7 +350,10 @@ impl MasterState {
             .record
             .submesh
             .expect("a job being launched has its submesh");
-        let (first, others) = rank_specs(&job.record.spec);
+        let (first, others) = match job.record.array {
+            Some(a) => rank_specs(&a.task_spec(&job.record.spec)),
+            None => rank_specs(&job.record.spec),
+        };
         let mut down = vec![];
         let size = job.rank_count();
         for rank in 0..size {
@@ -616,38 +627,6 @@ impl MasterState {
         ))));
         fx.emit(Effect::JobChanged(Box::new(self.job_view(job, now))));
     }
-}
-
-/// The spec of one task of an array: its index in the environment and in the output
-/// patterns (`%A`, `%a`); the submitter's retry token stays with the first task alone.
-fn array_task_spec(
-    spec: &Spec,
-    a: &gang_core::array::ArraySpec,
-    place: ArrayTask,
-    first: bool,
-) -> Spec {
-    let mut s = spec.clone();
-    let env = [
-        ("GANG_ARRAY_JOB_ID", place.job.0.to_string()),
-        ("GANG_ARRAY_TASK_ID", place.task.to_string()),
-        ("GANG_ARRAY_TASK_COUNT", a.tasks.len().to_string()),
-        ("GANG_ARRAY_TASK_MIN", a.tasks[0].to_string()),
-        (
-            "GANG_ARRAY_TASK_MAX",
-            a.tasks[a.tasks.len() - 1].to_string(),
-        ),
-    ];
-    for (k, v) in env {
-        s.env.insert(k.to_string(), v);
-    }
-    use gang_core::output_pattern::expand_array;
-    for p in [&mut s.output_files.output, &mut s.output_files.error] {
-        *p = expand_array(p, place.job.0, place.task);
-    }
-    if !first {
-        s.client_token = None;
-    }
-    s
 }
 
 /// A job's spec as its ranks get it, rank 0's and the others': without the submitter's

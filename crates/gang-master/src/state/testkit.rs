@@ -24,6 +24,8 @@ pub struct Recorder {
     pub db: BTreeMap<u64, SavedJob>,
     pub drained: BTreeSet<Coord>,
     pub table_meta: Option<(u64, SlotGrid)>,
+    /// The specs arrays' tasks share, by array id.
+    pub specs: std::collections::HashMap<u64, Arc<Spec>>,
     /// Every other effect, in order.
     pub sent: Vec<Effect>,
     /// Nodes whose tables are lost on the way.
@@ -52,6 +54,9 @@ impl Commit for Recorder {
                     self.drained.remove(node);
                 }
                 Save::TableMeta { version, grid } => self.table_meta = Some((*version, *grid)),
+                Save::Spec { array, spec } => {
+                    self.specs.insert(array.0, spec.clone());
+                }
             }
         }
         Ok(())
@@ -339,7 +344,15 @@ impl World {
             table_version: fx.table_meta.map_or(0, |(v, _)| v),
             table_epoch_ns: fx.table_meta.map(|(_, g)| g.epoch_ns),
         };
-        let records: Vec<SavedJob> = fx.db.values().cloned().collect();
+        let records: Vec<SavedJob> = fx
+            .db
+            .values()
+            .cloned()
+            .map(|mut r| {
+                crate::job::attach_spec(&mut r, &fx.specs);
+                r
+            })
+            .collect();
         let drained: Vec<Coord> = fx.drained.iter().copied().collect();
         let mut w = World {
             st: MasterState::new(cfg.clone(), &persisted).expect("config is valid"),
@@ -364,6 +377,7 @@ impl World {
             db: self.fx.db,
             drained: self.fx.drained,
             table_meta: self.fx.table_meta,
+            specs: self.fx.specs,
             ..Recorder::default()
         };
         fx.assert_quiet();

@@ -45,6 +45,8 @@ pub enum S {
     Refused(&'static str, &'static str),
     /// Every launch of the job is sent; confirm them all (the agents started the ranks).
     Start(u64),
+    /// The same, each launch order checked first.
+    StartChecked(u64, fn(&crate::state::effects::LaunchOrder)),
     /// The launch of that rank could not reach its agent (the others start).
     LaunchUnreachable(u64, u32),
     /// The launch of this rank of the job failed (the agent refused, naming its node).
@@ -196,6 +198,14 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                 let launches = w.fx.take_launches(JobId(job));
                 assert!(!launches.is_empty(), "{}: nothing launched", at());
                 for (node, order) in launches {
+                    w.started(node, &order);
+                }
+            }
+            S::StartChecked(job, check) => {
+                let launches = w.fx.take_launches(JobId(job));
+                assert!(!launches.is_empty(), "{}: nothing launched", at());
+                for (node, order) in launches {
+                    check(&order);
                     w.started(node, &order);
                 }
             }

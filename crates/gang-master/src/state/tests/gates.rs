@@ -1,5 +1,7 @@
 //! Held jobs, dependencies and arrays: gated out of the core's queue until they may run.
 
+use gang_core::JobId;
+
 use super::S::*;
 use super::run;
 use crate::job::State::*;
@@ -204,24 +206,38 @@ fn arrays_make_one_job_per_task_and_keep_to_their_limit() {
             ExitAll(1, 0),
             State(3, Starting),
             State(4, Queued),
-            Start(3),
+            // Its ranks are told their task, in the environment and the output patterns.
+            StartChecked(3, |order| {
+                assert_eq!(order.output_files.output, "out-1_3.%r");
+                let env = |k: &str| order.env.get(k).map(String::as_str);
+                assert_eq!(env("GANG_ARRAY_TASK_ID"), Some("3"));
+                assert_eq!(env("GANG_ARRAY_TASK_COUNT"), Some("5"));
+                assert_eq!(env("GANG_ARRAY_TASK_MIN"), Some("1"));
+                assert_eq!(env("GANG_ARRAY_TASK_MAX"), Some("5"));
+            }),
         ],
     );
     let v = w.view(3);
     assert_eq!(v.array.map(|a| (a.job.0, a.task)), Some((1, 3)));
-    assert_eq!(v.output_files.output, "out-1_3.%r");
     assert_eq!(
-        v.env.get("GANG_ARRAY_TASK_ID").map(String::as_str),
-        Some("3")
-    );
-    assert_eq!(
-        v.env.get("GANG_ARRAY_TASK_COUNT").map(String::as_str),
-        Some("5")
+        crate::service::convert::job_info(&v).spec.unwrap().output,
+        "out-1_3.%r"
     );
     assert_eq!(w.view(1).array_tasks, 5);
+    // One spec for all five, in memory and saved: the tasks' rows name it.
+    assert!(std::sync::Arc::ptr_eq(
+        &w.view(1).record.spec,
+        &w.view(5).record.spec
+    ));
+    assert_eq!(w.fx.specs.len(), 1);
+    let row = &w.fx.db[&4];
+    assert_eq!(row.spec_of, Some(JobId(1)));
+    assert!(row.argv.is_empty(), "the row holds no copy of the command");
     // After a restart the limit still holds: tasks 2 and 3 run, 4 and 5 wait.
+    let argv = w.view(4).argv.clone();
     w = w.restart();
     w.register_all();
+    assert_eq!(w.view(4).argv, argv, "the array's spec put back");
     assert_eq!(w.view(4).state, Queued);
     assert_eq!(
         w.view(5).pending_reason,
