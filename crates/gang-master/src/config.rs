@@ -191,6 +191,7 @@ pub struct LimitsSection {
     pub max_env_bytes: Option<usize>,
     pub max_job_nodes: Option<u32>,
     pub max_queued_per_user: Option<usize>,
+    pub max_queued_bytes_per_user: Option<u64>,
     pub max_output_bytes: Option<u64>,
     pub max_array_tasks: Option<usize>,
 }
@@ -208,6 +209,9 @@ pub struct Limits {
     pub max_job_nodes: u32,
     /// Jobs one user may have queued at once.
     pub max_queued_per_user: usize,
+    /// Bytes of commands, environments, names and paths one user's queued jobs may hold
+    /// (an array's tasks share one spec: it counts once).
+    pub max_queued_bytes_per_user: u64,
     /// Output kept per job (all ranks, both streams); beyond it output is dropped.
     pub max_output_bytes: u64,
     /// Tasks one job array may have (Slurm's MaxArraySize).
@@ -223,6 +227,7 @@ impl Default for Limits {
             max_env_bytes: 1 << 20,
             max_job_nodes: 0,
             max_queued_per_user: 10_000,
+            max_queued_bytes_per_user: 64 << 20,
             max_output_bytes: 1 << 30,
             max_array_tasks: 1001,
         }
@@ -237,6 +242,9 @@ impl Limits {
             max_env_bytes: f.max_env_bytes.unwrap_or(self.max_env_bytes),
             max_job_nodes: f.max_job_nodes.unwrap_or(self.max_job_nodes),
             max_queued_per_user: f.max_queued_per_user.unwrap_or(self.max_queued_per_user),
+            max_queued_bytes_per_user: f
+                .max_queued_bytes_per_user
+                .unwrap_or(self.max_queued_bytes_per_user),
             max_output_bytes: f.max_output_bytes.unwrap_or(self.max_output_bytes),
             max_array_tasks: f.max_array_tasks.unwrap_or(self.max_array_tasks),
         }

@@ -55,6 +55,16 @@ pub enum MasterError {
         limit: usize,
     },
     #[error(
+        "{user}'s queued jobs already hold {held} bytes of commands, environments and names; \
+         this adds {adds}; the limit is {limit} (max_queued_bytes_per_user)"
+    )]
+    QueueBytes {
+        user: String,
+        held: u64,
+        adds: u64,
+        limit: u64,
+    },
+    #[error(
         "{user} already has {open} attach streams open (prun, gangctl output); the limit is \
          {limit} (connections.max_attaches_per_user)"
     )]

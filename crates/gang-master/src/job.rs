@@ -634,6 +634,8 @@ pub struct Job {
     pub shim: Option<Box<JobShim>>,
     /// A task whose spec is its array's, shared and saved once (`SavedJob::spec_of`).
     pub spec_shared: bool,
+    /// Counted in its owner's queued jobs and bytes (`state::queued`): while it is queued.
+    pub charged: bool,
 }
 
 impl Job {
@@ -648,6 +650,7 @@ impl Job {
             run_accounted_to: 0,
             shim: None,
             spec_shared: false,
+            charged: false,
         }
     }
 

@@ -45,9 +45,9 @@ impl From<MasterError> for Status {
             MasterError::Unauthenticated(_) => Status::unauthenticated(msg),
             MasterError::Forbidden(_) => Status::permission_denied(msg),
             MasterError::TooLarge { .. } => Status::invalid_argument(msg),
-            MasterError::QueueFull { .. } | MasterError::TooManyAttaches { .. } => {
-                Status::resource_exhausted(msg)
-            }
+            MasterError::QueueFull { .. }
+            | MasterError::QueueBytes { .. }
+            | MasterError::TooManyAttaches { .. } => Status::resource_exhausted(msg),
             MasterError::ShuttingDown
             | MasterError::NotSaved(_)
             | MasterError::FenceAhead { .. } => Status::unavailable(msg),

@@ -266,6 +266,21 @@ impl MasterState {
             }
             _ => {}
         }
+        // A task that shares its array's spec gets one of its own to change: its bytes
+        // count again, within its owner's limit.
+        if (u.time_limit_s.is_some() || u.name.is_some()) && job.spec_shared && job.charged {
+            self.check_queue_room(
+                &job.record.owner,
+                0,
+                super::queued::spec_bytes(&job.record.spec),
+            )
+            .map_err(|e| {
+                MasterError::Invalid(format!(
+                    "job {id} shares its array's command and environment; changing it \
+                         alone copies them: {e}"
+                ))
+            })?;
+        }
         // Checked: now change it.
         if u.hold == Some(true) && !self.gated.contains(&id) {
             let plan = self.sched.finish(now.mono_s(), id)?;
@@ -287,12 +302,19 @@ impl MasterState {
         if u.time_limit_s.is_some() || u.name.is_some() {
             // A task that shared its array's spec gets one of its own (saved whole).
             job.spec_shared = false;
+            let (uid, before) = (job.record.owner.uid, job.record.spec.clone());
+            let charged = job.charged;
             let spec = Arc::make_mut(&mut job.record.spec);
             if let Some(limit) = u.time_limit_s {
                 spec.time_limit_s = limit;
             }
             if let Some(name) = u.name {
                 spec.name = name;
+            }
+            if charged && !Arc::ptr_eq(&before, &job.record.spec) {
+                let after = job.record.spec.clone();
+                self.queued.uncharge(uid, &before);
+                self.queued.charge(uid, &after);
             }
         }
         if let Some(limit) = u.time_limit_s {

@@ -17,7 +17,7 @@ use crate::job::{
 use crate::state::effects::{Effect, Effects, LaunchOrder, Metric, Save};
 use crate::state::events::{Caller, ExitHow, LaunchFailure, NewJob, RankExit};
 use crate::state::views::JobView;
-use crate::state::{MasterState, Now, Placed};
+use crate::state::{MasterState, Now, Placed, queued};
 
 /// The exit code of a job that ran out of time (`timeout(1)`'s).
 pub const TIMEOUT_EXIT: i32 = 124;
@@ -143,28 +143,35 @@ impl MasterState {
                 )));
             }
         }
-        let mine = |id: &JobId| {
-            self.jobs
-                .get(*id)
-                .is_some_and(|j| j.record.owner.uid == new.owner.uid)
-        };
-        // Counting one user's jobs reads every queued one: only when all of them together
-        // could pass the limit (with tens of thousands queued, every submission paid it).
-        let all = self.sched.queue().len() + self.gated.len();
-        let queued = if all + tasks <= limits.max_queued_per_user {
-            0
-        } else {
-            self.sched.queue().filter(|q| mine(&q.id)).count()
-                + self.gated.iter().filter(|id| mine(id)).count()
-        };
-        if queued + tasks > limits.max_queued_per_user {
+        self.check_queue_room(&new.owner, tasks, queued::spec_bytes(new))?;
+        Ok(shape)
+    }
+
+    /// Whether `owner` may queue `jobs` more jobs holding `bytes` more (their one spec).
+    pub(super) fn check_queue_room(
+        &self,
+        owner: &crate::job::Owner,
+        jobs: usize,
+        bytes: u64,
+    ) -> Result<()> {
+        let limits = &self.cfg.limits;
+        let (queued, held) = self.queued.of(owner.uid);
+        if queued + jobs > limits.max_queued_per_user {
             return Err(MasterError::QueueFull {
-                user: new.owner.user.clone(),
+                user: owner.user.clone(),
                 queued,
                 limit: limits.max_queued_per_user,
             });
         }
-        Ok(shape)
+        if held + bytes > limits.max_queued_bytes_per_user {
+            return Err(MasterError::QueueBytes {
+                user: owner.user.clone(),
+                held,
+                adds: bytes,
+                limit: limits.max_queued_bytes_per_user,
+            });
+        }
+        Ok(())
     }
 
     pub(super) fn submit(&mut self, fx: &mut Effects, now: Now, new: NewJob) -> Result<JobView> {
@@ -617,11 +624,23 @@ impl MasterState {
         }
     }
 
-    /// Persist a job and announce it (both take effect with the batch).
-    pub(super) fn save(&self, fx: &mut Effects, now: Now, id: JobId) {
+    /// Persist a job and announce it (both take effect with the batch), and count it in
+    /// its owner's queued jobs while it is queued.
+    pub(super) fn save(&mut self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
+        let queued = job.record.state == State::Queued;
+        if queued != job.charged {
+            let (uid, spec) = (job.record.owner.uid, job.record.spec.clone());
+            if queued {
+                self.queued.charge(uid, &spec);
+            } else {
+                self.queued.uncharge(uid, &spec);
+            }
+            self.jobs.get_mut(id).expect("present").charged = queued;
+        }
+        let job = self.jobs.get(id).expect("present");
         fx.emit(Effect::Save(Save::Job(Box::new(
             job.persisted(self.home_slice(id)),
         ))));

@@ -32,6 +32,7 @@ mod messaging;
 mod node_table;
 mod nodes;
 mod queries;
+mod queued;
 pub mod reactor;
 mod recovery;
 mod sanity;
@@ -106,6 +107,8 @@ pub struct MasterState {
     /// Queued jobs kept out of the core's queue: held, waiting on dependencies, or
     /// throttled by their array (see `gates`). Not saved: found again from the jobs.
     gated: BTreeSet<JobId>,
+    /// What each user has queued (see `queued`), kept with its own undo journal.
+    queued: queued::Queued,
 }
 
 /// When a job was placed, on both of the master's clocks.
@@ -156,6 +159,7 @@ impl MasterState {
             slicer,
             run_saved_ns: 0,
             gated: BTreeSet::new(),
+            queued: Default::default(),
             cfg,
         })
     }
@@ -168,6 +172,7 @@ impl MasterState {
     fn checkpoint(&mut self) -> Checkpoint {
         self.jobs.begin();
         self.nodes.begin();
+        self.queued.begin();
         Checkpoint {
             sched: self.sched.clone(),
             next_id: self.next_id,
@@ -189,6 +194,7 @@ impl MasterState {
     fn rollback(&mut self, c: Checkpoint) {
         self.jobs.rollback();
         self.nodes.rollback();
+        self.queued.rollback();
         self.sched = c.sched;
         self.next_id = c.next_id;
         self.adopted = c.adopted;

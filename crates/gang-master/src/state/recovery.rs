@@ -110,6 +110,10 @@ impl MasterState {
                 }
                 _ => {}
             }
+            if job.record.state == State::Queued {
+                st.queued.charge(job.record.owner.uid, &job.record.spec);
+                job.charged = true;
+            }
             restored.push(Box::new(job));
             Ok(())
         };

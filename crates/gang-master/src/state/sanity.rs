@@ -10,6 +10,45 @@ use crate::job::State;
 use crate::state::MasterState;
 
 impl MasterState {
+    /// Each user's queued jobs and bytes, counted again from the jobs, are what was kept.
+    fn check_queued_counts(&self) -> Result<(), String> {
+        use std::collections::{BTreeMap, HashSet};
+        let mut counted: BTreeMap<u32, (usize, u64, HashSet<usize>)> = BTreeMap::new();
+        for job in self.jobs.live() {
+            let queued = job.record.state == State::Queued;
+            if queued != job.charged {
+                return Err(format!(
+                    "job {} is {:?} but charged={}",
+                    job.id(),
+                    job.record.state,
+                    job.charged
+                ));
+            }
+            if !queued {
+                continue;
+            }
+            let c = counted.entry(job.record.owner.uid).or_default();
+            c.0 += 1;
+            if c.2
+                .insert(std::sync::Arc::as_ptr(&job.record.spec) as usize)
+            {
+                c.1 += super::queued::spec_bytes(&job.record.spec);
+            }
+        }
+        let kept: BTreeMap<u32, (usize, u64)> =
+            self.queued.users().map(|(u, j, b)| (u, (j, b))).collect();
+        let found: BTreeMap<u32, (usize, u64)> = counted
+            .into_iter()
+            .map(|(u, (j, b, _))| (u, (j, b)))
+            .collect();
+        if kept != found {
+            return Err(format!(
+                "queued jobs and bytes per user kept {kept:?}, counted from the jobs {found:?}"
+            ));
+        }
+        Ok(())
+    }
+
     /// `Err` names the first disagreement found.
     pub fn sanity_check(&self) -> Result<(), String> {
         self.sched.check_invariants()?;
@@ -36,6 +75,7 @@ impl MasterState {
         if !self.jobs.live_index_holds() {
             return Err("a job not ended is missing from the live set".into());
         }
+        self.check_queued_counts()?;
         let queued: BTreeSet<JobId> = self.sched.queue().map(|q| q.id).collect();
         let placed: BTreeSet<JobId> = self.sched.matrix().placements().map(|(j, _)| j).collect();
         for job in self.jobs.values() {

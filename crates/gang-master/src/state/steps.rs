@@ -117,6 +117,8 @@ impl MasterState {
         // What every job is checked for (command, environment, sizes), on the allocation's
         // rectangle rather than the mesh.
         self.validate_command(&new)?;
+        // Steps wait queued like jobs, and count as theirs.
+        self.check_queue_room(&new.owner, 1, super::queued::spec_bytes(&new))?;
         let spec = new.resolve(self.defaults());
         let id = JobId(self.next_id);
         self.next_id += 1;

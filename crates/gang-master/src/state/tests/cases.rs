@@ -447,6 +447,85 @@ fn requests_over_the_limits_are_refused_with_the_key_to_raise() {
     assert!(e.to_string().contains("may not contain '='"), "{e}");
 }
 
+/// What a user's queued jobs hold is bounded: an array of a large command and
+/// environment counts once (its tasks share it), single jobs each; a task given a spec of
+/// its own by an update counts again, and is refused past the limit; jobs that start give
+/// their share back; a restart counts the same.
+#[test]
+fn queued_bytes_are_bounded_per_user_an_array_counting_once() {
+    use crate::state::events::JobUpdate;
+    use crate::state::reactor::{on_submit, on_update};
+    use crate::state::testkit::{caller, new_job};
+    let mut cfg = config(2, 2, 1);
+    cfg.limits.max_queued_bytes_per_user = 4 << 20;
+    let mut w = run(World::new(cfg), &[RegisterAll]);
+    let big = |held: bool| {
+        let mut j = new_job("2x2", 1000, 0);
+        j.argv = vec!["./solver".into(), "a".repeat((256 << 10) - 20)];
+        j.env.insert("BIG".into(), "e".repeat((1 << 20) - 20));
+        j.at_submit.hold = held;
+        j
+    };
+    // 1,001 tasks of 1.25 MiB each: one copy.
+    let mut array = big(true);
+    array.at_submit.array = Some(gang_core::array::parse("0-1000", 2000).unwrap());
+    w.step(|st, fx, now| on_submit(st, fx, now, array)).unwrap();
+    let one = w.st.queued.of(1000).1;
+    assert!(one > 5 << 18 && one < 3 << 19, "{one}");
+    assert_eq!(w.st.queued.of(1000).0, 1001);
+    // Two single jobs of the same size fit; the third passes 4 MiB.
+    for _ in 0..2 {
+        w.step(|st, fx, now| on_submit(st, fx, now, big(true)))
+            .unwrap();
+    }
+    let e = w
+        .step(|st, fx, now| on_submit(st, fx, now, big(true)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("u1000's queued jobs already hold") && e.contains("(max_queued_bytes_per_user)"),
+        "{e}"
+    );
+    // Renaming one task alone would copy the array's spec for it: refused, saying why.
+    let rename = JobUpdate {
+        job: gang_core::JobId(7),
+        hold: None,
+        time_limit_s: None,
+        name: Some("mine".into()),
+        end_with: None,
+    };
+    let e = w
+        .step(|st, fx, now| on_update(st, fx, now, &caller(1000), rename.clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("shares its array's command and environment"),
+        "{e}"
+    );
+    // Another user's share is their own.
+    let mut other = big(true);
+    other.owner = caller(1001).owner;
+    w.step(|st, fx, now| on_submit(st, fx, now, other)).unwrap();
+    // One single job ends: its share is free again, and the rename fits now.
+    w.step(|st, fx, now| {
+        crate::state::reactor::on_cancel(st, fx, now, gang_core::JobId(1002), &caller(1000))
+    })
+    .unwrap();
+    w.step(|st, fx, now| on_update(st, fx, now, &caller(1000), rename))
+        .unwrap();
+    assert!(!std::sync::Arc::ptr_eq(
+        &w.view(7).record.spec,
+        &w.view(8).record.spec
+    ));
+    let before = w.st.queued.of(1000);
+    let w = w.restart();
+    assert_eq!(
+        w.st.queued.of(1000),
+        before,
+        "counted the same after a restart"
+    );
+}
+
 #[test]
 fn a_retried_submission_returns_the_first_job_even_after_a_restart() {
     let mut w = run(world(1), &[RegisterAll]);
