@@ -6,8 +6,8 @@
 //! opened and ends those whose dependency can never hold, until nothing changes: an ended
 //! job may open or close the gates of others.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use gang_core::dependency::{self, Dep, Upstream, Verdict};
 use gang_core::{JobId, JobSpec, Shape};
@@ -18,6 +18,47 @@ use crate::state::effects::Effects;
 use crate::state::events::{Caller, JobUpdate};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
+
+/// Gated jobs looked at in one batch at most: a batch's cost stays bounded however many
+/// wait; the others are looked at in the next batches (a tick comes every 100 ms).
+const ADMIT_PER_BATCH: usize = 2048;
+
+/// What gates are judged from, kept between batches so that a batch looks only at what
+/// changed: who waits on what (an id a dependency names: a job, or an array's first task),
+/// which gated jobs to look at again, and what the jobs each named id stands for are now.
+#[derive(Debug, Default)]
+pub(super) struct GateIndex {
+    /// Jobs whose dependencies name each id. Never taken back with a batch (a job that
+    /// never was only costs a look), and pruned as it is read.
+    dependents: HashMap<u64, Vec<JobId>>,
+    /// Gated jobs to look at again: something they wait on changed, or they are new.
+    pub(super) dirty: BTreeSet<JobId>,
+    /// The distinct states of the jobs each named id stands for, until one of them changes
+    /// (filled by readers: views find them too; only the state task takes the lock).
+    summaries: Mutex<HashMap<u64, Vec<Upstream>>>,
+}
+
+impl GateIndex {
+    /// `job` waits on `deps`: their changes are its to look at.
+    pub(super) fn wait_on(&mut self, job: JobId, deps: &[Dep]) {
+        for d in deps {
+            let v = self.dependents.entry(d.job).or_default();
+            if !v.contains(&job) {
+                v.push(job);
+            }
+        }
+        self.dirty.insert(job);
+    }
+
+    /// A batch was taken back: what was found from its changes may be wrong.
+    pub(super) fn forget_summaries(&self) {
+        self.summaries().clear();
+    }
+
+    fn summaries(&self) -> MutexGuard<'_, HashMap<u64, Vec<Upstream>>> {
+        self.summaries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// Why a queued job is kept out of the core's queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +104,97 @@ impl MasterState {
 
     /// How many tasks the array `array` has.
     pub(super) fn array_size(&self, array: JobId) -> u32 {
-        self.dependency_targets(array.0).len() as u32
+        match self.jobs.get(array).and_then(|j| j.record.array) {
+            Some(a) if a.count > 0 => a.count,
+            _ => self.dependency_targets(array.0).len() as u32,
+        }
+    }
+
+    /// What the jobs a dependency on `id` waits for are: their distinct states (all a
+    /// verdict needs), found once and kept until one of them changes (`job_changed`).
+    fn upstream(&self, id: u64) -> Vec<Upstream> {
+        if let Some(u) = self.gates.summaries().get(&id) {
+            return u.clone();
+        }
+        let found = self.upstream_now(id);
+        self.gates.summaries().insert(id, found.clone());
+        found
+    }
+
+    /// The same, found from the jobs now.
+    fn upstream_now(&self, id: u64) -> Vec<Upstream> {
+        let targets = self.dependency_targets(id);
+        let mut found: Vec<Upstream> = Vec::new();
+        if targets.is_empty() {
+            // Checked at submission; a job never leaves the table. Treated as failed.
+            found.push(Upstream::Ended { ok: false });
+        }
+        for j in targets {
+            let u = upstream_of(j.record.state);
+            if !found.contains(&u) {
+                found.push(u);
+            }
+        }
+        found
+    }
+
+    /// Every summary kept is what the jobs say now (none missed a change).
+    pub(super) fn check_summaries(&self) -> std::result::Result<(), String> {
+        let kept: Vec<(u64, Vec<Upstream>)> = self
+            .gates
+            .summaries()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        for (id, kept) in kept {
+            let now = self.upstream_now(id);
+            if now.len() != kept.len() || now.iter().any(|u| !kept.contains(u)) {
+                return Err(format!(
+                    "what job {id} stands for is kept as {kept:?} but is {now:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `job` was saved: if what dependencies see of it may have changed (all but the saves
+    /// of a running job do), what waits on it is looked at again; if it is a task of an
+    /// array with a limit and ended, its array's gated tasks are.
+    pub(super) fn job_changed(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get(job) else {
+            return;
+        };
+        let state = j.record.state;
+        if state == State::Running {
+            return;
+        }
+        let array = j.record.array;
+        let mut named = vec![job.0];
+        if let Some(a) = array
+            && a.job != job
+        {
+            named.push(a.job.0);
+        }
+        let gated = &self.gated;
+        let g = &mut self.gates;
+        for id in named {
+            g.summaries().remove(&id);
+            if let Some(waiting) = g.dependents.get_mut(&id) {
+                waiting.retain(|w| gated.contains(w));
+                g.dirty.extend(waiting.iter().copied());
+                if waiting.is_empty() {
+                    g.dependents.remove(&id);
+                }
+            }
+        }
+        if let Some(a) = array
+            && a.throttle > 0
+            && (state.is_final() || state == State::Queued)
+        {
+            let end = a.job.0 + u64::from(a.count.max(1));
+            let tasks = self.gated.range(a.job..JobId(end)).copied();
+            self.gates.dirty.extend(tasks);
+        }
     }
 
     /// Tasks of `array` queued for nodes or running (counted once per pass, in `cache`).
@@ -84,17 +215,7 @@ impl MasterState {
         if let Some(h) = &job.record.hold {
             return Some(Gate::Held(h.clone()));
         }
-        let verdict = dependency::evaluate(&job.record.dependency, |id| {
-            let targets = self.dependency_targets(id);
-            if targets.is_empty() {
-                // Checked at submission; a job never leaves the table. Treated as failed.
-                return vec![Upstream::Ended { ok: false }];
-            }
-            targets
-                .iter()
-                .map(|j| upstream_of(j.record.state))
-                .collect()
-        });
+        let verdict = dependency::evaluate(&job.record.dependency, |id| self.upstream(id));
         match verdict {
             Verdict::Met => {}
             Verdict::Waiting(d) => return Some(Gate::Dependency(d)),
@@ -125,53 +246,52 @@ impl MasterState {
         Ok(())
     }
 
-    /// Queue every gated job whose gate opened; end those whose dependency can never hold.
+    /// Queue the gated jobs whose gate opened; end those whose dependency can never hold.
+    /// Only jobs something changed for are looked at (`GateIndex::dirty`), at most
+    /// `ADMIT_PER_BATCH` a batch; what they change marks more, looked at in turn.
     pub(super) fn admit_ready(&mut self, fx: &mut Effects, now: Now) {
-        loop {
-            let mut changed = false;
-            let mut cache = HashMap::new();
-            let ids: Vec<JobId> = self.gated.iter().copied().collect();
-            for id in ids {
-                let Some(job) = self.jobs.get(id) else {
-                    self.gated.remove(&id);
-                    continue;
-                };
-                // A hold is lifted by a request, not by time or other jobs: until then
-                // nothing else about the job is looked at (thousands may be held).
-                if job.record.hold.is_some() {
-                    continue;
-                }
-                match self.gate(job, &mut cache) {
-                    None => {
-                        let array = job.record.array.map(|a| a.job);
-                        self.gated.remove(&id);
-                        if let Err(e) = self.enqueue(fx, now, id) {
-                            tracing::warn!(job = %id, error = %e, "cannot queue a released job");
-                        }
-                        if let Some(a) = array {
-                            *cache.entry(a).or_default() += 1;
-                        }
-                        changed = true;
-                    }
-                    Some(Gate::Never(d, u)) => {
-                        self.gated.remove(&id);
-                        self.end_unplaced(fx, now, id, never_text(d, u));
-                        // Tasks of its array, and jobs that wait on it, may move now.
-                        cache.clear();
-                        changed = true;
-                    }
-                    Some(_) => {}
-                }
-            }
-            if !changed {
+        let mut cache = HashMap::new();
+        for _ in 0..ADMIT_PER_BATCH {
+            let Some(id) = self.gates.dirty.pop_first() else {
                 return;
+            };
+            if !self.gated.contains(&id) {
+                continue;
+            }
+            let Some(job) = self.jobs.get(id) else {
+                self.gated.remove(&id);
+                continue;
+            };
+            // A hold is lifted by a request, which marks the job again.
+            if job.record.hold.is_some() {
+                continue;
+            }
+            match self.gate(job, &mut cache) {
+                None => {
+                    let array = job.record.array.map(|a| a.job);
+                    self.gated.remove(&id);
+                    if let Err(e) = self.enqueue(fx, now, id) {
+                        tracing::warn!(job = %id, error = %e, "cannot queue a released job");
+                    }
+                    if let Some(a) = array {
+                        *cache.entry(a).or_default() += 1;
+                    }
+                }
+                Some(Gate::Never(d, u)) => {
+                    self.gated.remove(&id);
+                    self.end_unplaced(fx, now, id, never_text(d, u));
+                    // Tasks of its array may move now.
+                    cache.clear();
+                }
+                Some(_) => {}
             }
         }
     }
 
-    /// Why a gated job waits, for its pending reason.
-    pub(super) fn gate_text(&self, job: &Job) -> String {
-        match self.gate(job, &mut HashMap::new()) {
+    /// Why a gated job waits, for its pending reason (`cache`: array limits counted for a
+    /// listing of many).
+    pub(super) fn gate_text(&self, job: &Job, cache: &mut HashMap<JobId, u32>) -> String {
+        match self.gate(job, cache) {
             Some(Gate::Held(h)) if h.admin => format!("held by admin {}", h.by),
             Some(Gate::Held(h)) => format!("held by {} (gangctl release {})", h.by, job.id()),
             Some(Gate::Dependency(d)) => {
@@ -296,7 +416,10 @@ impl MasterState {
                 })
             }
             // Queued again after this batch (admit_ready), if nothing else holds it.
-            Some(false) => job.record.hold = None,
+            Some(false) => {
+                job.record.hold = None;
+                self.gates.dirty.insert(id);
+            }
             None => {}
         }
         if u.time_limit_s.is_some() || u.name.is_some() {

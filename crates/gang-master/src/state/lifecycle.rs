@@ -135,10 +135,17 @@ impl MasterState {
                 limits.max_array_tasks
             )));
         }
+        // Only on one's own jobs: a dependency tells whether the job it names started or
+        // ended well. Another user's job is as if it did not exist (the same words: the
+        // answer must not tell it exists either).
         for d in &new.dependency {
-            if self.jobs.get(JobId(d.job)).is_none() {
+            let mine = self
+                .jobs
+                .get(JobId(d.job))
+                .is_some_and(|j| j.record.owner.uid == new.owner.uid);
+            if !mine {
                 return Err(MasterError::Invalid(format!(
-                    "spec.dependency: {d}: there is no job {}",
+                    "spec.dependency: {d}: there is no job {} of yours",
                     d.job
                 )));
             }
@@ -231,6 +238,9 @@ impl MasterState {
             let id = r.id;
             let mut job = Job::new(r);
             job.spec_shared = job.record.array.is_some();
+            if !job.record.dependency.is_empty() {
+                self.gates.wait_on(id, &job.record.dependency);
+            }
             self.jobs.insert(job);
             self.next_id = id.0 + 1;
             // Gated while its gate is looked at: a task does not count against its own
@@ -640,6 +650,7 @@ impl MasterState {
             }
             self.jobs.get_mut(id).expect("present").charged = queued;
         }
+        self.job_changed(id);
         let job = self.jobs.get(id).expect("present");
         fx.emit(Effect::Save(Save::Job(Box::new(
             job.persisted(self.home_slice(id)),

@@ -109,6 +109,8 @@ pub struct MasterState {
     gated: BTreeSet<JobId>,
     /// What each user has queued (see `queued`), kept with its own undo journal.
     queued: queued::Queued,
+    /// Who waits on what, and which gated jobs to look at again (see `gates`).
+    gates: gates::GateIndex,
 }
 
 /// When a job was placed, on both of the master's clocks.
@@ -128,6 +130,7 @@ struct Checkpoint {
     slicer: Slicer,
     run_saved_ns: i64,
     gated: BTreeSet<JobId>,
+    dirty: BTreeSet<JobId>,
 }
 
 impl MasterState {
@@ -160,6 +163,7 @@ impl MasterState {
             run_saved_ns: 0,
             gated: BTreeSet::new(),
             queued: Default::default(),
+            gates: Default::default(),
             cfg,
         })
     }
@@ -181,6 +185,7 @@ impl MasterState {
             slicer: self.slicer.clone(),
             run_saved_ns: self.run_saved_ns,
             gated: self.gated.clone(),
+            dirty: self.gates.dirty.clone(),
         }
     }
 
@@ -202,6 +207,8 @@ impl MasterState {
         self.slicer = c.slicer;
         self.run_saved_ns = c.run_saved_ns;
         self.gated = c.gated;
+        self.gates.dirty = c.dirty;
+        self.gates.forget_summaries();
     }
 
     /// Gauges: (queued, running, slices, nodes up).

@@ -83,7 +83,7 @@ impl MasterState {
             return self
                 .jobs
                 .get(id)
-                .map(|j| self.gate_text(j))
+                .map(|j| self.gate_text(j, &mut Default::default()))
                 .unwrap_or_default();
         }
         if let Some(j) = self.jobs.get(id)
@@ -147,6 +147,7 @@ impl MasterState {
         } else {
             filter.limit
         };
+        let mut limits_counted = std::collections::HashMap::new();
         self.jobs
             .values()
             .rev()
@@ -155,7 +156,7 @@ impl MasterState {
             .take(limit)
             .map(|j| {
                 let why = if self.gated.contains(&j.id()) {
-                    self.gate_text(j)
+                    self.gate_text(j, &mut limits_counted)
                 } else if j.record.allocation.is_some() && j.record.state == State::Queued {
                     self.step_pending_text(j)
                 } else {

@@ -136,6 +136,18 @@ impl MasterState {
         // All start gated, so that a task not yet looked at does not count against its
         // array's limit.
         self.gated.extend(queued.iter().map(|s| s.id));
+        for spec in &queued {
+            let deps = &self
+                .jobs
+                .get(spec.id)
+                .expect("inserted above")
+                .record
+                .dependency;
+            if !deps.is_empty() {
+                let deps = deps.clone();
+                self.gates.wait_on(spec.id, &deps);
+            }
+        }
         let mut cache = Default::default();
         for spec in queued {
             let job = self.jobs.get(spec.id).expect("inserted above");

@@ -49,6 +49,26 @@ impl MasterState {
         Ok(())
     }
 
+    /// What was kept between batches is what the jobs say now, and no gated job whose gate
+    /// opened (or can never open) is forgotten: each is marked to be looked at again.
+    fn check_gates_looked_at(&self) -> Result<(), String> {
+        self.check_summaries()?;
+        let mut cache = Default::default();
+        for &id in &self.gated {
+            let Some(job) = self.jobs.get(id) else {
+                return Err(format!("gated job {id} is not in the job table"));
+            };
+            let gate = self.gate(job, &mut cache);
+            let stuck = matches!(gate, None | Some(super::gates::Gate::Never(..)));
+            if stuck && !self.gates.dirty.contains(&id) {
+                return Err(format!(
+                    "gated job {id} may move ({gate:?}) but nothing will look at it again"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `Err` names the first disagreement found.
     pub fn sanity_check(&self) -> Result<(), String> {
         self.sched.check_invariants()?;
@@ -76,6 +96,7 @@ impl MasterState {
             return Err("a job not ended is missing from the live set".into());
         }
         self.check_queued_counts()?;
+        self.check_gates_looked_at()?;
         let queued: BTreeSet<JobId> = self.sched.queue().map(|q| q.id).collect();
         let placed: BTreeSet<JobId> = self.sched.matrix().placements().map(|(j, _)| j).collect();
         for job in self.jobs.values() {

@@ -259,7 +259,26 @@ fn bad_dependencies_and_arrays_are_refused_with_the_limit() {
     let e = refused(&mut w, |j| {
         j.dependency = gang_core::dependency::parse("afterok:7").unwrap()
     });
-    assert!(e.contains("afterok:7: there is no job 7"), "{e}");
+    assert!(e.contains("afterok:7: there is no job 7 of yours"), "{e}");
+    // Another user's job: refused in the same words (nothing of it is told).
+    let theirs = {
+        let j = new_job("1x1", 1001, 0);
+        w.step(|st, fx, now| reactor::on_submit(st, fx, now, j))
+            .unwrap()
+            .id
+    };
+    let e = {
+        let mut j = new_job("1x1", 1000, 0);
+        j.dependency = gang_core::dependency::parse(&format!("afterok:{theirs}")).unwrap();
+        w.step(|st, fx, now| reactor::on_submit(st, fx, now, j))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        e,
+        format!("spec.dependency: afterok:{theirs}: there is no job {theirs} of yours")
+    );
     let e = refused(&mut w, |j| {
         j.at_submit.array = Some(gang_core::array::parse("1-2000", 5000).unwrap())
     });
@@ -269,5 +288,8 @@ fn bad_dependencies_and_arrays_are_refused_with_the_limit() {
     );
     let e = refused(&mut w, |j| j.output_files.output = "x-%a".into());
     assert!(e.contains("not an array"), "{e}");
-    assert_eq!(w.st.matrix_view(w.now).queue.len(), 0, "nothing was made");
+    assert!(
+        w.st.view(JobId(theirs.0 + 1), w.now).is_err(),
+        "nothing was made but job {theirs}"
+    );
 }
