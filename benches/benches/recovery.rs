@@ -48,14 +48,7 @@ async fn submit(c: &mut JobServiceClient<MasterChannel>, shape: &str, argv: &[&s
 }
 
 async fn jobs_in(c: &mut JobServiceClient<MasterChannel>) -> Vec<v1::JobInfo> {
-    c.list_jobs(v1::ListJobsRequest {
-        states: vec![],
-        limit: 1_000_000,
-    })
-    .await
-    .expect("ListJobs")
-    .into_inner()
-    .jobs
+    gang_cli::listing::list(c, &[], 0).await.expect("ListJobs")
 }
 
 fn count(jobs: &[v1::JobInfo], state: v1::JobState) -> usize {

@@ -1,7 +1,7 @@
 //! `gangctl cancel`, as scancel takes it: ids and ranges (`71-75`, `3,5-9`), `--user`,
 //! `--state` (of the active states), combined as a conjunction.
 
-use gang_proto::v1::{CancelRequest, JobInfo, JobState, ListJobsRequest};
+use gang_proto::v1::{CancelRequest, JobInfo, JobState};
 
 use crate::connect::{self, CliError};
 use crate::job_filter::{JobFilter, JobSel, States};
@@ -63,14 +63,8 @@ pub async fn cancel(master: &str, mode: OutputMode, sel: CancelSel) -> Result<i3
         Some(ids) => ids.to_vec(),
         None => {
             let states = sel.states.clone().unwrap_or(ACTIVE.to_vec());
-            let listed = client
-                .list_jobs(ListJobsRequest {
-                    states: states.iter().map(|s| *s as i32).collect(),
-                    limit: 0,
-                })
-                .await?
-                .into_inner()
-                .jobs;
+            let states: Vec<i32> = states.iter().map(|s| *s as i32).collect();
+            let listed = crate::listing::list(&mut client, &states, 0).await?;
             let mut ids: Vec<u64> = listed
                 .iter()
                 .filter(|j| sel.filter.matches(j))

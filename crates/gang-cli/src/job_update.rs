@@ -1,7 +1,7 @@
 //! `gangctl hold`, `release` and `update`, as scontrol's: a queued job held is not started
 //! until released; a job's time limit (users may lower it) and name can be changed.
 
-use gang_proto::v1::{JobInfo, JobState, ListJobsRequest, UpdateJobRequest};
+use gang_proto::v1::{JobInfo, JobState, UpdateJobRequest};
 
 use crate::connect::{self, CliError};
 use crate::job_filter::JobSel;
@@ -17,14 +17,7 @@ async fn ids_of(master: &str, sel: &JobSel) -> Result<Vec<u64>, CliError> {
     let mut ids = single.clone();
     if !ranges.is_empty() {
         let mut client = connect::job_client(master).await?;
-        let listed = client
-            .list_jobs(ListJobsRequest {
-                states: vec![JobState::Queued as i32],
-                limit: 0,
-            })
-            .await?
-            .into_inner()
-            .jobs;
+        let listed = crate::listing::list(&mut client, &[JobState::Queued as i32], 0).await?;
         ids.extend(listed.iter().map(|j| j.id).filter(|id| sel.contains(*id)));
     }
     ids.sort_unstable();

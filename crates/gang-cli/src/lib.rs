@@ -43,6 +43,7 @@ pub mod gangctl_cli;
 pub mod job_filter;
 pub mod job_output;
 pub mod job_update;
+pub mod listing;
 pub mod local_master;
 pub mod matrix_view;
 pub mod output;

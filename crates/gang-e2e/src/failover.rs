@@ -296,15 +296,9 @@ pub fn kills_under_submissions(
             let mut cl = any_master(std::slice::from_ref(&next.socket))
                 .await
                 .expect("the new leader answers");
-            let jobs = cl
-                .list_jobs(v1::ListJobsRequest {
-                    states: vec![],
-                    limit: 1_000_000,
-                })
+            let jobs = gang_cli::listing::list(&mut cl, &[], 0)
                 .await
-                .expect("listed")
-                .into_inner()
-                .jobs;
+                .expect("listed");
             jobs.iter()
                 .filter(|j| j.id != running)
                 .map(|j| j.id)

@@ -60,6 +60,10 @@ pub struct Metrics {
     pub nodes_up: Gauge,
     /// From placement to every rank running.
     pub launch_seconds: Histogram,
+    /// How long each batch of the state task took (reactor, commit, carrying out).
+    pub batch_seconds: Histogram,
+    /// The longest batch since the master started, in microseconds.
+    pub batch_max_us: Gauge,
     /// Per slot boundary: spread of the agents' last-signal times.
     pub switch_skew_seconds: Histogram,
     /// Per agent and switch: last signal minus the deadline.
@@ -128,6 +132,19 @@ impl Default for Metrics {
         let slices = Gauge::default();
         let nodes_up = Gauge::default();
         let launch_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        // 10 us .. about 20 s.
+        let batch_seconds = Histogram::new(exponential_buckets(1e-5, 2.0, 22));
+        let batch_max_us = Gauge::default();
+        registry.register(
+            "master_batch_seconds",
+            "Time each batch of the master's state task took: commands, commit and what follows",
+            batch_seconds.clone(),
+        );
+        registry.register(
+            "master_batch_max_microseconds",
+            "The longest batch of the master's state task since it started",
+            batch_max_us.clone(),
+        );
         // 1 us .. about 1 s.
         let switch = || Histogram::new(exponential_buckets(1e-6, 2.0, 21));
         let (switch_skew_seconds, switch_latency_seconds, switch_cost_seconds) =
@@ -236,6 +253,8 @@ impl Default for Metrics {
             fence_bytes.clone(),
         );
         Metrics {
+            batch_seconds,
+            batch_max_us,
             fences_done,
             fence_bytes,
             relayed,

@@ -237,7 +237,10 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         attaches: AttachSlots::new(limits.max_attaches_per_user),
         metrics: metrics.clone(),
     })
-    .max_decoding_message_size(max_msg);
+    .max_decoding_message_size(max_msg)
+    // Answers are bounded too (listings come in pages): one that is not fails here,
+    // saying so, rather than in a client's decoder.
+    .max_encoding_message_size(max_msg);
     let admin = AdminServiceServer::new(Admin {
         handle: handle.clone(),
         auth: auth.clone(),

@@ -20,8 +20,7 @@ use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_cli::tokens;
 use gang_local::check_mesh;
 use gang_proto::v1::{
-    GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListJobsRequest, ListNodesRequest,
-    NodeRequest,
+    GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListNodesRequest, NodeRequest,
 };
 
 /// Whether the command line or GANG_OUTPUT asks for JSON, read by hand when clap refused
@@ -373,6 +372,9 @@ async fn list_jobs(
     Ok(if failed { 1 } else { 0 })
 }
 
+/// How many jobs a listing shows when not told (`--limit 0`).
+const DEFAULT_LIMIT: usize = 1000;
+
 /// The jobs [`list_jobs`] shows, and whether a named one could not be fetched.
 async fn fetch_jobs(
     master: &str,
@@ -393,18 +395,12 @@ async fn fetch_jobs(
             .collect(),
     };
     let mut client = connect::job_client(master).await?;
-    let listed = client
-        .list_jobs(ListJobsRequest {
-            states: states.clone(),
-            limit: if filter.sel == Some(JobSel::Last) {
-                1
-            } else {
-                limit
-            },
-        })
-        .await?
-        .into_inner()
-        .jobs;
+    let want = match (filter.sel == Some(JobSel::Last), limit) {
+        (true, _) => 1,
+        (false, 0) => DEFAULT_LIMIT,
+        (false, n) => n as usize,
+    };
+    let listed = gang_cli::listing::list(&mut client, &states, want).await?;
     let mut jobs: Vec<_> = listed
         .into_iter()
         .filter(|j| filter.matches(j) || filter.sel == Some(JobSel::Last))

@@ -219,13 +219,13 @@ pub(crate) fn disk_full_refuses_submissions_keeps_answering_and_loses_nothing() 
                 .get_job(v1::GetJobRequest { job_id: id })
                 .await
                 .map(|r| r.into_inner().state == stored[&id]);
-            let b = jobs
-                .list_jobs(v1::ListJobsRequest {
-                    states: vec![],
-                    limit: 1_000_000,
-                })
+            let b = gang_cli::listing::list(&mut jobs, &[], 0)
                 .await
-                .map(|r| r.into_inner().jobs.len() == stored.len());
+                .map(|all| all.len() == stored.len())
+                .map_err(|e| match e {
+                    gang_cli::connect::CliError::Rpc(s) => s,
+                    e => tonic::Status::unknown(e.to_string()),
+                });
             let n = admin.list_nodes(v1::ListNodesRequest {}).await.map(|r| {
                 r.into_inner()
                     .nodes

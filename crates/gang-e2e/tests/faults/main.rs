@@ -74,14 +74,8 @@ fn spec(shape: &str, argv: &[&str], name: &str, env: &[(&str, &str)]) -> v1::Job
 /// Every job the master lists (all states, newest first).
 async fn list_all(
     c: &mut JobServiceClient<MasterChannel>,
-) -> Result<Vec<v1::JobInfo>, tonic::Status> {
-    Ok(c.list_jobs(v1::ListJobsRequest {
-        states: vec![],
-        limit: 1_000_000,
-    })
-    .await?
-    .into_inner()
-    .jobs)
+) -> Result<Vec<v1::JobInfo>, gang_cli::connect::CliError> {
+    gang_cli::listing::list(c, &[], 0).await
 }
 
 // ---------------------------------------------------------------- processes

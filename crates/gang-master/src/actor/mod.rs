@@ -41,6 +41,11 @@ type Reply<T> = oneshot::Sender<Result<T>>;
 
 /// Commands handled in one batch at most (one transaction, one fsync).
 const MAX_BATCH: usize = 512;
+/// A batch longer than this is logged.
+const SLOW_BATCH: Duration = Duration::from_millis(500);
+/// Jobs a batch's submissions may make at most: a batch takes commands until they would
+/// pass it (an array counts its tasks), so no batch is the work of hundreds of arrays.
+const MAX_BATCH_JOBS: usize = 2048;
 /// How often the tick runs (timeouts, run time, time limits).
 const TICK: Duration = Duration::from_millis(100);
 /// The most the master's responsive time (`Now::live_ns`) moves between two batches: a
@@ -208,10 +213,14 @@ impl Actor {
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
         while let Some(first) = rx.recv().await {
             let mut batch = std::mem::take(&mut self.retry);
+            let mut jobs = weight(&first);
             batch.push(first);
-            while batch.len() < MAX_BATCH {
+            while batch.len() < MAX_BATCH && jobs < MAX_BATCH_JOBS {
                 match rx.try_recv() {
-                    Ok(c) => batch.push(c),
+                    Ok(c) => {
+                        jobs += weight(&c);
+                        batch.push(c);
+                    }
                     Err(_) => break,
                 }
             }
@@ -221,6 +230,25 @@ impl Actor {
     }
 
     fn batch(&mut self, batch: Vec<Cmd>) {
+        let started = Instant::now();
+        let commands = batch.len();
+        self.batch_inner(batch);
+        let took = started.elapsed();
+        self.metrics.batch_seconds.observe(took.as_secs_f64());
+        let us = took.as_micros() as i64;
+        if us > self.metrics.batch_max_us.get() {
+            self.metrics.batch_max_us.set(us);
+        }
+        if took > SLOW_BATCH {
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                commands,
+                "a batch of the state task took long: nothing else was answered meanwhile"
+            );
+        }
+    }
+
+    fn batch_inner(&mut self, batch: Vec<Cmd>) {
         let now = self.now();
         let (out, saved) = batch::run(&mut self.st, &mut self.store, now, |st, fx, now| {
             let mut out = Outcomes::default();
@@ -346,6 +374,15 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
             again.push(Cmd::Launched(job, rank, result));
         }
         Cmd::Tick => reactor::on_tick(st, fx, now),
+    }
+}
+
+/// How many jobs a command may make: an array's tasks, one for any other submission (and
+/// for every other command, whose work is bounded by a page or a node).
+fn weight(cmd: &Cmd) -> usize {
+    match cmd {
+        Cmd::Submit(job, _) => job.at_submit.array.as_ref().map_or(1, |a| a.tasks.len()),
+        _ => 1,
     }
 }
 

@@ -432,8 +432,13 @@ fn list_request() -> impl Strategy<Value = v1::ListJobsRequest> {
     (
         vec(prop_oneof![4 => 0i32..=7, 1 => any::<i32>()], 0..4),
         prop_oneof![Just(0u32), 1u32..=5, any::<u32>()],
+        prop_oneof![Just(0u64), 1u64..=8, any::<u64>()],
     )
-        .prop_map(|(states, limit)| v1::ListJobsRequest { states, limit })
+        .prop_map(|(states, limit, before_id)| v1::ListJobsRequest {
+            states,
+            limit,
+            before_id,
+        })
 }
 
 #[test]
@@ -458,17 +463,24 @@ fn fuzz_proto_list_jobs() {
             let limit = if req.limit == 0 {
                 1000
             } else {
-                req.limit as usize
+                (req.limit as usize).min(1000)
             };
             prop_assert!(jobs.len() <= limit);
             prop_assert!(jobs.windows(2).all(|p| p[0].id > p[1].id), "newest first");
             for j in &jobs {
                 prop_assert!(caller.may_act_on(j.owner.uid), "{uid} sees job {}", j.id);
                 prop_assert!(filter.states.is_empty() || filter.states.contains(&j.state));
+                prop_assert!(
+                    req.before_id == 0 || j.id.0 < req.before_id,
+                    "a page goes on"
+                );
             }
-            reply(&v1::ListJobsResponse {
-                jobs: jobs.iter().map(convert::job_info).collect(),
-            })?;
+            let page = convert::list_page(&jobs, jobs.len() >= limit);
+            prop_assert!(
+                prost::Message::encoded_len(&page) <= convert::LIST_PAGE_BYTES + (512 << 10),
+                "a page stays within its budget"
+            );
+            reply(&page)?;
         }
         Ok(reqs.len() as u64)
     });

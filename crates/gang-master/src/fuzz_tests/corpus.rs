@@ -246,6 +246,7 @@ fn client_seeds() {
                 v1::ListJobsRequest {
                     states: vec![1],
                     limit: 0,
+                    before_id: 0,
                 },
             ),
             (
@@ -253,6 +254,7 @@ fn client_seeds() {
                 v1::ListJobsRequest {
                     states: vec![3, 1, 2],
                     limit: 2,
+                    before_id: 0,
                 },
             ),
             (
@@ -260,6 +262,7 @@ fn client_seeds() {
                 v1::ListJobsRequest {
                     states: all,
                     limit: 1,
+                    before_id: 0,
                 },
             ),
             (
@@ -267,6 +270,7 @@ fn client_seeds() {
                 v1::ListJobsRequest {
                     states: vec![0],
                     limit: 0,
+                    before_id: 0,
                 },
             ),
             (
@@ -274,6 +278,15 @@ fn client_seeds() {
                 v1::ListJobsRequest {
                     states: vec![7],
                     limit: 0,
+                    before_id: 0,
+                },
+            ),
+            (
+                "next-page",
+                v1::ListJobsRequest {
+                    states: vec![],
+                    limit: 2,
+                    before_id: 3,
                 },
             ),
             (
@@ -281,6 +294,7 @@ fn client_seeds() {
                 v1::ListJobsRequest {
                     states: vec![],
                     limit: u32::MAX,
+                    before_id: 0,
                 },
             ),
         ],

@@ -252,8 +252,48 @@ pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> 
         .collect::<Result<_, _>>()?;
     Ok(ListFilter {
         states,
-        limit: req.limit as usize,
+        // A page at a time: a batch never builds more (clients ask for the next page).
+        limit: match req.limit as usize {
+            0 => LIST_PAGE_JOBS,
+            n => n.min(LIST_PAGE_JOBS),
+        },
+        before: (req.before_id > 0).then_some(JobId(req.before_id)),
     })
+}
+
+/// The most jobs one ListJobs answer carries.
+pub const LIST_PAGE_JOBS: usize = 1000;
+/// About the most bytes one ListJobs answer carries (one job is always sent, and a job is
+/// at most a few hundred KiB: `max_argv_bytes`).
+pub const LIST_PAGE_BYTES: usize = 1 << 20;
+
+/// Views as one page of a listing: as many as fit `LIST_PAGE_BYTES` (at least one), and
+/// where the next page begins if any were left out or `full` (the page was cut at its job
+/// count, so more may follow).
+pub fn list_page(views: &[JobView], full: bool) -> v1::ListJobsResponse {
+    let mut jobs = Vec::new();
+    let mut bytes = 0;
+    for v in views {
+        let info = job_info(v);
+        let size = prost::Message::encoded_len(&info);
+        if !jobs.is_empty() && bytes + size > LIST_PAGE_BYTES {
+            return v1::ListJobsResponse {
+                next_before_id: jobs.last().map_or(0, |j: &v1::JobInfo| j.id),
+                jobs,
+            };
+        }
+        bytes += size;
+        jobs.push(info);
+    }
+    let next_before_id = if full {
+        jobs.last().map_or(0, |j| j.id)
+    } else {
+        0
+    };
+    v1::ListJobsResponse {
+        jobs,
+        next_before_id,
+    }
 }
 
 pub fn job_info(v: &JobView) -> v1::JobInfo {

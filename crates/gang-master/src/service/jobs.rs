@@ -131,13 +131,15 @@ impl JobService for Jobs {
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
         let caller = self.auth.caller(&req)?;
         let filter = convert::list_filter(req.into_inner())?;
+        let limit = filter.limit;
         let jobs = self
             .handle
             .call(|tx| Cmd::ListJobs(filter, caller, tx))
             .await?;
-        Ok(Response::new(v1::ListJobsResponse {
-            jobs: jobs.iter().map(convert::job_info).collect(),
-        }))
+        Ok(Response::new(convert::list_page(
+            &jobs,
+            jobs.len() >= limit,
+        )))
     }
 
     type WatchStream = Boxed<v1::JobEvent>;

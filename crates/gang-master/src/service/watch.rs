@@ -49,6 +49,7 @@ pub async fn start(
             let filter = ListFilter {
                 states: vec![State::Queued, State::Starting, State::Running],
                 limit: usize::MAX,
+                before: None,
             };
             let c = caller.clone();
             let mut jobs = handle.call(|tx| Cmd::ListJobs(filter, c, tx)).await?;

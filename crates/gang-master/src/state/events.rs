@@ -50,6 +50,8 @@ pub struct ListFilter {
     pub states: Vec<State>,
     /// At most this many, newest first; 0: 1000.
     pub limit: usize,
+    /// Only jobs below this id (the next page of a listing).
+    pub before: Option<JobId>,
 }
 
 /// A rank an agent says it runs.

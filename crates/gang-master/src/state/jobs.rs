@@ -62,7 +62,10 @@ impl JobTable {
         } else {
             self.live.insert(job.id());
         }
-        if let Some(t) = &job.record.client_token {
+        // An array's tasks share its spec, token included: the token finds the first.
+        if let Some(t) = &job.record.client_token
+            && job.record.array.is_none_or(|a| a.job == job.id())
+        {
             self.by_token
                 .insert((job.record.owner.uid, t.clone()), job.id());
         }
@@ -106,6 +109,23 @@ impl JobTable {
     /// Oldest first.
     pub fn values(&self) -> impl DoubleEndedIterator<Item = &Job> {
         self.map.values().map(|j| &**j)
+    }
+
+    /// Jobs below `before` (all for `None`), newest first.
+    pub fn newest_before(&self, before: Option<JobId>) -> impl Iterator<Item = &Job> {
+        let end = before.unwrap_or(JobId(u64::MAX));
+        self.map.range(..end).rev().map(|(_, j)| &**j)
+    }
+
+    /// Jobs not ended below `before` (all for `None`), newest first.
+    pub fn live_newest_before(&self, before: Option<JobId>) -> impl Iterator<Item = &Job> {
+        let end = before.unwrap_or(JobId(u64::MAX));
+        self.live
+            .range(..end)
+            .rev()
+            .filter_map(|id| self.map.get(id))
+            .map(|j| &**j)
+            .filter(|j| !j.record.state.is_final())
     }
 
     /// Jobs that have not ended (queued, starting or running).

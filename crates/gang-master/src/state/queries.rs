@@ -148,10 +148,14 @@ impl MasterState {
             filter.limit
         };
         let mut limits_counted = std::collections::HashMap::new();
-        self.jobs
-            .values()
-            .rev()
-            .filter(|j| caller.may_act_on(j.record.owner.uid))
+        // Only jobs not ended asked for (a watch's snapshot): the live ones, not a history.
+        let live_only = !filter.states.is_empty() && filter.states.iter().all(|s| !s.is_final());
+        let jobs: Box<dyn Iterator<Item = &Job>> = if live_only {
+            Box::new(self.jobs.live_newest_before(filter.before))
+        } else {
+            Box::new(self.jobs.newest_before(filter.before))
+        };
+        jobs.filter(|j| caller.may_act_on(j.record.owner.uid))
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
             .take(limit)
             .map(|j| {

@@ -526,6 +526,45 @@ fn queued_bytes_are_bounded_per_user_an_array_counting_once() {
     );
 }
 
+/// A listing comes in pages that stay within a message's limit however large the jobs:
+/// ten jobs of 256 KiB command lines are four pages (three a page), each going on where
+/// the last stopped, newest first.
+#[test]
+fn listings_come_in_pages_of_about_a_mebibyte() {
+    use crate::service::convert::{LIST_PAGE_BYTES, list_filter, list_page};
+    use crate::state::testkit::{caller, new_job};
+    let mut w = run(World::new(config(2, 2, 1)), &[RegisterAll]);
+    for _ in 0..10 {
+        let mut j = new_job("2x2", 1000, 0);
+        j.argv = vec!["./a".into(), "z".repeat((256 << 10) - 10)];
+        j.at_submit.hold = true;
+        w.step(|st, fx, now| crate::state::reactor::on_submit(st, fx, now, j))
+            .unwrap();
+    }
+    let mut before = 0;
+    let mut seen = vec![];
+    let mut pages = 0;
+    loop {
+        let req = gang_proto::v1::ListJobsRequest {
+            states: vec![],
+            limit: 0,
+            before_id: before,
+        };
+        let filter = list_filter(req).unwrap();
+        let views = w.st.list_for(&caller(1000), &filter, w.now);
+        let page = list_page(&views, views.len() >= filter.limit);
+        assert!(prost::Message::encoded_len(&page) <= LIST_PAGE_BYTES);
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        pages += 1;
+        if page.next_before_id == 0 {
+            break;
+        }
+        before = page.next_before_id;
+    }
+    assert_eq!(seen, (1..=10).rev().collect::<Vec<u64>>());
+    assert_eq!(pages, 4);
+}
+
 #[test]
 fn a_retried_submission_returns_the_first_job_even_after_a_restart() {
     let mut w = run(world(1), &[RegisterAll]);
