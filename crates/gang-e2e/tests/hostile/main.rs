@@ -16,6 +16,7 @@ mod logs;
 mod neighbours;
 mod pages_and_descriptors;
 mod paths;
+mod requests;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;

@@ -27,6 +27,7 @@ use crate::state::events::{
     Caller, FenceArrival, Heartbeat, JobUpdate, LaunchFailure, ListFilter, NewJob, RankExit,
     Registered, Registration,
 };
+use crate::state::queries::Listed;
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
 use crate::state::{MasterState, Now, batch, reactor};
 
@@ -59,7 +60,7 @@ pub enum Cmd {
     Cancel(JobId, Caller, Reply<JobView>),
     UpdateJob(JobUpdate, Caller, Reply<JobView>),
     GetJob(JobId, Caller, Reply<JobView>),
-    ListJobs(ListFilter, Caller, Reply<Vec<JobView>>),
+    ListJobs(ListFilter, Caller, Reply<Listed>),
     /// Where rank 0 of a job runs now (for stdin).
     Rank0(JobId, Reply<Rank0>),
     Register(Registration, Reply<Registered>),

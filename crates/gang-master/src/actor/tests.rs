@@ -27,7 +27,7 @@ async fn jobs(h: &Handle) -> Vec<(u64, State)> {
         .call(|tx| Cmd::ListJobs(ListFilter::default(), caller(1000), tx))
         .await
         .expect("a query is answered");
-    all.iter().map(|j| (j.id.0, j.state)).collect()
+    all.views.iter().map(|j| (j.id.0, j.state)).collect()
 }
 
 fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {

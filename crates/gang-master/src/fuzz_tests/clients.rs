@@ -459,7 +459,8 @@ fn fuzz_proto_list_jobs() {
             };
             prop_assert_eq!(filter.states.len(), req.states.len());
             let caller = caller(*uid);
-            let jobs = w.st.list_for(&caller, &filter, w.now);
+            let listed = w.st.list_for(&caller, &filter, w.now);
+            let jobs = &listed.views;
             let limit = if req.limit == 0 {
                 1000
             } else {
@@ -467,7 +468,7 @@ fn fuzz_proto_list_jobs() {
             };
             prop_assert!(jobs.len() <= limit);
             prop_assert!(jobs.windows(2).all(|p| p[0].id > p[1].id), "newest first");
-            for j in &jobs {
+            for j in jobs {
                 prop_assert!(caller.may_act_on(j.owner.uid), "{uid} sees job {}", j.id);
                 prop_assert!(filter.states.is_empty() || filter.states.contains(&j.state));
                 prop_assert!(
@@ -475,7 +476,7 @@ fn fuzz_proto_list_jobs() {
                     "a page goes on"
                 );
             }
-            let page = convert::list_page(&jobs, jobs.len() >= limit);
+            let page = convert::list_page(jobs, listed.more);
             prop_assert!(
                 prost::Message::encoded_len(&page) <= convert::LIST_PAGE_BYTES + (512 << 10),
                 "a page stays within its budget"

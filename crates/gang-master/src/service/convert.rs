@@ -258,6 +258,7 @@ pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> 
             n => n.min(LIST_PAGE_JOBS),
         },
         before: (req.before_id > 0).then_some(JobId(req.before_id)),
+        max_bytes: LIST_PAGE_BYTES,
     })
 }
 

@@ -131,14 +131,13 @@ impl JobService for Jobs {
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
         let caller = self.auth.caller(&req)?;
         let filter = convert::list_filter(req.into_inner())?;
-        let limit = filter.limit;
-        let jobs = self
+        let listed = self
             .handle
             .call(|tx| Cmd::ListJobs(filter, caller, tx))
             .await?;
         Ok(Response::new(convert::list_page(
-            &jobs,
-            jobs.len() >= limit,
+            &listed.views,
+            listed.more,
         )))
     }
 

@@ -50,9 +50,10 @@ pub async fn start(
                 states: vec![State::Queued, State::Starting, State::Running],
                 limit: usize::MAX,
                 before: None,
+                max_bytes: 0,
             };
             let c = caller.clone();
-            let mut jobs = handle.call(|tx| Cmd::ListJobs(filter, c, tx)).await?;
+            let mut jobs = handle.call(|tx| Cmd::ListJobs(filter, c, tx)).await?.views;
             // Oldest first, as they happened.
             jobs.reverse();
             jobs

@@ -52,6 +52,8 @@ pub struct ListFilter {
     pub limit: usize,
     /// Only jobs below this id (the next page of a listing).
     pub before: Option<JobId>,
+    /// Stop once the jobs listed weigh about this much (0: no budget).
+    pub max_bytes: usize,
 }
 
 /// A rank an agent says it runs.

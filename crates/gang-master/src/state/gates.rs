@@ -35,7 +35,7 @@ pub(super) struct GateIndex {
     pub(super) dirty: BTreeSet<JobId>,
     /// The distinct states of the jobs each named id stands for, until one of them changes
     /// (filled by readers: views find them too; only the state task takes the lock).
-    summaries: Mutex<HashMap<u64, Vec<Upstream>>>,
+    summaries: Mutex<HashMap<u64, Named>>,
 }
 
 impl GateIndex {
@@ -55,7 +55,7 @@ impl GateIndex {
         self.summaries().clear();
     }
 
-    fn summaries(&self) -> MutexGuard<'_, HashMap<u64, Vec<Upstream>>> {
+    fn summaries(&self) -> MutexGuard<'_, HashMap<u64, Named>> {
         self.summaries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -72,6 +72,18 @@ pub(super) enum Gate {
     },
     /// A dependency that can never hold: the job ends.
     Never(Dep, Upstream),
+}
+
+/// What the jobs an id named by dependencies stands for are now: all a verdict needs (their
+/// distinct states), and what a pending reason says of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Named {
+    classes: Vec<Upstream>,
+    /// Jobs it stands for (an array's tasks), and how many of them ended.
+    total: u32,
+    ended: u32,
+    /// The job's state, when it stands for one job.
+    single: Option<State>,
 }
 
 fn upstream_of(state: State) -> Upstream {
@@ -112,7 +124,7 @@ impl MasterState {
 
     /// What the jobs a dependency on `id` waits for are: their distinct states (all a
     /// verdict needs), found once and kept until one of them changes (`job_changed`).
-    fn upstream(&self, id: u64) -> Vec<Upstream> {
+    fn upstream(&self, id: u64) -> Named {
         if let Some(u) = self.gates.summaries().get(&id) {
             return u.clone();
         }
@@ -122,17 +134,28 @@ impl MasterState {
     }
 
     /// The same, found from the jobs now.
-    fn upstream_now(&self, id: u64) -> Vec<Upstream> {
+    fn upstream_now(&self, id: u64) -> Named {
         let targets = self.dependency_targets(id);
-        let mut found: Vec<Upstream> = Vec::new();
+        let mut found = Named {
+            classes: Vec::new(),
+            total: targets.len() as u32,
+            ended: 0,
+            single: None,
+        };
         if targets.is_empty() {
             // Checked at submission; a job never leaves the table. Treated as failed.
-            found.push(Upstream::Ended { ok: false });
+            found.classes.push(Upstream::Ended { ok: false });
+        }
+        if let [one] = targets.as_slice() {
+            found.single = Some(one.record.state);
         }
         for j in targets {
             let u = upstream_of(j.record.state);
-            if !found.contains(&u) {
-                found.push(u);
+            if !found.classes.contains(&u) {
+                found.classes.push(u);
+            }
+            if j.record.state.is_final() {
+                found.ended += 1;
             }
         }
         found
@@ -140,7 +163,7 @@ impl MasterState {
 
     /// Every summary kept is what the jobs say now (none missed a change).
     pub(super) fn check_summaries(&self) -> std::result::Result<(), String> {
-        let kept: Vec<(u64, Vec<Upstream>)> = self
+        let kept: Vec<(u64, Named)> = self
             .gates
             .summaries()
             .iter()
@@ -148,7 +171,11 @@ impl MasterState {
             .collect();
         for (id, kept) in kept {
             let now = self.upstream_now(id);
-            if now.len() != kept.len() || now.iter().any(|u| !kept.contains(u)) {
+            let same_classes = now.classes.len() == kept.classes.len()
+                && now.classes.iter().all(|u| kept.classes.contains(u));
+            if !same_classes
+                || (now.total, now.ended, now.single) != (kept.total, kept.ended, kept.single)
+            {
                 return Err(format!(
                     "what job {id} stands for is kept as {kept:?} but is {now:?}"
                 ));
@@ -166,6 +193,8 @@ impl MasterState {
         };
         let state = j.record.state;
         if state == State::Running {
+            // Started already when it was starting: only its own word changes.
+            self.gates.summaries().remove(&job.0);
             return;
         }
         let array = j.record.array;
@@ -215,7 +244,7 @@ impl MasterState {
         if let Some(h) = &job.record.hold {
             return Some(Gate::Held(h.clone()));
         }
-        let verdict = dependency::evaluate(&job.record.dependency, |id| self.upstream(id));
+        let verdict = dependency::evaluate(&job.record.dependency, |id| self.upstream(id).classes);
         match verdict {
             Verdict::Met => {}
             Verdict::Waiting(d) => return Some(Gate::Dependency(d)),
@@ -295,20 +324,15 @@ impl MasterState {
             Some(Gate::Held(h)) if h.admin => format!("held by admin {}", h.by),
             Some(Gate::Held(h)) => format!("held by {} (gangctl release {})", h.by, job.id()),
             Some(Gate::Dependency(d)) => {
-                let states: Vec<&'static str> = self
-                    .dependency_targets(d.job)
-                    .iter()
-                    .map(|j| super::messaging::state_word(j.record.state))
-                    .collect();
-                let what = match states.as_slice() {
-                    [one] => format!("job {} is {one}", d.job),
-                    many => {
-                        let done = many
-                            .iter()
-                            .filter(|s| **s != "queued" && **s != "running" && **s != "starting")
-                            .count();
-                        format!("array {}: {done} of {} tasks ended", d.job, many.len())
+                let named = self.upstream(d.job);
+                let what = match named.single {
+                    Some(state) => {
+                        format!("job {} is {}", d.job, super::messaging::state_word(state))
                     }
+                    None => format!(
+                        "array {}: {} of {} tasks ended",
+                        d.job, named.ended, named.total
+                    ),
                 };
                 format!("dependency {d}: {what}")
             }

@@ -31,7 +31,7 @@ mod lifecycle;
 mod messaging;
 mod node_table;
 mod nodes;
-mod queries;
+pub mod queries;
 mod queued;
 pub mod reactor;
 mod recovery;

@@ -138,10 +138,14 @@ impl MasterState {
         Ok(self.job_view(j, now))
     }
 
-    /// The jobs a caller may see (their own; an admin's: all), newest first.
-    pub fn list_for(&self, caller: &Caller, filter: &ListFilter, now: Now) -> Vec<JobView> {
-        let pending: std::collections::HashMap<JobId, Pending> =
-            self.sched.pending_all().into_iter().collect();
+    /// The jobs a caller may see (their own; an admin's: all), newest first: at most the
+    /// filter's limit, and no more than its byte budget's worth (`Listed::more`: more may
+    /// follow, below the last one's id).
+    pub fn list_for(&self, caller: &Caller, filter: &ListFilter, now: Now) -> Listed {
+        // Why queued jobs wait, found for the whole queue at once, and only if the page
+        // has one (finding it runs the allocator over the queue).
+        let pending: std::cell::OnceCell<std::collections::HashMap<JobId, Pending>> =
+            std::cell::OnceCell::new();
         let limit = if filter.limit == 0 {
             DEFAULT_LIST_LIMIT
         } else {
@@ -155,23 +159,34 @@ impl MasterState {
         } else {
             Box::new(self.jobs.newest_before(filter.before))
         };
-        jobs.filter(|j| caller.may_act_on(j.record.owner.uid))
+        let mut bytes = 0usize;
+        let mut views = Vec::new();
+        let mut more = false;
+        for j in jobs
+            .filter(|j| caller.may_act_on(j.record.owner.uid))
             .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
-            .take(limit)
-            .map(|j| {
-                let why = if self.gated.contains(&j.id()) {
-                    self.gate_text(j, &mut limits_counted)
-                } else if j.record.allocation.is_some() && j.record.state == State::Queued {
-                    self.step_pending_text(j)
-                } else {
-                    pending
-                        .get(&j.id())
-                        .map(|p| self.pending_text(*p))
-                        .unwrap_or_default()
-                };
-                self.job_view_waiting(j, now, why)
-            })
-            .collect()
+        {
+            if views.len() >= limit || (filter.max_bytes > 0 && bytes >= filter.max_bytes) {
+                more = true;
+                break;
+            }
+            bytes += listed_bytes(j);
+            let why = if self.gated.contains(&j.id()) {
+                self.gate_text(j, &mut limits_counted)
+            } else if j.record.allocation.is_some() && j.record.state == State::Queued {
+                self.step_pending_text(j)
+            } else if j.record.state == State::Queued {
+                pending
+                    .get_or_init(|| self.sched.pending_all().into_iter().collect())
+                    .get(&j.id())
+                    .map(|p| self.pending_text(*p))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            views.push(self.job_view_waiting(j, now, why));
+        }
+        Listed { views, more }
     }
 
     pub fn view(&self, id: JobId, now: Now) -> Result<JobView> {
@@ -283,4 +298,24 @@ impl MasterState {
             running_row,
         }
     }
+}
+
+/// A page of a listing.
+#[derive(Debug)]
+pub struct Listed {
+    pub views: Vec<JobView>,
+    /// It stopped at its limit or its byte budget: more jobs may follow.
+    pub more: bool,
+}
+
+/// About what a job weighs in a listing's answer: its command line and the strings shown.
+fn listed_bytes(j: &Job) -> usize {
+    let r = &j.record;
+    r.argv.iter().map(|a| a.len() + 2).sum::<usize>()
+        + r.name.len()
+        + r.cwd.len()
+        + r.reason.len()
+        + r.output_files.output.len()
+        + r.output_files.error.len()
+        + 512
 }

@@ -168,6 +168,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
             S::Sees(uid, ids) => {
                 let seen: Vec<u64> =
                     w.st.list_for(&caller(uid), &Default::default(), w.now)
+                        .views
                         .iter()
                         .map(|j| j.id.0)
                         .collect();

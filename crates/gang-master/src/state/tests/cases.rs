@@ -551,8 +551,8 @@ fn listings_come_in_pages_of_about_a_mebibyte() {
             before_id: before,
         };
         let filter = list_filter(req).unwrap();
-        let views = w.st.list_for(&caller(1000), &filter, w.now);
-        let page = list_page(&views, views.len() >= filter.limit);
+        let listed = w.st.list_for(&caller(1000), &filter, w.now);
+        let page = list_page(&listed.views, listed.more);
         assert!(prost::Message::encoded_len(&page) <= LIST_PAGE_BYTES);
         seen.extend(page.jobs.iter().map(|j| j.id));
         pages += 1;

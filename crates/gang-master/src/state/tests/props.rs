@@ -90,6 +90,7 @@ fn apply(mut w: World, op: Op) -> World {
         Op::Cancel(i, uid) => {
             let ids: Vec<JobId> =
                 w.st.list_for(&caller(0), &Default::default(), w.now)
+                    .views
                     .iter()
                     .map(|j| j.id)
                     .collect();
