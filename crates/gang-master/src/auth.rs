@@ -268,10 +268,33 @@ fn bearer<T>(req: &Request<T>) -> Option<&str> {
     v.strip_prefix("Bearer ").map(str::trim)
 }
 
+/// A node certificate called on the agent port: its connection is vetted (it no longer
+/// counts among the unvetted ones a newcomer may close). Refused when the vetted ones are
+/// at their bound, or it was closed for a newcomer meanwhile.
+fn vet<T>(req: &Request<T>) -> Result<()> {
+    let Some(info) = req.extensions().get::<TlsConnectInfo<ConnInfo>>() else {
+        return Ok(());
+    };
+    let info = info.get_ref();
+    let (Some(vetting), Peer::Tcp(tcp)) = (&info.vetting, &info.peer) else {
+        return Ok(());
+    };
+    let Some(remote) = tcp.remote_addr() else {
+        return Ok(());
+    };
+    if vetting.vet(remote) {
+        return Ok(());
+    }
+    Err(MasterError::Unavailable(format!(
+        "this master holds {} agent connections already (max_agent_connections); try again",
+        vetting.limits().vetted
+    )))
+}
+
 /// The node an agent's certificate names; a request about another node is refused.
 pub fn agent_node<T>(req: &Request<T>, claimed: Coord) -> Result<Coord> {
     match peer(req) {
-        Some(PeerName::Node { x, y }) if (x, y) == claimed => Ok((x, y)),
+        Some(PeerName::Node { x, y }) if (x, y) == claimed => vet(req).map(|()| (x, y)),
         Some(PeerName::Node { x, y }) => Err(MasterError::Forbidden(format!(
             "the certificate of node ({x},{y}) cannot speak for node ({},{})",
             claimed.0, claimed.1
@@ -288,7 +311,7 @@ pub fn agent_node<T>(req: &Request<T>, claimed: Coord) -> Result<Coord> {
 /// Any agent (calls that speak for no node in particular: clock probes, output batches).
 pub fn any_node<T>(req: &Request<T>) -> Result<Coord> {
     match peer(req) {
-        Some(PeerName::Node { x, y }) => Ok((x, y)),
+        Some(PeerName::Node { x, y }) => vet(req).map(|()| (x, y)),
         Some(other) => Err(MasterError::Forbidden(format!(
             "only agents may call the registry; the certificate names {other}"
         ))),

@@ -87,6 +87,9 @@ pub enum MasterError {
     Internal(String),
     #[error("the master is shutting down")]
     ShuttingDown,
+    /// Not now: too many of something; asking again later may work.
+    #[error("{0}")]
+    Unavailable(String),
     /// A user's cancel of a job that has ended: Slurm's scancel says "already completing
     /// or completed"; a script must learn the cancel did nothing.
     #[error("job {job} already {state}")]

@@ -196,6 +196,13 @@ struct ConnArgs {
     /// Attach streams (prun, gangctl output) one user may hold open [default: 128].
     #[arg(long)]
     max_attaches_per_user: Option<usize>,
+    /// Agent-port connections not yet vetted by a node certificate's call; past it, a
+    /// newcomer closes the oldest [default: 1024].
+    #[arg(long)]
+    max_unvetted_agent_connections: Option<usize>,
+    /// The same, from one address [default: 256].
+    #[arg(long)]
+    max_unvetted_agent_per_ip: Option<usize>,
 }
 
 /// The connection limits: defaults, then the file's `[connections]`, then the flags.
@@ -212,6 +219,8 @@ fn connections(a: &ConnArgs, f: &FileConfig) -> ConnLimits {
         keepalive_interval_ms: a.keepalive_interval_ms,
         keepalive_timeout_ms: a.keepalive_timeout_ms,
         max_attaches_per_user: a.max_attaches_per_user,
+        max_unvetted_agent_connections: a.max_unvetted_agent_connections,
+        max_unvetted_agent_per_ip: a.max_unvetted_agent_per_ip,
     };
     ConnLimits::default()
         .with(&f.connections.clone().unwrap_or_default())

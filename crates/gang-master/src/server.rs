@@ -30,7 +30,7 @@ use crate::actor;
 use crate::agents::AgentPool;
 use crate::auth::Authenticator;
 use crate::config::MasterConfig;
-use crate::connections::accept::{Admitting, TcpIncoming, UnixIncoming};
+use crate::connections::accept::{AgentIncoming, Admitting, TcpIncoming, UnixIncoming};
 use crate::connections::admission::{PerPeer, Pool};
 use crate::connections::{self, StreamCountLayer};
 use crate::metrics::{self, ListenerLabel, Metrics};
@@ -293,15 +293,22 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         per_peer,
         gauge("clients"),
     );
+    // Every agent-port connection counts here; the unvetted among them are bounded by the
+    // vetting (a newcomer closes the oldest), the vetted by `sizes.agents`.
     let agent_pool = Pool::new(
-        sizes.agents,
+        sizes.agents + limits.max_unvetted_agent_connections,
         0,
         PerPeer {
             uid: 0,
-            ip: sizes.agent_per_ip,
+            ip: sizes.agent_per_ip + limits.max_unvetted_agent_connections,
         },
         gauge("agents"),
     );
+    let vetting = gang_listen::Vetting::new(gang_listen::VettingLimits {
+        per_address: limits.max_unvetted_agent_per_ip,
+        total: limits.max_unvetted_agent_connections,
+        vetted: sizes.agents,
+    });
     let admitting = |name, pool: &Arc<Pool>| {
         Admitting::new(name, pool.clone(), limits.deadlines(), metrics.clone())
     };
@@ -347,7 +354,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .tls_config(ServerTlsConfig::new().identity(identity).client_ca_root(ca))?
         .add_service(registry)
         .serve_with_incoming_shutdown(
-            TcpIncoming::new(agent_tcp, admitting("agents", &agent_pool)),
+            AgentIncoming::new(agent_tcp, admitting("agents", &agent_pool), vetting),
             until(stopped),
         );
     let servers = tokio::spawn(async move {

@@ -330,3 +330,64 @@ impl Stream for TcpIncoming {
         )
     }
 }
+
+/// The agent port's connections: counted in its pool, and under its vetting (`gang_listen`):
+/// until a node certificate's first call vets one, it may be closed for a newcomer, so a
+/// flood of connections from anyone who can reach the port (no certificate needed to
+/// connect) never keeps agents out.
+pub struct AgentIncoming {
+    listener: TcpListener,
+    admitting: Admitting,
+    vetting: Arc<gang_listen::Vetting>,
+}
+
+impl AgentIncoming {
+    pub fn new(
+        listener: TcpListener,
+        admitting: Admitting,
+        vetting: Arc<gang_listen::Vetting>,
+    ) -> Self {
+        AgentIncoming {
+            listener,
+            admitting,
+            vetting,
+        }
+    }
+}
+
+impl Stream for AgentIncoming {
+    type Item = std::io::Result<Deadlined<gang_listen::Vetted<TcpStream>>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let (listener, vetting) = (&this.listener, &this.vetting);
+        this.admitting.poll_admit(
+            cx,
+            |cx| listener.poll_accept(cx),
+            |a, (stream, remote)| {
+                let info = stream.connect_info();
+                let key = PeerKey::Ip(peer_ip(remote.ip()));
+                match a.pool.admit(key, false) {
+                    Ok(p) => {
+                        let _ = stream.set_nodelay(true);
+                        let ticket = vetting.enter(remote);
+                        Some(
+                            Deadlined::new(
+                                gang_listen::Vetted::new(stream, ticket),
+                                Peer::Tcp(info),
+                                a.deadlines,
+                                p,
+                                a.on_expiry(),
+                            )
+                            .with_vetting(vetting.clone()),
+                        )
+                    }
+                    Err(why) => {
+                        a.refused(key, why);
+                        None
+                    }
+                }
+            },
+        )
+    }
+}

@@ -104,6 +104,8 @@ impl Expired {
 pub struct ConnInfo {
     pub peer: Peer,
     state: Arc<ConnState>,
+    /// The agent port's vetting: a node certificate's first call vets the connection.
+    pub vetting: Option<Arc<gang_listen::Vetting>>,
 }
 
 #[derive(Clone, Debug)]
@@ -119,6 +121,7 @@ impl ConnInfo {
         ConnInfo {
             peer: Peer::Unix(uds),
             state: ConnState::new(),
+            vetting: None,
         }
     }
 
@@ -154,6 +157,7 @@ impl<IO> Deadlined<IO> {
             info: ConnInfo {
                 peer,
                 state: ConnState::new(),
+                vetting: None,
             },
             timer: Box::pin(tokio::time::sleep(deadlines.handshake)),
             deadlines,
@@ -161,6 +165,12 @@ impl<IO> Deadlined<IO> {
             on_expiry,
             _permit: permit,
         }
+    }
+
+    /// Under the agent port's vetting (`gang_listen`).
+    pub fn with_vetting(mut self, vetting: Arc<gang_listen::Vetting>) -> Self {
+        self.info.vetting = Some(vetting);
+        self
     }
 
     /// An error once a deadline has passed with no stream open. Called from every poll of

@@ -44,6 +44,8 @@ pub struct ConnectionsSection {
     pub max_per_ip: Option<usize>,
     pub max_agent_connections: Option<usize>,
     pub max_agent_per_ip: Option<usize>,
+    pub max_unvetted_agent_connections: Option<usize>,
+    pub max_unvetted_agent_per_ip: Option<usize>,
     pub handshake_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
     pub keepalive_interval_ms: Option<u64>,
@@ -67,6 +69,11 @@ pub struct ConnLimits {
     /// Connections one address may hold on the agent port; 0: the agent pool (a cluster
     /// on one host has every agent behind one address).
     pub max_agent_per_ip: usize,
+    /// Agent-port connections not yet vetted by a node certificate's call, in all and
+    /// from one address: past either, a newcomer closes the oldest (`gang_listen`), so
+    /// that nobody without a node certificate can keep agents out.
+    pub max_unvetted_agent_connections: usize,
+    pub max_unvetted_agent_per_ip: usize,
     pub handshake_timeout: Duration,
     pub idle_timeout: Duration,
     pub keepalive_interval: Duration,
@@ -87,6 +94,10 @@ impl Default for ConnLimits {
             max_per_ip: 256,
             max_agent_connections: 0,
             max_agent_per_ip: 0,
+            // An agent's connection is vetted by its first call, milliseconds after its
+            // accept; a cluster's agents starting at once from one host stay well under.
+            max_unvetted_agent_connections: 1024,
+            max_unvetted_agent_per_ip: 256,
             // A TLS handshake on a loaded host takes milliseconds; 10 s leaves room for a
             // slow network and still frees a silent connection soon.
             handshake_timeout: Duration::from_secs(10),
@@ -115,6 +126,12 @@ impl ConnLimits {
                 .max_agent_connections
                 .unwrap_or(self.max_agent_connections),
             max_agent_per_ip: f.max_agent_per_ip.unwrap_or(self.max_agent_per_ip),
+            max_unvetted_agent_connections: f
+                .max_unvetted_agent_connections
+                .unwrap_or(self.max_unvetted_agent_connections),
+            max_unvetted_agent_per_ip: f
+                .max_unvetted_agent_per_ip
+                .unwrap_or(self.max_unvetted_agent_per_ip),
             handshake_timeout: ms(f.handshake_timeout_ms, self.handshake_timeout),
             idle_timeout: ms(f.idle_timeout_ms, self.idle_timeout),
             keepalive_interval: ms(f.keepalive_interval_ms, self.keepalive_interval),
@@ -141,8 +158,10 @@ impl ConnLimits {
         // The master's own channels to agents (`agents.rs`): one per node while the
         // limit allows, else a quarter of it (least recently used dropped first).
         let agent_channels = nodes.min((nofile / 4).max(256)) as usize;
-        let fds_left =
-            nofile.saturating_sub(FD_RESERVE + agent_channels as u64 + agents as u64) as usize;
+        let unvetted = self.max_unvetted_agent_connections;
+        let fds_left = nofile.saturating_sub(
+            FD_RESERVE + agent_channels as u64 + agents as u64 + unvetted as u64,
+        ) as usize;
         // Below this the master serves too few clients to be of use; the warning in
         // `server.rs` says to raise the limit.
         const FLOOR: usize = 128;
@@ -185,7 +204,7 @@ mod tests {
         let p = l.plan(20_000, 16);
         assert_eq!(p.agents, 128);
         assert_eq!(p.agent_per_ip, 128);
-        assert_eq!(p.clients, 20_000 - 1024 - 16 - 128);
+        assert_eq!(p.clients, 20_000 - 1024 - 16 - 128 - 1024);
         assert!(p.fits);
         // A limit too small for anything: a floor, and it says it does not fit.
         let p = l.plan(1024, 16);

@@ -49,6 +49,7 @@ impl From<MasterError> for Status {
             | MasterError::QueueBytes { .. }
             | MasterError::TooManyAttaches { .. } => Status::resource_exhausted(msg),
             MasterError::ShuttingDown
+            | MasterError::Unavailable(_)
             | MasterError::NotSaved(_)
             | MasterError::FenceAhead { .. } => Status::unavailable(msg),
             MasterError::NotRunning { .. }
