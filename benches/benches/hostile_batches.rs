@@ -6,6 +6,7 @@
 //! - five held arrays of 1,001 tasks and a 1,001-task array depending on all five, then
 //!   left alone for `HOSTILE_IDLE_S` seconds (what the master spends on them by itself);
 //! - 8 concurrent `gangctl jobs --all` of the whole history (every page).
+//!
 //! Printed side by side with the same figures before the requests: the master's longest
 //! batch and its p99 (from its `gang_master_batch_seconds` histogram), its peak RSS,
 //! its CPU while idle, GetJob's latency (median, p99 over `HOSTILE_GETS`), the listings'

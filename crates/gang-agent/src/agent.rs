@@ -103,6 +103,7 @@ fn emulated_sessions() -> &'static tokio::runtime::Handle {
 /// Start an agent: check its certificate, bind, write the ready file, then register in
 /// the background (the master may not be up yet; the session retries).
 pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
+    raise_fd_limit();
     let tls = NodeTls::load(&cfg.tls, cfg.coord)
         .with_context(|| format!("node {}: refusing to start", cfg.coord))?;
     // Both TLS configurations are built (keys parsed and matched) before anything runs.
@@ -215,21 +216,40 @@ fn serve(
     JoinHandle<Result<(), tonic::transport::Error>>,
 ) {
     let (stop_server, stopped) = oneshot::channel::<()>();
-    // Probes time round trips: do not let Nagle hold small replies back.
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
+    // Anyone who reaches the port may connect; until the master's or a node's certificate
+    // calls on a connection, it may be closed for a newcomer (`gang_listen`): a user's
+    // flood of connections never takes the descriptors a launch needs, nor keeps the
+    // master out.
+    let vetting = gang_listen::Vetting::new(LISTENER_LIMITS);
+    let incoming = {
+        let vetting = Arc::clone(&vetting);
+        TcpListenerStream::new(listener).filter_map(move |conn| match conn {
+            Ok(stream) => {
+                // Probes time round trips: do not let Nagle hold small replies back.
+                let _ = stream.set_nodelay(true);
+                let peer = stream.peer_addr().ok()?;
+                Some(Ok(gang_listen::Vetted::new(stream, vetting.enter(peer))))
+            }
+            Err(e) => Some(Err(e)),
         })
-    });
-    let service =
+    };
+    let service = {
+        let vetting = Arc::clone(&vetting);
         NodeAgentServer::with_interceptor(AgentService::new(Arc::clone(node)), move |request| {
-            only_the_master(coord, &request).map(|()| request)
-        });
+            only_the_master(coord, &request)?;
+            vet(&vetting, &request)?;
+            Ok(request)
+        })
+    };
     let relay = tonic::service::interceptor::InterceptedService::new(
         NodeRelayServer::new(relayer)
             .max_decoding_message_size(crate::peers::MAX_MESSAGE)
             .max_encoding_message_size(crate::peers::MAX_MESSAGE),
-        move |request: tonic::Request<()>| only_the_cluster(coord, &request).map(|()| request),
+        move |request: tonic::Request<()>| {
+            only_the_cluster(coord, &request)?;
+            vet(&vetting, &request)?;
+            Ok(request)
+        },
     );
     let server = server
         .add_service(service)
@@ -238,6 +258,36 @@ fn serve(
             let _ = stopped.await;
         });
     (stop_server, tokio::spawn(server))
+}
+
+/// Raise the soft open-file limit to the hard one: launches open each rank's files and
+/// sockets, and the listener's bounds are sized well under a thousand.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+/// The agent's listener: connections not yet vetted by a certificate the agent serves,
+/// from one address and in all, and vetted ones (the master's, and the relay tree's).
+const LISTENER_LIMITS: gang_listen::VettingLimits = gang_listen::VettingLimits {
+    per_address: 64,
+    total: 256,
+    vetted: 512,
+};
+
+/// A call the interceptors let through vets its connection.
+fn vet(vetting: &gang_listen::Vetting, request: &tonic::Request<()>) -> Result<(), tonic::Status> {
+    match request.remote_addr() {
+        Some(peer) if !vetting.vet(peer) => Err(tonic::Status::unavailable(format!(
+            "this agent holds {} vetted connections already; try again",
+            vetting.limits().vetted
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// This node's outbox, with its spool in its own directory (whatever else shares the

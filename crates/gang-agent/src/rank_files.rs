@@ -4,8 +4,14 @@
 //! The files are opened by the rank's child process after it took on the submitter's
 //! credentials and entered the job's working directory (`launch::command`'s `pre_exec`),
 //! so a rank can only write where its user may: the agent, often root, never opens a
-//! user's file for them. Only the directory is checked here, as the agent, so that the
-//! usual mistake (a directory that does not exist) is reported with the file's name.
+//! user's file for them. The directory is checked here, as the user (`launch::lookup`),
+//! so that the usual mistake (a directory that does not exist) is reported with the
+//! file's name, and nothing the user could not see is told.
+//!
+//! In a directory others may write (a sticky /tmp), a file of the name may be someone
+//! else's: a symbolic link is not followed (`O_NOFOLLOW`), a regular file another user
+//! owns is refused (EPERM), and a FIFO does not block the open (`O_NONBLOCK`). A file of
+//! the rank's own is emptied only once it is known to be the user's own.
 
 use std::ffi::CString;
 use std::io;
@@ -19,6 +25,8 @@ use gang_core::output_pattern;
 struct FileSpec {
     path: CString,
     flags: libc::c_int,
+    /// Emptied once opened (and known to be the user's own).
+    truncate: bool,
     /// For messages.
     shown: PathBuf,
 }
@@ -65,20 +73,33 @@ impl RankFiles {
             let bad = |e| (path.clone(), e);
             output_pattern::validate(pattern)
                 .map_err(|e| bad(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-            if let Some(dir) = path.parent()
-                && !dir.is_dir()
-            {
-                return Err(bad(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("the directory {} does not exist", dir.display()),
-                )));
+            if let Some(dir) = path.parent() {
+                match std::fs::metadata(dir) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => {
+                        return Err(bad(io::Error::new(
+                            io::ErrorKind::NotADirectory,
+                            format!("{} is not a directory", dir.display()),
+                        )));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        return Err(bad(io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!("the directory {} does not exist", dir.display()),
+                        )));
+                    }
+                    Err(e) => return Err(bad(e)),
+                }
             }
+            let flags = libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_APPEND
+                | libc::O_CLOEXEC
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK;
             // A file of its own starts empty, as sbatch's; one that ranks share is only
             // appended to, or a rank opening it late would erase what others wrote.
-            let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
-            if output_pattern::per_rank(pattern) {
-                flags |= libc::O_TRUNC;
-            }
+            let truncate = output_pattern::per_rank(pattern);
             let c = CString::new(path.as_os_str().as_bytes())
                 .map_err(|e| bad(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
             let shown = path.clone();
@@ -87,6 +108,7 @@ impl RankFiles {
                 FileSpec {
                     path: c,
                     flags,
+                    truncate,
                     shown,
                 },
             ))
@@ -167,13 +189,36 @@ impl RankFiles {
     }
 }
 
-/// Open `f` and make it `fd` (the opened descriptor is close-on-exec; its dup is not).
+/// Open `f` and make it `fd` (the opened descriptor is close-on-exec; its dup is not). A
+/// regular file another user owns is refused (EPERM); a file of the user's own that the
+/// rank owns alone is emptied.
 fn onto(f: &FileSpec, fd: libc::c_int) -> io::Result<()> {
-    // SAFETY: plain system calls; the path is a valid C string that outlives them.
+    // SAFETY: plain system calls on a valid C string and a descriptor this opened; the
+    // stat buffer is written by fstat before it is read.
     unsafe {
         let opened = libc::open(f.path.as_ptr(), f.flags, 0o644 as libc::c_uint);
         if opened < 0 {
             return Err(io::Error::last_os_error());
+        }
+        let fail = |errno: i32| {
+            libc::close(opened);
+            Err(io::Error::from_raw_os_error(errno))
+        };
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(opened, &mut st) != 0 {
+            return fail(*libc::__errno_location());
+        }
+        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+        if regular && st.st_uid != libc::geteuid() {
+            return fail(libc::EPERM);
+        }
+        if regular && f.truncate && libc::ftruncate(opened, 0) != 0 {
+            return fail(*libc::__errno_location());
+        }
+        // Back to blocking writes (O_NONBLOCK was for the open of a FIFO).
+        let fl = libc::fcntl(opened, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(opened, libc::F_SETFL, fl & !libc::O_NONBLOCK);
         }
         let r = libc::dup2(opened, fd);
         libc::close(opened);
@@ -198,14 +243,16 @@ mod tests {
             f.stdout.as_ref().unwrap().path.to_str().unwrap(),
             "/tmp/7.out"
         );
-        assert_eq!(f.stdout.as_ref().unwrap().flags & libc::O_TRUNC, 0);
+        assert!(!f.stdout.as_ref().unwrap().truncate);
+        assert_ne!(f.stdout.as_ref().unwrap().flags & libc::O_NOFOLLOW, 0);
 
         let f = RankFiles::new("", "err-%r-%n", (7, 1), (0, 1), cwd).unwrap();
         assert!(f.stdout_piped() && !f.stderr_piped());
         match &f.stderr {
             Stderr::File(s) => {
                 assert_eq!(s.path.to_str().unwrap(), "/tmp/err-1-0-1");
-                assert_ne!(s.flags & libc::O_TRUNC, 0);
+                assert!(s.truncate);
+                assert_eq!(s.flags & libc::O_TRUNC, 0, "emptied only once checked");
             }
             other => panic!("{other:?}"),
         }
@@ -240,5 +287,52 @@ mod tests {
             e.to_string().contains("/tmp/no/such/dir does not exist"),
             "{e}"
         );
+    }
+
+    /// In a directory others may write: a planted symbolic link is not followed, a file
+    /// another user made is refused, the user's own file is emptied (per-rank patterns).
+    #[test]
+    fn links_and_other_users_files_are_refused() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| {
+            let f = RankFiles::new(name, "", (1, 0), (0, 0), dir.path()).unwrap();
+            // A descriptor far from the test's own.
+            onto(f.stdout.as_ref().unwrap(), 900).map(|()| {
+                // SAFETY: closing the descriptor onto made.
+                unsafe { libc::close(900) };
+            })
+        };
+        let keep = dir.path().join("keep");
+        std::fs::write(&keep, "precious").unwrap();
+        symlink(&keep, dir.path().join("link-%r")).unwrap();
+        let e = open("link-%r").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        assert_eq!(std::fs::read_to_string(&keep).unwrap(), "precious");
+        // The user's own file: opened and emptied.
+        std::fs::write(
+            dir.path()
+                .join("own-%r")
+                .to_str()
+                .unwrap()
+                .replace("%r", "0"),
+            "old",
+        )
+        .unwrap();
+        open("own-%r").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("own-0")).unwrap(),
+            ""
+        );
+        // Another user's (the test runs as root, which owns it: pretend to be another).
+        let theirs = dir.path().join("theirs-0");
+        std::fs::write(&theirs, "theirs").unwrap();
+        let uid = std::fs::metadata(&theirs).unwrap().uid();
+        if uid == 0 {
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = open("theirs-%r").unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+            assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "theirs");
+        }
     }
 }

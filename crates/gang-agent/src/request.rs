@@ -83,6 +83,9 @@ pub struct RankRequest {
     /// `LaunchRequest.allocation`: its own job id for an allocation's batch script, the
     /// allocation's for a step (switched with it), 0 otherwise.
     pub allocation: u64,
+    /// A batch script (its text, and where in argv its path goes): written into the
+    /// rank's own directory, never passed in the command line.
+    pub script: Option<(String, usize)>,
 }
 
 /// A job's fence tree as the master set it (`gang_core::fanout::links` over its ranks).

@@ -54,6 +54,7 @@ pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
             parent: req.fence_parent,
         }),
         allocation: req.allocation,
+        script: (!req.script.is_empty()).then_some((req.script, req.script_at as usize)),
     }
 }
 
@@ -214,6 +215,8 @@ mod tests {
             fence_width: 0,
             fence_parent: String::new(),
             allocation: 0,
+            script: String::new(),
+            script_at: 0,
         };
         let got = rank_request(req);
         assert_eq!(got.namespace(), "gang-0a1b2c3d-7");

@@ -4,9 +4,11 @@
 //!
 //! Directives are `#GANG` comment lines before the first command (after an optional `#!`
 //! line), with the options of the command line; an option given on both is the command
-//! line's. The script travels in the job's command line (`INTERPRETER -c SCRIPT NAME
-//! ARGS`), so nothing has to be copied to the node; its interpreter is the one its `#!`
-//! line names (one that takes `-c`), else `/bin/sh`.
+//! line's. The script travels with the job but apart from its command line
+//! (`JobSpec.script`), where any user of the node would read it: the agent writes it into
+//! the rank's own directory, readable by its user alone, and runs `INTERPRETER PATH ARGS`
+//! (as Slurm's spooled `slurm_script`); its interpreter is the one its `#!` line names,
+//! else `/bin/sh`.
 
 use std::path::{Path, PathBuf};
 
@@ -20,8 +22,8 @@ use crate::output::OutputMode;
 use crate::parse::parse_duration;
 use crate::prun_cli::{parse_array, parse_dependency, parse_pattern};
 
-/// The largest script: it is one argument of its interpreter, and Linux takes at most
-/// 128 KiB in one (MAX_ARG_STRLEN).
+/// The largest script (it counts with the command line against the master's
+/// `max_argv_bytes`, as when it was one argument of its interpreter: 128 KiB at most).
 pub const MAX_SCRIPT_BYTES: usize = (128 << 10) - 1;
 
 /// Where a batch script's output goes unless -o says otherwise (sbatch's slurm-%j.out).
@@ -236,13 +238,13 @@ pub fn batch_spec(
             "no nodes asked: give -n SHAPE on the command line or in a `#GANG -n SHAPE` line",
         )?;
     let mut argv = script.interpreter.clone();
-    argv.push("-c".into());
-    argv.push(script.text.clone());
-    argv.push(name.to_string());
+    let script_at = argv.len() as u32;
     argv.extend(args.iter().cloned());
     Ok(JobSpec {
         shape: nodes,
         argv,
+        script: script.text.clone(),
+        script_at,
         cwd,
         env,
         time_limit_s: opts.alloc.time_limit.unwrap_or(0),
@@ -371,9 +373,9 @@ mod tests {
         assert_eq!(s.name, "my job");
         assert_eq!(s.output, "out-%j.txt");
         assert!(s.allocate);
-        assert_eq!(s.argv[..3], ["/bin/bash", "-e", "-c"]);
-        assert_eq!(s.argv[3], text);
-        assert_eq!(s.argv[4..], ["job.sh", "a"]);
+        // The script apart from the command line (which any user of the node reads).
+        assert_eq!(s.argv, ["/bin/bash", "-e", "a"]);
+        assert_eq!((s.script.as_str(), s.script_at), (text, 2));
         let s = spec_of(text, &["-n", "4", "-t", "1h"]).unwrap();
         assert_eq!((s.shape.as_str(), s.time_limit_s), ("4", 3600));
         // No #! line: /bin/sh; no -o: gang-%j.out.
@@ -381,7 +383,10 @@ mod tests {
         assert_eq!(s.argv[0], "/bin/sh");
         assert_eq!(s.output, DEFAULT_OUTPUT);
         let s = spec_of("#!/usr/bin/env bash\n#GANG -n 1\n", &[]).unwrap();
-        assert_eq!(s.argv[..3], ["/usr/bin/env", "bash", "-c"]);
+        assert_eq!(
+            (&s.argv[..], s.script_at),
+            (&["/usr/bin/env".to_string(), "bash".into()][..], 2)
+        );
     }
 
     #[test]

@@ -11,6 +11,9 @@ use crate::client_config;
 
 /// How long a connection attempt may take before the master counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// With several masters listed, how long one may take to connect and say whether it
+/// leads before the next is tried.
+pub const ONE_OF_SEVERAL: Duration = Duration::from_secs(3);
 
 pub use crate::error::{CliError, DEFAULT_MASTER, status_is_transient};
 
@@ -40,16 +43,36 @@ pub async fn channel(addr: &str) -> Result<MasterChannel, CliError> {
     let mut last = None;
     let several = addr.contains(',');
     for one in addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        match channel_to(one).await {
-            Ok(c) if several => match stands_by(&c).await {
-                Some(why) => {
+        if several {
+            // One of several that does not answer soon (a standby under a flood, a host
+            // gone) is passed over for the next, not waited on.
+            let tried = tokio::time::timeout(ONE_OF_SEVERAL, async {
+                let c = channel_to(one).await?;
+                Ok::<_, CliError>((stands_by(&c).await, c))
+            })
+            .await;
+            match tried {
+                Ok(Ok((None, c))) => return Ok(c),
+                Ok(Ok((Some(why), _))) => {
                     last = Some(CliError::Unreachable {
                         addr: one.to_string(),
                         detail: why,
                     })
                 }
-                None => return Ok(c),
-            },
+                Ok(Err(e @ (CliError::Unreachable { .. } | CliError::NoAnswer { .. }))) => {
+                    last = Some(e)
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    last = Some(CliError::NoAnswer {
+                        addr: one.to_string(),
+                        after: ONE_OF_SEVERAL,
+                    })
+                }
+            }
+            continue;
+        }
+        match channel_to(one).await {
             Ok(c) => return Ok(c),
             Err(e @ (CliError::Unreachable { .. } | CliError::NoAnswer { .. })) => last = Some(e),
             Err(e) => return Err(e),
@@ -74,8 +97,20 @@ async fn stands_by(ch: &MasterChannel) -> Option<String> {
         {
             Some(s.message().to_string())
         }
+        // A master that closed the connection (its pool full) or broke it does not serve
+        // us: the next one may.
+        Err(s) if crate::timeouts::is_timeout(&s) || transport_failure(&s) => {
+            Some(format!("it did not answer: {}", s.message()))
+        }
         _ => None,
     }
+}
+
+/// A call that failed in transport (the connection closed or reset), not by the master.
+fn transport_failure(s: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(s.code(), Code::Unknown | Code::Cancelled)
+        || (s.code() == Code::Unavailable && !s.message().starts_with("state not saved"))
 }
 
 async fn channel_to(addr: &str) -> Result<MasterChannel, CliError> {

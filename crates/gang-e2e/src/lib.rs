@@ -11,6 +11,7 @@ use gang_proto::v1;
 
 pub mod etcd_cluster;
 pub mod failover;
+pub mod flood;
 pub mod netns;
 pub mod switch_in;
 

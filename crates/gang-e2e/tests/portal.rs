@@ -183,24 +183,37 @@ fn the_portal_submits_watches_shows_output_and_cancels_in_a_browser() {
     let page = format!("https://master.gang:{port}/portal/");
 
     let b = Browser::start(port);
-    // A bad token: the master's refusal is shown.
-    b.go(&format!("{page}#token=not-a-token"));
+    // A token in a link (anyone's: the attacker's own) is wiped and ignored, saying so:
+    // it would sign the reader in as whoever made the link.
+    b.go(&format!("{page}#token={token}"));
+    let said = b.wait(
+        "the link's token refused",
+        "const t = document.getElementById('status').textContent; return t.includes('a token in a link is ignored') && t",
+    );
+    assert!(said.is_string(), "{said}");
+    assert_eq!(b.js("return location.hash"), json!(""));
+    assert_eq!(
+        b.js("return sessionStorage.getItem('gang-token')"),
+        json!(null)
+    );
+    // A bad token pasted: the master's refusal is shown.
+    let paste = |t: &str| {
+        b.js(&format!(
+            "document.getElementById('token').value = '{t}'; document.getElementById('use-token').click();"
+        ));
+    };
+    paste("not-a-token");
     let said = b.wait(
         "the refusal",
-        "return document.getElementById('status').textContent",
+        "const t = document.getElementById('status').textContent; return t.includes('not authenticated') && t",
     );
-    assert!(
-        said.as_str().unwrap().contains("not authenticated"),
-        "{said}"
-    );
-
-    b.go(&format!("{page}#token={token}"));
+    assert!(said.is_string(), "{said}");
+    // The user's own token, pasted.
+    paste(&token);
     b.wait(
         "the live jobs table",
         "return document.getElementById('watching').textContent === '(live)'",
     );
-    // The token left the address bar (it stays in the tab's session storage).
-    assert_eq!(b.js("return location.hash"), json!(""));
 
     // Submit from the form; the job completes in the table, live.
     b.js("document.getElementById('shape').value = '2';

@@ -46,7 +46,12 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Vetted<IO> {
         // Evicted while this read waits: woken, and the read fails.
         this.ticket.flag().wake_on_raise(cx.waker());
         this.check()?;
-        Pin::new(&mut this.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.ticket.flag().spoke();
+        }
+        r
     }
 }
 

@@ -39,6 +39,8 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
 #[derive(Debug, Default)]
 pub(crate) struct Flag {
     evicted: AtomicBool,
+    /// Its peer sent something (a TLS hello): it is not merely held open.
+    spoke: AtomicBool,
     waker: Mutex<Option<Waker>>,
 }
 
@@ -53,6 +55,14 @@ impl Flag {
 
     pub(crate) fn raised(&self) -> bool {
         self.evicted.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn spoke(&self) {
+        self.spoke.store(true, Ordering::Relaxed);
+    }
+
+    fn has_spoken(&self) -> bool {
+        self.spoke.load(Ordering::Relaxed)
     }
 
     /// Wake `w` when raised.
@@ -112,23 +122,19 @@ impl Vetting {
     pub fn enter(self: &Arc<Self>, peer: SocketAddr) -> Ticket {
         let key = address_key(peer.ip());
         let mut s = self.lock();
-        // Its address's oldest first, then the oldest of all.
+        // Its address's first, then of all: the oldest that never spoke (held open
+        // only), else the oldest.
         while s.per_address.get(&key).copied().unwrap_or(0) >= self.limits.per_address.max(1) {
-            let oldest = s
-                .unvetted
-                .iter()
-                .find(|(_, (k, _, _))| *k == key)
-                .map(|(id, _)| *id);
-            match oldest {
+            match victim(&s, Some(key)) {
                 Some(id) => evict(&mut s, id),
                 None => break,
             }
         }
         while s.unvetted.len() >= self.limits.total.max(1) {
-            let Some(&id) = s.unvetted.keys().next() else {
-                break;
-            };
-            evict(&mut s, id);
+            match victim(&s, None) {
+                Some(id) => evict(&mut s, id),
+                None => break,
+            }
         }
         let id = s.next;
         s.next += 1;
@@ -187,6 +193,23 @@ fn decrement(m: &mut HashMap<IpAddr, usize>, key: IpAddr) {
             m.remove(&key);
         }
     }
+}
+
+/// Which unvetted connection a newcomer closes (of address `key`, or of all): the oldest
+/// whose peer never sent a byte, else the oldest.
+fn victim(s: &State, key: Option<IpAddr>) -> Option<u64> {
+    let mut of_key = s
+        .unvetted
+        .iter()
+        .filter(|(_, (k, _, _))| key.is_none_or(|key| *k == key));
+    let mut oldest = None;
+    for (id, (_, flag, _)) in of_key.by_ref() {
+        if !flag.has_spoken() {
+            return Some(*id);
+        }
+        oldest.get_or_insert(*id);
+    }
+    oldest
 }
 
 fn evict(s: &mut State, id: u64) {
@@ -264,6 +287,19 @@ mod tests {
         assert!(!v.vet(third.peer()));
         drop((agent, late, third, flood));
         assert_eq!(v.counts(), (0, 0));
+    }
+
+    /// A peer that speaks (its TLS hello is on its way) outlives silent ones however new
+    /// it is: a flood of connections held open never evicts an agent mid-handshake.
+    #[test]
+    fn silent_connections_go_before_ones_whose_peer_spoke() {
+        let v = Vetting::new(limits());
+        let agent = v.enter(at("127.0.0.1", 1));
+        agent.flag().spoke();
+        let flood: Vec<Ticket> = (10..30).map(|p| v.enter(at("127.0.0.1", p))).collect();
+        assert!(!agent.evicted(), "spoke: kept while silent ones can go");
+        assert_eq!(flood.iter().filter(|t| !t.evicted()).count(), 2);
+        assert!(v.vet(agent.peer()));
     }
 
     #[test]

@@ -200,10 +200,21 @@ pub struct Spec<S: Stage = Resolved> {
     /// A step: the allocation it runs in (placed on its nodes, switched with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<JobId>,
+    /// A batch script, carried apart from argv (where any user of a node would read it):
+    /// its text, and where in argv the agent puts the path of the file it writes it to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<BatchScript>,
     /// How it was asked to be submitted (held, as an array): read by the submission only,
     /// never saved; what it makes of it is in the job's record (`hold`, `array`).
     #[serde(skip)]
     pub at_submit: AtSubmit,
+}
+
+/// A batch script: its text and where its path goes in argv (`JobSpec.script_at`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchScript {
+    pub text: String,
+    pub at: u32,
 }
 
 /// Submission options that are not part of the job itself.
@@ -351,6 +362,7 @@ impl Spec<Asked> {
             dependency: self.dependency,
             allocate: self.allocate,
             allocation: self.allocation,
+            script: self.script,
             at_submit: AtSubmit::default(),
         }
     }
@@ -548,6 +560,7 @@ pub fn placeholder_spec() -> Arc<Spec> {
             dependency: Vec::new(),
             allocate: false,
             allocation: None,
+            script: None,
             at_submit: AtSubmit::default(),
         })
     })

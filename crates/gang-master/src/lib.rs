@@ -27,6 +27,7 @@ pub mod store_etcd;
 pub mod switch_stats;
 pub mod unix_socket;
 pub mod warm_copy;
+pub mod web_guard;
 
 #[cfg(test)]
 mod fuzz_tests;

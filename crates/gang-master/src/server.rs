@@ -30,10 +30,8 @@ use crate::actor;
 use crate::agents::AgentPool;
 use crate::auth::Authenticator;
 use crate::config::MasterConfig;
-use crate::connections::accept::{AgentIncoming, Admitting, TcpIncoming, UnixIncoming};
-use crate::connections::admission::{PerPeer, Pool};
 use crate::connections::{self, StreamCountLayer};
-use crate::metrics::{self, ListenerLabel, Metrics};
+use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
 use crate::service::attach_slots::AttachSlots;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
@@ -150,7 +148,14 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // Before the servers bind: a standby (state in etcd, another master leads) waits here,
     // answering every call with where the leader is (`standby_server.rs`), and clients and
     // agents that try it first go on to the next master they know.
-    let mut standby = crate::standby_server::StandbyServers::new(&cfg);
+    // With the leader's admission (pools, vetting, deadlines), accounted on its own.
+    let mut standby = crate::standby_server::StandbyServers::new(
+        &cfg,
+        connections::Listeners::new(&limits, sizes, Arc::new(Metrics::default()), {
+            let auth = auth.clone();
+            Arc::new(move |uid| auth.is_admin_uid(uid))
+        }),
+    );
     let opened = crate::state_store::open(&cfg, |who| {
         crate::notify::status(&format!("standing by: the leader is {who}"));
         standby.waiting(who);
@@ -273,49 +278,10 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
             .http2_keepalive_timeout(Some(limits.keepalive_timeout))
             .layer(StreamCountLayer)
     };
-    let gauge = |pool: &str| {
-        metrics
-            .connections_open
-            .get_or_create(&ListenerLabel {
-                listener: pool.to_string(),
-            })
-            .clone()
-    };
-    // The socket and the client port share a pool, so the admins' reserve is one reserve
-    // whichever way users come; agents have their own.
-    let per_peer = PerPeer {
-        uid: limits.max_per_user,
-        ip: limits.max_per_ip,
-    };
-    let client_pool = Pool::new(
-        sizes.clients,
-        limits.admin_reserve,
-        per_peer,
-        gauge("clients"),
-    );
-    // Every agent-port connection counts here; the unvetted among them are bounded by the
-    // vetting (a newcomer closes the oldest), the vetted by `sizes.agents`.
-    let agent_pool = Pool::new(
-        sizes.agents + limits.max_unvetted_agent_connections,
-        0,
-        PerPeer {
-            uid: 0,
-            ip: sizes.agent_per_ip + limits.max_unvetted_agent_connections,
-        },
-        gauge("agents"),
-    );
-    let vetting = gang_listen::Vetting::new(gang_listen::VettingLimits {
-        per_address: limits.max_unvetted_agent_per_ip,
-        total: limits.max_unvetted_agent_connections,
-        vetted: sizes.agents,
-    });
-    let admitting = |name, pool: &Arc<Pool>| {
-        Admitting::new(name, pool.clone(), limits.deadlines(), metrics.clone())
-    };
-    let is_admin = {
+    let admission = connections::Listeners::new(&limits, sizes, metrics.clone(), {
         let auth = auth.clone();
-        Box::new(move |uid| auth.is_admin_uid(uid))
-    };
+        Arc::new(move |uid| auth.is_admin_uid(uid))
+    });
     let local = server()
         .add_service(health.clone())
         .add_service(reflection_v1.clone())
@@ -323,15 +289,15 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .add_service(jobs.clone())
         .add_service(admin.clone())
         .add_service(tokens.clone())
-        .serve_with_incoming_shutdown(
-            UnixIncoming::new(unix, admitting("socket", &client_pool), is_admin),
-            until(stopped.clone()),
-        );
+        .serve_with_incoming_shutdown(admission.unix(unix), until(stopped.clone()));
     // Browsers: gRPC-Web on the same port (a page calls the API with a user's token; TLS
     // negotiates HTTP/2, which browsers speak), and CORS for the origins the config allows.
     let cors = web_cors(&cfg_web_origins)?;
     let remote = server()
         .layer(crate::portal::PortalLayer { on: web_portal })
+        .layer(crate::web_guard::WebGuardLayer {
+            origins: web_origin_values(&cfg_web_origins)?,
+        })
         .layer(cors)
         .layer(tonic_web::GrpcWebLayer::new())
         .tls_config(
@@ -346,17 +312,11 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .add_service(jobs.clone())
         .add_service(admin.clone())
         .add_service(tokens.clone())
-        .serve_with_incoming_shutdown(
-            TcpIncoming::new(client_tcp, admitting("tcp", &client_pool)),
-            until(stopped.clone()),
-        );
+        .serve_with_incoming_shutdown(admission.clients(client_tcp), until(stopped.clone()));
     let for_agents = server()
         .tls_config(ServerTlsConfig::new().identity(identity).client_ca_root(ca))?
         .add_service(registry)
-        .serve_with_incoming_shutdown(
-            AgentIncoming::new(agent_tcp, admitting("agents", &agent_pool), vetting),
-            until(stopped),
-        );
+        .serve_with_incoming_shutdown(admission.agents(agent_tcp), until(stopped));
     let servers = tokio::spawn(async move {
         tokio::try_join!(local, remote, for_agents)?;
         Ok(())
@@ -390,13 +350,20 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
 /// CORS for gRPC-Web: the allowed origins may POST with the headers gRPC-Web and a token
 /// need, and read gRPC's status from the response. No origin listed: no CORS headers, so
 /// browsers let only same-origin pages call.
-fn web_cors(origins: &[String]) -> anyhow::Result<tower_http::cors::CorsLayer> {
-    use tonic::codegen::http::{HeaderName, HeaderValue, Method};
-    use tower_http::cors::{AllowOrigin, CorsLayer};
-    let origins: Vec<HeaderValue> = origins
+fn web_origin_values(origins: &[String]) -> anyhow::Result<Vec<tonic::codegen::http::HeaderValue>> {
+    origins
         .iter()
-        .map(|o| HeaderValue::from_str(o).with_context(|| format!("web origin {o:?}")))
-        .collect::<anyhow::Result<_>>()?;
+        .map(|o| {
+            tonic::codegen::http::HeaderValue::from_str(o)
+                .with_context(|| format!("web origin {o:?}"))
+        })
+        .collect()
+}
+
+fn web_cors(origins: &[String]) -> anyhow::Result<tower_http::cors::CorsLayer> {
+    use tonic::codegen::http::{HeaderName, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins = web_origin_values(origins)?;
     let names = |ns: &[&'static str]| {
         ns.iter()
             .map(|n| HeaderName::from_static(n))

@@ -11,7 +11,6 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use gang_proto::client::LEADER_METADATA;
 use gang_proto::v1::admin_service_server::AdminServiceServer;
@@ -28,6 +27,7 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::{info, warn};
 
 use crate::config::MasterConfig;
+use crate::connections::{ConnInfo, Listeners, Peer, StreamCountLayer};
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 
 /// Every call of service `N` refused, naming the leader.
@@ -58,8 +58,14 @@ impl<N> Service<http::Request<Body>> for Refuse<N> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _: http::Request<Body>) -> Self::Future {
-        let who = self.leader.read().map(|w| w.clone()).unwrap_or_default();
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        // Where the leader is (its host, pid and ports) only to a caller known by the
+        // socket's credentials or a certificate; others learn only to move on.
+        let who = if known_caller(&req) {
+            self.leader.read().map(|w| w.clone()).unwrap_or_default()
+        } else {
+            UNTOLD.to_string()
+        };
         let mut st = tonic::Status::unavailable(format!(
             "this master stands by; the leader is {who} (try the next master)"
         ));
@@ -71,20 +77,39 @@ impl<N> Service<http::Request<Body>> for Refuse<N> {
     }
 }
 
+/// What an unknown caller is told of the leader.
+const UNTOLD: &str = "another master (ask with a certificate or on the master's socket)";
+
+/// Whether the caller is known: on the Unix socket (its peer credentials), or with a
+/// certificate the TLS handshake verified.
+fn known_caller(req: &http::Request<Body>) -> bool {
+    use tonic::transport::server::TlsConnectInfo;
+    let ext = req.extensions();
+    if let Some(info) = ext.get::<ConnInfo>() {
+        return matches!(info.peer, Peer::Unix(_));
+    }
+    ext.get::<TlsConnectInfo<ConnInfo>>()
+        .and_then(|t| t.peer_certs())
+        .is_some_and(|c| !c.is_empty())
+}
+
 type Health = tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>;
 
 /// The standby's servers, started by the first [`StandbyServers::waiting`].
 pub struct StandbyServers {
     cfg: MasterConfig,
     leader: Arc<RwLock<String>>,
+    /// The leader's admission, its counts the standby's own.
+    listeners: Option<Listeners>,
     running: Option<(watch::Sender<bool>, JoinHandle<()>)>,
 }
 
 impl StandbyServers {
-    pub fn new(cfg: &MasterConfig) -> StandbyServers {
+    pub fn new(cfg: &MasterConfig, listeners: Listeners) -> StandbyServers {
         StandbyServers {
             cfg: cfg.clone(),
             leader: Arc::default(),
+            listeners: Some(listeners),
             running: None,
         }
     }
@@ -94,33 +119,36 @@ impl StandbyServers {
         if let Ok(mut w) = self.leader.write() {
             *w = who.to_string();
         }
-        if self.running.is_none() {
+        if self.running.is_none()
+            && let Some(listeners) = self.listeners.take()
+        {
             let (tx, rx) = watch::channel(false);
-            let task = tokio::spawn(serve(self.cfg.clone(), self.leader.clone(), rx));
+            let task = tokio::spawn(serve(self.cfg.clone(), self.leader.clone(), listeners, rx));
             self.running = Some((tx, task));
         }
     }
 
-    /// This master leads now: stop answering, and release the ports.
+    /// This master leads now: stop answering, and release the ports. Every connection the
+    /// standby held is dropped with its servers (its clients and agents reconnect to the
+    /// leader's, whose admission counts them afresh): none lingers, uncounted.
     pub async fn stop(self) {
-        let Some((tx, mut task)) = self.running else {
+        let Some((tx, task)) = self.running else {
             return;
         };
         let _ = tx.send(true);
-        // Idle connections (agents, clients that moved on) close at the shutdown; one
-        // that lingers must not delay the leader's start.
-        if tokio::time::timeout(Duration::from_secs(1), &mut task)
-            .await
-            .is_err()
-        {
-            task.abort();
-            let _ = task.await;
-        }
+        task.abort();
+        let _ = task.await;
+        let _ = std::fs::remove_file(&self.cfg.socket);
     }
 }
 
-async fn serve(cfg: MasterConfig, leader: Arc<RwLock<String>>, stop: watch::Receiver<bool>) {
-    if let Err(e) = try_serve(&cfg, leader, stop).await {
+async fn serve(
+    cfg: MasterConfig,
+    leader: Arc<RwLock<String>>,
+    listeners: Listeners,
+    stop: watch::Receiver<bool>,
+) {
+    if let Err(e) = try_serve(&cfg, leader, &listeners, stop).await {
         warn!("standing by, without answering on the master's ports: {e:#}");
     }
 }
@@ -128,16 +156,25 @@ async fn serve(cfg: MasterConfig, leader: Arc<RwLock<String>>, stop: watch::Rece
 async fn try_serve(
     cfg: &MasterConfig,
     leader: Arc<RwLock<String>>,
+    listeners: &Listeners,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
     let tls = cfg.tls.read()?;
     let identity = Identity::from_pem(&tls.cert, &tls.key);
     let ca = Certificate::from_pem(&tls.ca);
     let tls_config = ServerTlsConfig::new()
-        .identity(identity)
-        .client_ca_root(ca)
+        .identity(identity.clone())
+        .client_ca_root(ca.clone())
         .client_auth_optional(true);
+    // Agents present their node's certificate, as to the leader.
+    let agent_tls = ServerTlsConfig::new().identity(identity).client_ca_root(ca);
+    let limits = &cfg.connections;
+    let server = || {
+        Server::builder()
+            .http2_keepalive_interval(Some(limits.keepalive_interval))
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+            .layer(StreamCountLayer)
+    };
     let unix = crate::unix_socket::bind_socket(&cfg.socket)?;
     let clients = tokio::net::TcpListener::bind(cfg.listen).await?;
     let agents = tokio::net::TcpListener::bind(cfg.agent_listen).await?;
@@ -155,17 +192,17 @@ async fn try_serve(
         .add_service(refuse::<JobServiceServer<Jobs>>(l))
         .add_service(refuse::<AdminServiceServer<Admin>>(l))
         .add_service(refuse::<AuthServiceServer<Tokens>>(l));
-    let local = Server::builder()
+    let local = server()
         .add_routes(routes.clone())
-        .serve_with_incoming_shutdown(UnixListenerStream::new(unix), until(stop.clone()));
-    let remote = Server::builder()
-        .tls_config(tls_config.clone())?
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(clients), until(stop.clone()));
-    let for_agents = Server::builder()
+        .serve_with_incoming_shutdown(listeners.unix(unix), until(stop.clone()));
+    let remote = server()
         .tls_config(tls_config)?
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(listeners.clients(clients), until(stop.clone()));
+    let for_agents = server()
+        .tls_config(agent_tls)?
         .add_service(refuse::<AgentRegistryServer<Registry>>(l))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(agents), until(stop));
+        .serve_with_incoming_shutdown(listeners.agents(agents), until(stop));
     let r = tokio::try_join!(local, remote, for_agents);
     let _ = std::fs::remove_file(&cfg.socket);
     r?;

@@ -255,6 +255,8 @@ fn launch() -> Vec<(String, Vec<u8>)> {
         fence_width: 0,
         fence_parent: String::new(),
         allocation: 0,
+        script: String::new(),
+        script_at: 0,
     };
     let with = |f: &dyn Fn(&mut LaunchRequest)| {
         let mut r = ok.clone();

@@ -68,12 +68,29 @@ pub fn spawn_rank(
 ) -> Result<Spawned, Failure> {
     let req = &plan.req;
     let env = policy_env(plan, env_allow);
+    // A batch script runs from the file made for it in the rank's own directory.
+    let with_script;
+    let argv: &[String] = match &req.script {
+        Some((_, at)) => {
+            let dir = given
+                .gang_env
+                .iter()
+                .find(|(k, _)| k == gang_msg::abi::env::MSG_DIR)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let mut a = req.argv.clone();
+            a.insert((*at).min(a.len()), format!("{dir}/{}", crate::msg::SCRIPT));
+            with_script = a;
+            &with_script
+        }
+        None => &req.argv,
+    };
     let spec = RankSpec {
         key: req.key,
         size: req.size,
         node: plan.node,
         program: &found.program,
-        argv: &req.argv,
+        argv,
         cwd: Path::new(&req.cwd),
         env: &env,
         gang_env: &given.gang_env,

@@ -50,8 +50,9 @@ pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<
             agent_path.as_deref()
         }
     };
-    // What the user could not see must not be answered for them (see `as_user`).
-    let (program, links) = with_fs_identity(&plan.run_as, || {
+    // What the user could not see must not be answered for them (see `as_user`): the
+    // working directory, the program, and the directories of the output files.
+    let (program, links, files) = with_fs_identity(&plan.run_as, || {
         check_cwd(cwd).map_err(Failure::Cwd)?;
         let program = resolve_program(&req.argv[0], path, cwd).map_err(Failure::Start)?;
         // `none` is the user's word, and the only choice that reads nothing of the
@@ -60,7 +61,15 @@ pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<
             Mpi::None => ProgramMpi::NoMpi,
             _ => mpi_program::inspect(&program),
         };
-        Ok((program, links))
+        let files = RankFiles::new(
+            &req.output,
+            &req.error,
+            (req.key.job_id, req.key.rank),
+            (plan.node.x, plan.node.y),
+            cwd,
+        )
+        .map_err(Failure::OutputFile)?;
+        Ok((program, links, files))
     })
     .map_err(Failure::Start)??;
     let mpi = serve(plan, &links, facts).map_err(Failure::Mpi)?;
@@ -73,14 +82,6 @@ pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<
         pmix = mpi.pmix.is_some(),
         "the rank's MPI"
     );
-    let files = RankFiles::new(
-        &req.output,
-        &req.error,
-        (req.key.job_id, req.key.rank),
-        (plan.node.x, plan.node.y),
-        cwd,
-    )
-    .map_err(Failure::OutputFile)?;
     let preload = mpi_check::preload(msg_base, mpi.check, &req.env, &facts.policy.env_allow)
         .map_err(|e| Failure::Start(io::Error::other(e)))?;
     Ok(Found {

@@ -131,6 +131,14 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
     if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
         return Err(invalid(format!("argv[{i}] contains a NUL byte")));
     }
+    if let Some((_, at)) = &req.script
+        && (*at == 0 || *at > req.argv.len())
+    {
+        return Err(invalid(format!(
+            "a batch script's path cannot go at argv[{at}] of {} (after the interpreter)",
+            req.argv.len()
+        )));
+    }
     if req.size == 0 || req.size > MAX_RANKS {
         return Err(invalid(format!(
             "job size {} is outside 1..={MAX_RANKS}",
@@ -233,6 +241,7 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
             None => format!("{},{},1,1", node.x, node.y),
         },
         context: req.msg_context.as_str(),
+        script: req.script.as_ref().map(|(text, _)| text.clone()),
     };
     Ok(LaunchPlan {
         search,

@@ -17,6 +17,7 @@ pub(crate) mod control;
 pub mod fence_tree;
 mod mpi;
 mod pages;
+pub use pages::SCRIPT;
 mod space;
 
 use std::collections::BTreeMap;
@@ -50,6 +51,8 @@ pub struct MsgLaunch {
     /// "x0,y0,w,h".
     pub part: String,
     pub context: &'static str,
+    /// A batch script to write into the rank's directory (`pages::SCRIPT`).
+    pub script: Option<String>,
 }
 
 /// Everything the agent keeps for ranks that may use the library or MPI.
@@ -149,7 +152,7 @@ impl MsgHub {
         l: &MsgLaunch,
     ) -> std::io::Result<(Vec<(String, String)>, std::os::fd::OwnedFd)> {
         use std::os::fd::AsRawFd;
-        let (dir, state_fd) = self.pages.create(l.key, l.uid)?;
+        let (dir, state_fd) = self.pages.create(l.key, l.uid, l.script.as_deref())?;
         self.controls
             .start(Arc::clone(&self.spaces), &dir, l.key, l.uid)?;
         let env = vec![

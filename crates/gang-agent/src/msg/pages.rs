@@ -23,6 +23,9 @@ use crate::error::Coord;
 use crate::ranks::RankKey;
 use crate::switch::MsgPages;
 
+/// A batch script's name in its rank's directory.
+pub const SCRIPT: &str = "script";
+
 /// The default base directory: `/run/gang/msg` for root, else one per user in shared
 /// memory. Both are tmpfs on a usual Linux: the pages are shared mappings, which a disk
 /// file system would write back, and creating a rank's files on ext4 costs inode
@@ -93,6 +96,7 @@ impl Pages {
         &self,
         key: RankKey,
         uid: Option<(u32, u32)>,
+        script: Option<&str>,
     ) -> std::io::Result<(PathBuf, OwnedFd)> {
         if !self.node_dir.is_dir() {
             // Traversable by every user (a umask such as systemd's 0077 would not make
@@ -116,6 +120,23 @@ impl Pages {
         )?;
         table.write_offset(self.clock.offset_ns());
         let (state, state_fd) = StatePage::create_sealed()?;
+        // The batch script, for its user alone: made before the directory is theirs, so
+        // nothing of theirs can be in its place.
+        if let Some(text) = script {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let path = dir.join(SCRIPT);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o500)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)?;
+            f.write_all(text.as_bytes())?;
+            if let Some((uid, gid)) = uid {
+                chown(&path, Some(uid), Some(gid))?;
+            }
+        }
         if let Some((uid, gid)) = uid {
             chown(&dir, Some(uid), Some(gid))?;
         }

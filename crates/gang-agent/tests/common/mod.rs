@@ -519,6 +519,8 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         fence_width: 0,
         fence_parent: String::new(),
         allocation: 0,
+        script: String::new(),
+        script_at: 0,
     }
 }
 

@@ -129,6 +129,8 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
         array: args.array.clone().unwrap_or_default(),
         allocation,
         allocate: false,
+        script: String::new(),
+        script_at: 0,
     };
     // Who we are comes from the connection (the socket's peer credentials, a user
     // certificate or a token), never from the request.

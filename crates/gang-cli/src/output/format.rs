@@ -325,6 +325,21 @@ pub fn deadlock_report(j: &JobInfo) -> String {
 /// A job's command as `gangctl job` shows it: an allocation's batch script by its name
 /// and size (its text is the job's command line), an allocation without one as such.
 pub fn command_text(spec: &gang_proto::v1::JobSpec) -> String {
+    let at = spec.script_at as usize;
+    if spec.allocate && at > 0 && at <= spec.argv.len() {
+        // Its text stays with the job (and on its node, for its user alone).
+        let args = &spec.argv[at..];
+        return format!(
+            "batch script {}, run by {}{}",
+            printable(&spec.name),
+            shell_join(&spec.argv[..at]),
+            if args.is_empty() {
+                String::new()
+            } else {
+                format!(" with {}", shell_join(args))
+            }
+        );
+    }
     match (spec.allocate, spec.argv.as_slice()) {
         (true, []) => "- (an allocation for a command: gangctl alloc)".into(),
         (true, argv) => match argv.iter().position(|a| a == "-c") {

@@ -12,11 +12,13 @@
 #[path = "../trust/accounts.rs"]
 mod accounts;
 mod fair_share;
+mod floods;
 mod logs;
 mod neighbours;
 mod pages_and_descriptors;
 mod paths;
 mod requests;
+mod scripts;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;

@@ -114,6 +114,12 @@ pub(super) fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequ
         } else {
             s.allocation.map_or(0, |a| a.0)
         },
+        script: s
+            .script
+            .as_ref()
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+        script_at: s.script.as_ref().map_or(0, |b| b.at),
     }
 }
 

@@ -23,9 +23,14 @@ pub mod admission;
 pub mod authority;
 pub mod deadlines;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::metrics::{ListenerLabel, Metrics};
+use accept::{Admitting, AgentIncoming, TcpIncoming, UnixIncoming};
+use admission::{PerPeer, Pool};
 
 pub use accept::raise_fd_limit;
 pub use deadlines::{ConnInfo, Deadlines, Peer, StreamCountLayer};
@@ -159,9 +164,9 @@ impl ConnLimits {
         // limit allows, else a quarter of it (least recently used dropped first).
         let agent_channels = nodes.min((nofile / 4).max(256)) as usize;
         let unvetted = self.max_unvetted_agent_connections;
-        let fds_left = nofile.saturating_sub(
-            FD_RESERVE + agent_channels as u64 + agents as u64 + unvetted as u64,
-        ) as usize;
+        let fds_left = nofile
+            .saturating_sub(FD_RESERVE + agent_channels as u64 + agents as u64 + unvetted as u64)
+            as usize;
         // Below this the master serves too few clients to be of use; the warning in
         // `server.rs` says to raise the limit.
         const FLOOR: usize = 128;
@@ -179,6 +184,98 @@ impl ConnLimits {
             },
             fits: clients <= fds_left,
         }
+    }
+}
+
+/// The admission of a master's three listeners: the client pool (the socket and the TLS
+/// port share it), the agent pool and its vetting, their deadlines. A leader's servers and
+/// a standby's each have their own: a standby's connections are its own, and are dropped
+/// with it at a takeover.
+pub struct Listeners {
+    client_pool: Arc<Pool>,
+    agent_pool: Arc<Pool>,
+    vetting: Arc<gang_listen::Vetting>,
+    deadlines: Deadlines,
+    metrics: Arc<Metrics>,
+    is_admin: Arc<dyn Fn(u32) -> bool + Send + Sync>,
+}
+
+impl Listeners {
+    pub fn new(
+        limits: &ConnLimits,
+        sizes: PoolSizes,
+        metrics: Arc<Metrics>,
+        is_admin: Arc<dyn Fn(u32) -> bool + Send + Sync>,
+    ) -> Listeners {
+        let gauge = |pool: &str| {
+            metrics
+                .connections_open
+                .get_or_create(&ListenerLabel {
+                    listener: pool.to_string(),
+                })
+                .clone()
+        };
+        let client_pool = Pool::new(
+            sizes.clients,
+            limits.admin_reserve,
+            PerPeer {
+                uid: limits.max_per_user,
+                ip: limits.max_per_ip,
+            },
+            gauge("clients"),
+        );
+        // Every agent-port connection counts here; the unvetted among them are bounded by
+        // the vetting (a newcomer closes the oldest), the vetted by `sizes.agents`.
+        let agent_pool = Pool::new(
+            sizes.agents + limits.max_unvetted_agent_connections,
+            0,
+            PerPeer {
+                uid: 0,
+                ip: sizes.agent_per_ip + limits.max_unvetted_agent_connections,
+            },
+            gauge("agents"),
+        );
+        let vetting = gang_listen::Vetting::new(gang_listen::VettingLimits {
+            per_address: limits.max_unvetted_agent_per_ip,
+            total: limits.max_unvetted_agent_connections,
+            vetted: sizes.agents,
+        });
+        Listeners {
+            client_pool,
+            agent_pool,
+            vetting,
+            deadlines: limits.deadlines(),
+            metrics,
+            is_admin,
+        }
+    }
+
+    fn admitting(&self, name: &'static str, pool: &Arc<Pool>) -> Admitting {
+        Admitting::new(name, pool.clone(), self.deadlines, self.metrics.clone())
+    }
+
+    /// The Unix socket's connections.
+    pub fn unix(&self, l: tokio::net::UnixListener) -> UnixIncoming {
+        let is_admin = self.is_admin.clone();
+        UnixIncoming::new(
+            l,
+            self.admitting("socket", &self.client_pool),
+            Box::new(move |uid| is_admin(uid)),
+        )
+    }
+
+    /// The client TLS port's connections.
+    pub fn clients(&self, l: tokio::net::TcpListener) -> TcpIncoming {
+        TcpIncoming::new(l, self.admitting("tcp", &self.client_pool))
+    }
+
+    /// The agent port's connections.
+    pub fn agents(&self, l: tokio::net::TcpListener) -> AgentIncoming {
+        AgentIncoming::new(
+            l,
+            self.admitting("agents", &self.agent_pool),
+            self.vetting.clone(),
+        )
     }
 }
 

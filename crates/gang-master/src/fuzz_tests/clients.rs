@@ -110,6 +110,8 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 array: String::new(),
                 allocation: 0,
                 allocate: false,
+                script: String::new(),
+                script_at: 0,
             },
         )
 }

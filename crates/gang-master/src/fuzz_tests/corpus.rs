@@ -59,6 +59,8 @@ fn submit_seeds() {
         array: String::new(),
         allocation: 0,
         allocate: false,
+        script: String::new(),
+        script_at: 0,
     };
     seeds(
         "proto_submit",

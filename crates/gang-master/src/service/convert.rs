@@ -190,6 +190,10 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         mpi_check: spec.mpi_check,
         output_files: output_files(&spec.output, &spec.error)?,
         name: spec.name,
+        script: (!spec.script.is_empty()).then_some(crate::job::BatchScript {
+            text: spec.script,
+            at: spec.script_at,
+        }),
         argv: spec.argv,
         cwd: spec.cwd,
         env: spec.env.into_iter().collect(),
@@ -335,6 +339,10 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             array: String::new(),
             allocation: v.allocation.map_or(0, |a| a.0),
             allocate: v.allocate,
+            // Its text stays with the job (listings would carry it for every job); where
+            // its path goes tells that there is one.
+            script: String::new(),
+            script_at: v.script.as_ref().map_or(0, |s| s.at),
         }),
         allocation_id: v.allocation.map_or(0, |a| a.0),
         step: v.step,

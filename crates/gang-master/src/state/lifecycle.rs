@@ -50,8 +50,23 @@ impl MasterState {
         } else if new.argv.first().is_none_or(|a| a.is_empty()) {
             return Err(MasterError::Invalid("the command is empty".into()));
         }
-        // As exec counts them: each string and its NUL.
-        let argv_bytes: usize = new.argv.iter().map(|a| a.len() + 1).sum();
+        // As exec counts them: each string and its NUL (a batch script with them).
+        let script = new.script.as_ref().map_or(0, |s| s.text.len() + 1);
+        let argv_bytes: usize = new.argv.iter().map(|a| a.len() + 1).sum::<usize>() + script;
+        if let Some(s) = &new.script {
+            if s.at == 0 || s.at as usize > new.argv.len() {
+                return Err(MasterError::Invalid(format!(
+                    "spec.script_at: the script's path goes after the interpreter, at 1 to {}; got {}",
+                    new.argv.len(),
+                    s.at
+                )));
+            }
+            if s.text.contains('\0') {
+                return Err(MasterError::Invalid(
+                    "the batch script contains a NUL byte".into(),
+                ));
+            }
+        }
         if argv_bytes > limits.max_argv_bytes {
             return Err(MasterError::TooLarge {
                 what: "the command line",

@@ -40,7 +40,8 @@ pub struct Queued {
 
 /// The bytes a spec makes the master hold for it (as submitted, or as kept).
 pub fn spec_bytes<S: Stage>(s: &Spec<S>) -> u64 {
-    let argv: usize = s.argv.iter().map(|a| a.len() + 1).sum();
+    let argv: usize = s.argv.iter().map(|a| a.len() + 1).sum::<usize>()
+        + s.script.as_ref().map_or(0, |b| b.text.len());
     let env: usize = s.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
     (argv
         + env

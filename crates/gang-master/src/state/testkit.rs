@@ -244,6 +244,7 @@ pub fn record(id: u64) -> JobRecord {
         dependency: Vec::new(),
         allocate: false,
         allocation: None,
+        script: None,
         at_submit: Default::default(),
     };
     JobRecord {
@@ -305,6 +306,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         dependency: Vec::new(),
         allocate: false,
         allocation: None,
+        script: None,
         at_submit: Default::default(),
     }
 }
