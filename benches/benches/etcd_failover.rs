@@ -78,7 +78,7 @@ fn options(
     extra: &[String],
     standby_agents: Vec<std::net::SocketAddr>,
 ) -> LocalClusterOptions {
-    let mut master_args: Vec<String> = ["--heartbeat-ms", "100"]
+    let mut master_args: Vec<String> = ["--heartbeat-ms", "100", "--etcd-trusted-network"]
         .iter()
         .map(|s| s.to_string())
         .collect();

@@ -82,6 +82,7 @@ fn masters_on_history(etcd: &EtcdCluster, rounds: usize) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<std::net::SocketAddr> = (0..rounds).map(|_| free_port()).collect();
     let master_args = [
+        "--etcd-trusted-network",
         "--etcd-lease-s",
         "1",
         "--output-dir",

@@ -15,6 +15,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 const T: Duration = Duration::from_secs(30);
+/// The test's etcd asks no client certificate: the masters are told the network is theirs.
+const TRUSTED: &str = "--etcd-trusted-network";
 
 /// Both masters, as clients are told of them.
 struct Masters(String);
@@ -58,6 +60,7 @@ fn pair_with_lease(etcd: &EtcdCluster, prefix: &str, lease_s: &str) -> Pair {
         out.to_str().unwrap(),
     ]);
     opts.state = Some(PathBuf::from(etcd.url(prefix)));
+    opts.master_args.push(TRUSTED.into());
     opts.standby_agent_ports = vec![b_agents];
     let c = LocalCluster::start((2, 2), opts).expect("the first master leads");
     let b_sock = dir.path().join("b.sock");
@@ -399,6 +402,7 @@ fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
     let (c_listen, c_agents) = (free_port(), free_port());
     let mut opts = options(&["--etcd-lease-s", "2"]);
     opts.state = Some(PathBuf::from(etcd.url("gang/cut")));
+    opts.master_args.push(TRUSTED.into());
     opts.standby_agent_ports = vec![c_agents];
     let mut cluster = LocalCluster::start((2, 2), opts).expect("the first master leads");
     let first = submit(&cluster, "1x1", &["true"]);
@@ -510,6 +514,7 @@ fn an_agent_sent_to_a_standby_goes_on_to_the_leader() {
     let (b_listen, b_agents) = (free_port(), free_port());
     let mut opts = options(&["--etcd-lease-s", "2", "--output-dir", out.to_str().unwrap()]);
     opts.state = Some(PathBuf::from(etcd.url("gang/agents")));
+    opts.master_args.push(TRUSTED.into());
     opts.standby_agent_ports = vec![b_agents];
     opts.standbys_first = true;
     let mut c = LocalCluster::start((2, 2), opts).expect("the first master leads");
@@ -549,6 +554,7 @@ fn five_kills_under_four_thousand_submissions_each_lose_nothing() {
     let out = dir.path().join("output");
     let mut opts = options(&["--etcd-lease-s", "1", "--output-dir", out.to_str().unwrap()]);
     opts.state = Some(PathBuf::from(etcd.url("gang/kills")));
+    opts.master_args.push(TRUSTED.into());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let o = gang_e2e::failover::kills_under_submissions(&rt, opts, 5, 1000);
     eprintln!("{}", o.json());
@@ -592,4 +598,156 @@ fn a_master_on_an_etcd_that_asks_for_tls_and_a_certificate() {
         e.get_prefix(b"/gang/tls/jobs/", 100).await.unwrap()
     });
     assert_eq!(saved.len(), 1, "the job's row in etcd");
+}
+
+/// Rows others wrote into etcd (a network "trusted" that was not): queued jobs in the name
+/// of users they are not, or with groups their user is not in. The next leader reads them
+/// back, checks each against the account database, and fails them saying why: none runs.
+#[test]
+fn jobs_forged_in_etcd_are_refused_when_read_back() {
+    let etcd = EtcdCluster::start(3).expect("etcd starts");
+    let mut p = pair(&etcd, "gang/forged");
+    let marker = tempfile::tempdir().unwrap();
+    let ran = marker.path().join("ran");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let forge = |id: u64, uid: u32, user: &str, groups: &[u32]| {
+        let mut row = gang_e2e::failover::saved_job(id, "queued");
+        row.record.submesh = None;
+        row.record.start_ns = 0;
+        row.record.end_ns = 0;
+        let spec = std::sync::Arc::make_mut(&mut row.record.spec);
+        spec.owner.uid = uid;
+        spec.owner.gid = groups[0];
+        spec.owner.groups = groups.to_vec();
+        spec.owner.user = user.into();
+        spec.argv = vec!["sh".into(), "-c".into(), format!("touch {}", ran.display())];
+        spec.cwd = "/".into();
+        spec.shape = "1x1".into();
+        row.record.w = 1;
+        row.record.h = 1;
+        serde_json::to_vec(&row).unwrap()
+    };
+    // Ids well past the real ones.
+    let forged = [
+        (900, forge(900, 0, "nobody", &[0])),
+        (901, forge(901, 65534, "nobody", &[65534, 0])),
+        (902, forge(902, 4242, "ghost", &[4242])),
+    ];
+    rt.block_on(async {
+        let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(3)).unwrap();
+        for (id, row) in &forged {
+            e.put(format!("/gang/forged/jobs/{id:020}").as_bytes(), row)
+                .await
+                .unwrap();
+        }
+    });
+    // The standby takes over, with what it followed of etcd.
+    p.c.stop_master(Signal::SIGKILL).unwrap();
+    wait_for(T, "the standby to lead", || {
+        p.b_ready.exists().then_some(())
+    });
+    for (id, why) in [
+        (900, "uid 0 is root, not nobody"),
+        (901, "nobody is not in group 0"),
+        (902, "uid 4242 is no user on this host"),
+    ] {
+        let j = wait_state(&p.both, id, "failed", T);
+        let reason = j["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("refused when the master read it back") && reason.contains(why),
+            "{id}: {reason}"
+        );
+    }
+    // A real job still runs on the new leader; none of the forged ones ran.
+    let id = submit(&p.both, "1x1", &["true"]);
+    wait_state(&p.both, id, "completed", T);
+    assert!(!ran.exists(), "a forged job ran");
+}
+
+/// A standby flooded by an ordinary user (nobody) on its socket (0666) and client port,
+/// 4,000 connections held and reopened: a client that lists it first moves on to the
+/// leader at once; killed, the leader hands over to it, which serves (its connections of
+/// standing by dropped, its own admission counting afresh) with its descriptors bounded,
+/// and answers root while the flood goes on.
+#[test]
+fn a_flooded_standby_takes_over_and_serves() {
+    use gang_e2e::flood::{Flood, Target as FloodTarget, open_fds};
+    let etcd = EtcdCluster::start(3).expect("etcd starts");
+    let mut p = pair(&etcd, "gang/flood");
+    let standby_pid = p.standby.pid().expect("the standby runs");
+    let floods = [
+        Flood::start(
+            FloodTarget::Unix(p.b_sock.clone()),
+            2000,
+            Some((65534, 65534)),
+        ),
+        Flood::start(
+            FloodTarget::Tcp(standby_client_port(&p.b_log)),
+            2000,
+            Some((65534, 65534)),
+        ),
+    ];
+    wait_for(T, "the floods to be answered (closed and reopened)", || {
+        floods.iter().all(|f| f.reconnects() > 100).then_some(())
+    });
+    // Standby first in the list: passed over at once.
+    let t = Instant::now();
+    let out = gangctl(&p.both, &["jobs"]);
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let standby_first = Masters(format!("unix:{},{}", p.b_sock.display(), p.c.master_addr()));
+    let t = Instant::now();
+    let out = gangctl(&standby_first, &["jobs"]);
+    let took_first = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took_first < Duration::from_secs(8), "{took_first:?}");
+    let fds_standing_by = open_fds(standby_pid);
+    p.c.stop_master(Signal::SIGKILL).unwrap();
+    wait_for(T, "the flooded standby to lead", || {
+        p.b_ready.exists().then_some(())
+    });
+    let id = submit(&p.both, "1x1", &["true"]);
+    wait_state(&p.both, id, "completed", T);
+    let leader_pid = p.standby.pid().expect("the new leader runs");
+    assert_eq!(
+        leader_pid,
+        standby_pid,
+        "the standby did not exit: {}",
+        read(&p.b_log)
+    );
+    let fds_leading = open_fds(leader_pid);
+    eprintln!(
+        "flooded standby: {} and {} held; gangctl with the standby listed second {took:?}, \
+         first {took_first:?}; descriptors {fds_standing_by} standing by, {fds_leading} leading",
+        floods[0].held(),
+        floods[1].held()
+    );
+    assert!(fds_standing_by < 1500, "{fds_standing_by}");
+    assert!(fds_leading < 1500, "{fds_leading}");
+}
+
+/// The client port a standby's log says it answers on.
+fn standby_client_port(log: &Path) -> std::net::SocketAddr {
+    let text = wait_for(T, "the standby's ports in its log", || {
+        let t = without_colours(&read(log));
+        t.contains("calls are answered with where the leader is")
+            .then_some(t)
+    });
+    let line = text
+        .lines()
+        .find(|l| l.contains("calls are answered with where the leader is"))
+        .unwrap();
+    let v = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("clients="))
+        .expect("clients= in the log line");
+    v.parse().expect("an address")
 }

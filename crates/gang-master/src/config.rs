@@ -125,6 +125,7 @@ pub struct FileConfig {
     pub etcd_ca: Option<PathBuf>,
     pub etcd_cert: Option<PathBuf>,
     pub etcd_key: Option<PathBuf>,
+    pub etcd_trusted_network: Option<bool>,
     pub mpl: Option<u32>,
     pub allocator: Option<String>,
     pub backfill: Option<String>,

@@ -60,6 +60,11 @@ struct Args {
     /// The key of --etcd-cert.
     #[arg(long, value_name = "PEM")]
     etcd_key: Option<PathBuf>,
+    /// With the state in etcd: run even though etcd asks no client certificate of the
+    /// master (--etcd-cert and --etcd-key). Only where the network to etcd is the
+    /// masters' alone: whoever can write etcd can queue jobs there as any user.
+    #[arg(long)]
+    etcd_trusted_network: bool,
     /// Maximum multiprogramming level: how many slices (rows of the matrix) take turns.
     #[arg(long)]
     mpl: Option<u32>,
@@ -340,6 +345,20 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             let pair = cert.as_deref().zip(key.as_deref());
             t.tls = Some(gang_etcd::Tls::read(ca, pair)?);
         }
+    }
+    let trusted = a.etcd_trusted_network || f.etcd_trusted_network.unwrap_or(false);
+    if let Some(t) = &etcd
+        && t.tls.as_ref().is_none_or(|tls| tls.identity.is_none())
+        && !trusted
+    {
+        anyhow::bail!(
+            "etcd at {} is reached without a client certificate: anyone who can write it \
+             can queue jobs there to run as any user. Give the master its certificate \
+             (--etcd-ca, --etcd-cert, --etcd-key, with etcd run with --client-cert-auth), \
+             or, if the network to etcd is the masters' alone, say so with \
+             --etcd-trusted-network (etcd_trusted_network = true)",
+            t.endpoints.join(",")
+        );
     }
     let etcd_lease_s = a
         .etcd_lease_s

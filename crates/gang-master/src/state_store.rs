@@ -46,15 +46,73 @@ pub struct Initial {
     pub drained: Vec<(u32, u32)>,
 }
 
-/// Saved jobs with their arrays' specs put back (`job::attach_spec`).
+/// Saved jobs with their arrays' specs put back (`job::attach_spec`), each job not ended
+/// checked as read back (`check_read_back`): a row a store's other writer forged or broke
+/// is failed, never run.
 fn attached(
     records: impl Iterator<Item = SavedJob> + Send + 'static,
     specs: std::collections::HashMap<u64, Arc<crate::job::Spec>>,
+    allow_root: bool,
 ) -> Box<dyn Iterator<Item = SavedJob> + Send> {
+    let mut users = std::collections::HashMap::new();
     Box::new(records.map(move |mut r| {
         crate::job::attach_spec(&mut r, &specs);
+        if !r.state.is_final()
+            && let Err(why) = check_read_back(&r, allow_root, &mut users)
+        {
+            tracing::error!(job = %r.id, "a saved job is refused: {why}");
+            r.record.state = crate::job::State::Failed;
+            r.record.reason = format!("refused when the master read it back: {why}");
+            r.live = None;
+        }
         r
     }))
+}
+
+/// What a job's row must hold to be run: an owner the account database knows as it is
+/// saved (name, primary group, supplementary groups), root only where root may run jobs,
+/// and what a submission is checked for (a command, an absolute directory, a name). The
+/// rows of the master's store are written by the master alone; this is for the day they
+/// are not (an etcd others can write, a database edited by hand).
+fn check_read_back(
+    r: &SavedJob,
+    allow_root: bool,
+    users: &mut std::collections::HashMap<u32, Option<gang_auth::users::Identity>>,
+) -> Result<(), String> {
+    let o = &r.owner;
+    if o.uid == 0 && !allow_root {
+        return Err("it runs as root, and allow_root_jobs is off".into());
+    }
+    let known = match users.get(&o.uid) {
+        Some(k) => k.clone(),
+        None => {
+            let k = gang_auth::users::Identity::lookup_uid(o.uid)?;
+            users.insert(o.uid, k.clone());
+            k
+        }
+    };
+    let Some(who) = known else {
+        return Err(format!("uid {} is no user on this host", o.uid));
+    };
+    if who.user != o.user {
+        return Err(format!("uid {} is {}, not {}", o.uid, who.user, o.user));
+    }
+    let mine = |g: &u32| *g == who.gid || who.groups.contains(g);
+    if !mine(&o.gid) {
+        return Err(format!("{} is not in group {}", o.user, o.gid));
+    }
+    if let Some(g) = o.groups.iter().find(|g| !mine(g)) {
+        return Err(format!("{} is not in group {g}", o.user));
+    }
+    let allocation_alone = r.allocate && r.argv.is_empty();
+    if !allocation_alone && r.argv.first().is_none_or(|a| a.is_empty()) {
+        return Err("it has no command".into());
+    }
+    if !r.cwd.starts_with('/') {
+        return Err(format!("its directory {:?} is not absolute", r.cwd));
+    }
+    crate::job::check_name(&r.name).map_err(|e| format!("its name: {e}"))?;
+    Ok(())
 }
 
 /// What the leader key of an etcd-backed master says of it: where clients and agents
@@ -109,7 +167,11 @@ pub async fn open(
                 table_version: store.table_version()?,
                 table_epoch_ns: store.table_epoch(quantum_ns)?,
             },
-            records: attached(store.load_jobs()?.into_iter(), store.load_specs()?),
+            records: attached(
+                store.load_jobs()?.into_iter(),
+                store.load_specs()?,
+                cfg.auth.allow_root_jobs,
+            ),
             drained: store.drained()?,
         };
         return Ok((StateStore::Sqlite(store), initial));
@@ -149,7 +211,11 @@ pub async fn open(
                 .table_epoch
                 .and_then(|(e, q)| (q == quantum_ns).then_some(e)),
         },
-        records: attached(loaded.jobs.into_iter(), loaded.specs),
+        records: attached(
+            loaded.jobs.into_iter(),
+            loaded.specs,
+            cfg.auth.allow_root_jobs,
+        ),
         drained: loaded.drained,
     };
     Ok((StateStore::Etcd(store), initial))

@@ -128,6 +128,11 @@ fn etcd_tls_files_are_checked_before_anything_starts() {
             vec!["--etcd-ca", "/nonexistent/ca.pem"],
             "cannot read the CA certificate /nonexistent/ca.pem",
         ),
+        // No client certificate: refused, unless the network is said to be the masters'.
+        (
+            vec![],
+            "is reached without a client certificate: anyone who can write it can queue jobs there to run as any user",
+        ),
     ] {
         let args: Vec<&str> = etcd.iter().copied().chain(extra).collect();
         let out = master(&args);
