@@ -188,7 +188,7 @@ fn the_portal_submits_watches_shows_output_and_cancels_in_a_browser() {
     b.go(&format!("{page}#token={token}"));
     let said = b.wait(
         "the link's token refused",
-        "const t = document.getElementById('status').textContent; return t.includes('a token in a link is ignored') && t",
+        "const t = document.getElementById('token').placeholder; return t.includes('a token in a link is ignored') && t",
     );
     assert!(said.is_string(), "{said}");
     assert_eq!(b.js("return location.hash"), json!(""));

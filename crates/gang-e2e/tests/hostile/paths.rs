@@ -33,3 +33,39 @@ fn a_working_directory_the_user_may_not_enter_reveals_nothing() {
     assert_eq!(reasons[0], reasons[1], "the two failures differ");
     assert!(reasons[0].contains("Permission denied"), "{}", reasons[0]);
 }
+
+/// The same for output files (`prun -o`): their directory was checked as the agent, so a
+/// directory that exists in root's private one and one that does not failed differently.
+/// Now both fail as the user's own look would: permission denied.
+#[test]
+fn an_output_directory_the_user_may_not_enter_reveals_nothing() {
+    if !root() {
+        return;
+    }
+    let mut accounts = accounts();
+    let mallory = accounts.user("po", &[]);
+    let (c, _sockets) = shared_cluster(1, 1, |_| {});
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir(private.path().join("there")).unwrap();
+    let mut said = Vec::new();
+    for dir in ["there", "missing"] {
+        let pattern = private.path().join(dir).join("x.out");
+        let out = as_user(
+            &c,
+            &mallory,
+            "prun",
+            &["-n", "1", "-o", pattern.to_str().unwrap(), "--", "true"],
+        );
+        assert!(!out.status.success(), "{}", stdout(&out));
+        // The same words but for the directory's name and the job's id.
+        let err = stderr(&out)
+            .replace(&private.path().join(dir).display().to_string(), "DIR")
+            .split_once(" failed: ")
+            .map(|(_, why)| why.to_string())
+            .unwrap_or_default();
+        said.push(err);
+    }
+    assert_eq!(said[0], said[1], "the two failures differ");
+    assert!(said[0].contains("Permission denied"), "{}", said[0]);
+}
