@@ -16,7 +16,8 @@
 //!
 //! Needs the release binaries (`cargo build --release -p gang-master -p gang-agent -p
 //! gang-cli`), etcd-server, root. `cargo bench -p gang-benches --bench chaos`.
-//! Env: ROUNDS (10), PAUSE_S (3), LONG_PAUSE_S (12), OUTAGE_S (10).
+//! Env: ROUNDS (10), PAUSE_S (3), LONG_PAUSE_S (12), OUTAGE_S (10), KINDS (all four, in
+//! turn; e.g. `KINDS=long_pause` for that kind alone).
 //! Prints one JSON line `{"bench":"chaos",...}`.
 
 use std::path::PathBuf;
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use gang_benches::{env_or, median_p99, prebuilt_release_bins};
 use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
-use gang_e2e::failover::{Standby, standby};
+use gang_e2e::failover::{Standby, standby, wait_file};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::client::{self, Target};
 use gang_proto::v1;
@@ -34,43 +35,49 @@ use gang_proto::v1::job_service_client::JobServiceClient;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// A master of the bench: the cluster's first (not restarted by anything), or one kept by
-/// its unit (`Standby`).
-enum M {
-    First,
-    Unit(Standby),
+async fn client(socket: &std::path::Path) -> Option<JobServiceClient<client::MasterChannel>> {
+    client_within(socket, Duration::from_secs(5)).await
 }
 
-async fn client(socket: &std::path::Path) -> Option<JobServiceClient<client::MasterChannel>> {
+async fn client_within(
+    socket: &std::path::Path,
+    timeout: Duration,
+) -> Option<JobServiceClient<client::MasterChannel>> {
     let t = Target::parse(&format!("unix:{}", socket.display())).ok()?;
     let ch = client::connect_with_request_timeout(
         &t,
         &Default::default(),
         Duration::from_millis(500),
-        Some(Duration::from_secs(5)),
+        Some(timeout),
     )
     .await
     .ok()?;
     Some(JobServiceClient::new(ch))
 }
 
-/// Which of `sockets` leads now (its listing answers).
+/// Which of `sockets` leads now (its listing answers within a second), all asked at
+/// once: a paused master must not hide the one that took over.
 fn leader(rt: &tokio::runtime::Runtime, sockets: &[PathBuf]) -> Option<usize> {
     rt.block_on(async {
-        for (i, s) in sockets.iter().enumerate() {
-            if let Some(mut c) = client(s).await
-                && c.list_jobs(v1::ListJobsRequest {
+        let mut asks = tokio::task::JoinSet::new();
+        for (i, s) in sockets.iter().cloned().enumerate() {
+            asks.spawn(async move {
+                let mut c = client_within(&s, Duration::from_secs(1)).await?;
+                c.list_jobs(v1::ListJobsRequest {
                     states: vec![v1::JobState::Running as i32],
                     limit: 1,
                     before_id: 0,
                 })
                 .await
-                .is_ok()
-            {
-                return Some(i);
-            }
+                .ok()
+                .map(|_| i)
+            });
         }
-        None
+        let mut first = None;
+        while let Some(r) = asks.join_next().await {
+            first = first.or(r.ok().flatten());
+        }
+        first
     })
 }
 
@@ -163,17 +170,46 @@ fn main() {
     )
     .expect("a cluster on etcd");
     let a_agents = c.agents_addr().unwrap();
-    let a_socket = PathBuf::from(c.master_addr().trim_start_matches("unix:"));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut masters: Vec<(M, PathBuf, std::net::SocketAddr)> = vec![(M::First, a_socket, a_agents)];
+    // Every master is kept by its unit (started again when it steps down): the cluster's
+    // own, which nothing would restart, hands over to the second at once (a clean stop
+    // gives its lease up) and is replaced by one that is kept.
     let second = standby(&c, dir.path(), "m1", b_agents);
-    masters.push((M::Unit(second), PathBuf::new(), b_agents));
-    if let M::Unit(s) = &masters[1].0 {
-        masters[1].1 = s.socket.clone();
+    wait_file(&dir.path().join("m1.log"), Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&second.log)
+        .unwrap_or_default()
+        .contains("standing by")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the second master did not stand by"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let sockets = |ms: &Vec<(M, PathBuf, std::net::SocketAddr)>| -> Vec<PathBuf> {
+    c.stop_master(Signal::SIGTERM).unwrap();
+    let first = standby(&c, dir.path(), "m0", a_agents);
+    let mut masters: Vec<(Standby, PathBuf, std::net::SocketAddr)> = vec![];
+    for (s, a) in [(second, b_agents), (first, a_agents)] {
+        let sock = s.socket.clone();
+        masters.push((s, sock, a));
+    }
+    let sockets = |ms: &Vec<(Standby, PathBuf, std::net::SocketAddr)>| -> Vec<PathBuf> {
         ms.iter().map(|m| m.1.clone()).collect()
     };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let l = leader(&rt, &sockets(&masters));
+        if l.is_some_and(|l| nodes_up(&rt, &masters[l].1) == 4) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second master did not take over with every agent (leader {l:?}): {}",
+            std::fs::read_to_string(&masters[0].0.log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let released = dir.path().join("release");
     // Each line names its rank: `R I`, then `R done N`.
     let long = format!(
@@ -208,7 +244,22 @@ fn main() {
         })
     };
     std::thread::sleep(Duration::from_secs(5));
-    let kinds = ["failover", "pause", "long_pause", "outage"];
+    // KINDS (comma-separated) runs only those, in turn: to look at one kind of moment.
+    let all_kinds = ["failover", "pause", "long_pause", "outage"];
+    let chosen = std::env::var("KINDS").unwrap_or_default();
+    let kinds: Vec<&str> = if chosen.is_empty() {
+        all_kinds.to_vec()
+    } else {
+        chosen
+            .split(',')
+            .map(|k| {
+                *all_kinds
+                    .iter()
+                    .find(|a| **a == k.trim())
+                    .unwrap_or_else(|| panic!("KINDS: {k:?} is none of {all_kinds:?}"))
+            })
+            .collect()
+    };
     let mut serving_ms = vec![];
     let mut all_up_ms = vec![];
     let mut running_after = vec![];
@@ -217,42 +268,33 @@ fn main() {
         let kind = kinds[round % kinds.len()];
         let l = leading(&masters);
         let t = Instant::now();
-        let pid_of = |m: &mut M, c: &mut LocalCluster| match m {
-            M::First => c.master_pid(),
-            M::Unit(s) => s.child.pid(),
-        };
+        // A pause runs beside the measure: it ends SIGCONT after its time, while clients
+        // look for a master that serves (for a long pause, the other one).
+        let mut paused = None;
         match kind {
             "pause" | "long_pause" => {
                 let d = if kind == "pause" { pause } else { long_pause };
-                let pid = pid_of(&mut masters[l].0, &mut c).expect("the leader runs");
+                let pid = masters[l].0.child.pid().expect("the leader runs");
                 kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
-                std::thread::sleep(d);
-                kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+                paused = Some(std::thread::spawn(move || {
+                    std::thread::sleep(d);
+                    kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
+                }));
             }
             "failover" => {
-                let (m, _, agents) = masters.remove(l);
-                match m {
-                    M::First => {
-                        c.stop_master(Signal::SIGKILL).unwrap();
-                    }
-                    M::Unit(mut s) => s.kill(),
-                }
+                let (mut m, _, agents) = masters.remove(l);
+                m.kill();
                 // The killed one comes back as the standby.
                 let s = standby(&c, dir.path(), &format!("m{n}"), agents);
                 n += 1;
                 let sock = s.socket.clone();
-                masters.push((M::Unit(s), sock, agents));
+                masters.push((s, sock, agents));
             }
             _ => {
                 // No master at all for a while: both killed, then both started again.
                 let mut agents = vec![];
-                for (m, _, a) in masters.drain(..) {
-                    match m {
-                        M::First => {
-                            c.stop_master(Signal::SIGKILL).unwrap();
-                        }
-                        M::Unit(mut s) => s.kill(),
-                    }
+                for (mut m, _, a) in masters.drain(..) {
+                    m.kill();
                     agents.push(a);
                 }
                 std::thread::sleep(outage);
@@ -260,7 +302,7 @@ fn main() {
                     let s = standby(&c, dir.path(), &format!("m{n}"), a);
                     n += 1;
                     let sock = s.socket.clone();
-                    masters.push((M::Unit(s), sock, a));
+                    masters.push((s, sock, a));
                 }
             }
         }
@@ -286,6 +328,9 @@ fn main() {
             std::thread::sleep(Duration::from_millis(20));
         }
         all_up_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if let Some(p) = paused {
+            p.join().unwrap();
+        }
         let running = long_jobs
             .iter()
             .filter(|&&id| {
@@ -361,7 +406,34 @@ fn main() {
         if ok {
             whole += 1;
         } else {
-            eprintln!("long job {id}: its output is not whole");
+            let summary: Vec<String> = (0..ranks)
+                .map(|r| {
+                    let gaps = seen[r].windows(2).filter(|w| w[1] != w[0] + 1).count();
+                    format!(
+                        "rank {r}: {} lines, first {:?}, last {:?}, {gaps} gaps, done {:?}",
+                        seen[r].len(),
+                        seen[r].first(),
+                        seen[r].last(),
+                        done[r]
+                    )
+                })
+                .collect();
+            let keep = std::env::temp_dir().join(format!("chaos-long-job-{id}.out"));
+            let _ = std::fs::write(&keep, &text);
+            let breaks: Vec<String> = (0..ranks)
+                .flat_map(|r| {
+                    seen[r]
+                        .windows(2)
+                        .filter(|w| w[1] != w[0] + 1)
+                        .map(move |w| format!("rank {r}: {} then {}", w[0], w[1]))
+                })
+                .take(8)
+                .collect();
+            eprintln!(
+                "long job {id}: its output is not whole: {}; out of order: {breaks:?}; kept in {}",
+                summary.join("; "),
+                keep.display()
+            );
         }
     }
     let mut short_lost = 0;
@@ -393,9 +465,7 @@ fn main() {
         })
     );
     for (m, ..) in masters.iter_mut() {
-        if let M::Unit(s) = m {
-            s.kill();
-        }
+        m.kill();
     }
     drop(c);
 }

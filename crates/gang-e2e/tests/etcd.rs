@@ -606,6 +606,18 @@ fn a_master_on_an_etcd_that_asks_for_tls_and_a_certificate() {
 #[test]
 fn jobs_forged_in_etcd_are_refused_when_read_back() {
     let etcd = EtcdCluster::start(3).expect("etcd starts");
+    // First: this etcd asks no certificate, and the master will not run on it unless told
+    // the network is the masters' alone.
+    let refused = std::process::Command::new(gang_e2e::bin_dir().join("gang-master"))
+        .args(["--mesh", "2x2", "--state", &etcd.url("gang/forged")])
+        .output()
+        .expect("gang-master runs");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("without a client certificate") && said.contains("--etcd-trusted-network"),
+        "{said}"
+    );
     let mut p = pair(&etcd, "gang/forged");
     let marker = tempfile::tempdir().unwrap();
     let ran = marker.path().join("ran");
@@ -675,17 +687,25 @@ fn a_flooded_standby_takes_over_and_serves() {
     let etcd = EtcdCluster::start(3).expect("etcd starts");
     let mut p = pair(&etcd, "gang/flood");
     let standby_pid = p.standby.pid().expect("the standby runs");
+    let client_port = standby_client_port(&p.b_log);
+    // Before the flood: a caller with neither certificate nor socket learns only to move
+    // on; one on the socket learns where the leader is.
+    let stranger = stranger_asks_standby(&p.c.ca(), client_port);
+    assert!(stranger.contains("stands by"), "{stranger}");
+    assert!(
+        !stranger.contains("pid=") && !stranger.contains("clients="),
+        "an unknown caller was told where the leader is: {stranger}"
+    );
+    let on_socket = gangctl(&Masters(format!("unix:{}", p.b_sock.display())), &["jobs"]);
+    let said = String::from_utf8_lossy(&on_socket.stderr);
+    assert!(said.contains("clients="), "{said}");
     let floods = [
         Flood::start(
             FloodTarget::Unix(p.b_sock.clone()),
             2000,
             Some((65534, 65534)),
         ),
-        Flood::start(
-            FloodTarget::Tcp(standby_client_port(&p.b_log)),
-            2000,
-            Some((65534, 65534)),
-        ),
+        Flood::start(FloodTarget::Tcp(client_port), 2000, Some((65534, 65534))),
     ];
     wait_for(T, "the floods to be answered (closed and reopened)", || {
         floods.iter().all(|f| f.reconnects() > 100).then_some(())
@@ -750,4 +770,44 @@ fn standby_client_port(log: &Path) -> std::net::SocketAddr {
         .find_map(|w| w.strip_prefix("clients="))
         .expect("clients= in the log line");
     v.parse().expect("an address")
+}
+
+/// A gRPC call to a standby's TLS port with no certificate and no token (curl, trusting
+/// the cluster's CA): the grpc-message it is answered with (as sent: the words looked for
+/// are plain ASCII, which gRPC does not percent-encode).
+fn stranger_asks_standby(ca: &Path, port: std::net::SocketAddr) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    // An empty ListJobsRequest in one gRPC frame.
+    std::fs::write(&body, [0u8; 5]).unwrap();
+    let o = std::process::Command::new("curl")
+        .args(["--silent", "--show-error", "--http2", "--max-time", "30"])
+        .arg("--cacert")
+        .arg(ca)
+        .args([
+            "--resolve",
+            &format!("master.gang:{}:127.0.0.1", port.port()),
+        ])
+        .args(["--dump-header", "-", "--output", "/dev/null", "-X", "POST"])
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .arg("--data-binary")
+        .arg(format!("@{}", body.display()))
+        .arg(format!(
+            "https://master.gang:{}/gang.v1.JobService/ListJobs",
+            port.port()
+        ))
+        .output()
+        .expect("curl runs (scripts/setup-test-deps.sh installs it)");
+    assert!(
+        o.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let headers = String::from_utf8_lossy(&o.stdout).to_string();
+    let message = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("grpc-message:"))
+        .unwrap_or_else(|| panic!("no grpc-message in {headers}"))
+        .trim();
+    message.to_string()
 }

@@ -48,6 +48,32 @@ pub fn liveness_scale(nodes: u64) -> u32 {
 /// timeout.
 pub const DEFAULT_AGENT_LEASE_MS: u32 = 300_000;
 
+/// How long agents may take to find a master that just started or took over, beyond the
+/// node timeout: an agent whose master hung waits out its call's deadline (5 s) before it
+/// tries the next master listed, and may meet a standby not yet elected and come back to
+/// the hung one once more. Three masters' worth.
+pub const AGENTS_FIND_A_NEW_MASTER_MS: u32 = 15_000;
+
+/// The adoption timeout when none is configured: the node timeout and the time agents
+/// take to find a new master, within the agents' lease.
+pub fn default_adopt_timeout(node_timeout_ms: u32, agent_lease_ms: u32) -> u32 {
+    node_timeout_ms
+        .saturating_add(AGENTS_FIND_A_NEW_MASTER_MS)
+        .min(agent_lease_ms.saturating_sub(1))
+        .max(node_timeout_ms)
+}
+
+/// The liveness settings, as `check_liveness` judges them together.
+#[derive(Debug, Clone, Copy)]
+pub struct LivenessTimes {
+    pub heartbeat_ms: u32,
+    pub node_timeout_ms: u32,
+    pub idle_heartbeat_ms: u32,
+    pub idle_node_timeout_ms: u32,
+    pub agent_lease_ms: u32,
+    pub adopt_timeout_ms: u32,
+}
+
 /// Idle keepalives the master waits for, beyond the node timeout, before an idle node
 /// is down: one lost or late keepalive on a loaded host does not take a node down.
 pub const IDLE_KEEPALIVES_MISSED: u32 = 3;
@@ -67,13 +93,15 @@ pub fn default_idle_node_timeout(idle_heartbeat_ms: u32, node_timeout_ms: u32) -
 
 /// The liveness settings hold together: a node is never declared down between two
 /// heartbeats it was told to send.
-pub fn check_liveness(
-    heartbeat_ms: u32,
-    node_timeout_ms: u32,
-    idle_heartbeat_ms: u32,
-    idle_node_timeout_ms: u32,
-    agent_lease_ms: u32,
-) -> Result<(), String> {
+pub fn check_liveness(t: &LivenessTimes) -> Result<(), String> {
+    let LivenessTimes {
+        heartbeat_ms,
+        node_timeout_ms,
+        idle_heartbeat_ms,
+        idle_node_timeout_ms,
+        agent_lease_ms,
+        adopt_timeout_ms,
+    } = *t;
     if heartbeat_ms == 0 {
         return Err("heartbeat_ms is 0: agents would never report".into());
     }
@@ -109,6 +137,15 @@ pub fn check_liveness(
              agents would stop ranks of jobs the master still counts as running"
         ));
     }
+    // After a start or a takeover, ranks wait this long for their agent to find the
+    // master: not less than a running node is given, and not past the agents' lease (an
+    // agent cut off would have stopped them by then).
+    if adopt_timeout_ms < node_timeout_ms || adopt_timeout_ms >= agent_lease_ms {
+        return Err(format!(
+            "adopt_timeout_ms ({adopt_timeout_ms}) must be at least node_timeout_ms \
+             ({node_timeout_ms}) and shorter than agent_lease_ms ({agent_lease_ms})"
+        ));
+    }
     Ok(())
 }
 
@@ -135,6 +172,7 @@ pub struct FileConfig {
     pub idle_heartbeat_ms: Option<u32>,
     pub idle_node_timeout_ms: Option<u32>,
     pub agent_lease_ms: Option<u32>,
+    pub adopt_timeout_ms: Option<u32>,
     pub kill_grace_ms: Option<u32>,
     pub log_format: Option<String>,
     pub quantum_ms: Option<u32>,
@@ -322,6 +360,9 @@ pub struct MasterConfig {
     /// An agent that has had no answer of the master for this long stops its ranks; until
     /// then it keeps them running and switching on its last table.
     pub agent_lease_ms: u32,
+    /// After the master starts (or takes over), a rank it adopts whose agent has not
+    /// reported it this long is lost, once others were heard meanwhile (`recovery.rs`).
+    pub adopt_timeout_ms: u32,
     /// The longest clock probe period asked of agents (0: theirs): [`liveness_scale`].
     pub clock_probe_max_ms: u32,
     /// SIGTERM-to-SIGKILL grace when a job is cancelled.
@@ -492,6 +533,8 @@ impl MasterConfig {
             idle_heartbeat_ms: 0,
             idle_node_timeout_ms: 2000,
             agent_lease_ms: DEFAULT_AGENT_LEASE_MS,
+            // The node timeout: the state tests tell adoption by it unless they say.
+            adopt_timeout_ms: 2000,
             clock_probe_max_ms: 0,
             kill_grace_ms: 2000,
             ready_file: None,
@@ -526,23 +569,60 @@ mod tests {
             .collect();
         assert_eq!(scales, [1, 1, 1, 2, 4, 10]);
         assert_eq!(default_idle_node_timeout(50_000, 30_000), 180_000);
-        assert!(check_liveness(5000, 30_000, 50_000, 180_000, 300_000).is_ok());
+        let times = |heartbeat_ms,
+                     node_timeout_ms,
+                     idle_heartbeat_ms,
+                     idle_node_timeout_ms,
+                     agent_lease_ms| LivenessTimes {
+            heartbeat_ms,
+            node_timeout_ms,
+            idle_heartbeat_ms,
+            idle_node_timeout_ms,
+            agent_lease_ms,
+            adopt_timeout_ms: default_adopt_timeout(node_timeout_ms, agent_lease_ms),
+        };
+        let check = |h, t, ih, it, l| check_liveness(&times(h, t, ih, it, l));
+        assert!(check(5000, 30_000, 50_000, 180_000, 300_000).is_ok());
         // Quiet liveness off: the node timeout for every node.
         assert_eq!(default_idle_node_timeout(0, 3000), 3000);
-        assert!(check_liveness(500, 3000, 5000, 18_000, 300_000).is_ok());
-        assert!(check_liveness(500, 3000, 0, 3000, 300_000).is_ok());
-        let err = |h, t, ih, it| check_liveness(h, t, ih, it, 300_000).unwrap_err();
+        assert!(check(500, 3000, 5000, 18_000, 300_000).is_ok());
+        assert!(check(500, 3000, 0, 3000, 300_000).is_ok());
+        let err = |h, t, ih, it| check(h, t, ih, it, 300_000).unwrap_err();
         assert!(
-            check_liveness(500, 3000, 5000, 18_000, 3000)
+            check(500, 3000, 5000, 18_000, 3000)
                 .unwrap_err()
                 .contains("agent_lease_ms (3000) must be longer than node_timeout_ms (3000)")
         );
-        assert!(check_liveness(500, 3000, 5000, 18_000, 10_000).is_ok());
+        assert!(check(500, 3000, 5000, 18_000, 10_000).is_ok());
         assert!(err(0, 3000, 0, 3000).contains("heartbeat_ms is 0"));
         assert!(err(500, 500, 0, 500).contains("node_timeout_ms (500) must be longer"));
         assert!(err(500, 3000, 200, 18_000).contains("idle_heartbeat_ms (200) is shorter"));
         assert!(err(500, 3000, 5000, 2000).contains("idle_node_timeout_ms (2000) is shorter"));
         assert!(err(500, 3000, 5000, 4000).contains("must be longer than idle_heartbeat_ms"));
+        // Adoption: at least the node timeout, less than the lease.
+        let adopt = |ms| {
+            check_liveness(&LivenessTimes {
+                adopt_timeout_ms: ms,
+                ..times(500, 3000, 5000, 18_000, 300_000)
+            })
+        };
+        assert_eq!(default_adopt_timeout(3000, 300_000), 18_000);
+        assert_eq!(
+            default_adopt_timeout(3000, 10_000),
+            9999,
+            "within the lease"
+        );
+        assert!(adopt(3000).is_ok());
+        assert!(
+            adopt(2999)
+                .unwrap_err()
+                .contains("adopt_timeout_ms (2999) must be at least")
+        );
+        assert!(
+            adopt(300_000)
+                .unwrap_err()
+                .contains("shorter than agent_lease_ms (300000)")
+        );
     }
 
     #[test]

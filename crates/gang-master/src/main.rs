@@ -11,8 +11,9 @@ use gang_master::config::{
     AuthPolicy, DEFAULT_AGENT_LEASE_MS, DEFAULT_CLOCK_PROBE_MAX_MS, DEFAULT_FANOUT_WIDTH,
     DEFAULT_HEARTBEAT_MS, DEFAULT_HOP_TIMEOUT_MS, DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_MPL,
     DEFAULT_NODE_TIMEOUT_MS, DEFAULT_QUANTUM_MS, DEFAULT_SOCKET, DEFAULT_TABLE_LEAD_MS,
-    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, MasterConfig,
-    check_liveness, default_idle_node_timeout, liveness_scale, parse_mesh,
+    DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S, Fanout, FileConfig, Limits, LivenessTimes,
+    MasterConfig, check_liveness, default_adopt_timeout, default_idle_node_timeout, liveness_scale,
+    parse_mesh,
 };
 use gang_master::connections::{ConnLimits, ConnectionsSection};
 use gang_master::notify;
@@ -113,6 +114,12 @@ struct Args {
     /// over for less loses no job [default: 300000, or twice the node timeout if longer].
     #[arg(long)]
     agent_lease_ms: Option<u32>,
+    /// After it starts or takes over, the master waits this long for an agent to report
+    /// the ranks it runs before they count as lost (and only once other agents were heard
+    /// meanwhile) [default: the node timeout and 15000, less than --agent-lease-ms: agents
+    /// whose master hung take up to a call's 5 s deadline per master they try].
+    #[arg(long)]
+    adopt_timeout_ms: Option<u32>,
     /// Launches, signals and slice tables for more agents than this go through a tree of
     /// agents this wide; 0: the master calls every agent itself [default: 16].
     #[arg(long)]
@@ -398,13 +405,18 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         .agent_lease_ms
         .or(f.agent_lease_ms)
         .unwrap_or_else(|| DEFAULT_AGENT_LEASE_MS.max(node_timeout_ms.saturating_mul(2)));
-    check_liveness(
+    let adopt_timeout_ms = a
+        .adopt_timeout_ms
+        .or(f.adopt_timeout_ms)
+        .unwrap_or_else(|| default_adopt_timeout(node_timeout_ms, agent_lease_ms));
+    check_liveness(&LivenessTimes {
         heartbeat_ms,
         node_timeout_ms,
         idle_heartbeat_ms,
         idle_node_timeout_ms,
         agent_lease_ms,
-    )
+        adopt_timeout_ms,
+    })
     .map_err(anyhow::Error::msg)?;
     let web_origins = f
         .web
@@ -465,6 +477,7 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
         idle_heartbeat_ms,
         idle_node_timeout_ms,
         agent_lease_ms,
+        adopt_timeout_ms,
         clock_probe_max_ms: DEFAULT_CLOCK_PROBE_MAX_MS * scale,
         kill_grace_ms: a.kill_grace_ms.or(f.kill_grace_ms).unwrap_or(3000),
         ready_file: a.ready_file,

@@ -318,14 +318,14 @@ async fn relay_log(
         let Ok(permit) = tx.reserve().await else {
             return Ok(false);
         };
-        let (chunks, next) = hub.read(id.0, *sent, len, READ_MAX)?;
-        if next == *sent {
+        let before = sent.position();
+        let chunks = hub.read(id.0, sent, len, READ_MAX)?;
+        if sent.position() == before {
             return Err(std::io::Error::other(format!(
                 "the output log is damaged at byte {}",
-                next.record
+                sent.record
             )));
         }
-        *sent = next;
         let mut permit = Some(permit);
         for c in chunks {
             let e = Ok(v1::AttachResponse {

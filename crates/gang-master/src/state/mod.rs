@@ -95,8 +95,8 @@ pub struct MasterState {
     nodes: NodeTable,
     next_id: u64,
     /// Jobs put back after a restart (or whose node re-registered without some of their
-    /// ranks), and since when: ranks not reported by then + the node timeout are lost.
-    adopted: HashMap<JobId, i64>,
+    /// ranks): since when, and when their ranks not reported by then are lost (live ns).
+    adopted: HashMap<JobId, (i64, i64)>,
     /// When a job was placed: for the launch latency histogram and the liveness of its
     /// nodes until the launch is answered.
     placed_at: HashMap<JobId, Placed>,
@@ -125,7 +125,7 @@ struct Placed {
 struct Checkpoint {
     sched: Scheduler,
     next_id: u64,
-    adopted: HashMap<JobId, i64>,
+    adopted: HashMap<JobId, (i64, i64)>,
     placed_at: HashMap<JobId, Placed>,
     slicer: Slicer,
     run_saved_ns: i64,

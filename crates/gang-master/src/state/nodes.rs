@@ -86,7 +86,7 @@ impl MasterState {
         }
         // Ranks believed running here that the agent does not list: it restarted (its ranks
         // died with it) or they exited and the report is still on its way. Give them the
-        // same grace as after a master restart, then count them lost.
+        // node timeout, then count them lost (this agent is here: nothing to wait for).
         let missing: Vec<(JobId, u32)> = self
             .jobs
             .live()
@@ -101,7 +101,8 @@ impl MasterState {
             if let Some(job) = self.jobs.get_mut(id) {
                 job.ranks[rank as usize] = Rank::Pending;
             }
-            self.adopted.entry(id).or_insert(now.live_ns);
+            let due = now.live_ns + i64::from(self.cfg.node_timeout_ms) * 1_000_000;
+            self.adopted.entry(id).or_insert((now.live_ns, due));
         }
         if !drained {
             let plan = self.sched.set_node_offline(now.mono_s(), x, y, false)?;

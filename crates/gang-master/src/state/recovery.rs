@@ -56,6 +56,8 @@ impl MasterState {
                 Some(r)
             }
         });
+        // Agents find a master that just started at their own pace (`adopt_timeout_ms`).
+        let adopt_due = now.live_ns + i64::from(self.cfg.adopt_timeout_ms) * 1_000_000;
         let mut take = |st: &mut MasterState, rec: SavedJob| -> Result<()> {
             st.next_id = st.next_id.max(rec.id.0 + 1);
             let mut job = Job::restored(rec);
@@ -75,7 +77,7 @@ impl MasterState {
                 State::Starting | State::Running if job.record.allocation.is_some() => {
                     job.run_accounted_to = now.wall_ns;
                     placed.push(id);
-                    st.adopted.insert(id, now.live_ns);
+                    st.adopted.insert(id, (now.live_ns, adopt_due));
                     found.adopted += 1;
                 }
                 State::Queued => {
@@ -91,7 +93,7 @@ impl MasterState {
                     placed.push(id);
                     match st.sched.adopt(now.mono_s(), spec, sm) {
                         Ok(_) => {
-                            st.adopted.insert(id, now.live_ns);
+                            st.adopted.insert(id, (now.live_ns, adopt_due));
                             found.adopted += 1;
                         }
                         Err(e) => {
@@ -182,35 +184,32 @@ impl MasterState {
         Ok(found)
     }
 
-    /// Ranks of adopted jobs that no agent reported back within the node timeout are lost:
-    /// at once where their node's agent registered again without them; where it did not
-    /// register yet, only once its silence is its own (`silence_is_its_own`: after a
-    /// restart no agent at all coming back blames the master's side, not the nodes).
+    /// Ranks of adopted jobs that no agent reported back within `adopt_timeout_ms` are
+    /// lost: at once where their node's agent registered again without them; where it did
+    /// not register yet, only once its silence is its own (`silence_is_its_own`: after a
+    /// restart no agent at all coming back blames the master's side, not the nodes). The
+    /// adoption timeout is longer than the node timeout: after a failover from a master
+    /// that hung, agents find the new one each at its own pace (a call's deadline per
+    /// master tried), and one that comes seconds after the others is slow, not gone.
     pub(super) fn adoption_timeouts(&mut self, fx: &mut Effects, now: Now) {
-        let timeout_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
-        let overdue: Vec<(JobId, i64)> = self
+        let overdue: Vec<(JobId, (i64, i64))> = self
             .adopted
             .iter()
-            .filter(|&(_, &since)| now.live_ns - since > timeout_ns)
-            .map(|(id, &since)| (*id, since))
+            .filter(|&(_, &(_, due))| now.live_ns > due)
+            .map(|(id, &w)| (*id, w))
             .collect();
         if overdue.is_empty() {
             return;
         }
         let hearing = self.hearing();
-        for (id, since) in overdue {
+        for (id, (since, due)) in overdue {
             let waiting_on_silence = self.jobs.get(id).is_some_and(|j| {
                 (0..j.ranks.len() as u32)
                     .filter(|&r| j.ranks[r as usize] == Rank::Pending)
                     .filter_map(|r| j.node_of(r).and_then(|c| self.node_index(c)))
                     .any(|i| {
                         !self.nodes[i].up
-                            && !self.silence_is_its_own(
-                                &hearing,
-                                None,
-                                (since, since + timeout_ns),
-                                now,
-                            )
+                            && !self.silence_is_its_own(&hearing, None, (since, due), now)
                     })
             });
             if waiting_on_silence {

@@ -214,6 +214,7 @@ pub fn config(w: u32, h: u32, mpl: u32) -> MasterConfig {
     c.quantum_ms = QUANTUM_MS;
     c.table_lead_ms = LEAD_MS;
     c.node_timeout_ms = NODE_TIMEOUT_MS;
+    c.adopt_timeout_ms = NODE_TIMEOUT_MS;
     c.kill_grace_ms = GRACE_MS;
     c
 }

@@ -183,6 +183,57 @@ fn the_only_node_of_a_mesh_is_down_after_the_node_timeout() {
 /// After a restart, no agent back at all is the master's side (its network, its slow
 /// start), not the nodes': adopted ranks wait; once agents are heard again, the one that
 /// did not come back is lost after the node timeout.
+/// After a takeover from a master that hung, agents find the new one each at its own
+/// pace: one that comes 7 s after the others, within the adoption timeout (10 s here,
+/// five node timeouts), is slow, not gone; its ranks are adopted and the job runs on. One
+/// that never comes is lost once the adoption timeout is out.
+#[test]
+fn after_a_restart_a_straggling_agent_within_the_adoption_timeout_keeps_its_ranks() {
+    let world = || {
+        let mut cfg = config(2, 2, 1);
+        cfg.adopt_timeout_ms = 10_000;
+        run(
+            World::new(cfg),
+            &[RegisterAll, Submit("2x2"), Start(1), State(1, Running)],
+        )
+    };
+    let w = run(
+        world(),
+        &[
+            Restart,
+            Register((0, 0)),
+            Register((1, 0)),
+            Register((0, 1)),
+            Wait(7000),
+            State(1, Running),
+            Register((1, 1)),
+            Wait(5000),
+            State(1, Running),
+        ],
+    );
+    let w = run(w, &[ExitAll(1, 0), State(1, Completed)]);
+    drop(w);
+    run(
+        world(),
+        &[
+            Restart,
+            Register((0, 0)),
+            Register((1, 0)),
+            Register((0, 1)),
+            Wait(9000),
+            State(1, Running),
+            Wait(1500),
+            Signalled(1, 3, 0),
+            KilledAll(1, 9),
+            State(1, Failed),
+            Reason(
+                1,
+                "rank 3 on node (1,1) was not found after a master or agent restart",
+            ),
+        ],
+    );
+}
+
 #[test]
 fn after_a_restart_ranks_are_lost_only_where_others_came_back() {
     let w = run(
