@@ -215,6 +215,8 @@ fn serve(
     oneshot::Sender<()>,
     JoinHandle<Result<(), tonic::transport::Error>>,
 ) {
+    /// How long the listener waits after a failed accept (EMFILE: the descriptors are out).
+    const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
     let (stop_server, stopped) = oneshot::channel::<()>();
     // Anyone who reaches the port may connect; until the master's or a node's certificate
     // calls on a connection, it may be closed for a newcomer (`gang_listen`): a user's
@@ -223,15 +225,24 @@ fn serve(
     let vetting = gang_listen::Vetting::new(LISTENER_LIMITS);
     let incoming = {
         let vetting = Arc::clone(&vetting);
-        TcpListenerStream::new(listener).filter_map(move |conn| match conn {
-            Ok(stream) => {
-                // Probes time round trips: do not let Nagle hold small replies back.
-                let _ = stream.set_nodelay(true);
-                let peer = stream.peer_addr().ok()?;
-                Some(Ok(gang_listen::Vetted::new(stream, vetting.enter(peer))))
-            }
-            Err(e) => Some(Err(e)),
-        })
+        TcpListenerStream::new(listener)
+            .filter_map(move |conn| match conn {
+                Ok(stream) => {
+                    // Probes time round trips: do not let Nagle hold small replies back.
+                    let _ = stream.set_nodelay(true);
+                    let peer = stream.peer_addr().ok()?;
+                    Some(Ok(gang_listen::Vetted::new(stream, vetting.enter(peer))))
+                }
+                Err(e) => Some(Err(e)),
+            })
+            // Out of descriptors (or another accept error that will not clear by itself):
+            // wait a moment before accepting again, rather than spin.
+            .then(|conn| async move {
+                if conn.is_err() {
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+                conn
+            })
     };
     let service = {
         let vetting = Arc::clone(&vetting);

@@ -323,6 +323,7 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, grp
             }
         }),
     );
+    let listener = crate::connections::metrics_port::MetricsListener::new(listener);
     if let Err(e) = axum::serve(listener, app).await {
         tracing::warn!(error = %e, "metrics server stopped");
     }

@@ -19,6 +19,7 @@ use gang_proto::v1::auth_service_server::AuthServiceServer;
 use gang_proto::v1::job_service_server::JobServiceServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
@@ -102,15 +103,19 @@ pub struct StandbyServers {
     /// The leader's admission, its counts the standby's own.
     listeners: Option<Listeners>,
     running: Option<(watch::Sender<bool>, JoinHandle<()>)>,
+    /// Ends every connection the standby's listeners admitted.
+    closing: CancellationToken,
 }
 
 impl StandbyServers {
     pub fn new(cfg: &MasterConfig, listeners: Listeners) -> StandbyServers {
+        let closing = CancellationToken::new();
         StandbyServers {
             cfg: cfg.clone(),
             leader: Arc::default(),
-            listeners: Some(listeners),
+            listeners: Some(listeners.closed_by(closing.clone())),
             running: None,
+            closing,
         }
     }
 
@@ -129,9 +134,11 @@ impl StandbyServers {
     }
 
     /// This master leads now: stop answering, and release the ports. Every connection the
-    /// standby held is dropped with its servers (its clients and agents reconnect to the
-    /// leader's, whose admission counts them afresh): none lingers, uncounted.
+    /// standby held is closed (each runs as a task of its own, which aborting the servers
+    /// would not end; its clients and agents reconnect to the leader's, whose admission
+    /// counts them afresh): none lingers, uncounted.
     pub async fn stop(self) {
+        self.closing.cancel();
         let Some((tx, task)) = self.running else {
             return;
         };

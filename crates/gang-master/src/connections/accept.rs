@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::Sleep;
 use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Connected;
 
 use super::authority::AuthorityFix;
@@ -50,6 +51,8 @@ pub struct Admitting {
     pub pool: Arc<Pool>,
     pub deadlines: Deadlines,
     pub metrics: Arc<Metrics>,
+    /// Closes every connection admitted here when cancelled (`Listeners::close_all`).
+    pub closing: Option<CancellationToken>,
     warned: Option<Instant>,
     unwarned: u64,
     backoff: Option<Pin<Box<Sleep>>>,
@@ -67,6 +70,7 @@ impl Admitting {
             pool,
             deadlines,
             metrics,
+            closing: None,
             warned: None,
             unwarned: 0,
             backoff: None,
@@ -268,6 +272,7 @@ impl Stream for UnixIncoming {
                         a.deadlines,
                         p,
                         a.on_expiry(),
+                        a.closing.clone(),
                     )),
                     Err(why) => {
                         a.refused(key, why);
@@ -319,6 +324,7 @@ impl Stream for TcpIncoming {
                             a.deadlines,
                             p,
                             a.on_expiry(),
+                            a.closing.clone(),
                         ))
                     }
                     Err(why) => {
@@ -378,6 +384,7 @@ impl Stream for AgentIncoming {
                                 a.deadlines,
                                 p,
                                 a.on_expiry(),
+                                a.closing.clone(),
                             )
                             .with_vetting(vetting.clone()),
                         )

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::codegen::http;
 use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
 
@@ -87,6 +88,8 @@ impl Drop for StreamGuard {
 pub enum Expired {
     Handshake,
     Idle,
+    /// Its listeners were closed (`Listeners::close_all`: a standby that leads now).
+    Closed,
 }
 
 impl Expired {
@@ -94,6 +97,7 @@ impl Expired {
         match self {
             Expired::Handshake => "handshake",
             Expired::Idle => "idle",
+            Expired::Closed => "closed",
         }
     }
 }
@@ -141,6 +145,9 @@ pub struct Deadlined<IO> {
     timer: Pin<Box<Sleep>>,
     expired: Option<Expired>,
     on_expiry: Arc<dyn Fn(Expired) + Send + Sync>,
+    /// Resolves when the listeners it came from close all their connections (a standby's:
+    /// a leader's never do, and its connections poll nothing more).
+    closing: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     _permit: Permit,
 }
 
@@ -151,6 +158,7 @@ impl<IO> Deadlined<IO> {
         deadlines: Deadlines,
         permit: Permit,
         on_expiry: Arc<dyn Fn(Expired) + Send + Sync>,
+        closing: Option<CancellationToken>,
     ) -> Self {
         Deadlined {
             io,
@@ -163,6 +171,7 @@ impl<IO> Deadlined<IO> {
             deadlines,
             expired: None,
             on_expiry,
+            closing: closing.map(|c| Box::pin(c.cancelled_owned())),
             _permit: permit,
         }
     }
@@ -178,6 +187,13 @@ impl<IO> Deadlined<IO> {
     fn check(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
         if let Some(e) = self.expired {
             return Err(expired_error(e));
+        }
+        if let Some(c) = self.closing.as_mut()
+            && c.as_mut().poll(cx).is_ready()
+        {
+            self.expired = Some(Expired::Closed);
+            (self.on_expiry)(Expired::Closed);
+            return Err(expired_error(Expired::Closed));
         }
         while self.timer.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
@@ -202,6 +218,7 @@ fn expired_error(e: Expired) -> std::io::Error {
         match e {
             Expired::Handshake => "no request before the handshake deadline",
             Expired::Idle => "idle: no open stream for the idle timeout",
+            Expired::Closed => "closed: the master stopped standing by",
         },
     )
 }
@@ -327,5 +344,53 @@ impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connections::admission::{PeerKey, PerPeer, Pool};
+    use tokio::io::AsyncReadExt;
+
+    /// A standby's connection that holds still (idle, its deadlines far off) ends when its
+    /// listeners are closed, its place in the pool given back: it does not linger, uncounted
+    /// by the leader, until a deadline.
+    #[tokio::test]
+    async fn a_closed_listeners_idle_connections_end_at_once() {
+        let pool = Pool::new(8, 0, PerPeer { uid: 8, ip: 8 }, Default::default());
+        let closing = CancellationToken::new();
+        let (mine, _peer) = tokio::io::duplex(64);
+        let long = Duration::from_secs(3600);
+        let mut conn = Deadlined::new(
+            mine,
+            Peer::Unix(UdsConnectInfo {
+                peer_addr: None,
+                peer_cred: None,
+            }),
+            Deadlines {
+                handshake: long,
+                idle: long,
+            },
+            pool.admit(PeerKey::Uid(1000), false).unwrap(),
+            Arc::new(|_| {}),
+            Some(closing.clone()),
+        );
+        let reading = tokio::spawn(async move {
+            let mut b = [0u8; 8];
+            let r = conn.read(&mut b).await;
+            drop(conn);
+            r
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(pool.open(), 1);
+        closing.cancel();
+        let r = tokio::time::timeout(Duration::from_secs(10), reading)
+            .await
+            .expect("the idle read is woken")
+            .unwrap();
+        let e = r.expect_err("its I/O fails");
+        assert!(e.to_string().contains("stopped standing by"), "{e}");
+        assert_eq!(pool.open(), 0, "its place is given back");
     }
 }

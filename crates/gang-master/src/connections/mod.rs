@@ -22,11 +22,13 @@ pub mod accept;
 pub mod admission;
 pub mod authority;
 pub mod deadlines;
+pub mod metrics_port;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{ListenerLabel, Metrics};
 use accept::{Admitting, AgentIncoming, TcpIncoming, UnixIncoming};
@@ -198,9 +200,19 @@ pub struct Listeners {
     deadlines: Deadlines,
     metrics: Arc<Metrics>,
     is_admin: Arc<dyn Fn(u32) -> bool + Send + Sync>,
+    /// Set on a standby's listeners: cancelled, it ends every connection they admitted.
+    closing: Option<CancellationToken>,
 }
 
 impl Listeners {
+    /// Listeners whose connections all end when `token` is cancelled (each is woken and
+    /// fails its next I/O): a standby's, whose connections must not outlive its standing
+    /// by, uncounted by the leader's.
+    pub fn closed_by(mut self, token: CancellationToken) -> Listeners {
+        self.closing = Some(token);
+        self
+    }
+
     pub fn new(
         limits: &ConnLimits,
         sizes: PoolSizes,
@@ -247,11 +259,14 @@ impl Listeners {
             deadlines: limits.deadlines(),
             metrics,
             is_admin,
+            closing: None,
         }
     }
 
     fn admitting(&self, name: &'static str, pool: &Arc<Pool>) -> Admitting {
-        Admitting::new(name, pool.clone(), self.deadlines, self.metrics.clone())
+        let mut a = Admitting::new(name, pool.clone(), self.deadlines, self.metrics.clone());
+        a.closing = self.closing.clone();
+        a
     }
 
     /// The Unix socket's connections.
