@@ -305,7 +305,8 @@ mod tests {
         };
         let keep = dir.path().join("keep");
         std::fs::write(&keep, "precious").unwrap();
-        symlink(&keep, dir.path().join("link-%r")).unwrap();
+        // Planted under the name the pattern expands to (job 1, rank 0).
+        symlink(&keep, dir.path().join("link-0")).unwrap();
         let e = open("link-%r").unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
         assert_eq!(std::fs::read_to_string(&keep).unwrap(), "precious");
