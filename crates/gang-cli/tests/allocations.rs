@@ -114,7 +114,7 @@ fn a_batch_script_runs_its_steps_on_its_nodes_and_shows_them() {
     let o = run(GANGCTL, &c, &["job", &id.to_string()]);
     let t = text(&o.stdout);
     assert!(
-        t.contains("command:    batch script job.sh (8 lines, run by /bin/sh) with input.dat"),
+        t.contains("command:    batch script steps, run by /bin/sh with input.dat"),
         "{t}"
     );
     assert!(t.contains("steps:      3"), "{t}");
