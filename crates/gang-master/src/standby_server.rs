@@ -53,7 +53,9 @@ impl<N: NamedService> NamedService for Refuse<N> {
 impl<N> Service<http::Request<Body>> for Refuse<N> {
     type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = std::future::Ready<Result<http::Response<Body>, Infallible>>;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<http::Response<Body>, Infallible>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -74,9 +76,20 @@ impl<N> Service<http::Request<Body>> for Refuse<N> {
         if let Ok(v) = who.parse() {
             st.metadata_mut().insert(LEADER_METADATA, v);
         }
-        std::future::ready(Ok(st.into_http()))
+        // The request's body read first (a little of it, for a moment), so that the caller
+        // hears the answer rather than a stream reset under its upload.
+        Box::pin(async move {
+            use http_body_util::BodyExt;
+            let body = http_body_util::Limited::new(req.into_body(), DRAIN_MAX).collect();
+            let _ = tokio::time::timeout(DRAIN_WAIT, body).await;
+            Ok(st.into_http())
+        })
     }
 }
+
+/// The most of a refused request's body read before the answer, and for how long.
+const DRAIN_MAX: usize = 64 << 10;
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What an unknown caller is told of the leader.
 const UNTOLD: &str = "another master (ask with a certificate or on the master's socket)";
@@ -86,12 +99,12 @@ const UNTOLD: &str = "another master (ask with a certificate or on the master's 
 fn known_caller(req: &http::Request<Body>) -> bool {
     use tonic::transport::server::TlsConnectInfo;
     let ext = req.extensions();
-    if let Some(info) = ext.get::<ConnInfo>() {
-        return matches!(info.peer, Peer::Unix(_));
+    // A TLS connection carries its plain `ConnInfo` too: the certificate decides.
+    if let Some(tls) = ext.get::<TlsConnectInfo<ConnInfo>>() {
+        return tls.peer_certs().is_some_and(|c| !c.is_empty());
     }
-    ext.get::<TlsConnectInfo<ConnInfo>>()
-        .and_then(|t| t.peer_certs())
-        .is_some_and(|c| !c.is_empty())
+    ext.get::<ConnInfo>()
+        .is_some_and(|info| matches!(info.peer, Peer::Unix(_)))
 }
 
 type Health = tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>;

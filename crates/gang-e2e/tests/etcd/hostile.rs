@@ -211,8 +211,8 @@ fn standby_client_port(log: &Path) -> std::net::SocketAddr {
 }
 
 /// A gRPC call to a standby's TLS port with no certificate and no token (curl, trusting
-/// the cluster's CA): the grpc-message it is answered with (as sent: the words looked for
-/// are plain ASCII, which gRPC does not percent-encode).
+/// the cluster's CA): the grpc-message it is answered with (decoded: gRPC percent-encodes
+/// it in the header).
 fn stranger_asks_standby(ca: &Path, port: std::net::SocketAddr) -> String {
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("body");
@@ -247,5 +247,7 @@ fn stranger_asks_standby(ca: &Path, port: std::net::SocketAddr) -> String {
         .find_map(|l| l.strip_prefix("grpc-message:"))
         .unwrap_or_else(|| panic!("no grpc-message in {headers}"))
         .trim();
-    message.to_string()
+    percent_encoding::percent_decode_str(message)
+        .decode_utf8_lossy()
+        .into_owned()
 }

@@ -93,6 +93,20 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
+/// [`wait_for`] for [`T`], showing the end of `log` (a master's) if it times out.
+fn wait_showing<R>(log: &Path, what: &str, f: impl FnMut() -> Option<R>) -> R {
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wait_for(T, what, f)));
+    waited.unwrap_or_else(|e| {
+        let text = read(log);
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        eprintln!("{}, its last lines:", log.display());
+        for l in tail.iter().rev() {
+            eprintln!("  {l}");
+        }
+        std::panic::resume_unwind(e)
+    })
+}
+
 fn state_of(m: &impl Master, id: u64) -> String {
     gangctl_json(m, &["job", &id.to_string()]).unwrap()["state"]
         .as_str()
@@ -428,7 +442,7 @@ fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
         read(&x_log).contains("standing by").then_some(())
     });
     cluster.stop_master(Signal::SIGKILL).unwrap();
-    wait_for(T, "the master across the link to lead", || {
+    wait_showing(&x_log, "the master across the link to lead", || {
         x_ready.exists().then_some(())
     });
     let xm = Masters(format!("unix:{}", x_sock.display()));
