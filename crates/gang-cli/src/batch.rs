@@ -385,7 +385,10 @@ mod tests {
         let s = spec_of("#!/usr/bin/env bash\n#GANG -n 1\n", &[]).unwrap();
         assert_eq!(
             (&s.argv[..], s.script_at),
-            (&["/usr/bin/env".to_string(), "bash".into(), "a".into()][..], 2)
+            (
+                &["/usr/bin/env".to_string(), "bash".into(), "a".into()][..],
+                2
+            )
         );
     }
 
