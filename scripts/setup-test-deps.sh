@@ -25,6 +25,9 @@ curl
 chromium
 chromium-driver
 etcd-server
+munge
+slurm-client
+python3-mpi4py
 "
 # systemd: systemd-analyze (verify, security) on deploy/*.service and systemd-sysusers on
 #   deploy/gang.sysusers (crates/gang-master/tests/deploy.rs); and PID 1 of every
@@ -59,6 +62,36 @@ etcd-server
 # etcd-server: a real 3-member etcd cluster on loopback for the master's replicated state
 #   and its election (crates/gang-e2e/tests/etcd). Installing it starts nothing here (no
 #   init); the tests start their own members.
+# munge: MUNGE, as every Slurm site runs it; munged is started below. The MPI tests run
+#   with it (a PMIx client offered `munge` picks it first) and without it (hidden from one
+#   cluster's agents) (crates/gang-e2e/tests/mpi/munge.rs).
+# python3-mpi4py: mpi4py (built with Open MPI) under prun, with munged and without
+#   (crates/gang-e2e/tests/mpi/munge.rs).
+# slurm-client: Slurm's srun, sbatch, squeue on PATH beside prun, as at a site: nothing of
+#   ours may take them for its own.
+
+# munged, started as Debian's unit starts it (no init runs it here), unless it answers.
+start_munged() {
+    if munge -n >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup-test-deps: munged is not running; run this script as root" >&2
+        exit 1
+    fi
+    if [ ! -s /etc/munge/munge.key ]; then
+        mungekey --create --keyfile=/etc/munge/munge.key
+    fi
+    chown munge:munge /etc/munge/munge.key
+    chmod 0400 /etc/munge/munge.key
+    install -d -o munge -g munge -m 0755 /run/munge
+    runuser -u munge -- /usr/sbin/munged
+    if ! munge -n | unmunge >/dev/null; then
+        echo "setup-test-deps: munged started but does not answer" >&2
+        exit 1
+    fi
+    echo "setup-test-deps: munged started"
+}
 
 missing=""
 for p in $PACKAGES; do
@@ -68,6 +101,7 @@ for p in $PACKAGES; do
 done
 if [ -z "$missing" ]; then
     echo "setup-test-deps: all installed:" $PACKAGES
+    start_munged
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -79,3 +113,4 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 # shellcheck disable=SC2086 # one word per package
 apt-get install -y -q --no-install-recommends $missing
+start_munged

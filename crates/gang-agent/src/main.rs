@@ -15,6 +15,11 @@ fn main() -> ExitCode {
         gang_agent::guard::run();
     }
     gang_proto::memory::keep_freed_memory();
+    // The PMIx server library reads which security modules to open from its environment
+    // when it starts (`gang_pmix::SECURITY_MODULE` says why only one).
+    let (k, v) = gang_pmix::SERVER_SECURITY_ENV;
+    // SAFETY: no other thread exists yet (the runtime and the PMIx server start below).
+    unsafe { std::env::set_var(k, v) };
     // Bad flags: clap prints the usage and exits 2.
     let flags = Flags::parse();
     let block = flags.emulate_nodes;

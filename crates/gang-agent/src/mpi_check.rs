@@ -36,25 +36,38 @@ pub fn implementation(mpi: Mpi, program: &ProgramMpi) -> Impl {
 /// removed).
 static INSTALLED: Mutex<Option<HashMap<(PathBuf, Impl), PathBuf>>> = Mutex::new(None);
 
-/// The `LD_PRELOAD` to add to the rank's environment for the `check` build (None:
-/// without `--mpi-check`), after the job's own where `env_allow` keeps that; an error
-/// naming what is missing when the library cannot be provided.
+/// The `LD_PRELOAD` to add to the rank's environment: the `check` build (None: without
+/// `--mpi-check`), then, for a rank served the simple PMI protocol (`pmi`), the PMI
+/// progress shim (`pmi::progress_shim`), then the job's own where `env_allow` keeps that.
+/// An error naming what is missing when the checking library cannot be provided; a shim
+/// that cannot be is left out, with a warning.
 pub fn preload(
     msg_base: &Path,
     check: Option<Impl>,
+    pmi: bool,
     job_env: &HashMap<String, String>,
     env_allow: &BTreeSet<String>,
 ) -> Result<Option<(String, String)>, String> {
-    let Some(imp) = check else {
+    let mut libs = vec![];
+    if let Some(imp) = check {
+        let lib = installed(msg_base, imp).map_err(|e| {
+            format!(
+                "--mpi-check: cannot provide the {} checking library: {e}",
+                imp.name()
+            )
+        })?;
+        libs.push(lib.display().to_string());
+    }
+    if pmi {
+        match crate::pmi::progress_shim::installed(msg_base) {
+            Ok(lib) => libs.push(lib.display().to_string()),
+            Err(e) => tracing::warn!("the rank runs without the PMI progress shim: {e}"),
+        }
+    }
+    if libs.is_empty() {
         return Ok(None);
-    };
-    let lib = installed(msg_base, imp).map_err(|e| {
-        format!(
-            "--mpi-check: cannot provide the {} checking library: {e}",
-            imp.name()
-        )
-    })?;
-    let mut value = lib.display().to_string();
+    }
+    let mut value = libs.join(":");
     if env_allow.contains("LD_PRELOAD")
         && let Some(theirs) = job_env.get("LD_PRELOAD").filter(|v| !v.is_empty())
     {
@@ -82,7 +95,7 @@ fn installed(msg_base: &Path, imp: Impl) -> Result<PathBuf, String> {
 /// The messaging base, made as `msg::pages` makes it (0711) if this is the first
 /// launch, and checked to be the agent's own: whoever can rename entries in it could
 /// swap the library every rank loads.
-fn own_base(base: &Path) -> Result<(), String> {
+pub(crate) fn own_base(base: &Path) -> Result<(), String> {
     if !base.is_dir() {
         std::fs::create_dir_all(base)
             .and_then(|()| std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711)))
@@ -128,9 +141,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("msg");
         let (none, env) = (BTreeSet::new(), HashMap::new());
-        assert_eq!(preload(&base, None, &env, &none), Ok(None));
+        assert_eq!(preload(&base, None, false, &env, &none), Ok(None));
         for (imp, stem) in [(Impl::Mpich, "mpich"), (Impl::OpenMpi, "openmpi")] {
-            let (k, v) = preload(&base, Some(imp), &env, &none).unwrap().unwrap();
+            let (k, v) = preload(&base, Some(imp), false, &env, &none)
+                .unwrap()
+                .unwrap();
             assert_eq!(k, "LD_PRELOAD");
             let p = PathBuf::from(&v);
             assert!(p.starts_with(base.join("mpi-check")), "{v}");
@@ -145,6 +160,14 @@ mod tests {
             assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o644);
         }
         assert_eq!(std::fs::metadata(&base).unwrap().mode() & 0o777, 0o711);
+        // A rank served PMI gets the progress shim, after the checking library.
+        let (_, v) = preload(&base, None, true, &env, &none).unwrap().unwrap();
+        assert!(v.contains("/preload/libgang_pmi_progress-"), "{v}");
+        let (_, v) = preload(&base, Some(Impl::Mpich), true, &env, &none)
+            .unwrap()
+            .unwrap();
+        let libs: Vec<&str> = v.split(':').collect();
+        assert!(libs.len() == 2 && libs[1].contains("pmi_progress"), "{v}");
     }
 
     #[test]
@@ -152,12 +175,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let env = HashMap::from([("LD_PRELOAD".to_string(), "/opt/tool.so".to_string())]);
         let check = Some(Impl::Mpich);
-        let (_, v) = preload(tmp.path(), check, &env, &BTreeSet::new())
+        let (_, v) = preload(tmp.path(), check, false, &env, &BTreeSet::new())
             .unwrap()
             .unwrap();
         assert!(!v.contains("tool.so"), "{v}");
         let allow = BTreeSet::from(["LD_PRELOAD".to_string()]);
-        let (_, v) = preload(tmp.path(), check, &env, &allow).unwrap().unwrap();
+        let (_, v) = preload(tmp.path(), check, false, &env, &allow)
+            .unwrap()
+            .unwrap();
         assert!(v.ends_with(".so:/opt/tool.so"), "{v}");
     }
 
@@ -170,6 +195,7 @@ mod tests {
         let err = preload(
             &base,
             Some(Impl::OpenMpi),
+            false,
             &HashMap::new(),
             &BTreeSet::new(),
         )

@@ -93,11 +93,14 @@ fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
     let out = prun(&c, &["-n", "4x4", "--", "sh", "-c", "exit 3"], None);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
 
-    // 64 ranks fence through the master: every value comes back, rank 0 times each.
-    // (Not all 256: through the master a rank 5 s late fails the fence, and a loaded
-    // 2-core host launches 256 played ranks about that far apart.)
-    let fences = played_fences(&c, "8x8", 3);
-    assert_eq!(fences["ranks"], 64, "{fences}");
+    // All 256 ranks fence through the master: every value comes back, rank 0 times each
+    // (a loaded 2-core host launches them seconds apart: the fence waits for the last).
+    let fences = played_fences(&c, "16x16", 3);
+    assert_eq!(fences["ranks"], 256, "{fences}");
+    // A rank 7 s late only delays the fence: the agent's fence call is a long poll, each
+    // call held 2 s at most, where one call used to end at the channel's 5 s and fail it.
+    let late = played_fences_late(&c, "2x2", 2, 7);
+    assert!(late["fence_ms"][0].as_f64().unwrap() >= 6_500.0, "{late}");
 
     // What a node cannot play is the launch's error, naming what it can.
     let out = prun(&c, &["-n", "2x2", "--", "./a.out"], None);
@@ -184,8 +187,7 @@ fn played_fences_among_the_agents_cost_the_master_a_few_bytes_whatever_the_size(
     let big = played_fences(&c, "16x8", 5);
     assert_eq!(big["ranks"], 128);
     let after_big = fence_bytes(&c, "agents") - after_small;
-    // A rank 7 s late among the agents only delays the fence (through the master, a
-    // fence call ends after 5 s: see the agent's README, "Fences").
+    // A rank 7 s late among the agents only delays the fence, as through the master.
     let late = played_fences_late(&c, "2x2", 2, 7);
     assert!(late["fence_ms"][0].as_f64().unwrap() >= 6_500.0, "{late}");
     // Nothing through the master's fence path; what it hears per fence does not grow

@@ -106,12 +106,18 @@ fn content_hash(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Write the library for `imp` into `dir` (made 0755 if missing; it must be a real
-/// directory owned by this process's user and writable by no one else), mode 0644,
-/// unless the same content is there already. Returns its path. Safe to call from several
-/// processes at once: each writes a temporary file and renames it into place.
+/// Write the library for `imp` into `dir`: [`install_library`].
 pub fn install(dir: &Path, imp: Impl) -> Result<PathBuf, InstallError> {
     let bytes = library(imp).ok_or(InstallError::NotBuilt(imp))?;
+    install_library(dir, &format!("gang_mpi_check_{}", imp.file_stem()), bytes)
+}
+
+/// Write a library that ranks preload, `bytes`, into `dir` (made 0755 if missing; it must
+/// be a real directory owned by this process's user and writable by no one else) as
+/// `lib{stem}-{hash}.so`, mode 0644, unless the same content is there already. Returns
+/// its path. Safe to call from several processes at once: each writes a temporary file
+/// and renames it into place.
+pub fn install_library(dir: &Path, stem: &str, bytes: &[u8]) -> Result<PathBuf, InstallError> {
     let io_err = |p: &Path| {
         let p = p.to_path_buf();
         move |e| InstallError::Io(p, e)
@@ -143,21 +149,13 @@ pub fn install(dir: &Path, imp: Impl) -> Result<PathBuf, InstallError> {
             format!("writable by others (mode {:o})", meta.mode() & 0o7777),
         ));
     }
-    let path = dir.join(format!(
-        "libgang_mpi_check_{}-{:016x}.so",
-        imp.file_stem(),
-        content_hash(bytes)
-    ));
+    let path = dir.join(format!("lib{stem}-{:016x}.so", content_hash(bytes)));
     if let Ok(existing) = std::fs::read(&path)
         && existing == bytes
     {
         return Ok(path);
     }
-    let tmp = dir.join(format!(
-        ".libgang_mpi_check_{}.{}.tmp",
-        imp.file_stem(),
-        std::process::id()
-    ));
+    let tmp = dir.join(format!(".lib{stem}.{}.tmp", std::process::id()));
     let write = || -> io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)

@@ -244,10 +244,11 @@ fn admit(tcp: &TcpStream, uid: u32, clients: &Clients) -> Result<(Claim, Vec<u8>
     hello.resize(HEADER + n, 0);
     read_by(tcp, &mut hello[HEADER..], deadline)?;
     let claim = parse(&hello[HEADER..])?;
-    if claim.psec != "native" {
+    if claim.psec != crate::SECURITY_MODULE {
         return Err(format!(
-            "uid {uid} asked for security module {:?}; only \"native\" is accepted",
-            claim.psec
+            "uid {uid} asked for security module {:?}; only {:?} is accepted",
+            claim.psec,
+            crate::SECURITY_MODULE
         ));
     }
     match clients.uid_of(&claim.nspace, claim.rank) {

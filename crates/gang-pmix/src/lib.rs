@@ -31,6 +31,26 @@ mod owner;
 /// Whether this build links the PMIx server library.
 pub const AVAILABLE: bool = cfg!(gang_pmix);
 
+/// The one security module the server offers and the gate accepts: `native`, whose claim
+/// the gate checks against the kernel's record of the socket's owner. A host with MUNGE
+/// (every Slurm site) makes the library offer `munge` first, which the gate does not
+/// check (a MUNGE credential says what munged says, and the gate already knows the uid
+/// better): so neither the library nor the ranks are let choose.
+pub const SECURITY_MODULE: &str = "native";
+
+/// The library's own choice of modules, from its environment: set by the agent before any
+/// thread starts, so the server opens `native` alone and tells ranks so.
+pub const SERVER_SECURITY_ENV: (&str, &str) = ("PMIX_MCA_psec", SECURITY_MODULE);
+
+/// What a rank is told, over what `PMIx_server_setup_fork` gave and what the job's
+/// environment said: the modules the server offers, and the one its client opens.
+pub fn client_security_env() -> [(String, String); 2] {
+    [
+        ("PMIX_SECURITY_MODE".into(), SECURITY_MODULE.into()),
+        ("PMIX_MCA_psec".into(), SECURITY_MODULE.into()),
+    ]
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     /// Built without the library.

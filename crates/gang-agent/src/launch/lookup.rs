@@ -82,8 +82,14 @@ pub fn look_up(plan: &LaunchPlan, msg_base: &Path, facts: &NodeFacts) -> Result<
         pmix = mpi.pmix.is_some(),
         "the rank's MPI"
     );
-    let preload = mpi_check::preload(msg_base, mpi.check, &req.env, &facts.policy.env_allow)
-        .map_err(|e| Failure::Start(io::Error::other(e)))?;
+    let preload = mpi_check::preload(
+        msg_base,
+        mpi.check,
+        mpi.pmi.is_some(),
+        &req.env,
+        &facts.policy.env_allow,
+    )
+    .map_err(|e| Failure::Start(io::Error::other(e)))?;
     Ok(Found {
         program,
         mpi,

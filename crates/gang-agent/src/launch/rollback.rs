@@ -93,6 +93,9 @@ impl<'a> Rollback<'a> {
             match parts.msg.pmix_prepare(&pmix.launch).await {
                 Ok(vars) => {
                     gang_env.extend(vars);
+                    // After the library's own (it lists every module it has) and over
+                    // the job's: the one module the gate checks.
+                    gang_env.extend(gang_pmix::client_security_env());
                     gang_env.extend(pmix.open_mpi.iter().cloned());
                 }
                 Err(e) if !pmix.required => warn!(

@@ -184,10 +184,17 @@ impl Spaces {
                 epoch,
                 puts: puts.clone().into_iter().collect(),
                 known_epoch: known,
+                wait_ms: FENCE_POLL_MS,
             };
             match client.clone().fence(req).await {
                 Ok(r) => {
                     let r = r.into_inner();
+                    if r.pending {
+                        // Not every rank is in yet: ask again (the master holds the
+                        // rank's arrival; asking again is the same arrival).
+                        delay = Duration::from_millis(20);
+                        continue;
+                    }
                     let mut held = self.held.lock().unwrap();
                     let held = held.entry(key).or_default();
                     if r.delta && held.0 != known {
@@ -204,19 +211,35 @@ impl Spaces {
                     held.0 = epoch;
                     return Ok(Arc::clone(&held.1));
                 }
-                Err(s) if s.code() == tonic::Code::Unavailable => {
+                // The master away, paused, or failing over (a call past the channel's
+                // deadline; one that held the call without `wait_ms`): a fence waits as
+                // long as its job lives, and the master says when the job ends.
+                Err(s) if master_away(s.code()) => {
+                    debug!(
+                        job = key.job_id,
+                        epoch,
+                        "fence: {}; asking again",
+                        s.message()
+                    );
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
-                // Not retried: the master's channel ends every call after 5 s, so a rank
-                // more than 5 s late fails its job's fence. Retrying it as a long poll
-                // made MPICH 4.0 (ch4:ucx) hang in MPI_Finalize across four hosts: two
-                // ranks in the PMI barrier, two in UCX progress waiting for them (see
-                // the agent's README, "Fences"); the failed barrier is what frees them.
+                // The job is ending, or the fence is refused: the rank hears it failed.
                 Err(s) => return Err(s.message().to_string()),
             }
         }
     }
+}
+
+/// How long the master may hold a fence call before it answers `pending`: well inside the
+/// channel's 5 s deadline, even when a loaded master answers late.
+pub const FENCE_POLL_MS: u32 = 2_000;
+
+/// A fence call that failed because the master did not answer in time or was away, not
+/// because it refused: asked again.
+fn master_away(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(code, Unavailable | DeadlineExceeded | Cancelled | Unknown)
 }
 
 impl crate::pmi::Fencer for Spaces {

@@ -281,6 +281,7 @@ impl AgentRegistry for Recorder {
         Ok(Response::new(FenceResponse {
             kvs: request.into_inner().puts,
             delta: false,
+            pending: false,
         }))
     }
 

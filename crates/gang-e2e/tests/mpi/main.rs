@@ -7,7 +7,9 @@
 #[path = "../trust/accounts.rs"]
 mod accounts;
 mod check;
+mod late_rank;
 mod mpich;
+mod munge;
 mod openmpi;
 mod pmi2;
 mod pmix_gate;

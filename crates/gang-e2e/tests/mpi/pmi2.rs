@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn client() -> std::path::PathBuf {
+pub fn client() -> std::path::PathBuf {
     let dir = tempfile::Builder::new()
         .prefix("gang-pmi2-")
         .tempdir()

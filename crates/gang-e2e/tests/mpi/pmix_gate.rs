@@ -179,6 +179,35 @@ fn another_users_idle_or_forged_pmix_connections_cost_nobody_else() {
         })
         .expect("the holder connects"),
     );
+    // MUNGE, which munged here vouches for (the setup script starts it): a real credential
+    // of the holder's, sent by the holder for its own rank (only `native` is offered, and
+    // accepted), and the same credential replayed by the attacker.
+    let munged = command_as(Path::new("/usr/bin/munge"), &holder)
+        .args(["-n"])
+        .output()
+        .expect("munge runs (sh scripts/setup-test-deps.sh installs it)");
+    assert!(
+        munged.status.success(),
+        "munged does not answer (sh scripts/setup-test-deps.sh starts it): {}",
+        String::from_utf8_lossy(&munged.stderr)
+    );
+    let mut cred = munged.stdout;
+    cred.push(0);
+    let addr = uri.split_once(";tcp4://").unwrap().1.to_string();
+    for (who, hello) in [
+        (&holder, forged_handshake("munge", &cred, &nspace, 0)),
+        (&attacker, forged_handshake("munge", &cred, &nspace, 0)),
+    ] {
+        let addr = addr.clone();
+        held.push(
+            on_thread_as(who, move || {
+                let mut s = TcpStream::connect(&addr)?;
+                s.write_all(&hello)?;
+                Ok(s)
+            })
+            .expect("a MUNGE handshake is sent"),
+        );
+    }
 
     // Another user's job with no MPI, on both nodes: it runs, and no node is lost.
     let out = output_within(
@@ -228,8 +257,16 @@ fn another_users_idle_or_forged_pmix_connections_cost_nobody_else() {
     let log = std::fs::read_to_string(c.agent_log(x.parse().unwrap(), y.parse().unwrap())).unwrap();
     let refused = format!("uid {}, who has no rank registered here", attacker.uid);
     assert!(
-        log.matches(&refused).count() >= 3,
+        log.matches(&refused).count() >= 4,
         "the gate's refusals are not in the agent's log"
+    );
+    let munge = format!(
+        "uid {} asked for security module \"munge\"; only \"native\" is accepted",
+        holder.uid
+    );
+    assert!(
+        log.contains(&munge),
+        "no refusal of the holder's MUNGE handshake"
     );
 
     let _ = holding.kill();

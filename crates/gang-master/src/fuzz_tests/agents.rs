@@ -228,6 +228,7 @@ fn fence_request() -> impl Strategy<Value = v1::FenceRequest> {
                 epoch,
                 puts: puts.into_iter().collect(),
                 known_epoch,
+                wait_ms: 0,
             },
         )
 }
@@ -270,6 +271,7 @@ fn fence(w: &mut World, bytes: &[u8], at_home: bool) -> Result<(), TestCaseError
                 reply(&v1::FenceResponse {
                     kvs: kvs.into_iter().collect(),
                     delta,
+                    pending: false,
                 })?;
             }
         }

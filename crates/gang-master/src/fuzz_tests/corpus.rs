@@ -426,6 +426,7 @@ fn agent_seeds() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         known_epoch: epoch.saturating_sub(1),
+        wait_ms: 0,
     };
     seeds(
         "proto_fence",

@@ -15,6 +15,10 @@ use crate::placements::Placements;
 use crate::service::convert;
 use crate::switch_stats::SwitchStats;
 
+/// The longest a fence call is held before it is answered `pending` (an agent asks for
+/// less: its channel ends calls after 5 s).
+const MAX_FENCE_WAIT_MS: u32 = 60_000;
+
 pub struct Registry {
     pub handle: Handle,
     pub output: Arc<OutputHub>,
@@ -149,13 +153,30 @@ impl AgentRegistry for Registry {
         let r = req.get_ref();
         agent_node(&req, (r.x, r.y))?;
         let known = r.known_epoch;
+        let wait = (r.wait_ms > 0)
+            .then(|| std::time::Duration::from_millis(r.wait_ms.min(MAX_FENCE_WAIT_MS).into()));
         let bytes_in = r.encoded_len();
         let arrival = convert::fence_arrival(req.into_inner());
-        let space = self.handle.call(|tx| Cmd::Fence(arrival, tx)).await?;
+        let call = self.handle.call(|tx| Cmd::Fence(arrival, tx));
+        let space = match wait {
+            None => call.await?,
+            Some(wait) => match tokio::time::timeout(wait, call).await {
+                Ok(space) => space?,
+                // The rank stays in the fence (its waiter is dropped, and taken out when
+                // it arrives again): the agent asks again at once.
+                Err(_) => {
+                    return Ok(Response::new(v1::FenceResponse {
+                        pending: true,
+                        ..Default::default()
+                    }));
+                }
+            },
+        };
         let (kvs, delta) = space.answer(known);
         let answer = v1::FenceResponse {
             kvs: kvs.into_iter().collect(),
             delta,
+            pending: false,
         };
         self.metrics
             .fence_bytes("master", (bytes_in + answer.encoded_len()) as u64);
