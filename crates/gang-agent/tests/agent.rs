@@ -127,6 +127,8 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
         "PMI_SIZE",
         "PMI_JOBID",
         "PMI_APPNUM",
+        // The PMI progress shim (a rank served PMI): checked below.
+        "LD_PRELOAD",
         "PWD",
         "OLDPWD",
         "SHLVL",
@@ -138,6 +140,11 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
             "unexpected variable {name} in {env:?}"
         );
     }
+    assert!(
+        env["LD_PRELOAD"].contains("/preload/libgang_pmi_progress-"),
+        "{}",
+        env["LD_PRELOAD"]
+    );
     agent.shutdown().await;
 }
 

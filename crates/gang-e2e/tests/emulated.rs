@@ -57,9 +57,10 @@ fn connections_to(port: u16) -> usize {
 
 #[test]
 fn a_16x16_fleet_in_two_processes_runs_jobs_as_real_ranks_would_end() {
+    // Fences through the master (among the agents is the default: the test below).
     let opts = LocalClusterOptions {
         emulate: Some(128),
-        ..options(&["--mpl", "2"])
+        ..options(&["--mpl", "2", "--fences", "master"])
     };
     let c = LocalCluster::start((16, 16), opts).expect("emulated cluster starts");
     // The master and two agent processes of 128 nodes each.

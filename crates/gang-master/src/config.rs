@@ -426,9 +426,8 @@ pub struct Fanout {
     /// around one dead agent below it in time: `gang_proto::relay`).
     pub hop_timeout_ms: u32,
     /// Whether a job's fences are gathered among its agents, over the same tree (`fences
-    /// = "agents"`), or go to the master (`"master"`, the default: an MPICH job across
-    /// four emulated hosts hung in MPI_Finalize with fences among the agents, not yet
-    /// understood; README "The relay tree").
+    /// = "agents"`, the default), or go to the master (`"master"`). Among the agents the
+    /// master hears one record a fence, whatever the job's size.
     pub fences_among_agents: bool,
 }
 
@@ -445,7 +444,7 @@ impl Default for Fanout {
         Fanout {
             width: DEFAULT_FANOUT_WIDTH,
             hop_timeout_ms: DEFAULT_HOP_TIMEOUT_MS,
-            fences_among_agents: false,
+            fences_among_agents: true,
         }
     }
 }
@@ -664,8 +663,8 @@ mod tests {
         assert_eq!(f(16, 5000).fence_width(), 16);
         assert_eq!(
             Fanout::default().fence_width(),
-            0,
-            "fences at the master by default"
+            DEFAULT_FANOUT_WIDTH,
+            "fences among the agents by default"
         );
     }
 }

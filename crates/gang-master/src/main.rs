@@ -124,8 +124,8 @@ struct Args {
     /// agents this wide; 0: the master calls every agent itself [default: 16].
     #[arg(long)]
     fanout_width: Option<u32>,
-    /// Where a job's fences are gathered: master (default) or agents (among the job's
-    /// agents over the relay tree; the master hears one record a fence).
+    /// Where a job's fences are gathered: agents (the default: among the job's agents
+    /// over the relay tree; the master hears one record a fence) or master.
     #[arg(long, value_parser = ["master", "agents"])]
     fences: Option<String>,
     /// How long one level of that tree may take before its head is routed around (a
@@ -437,8 +437,8 @@ fn resolve(a: Args) -> anyhow::Result<(MasterConfig, String)> {
             .or(f.relay_hop_timeout_ms)
             .unwrap_or(DEFAULT_HOP_TIMEOUT_MS),
         fences_among_agents: match a.fences.or(f.fences.clone()).as_deref() {
-            None | Some("master") => false,
-            Some("agents") => true,
+            None | Some("agents") => true,
+            Some("master") => false,
             Some(other) => {
                 anyhow::bail!("fences = {other:?} in the config file: expected master or agents")
             }

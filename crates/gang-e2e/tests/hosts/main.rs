@@ -11,6 +11,7 @@ mod clocks;
 mod faults;
 mod mpi;
 mod ranks;
+mod soak;
 mod systemd;
 
 // The messaging tests' reading of the kernel's socket queues of stopped ranks.

@@ -1,7 +1,8 @@
 //! A rank that starts late (one importing a heavy Python stack, or loading its binary from
 //! a slow shared file system): its job's fences wait for it as long as the job lives,
-//! under every interface a rank may fence through, while the job runs a fifth of the wall
-//! clock (five jobs share the mesh in five slices).
+//! under every interface a rank may fence through, on either fence path (among the agents,
+//! the default, and through the master), while the job runs a fifth of the wall clock
+//! (five jobs share the mesh in five slices).
 //!
 //! Each job's last rank sleeps [`LATE`] before it starts the program; the others start at
 //! once and wait in their first fence (MPI_Init's) all that time. Before fences were long
@@ -29,9 +30,25 @@ fn late_start() -> String {
 
 #[test]
 fn a_rank_a_minute_late_completes_its_fences_under_every_interface() {
+    // Both fence paths at once, a cluster each.
+    std::thread::scope(|s| {
+        let paths = ["agents", "master"].map(|p| s.spawn(move || late_jobs(p)));
+        for p in paths {
+            p.join().unwrap();
+        }
+    });
+}
+
+/// Four jobs, one per interface, each with a rank [`LATE`] late, on a cluster whose
+/// fences go `fences` (agents or master).
+fn late_jobs(fences: &str) {
     // Five slices: four late jobs and one that only sleeps, each job run a fifth of the
     // time, switched at 100 ms.
-    let c = cluster(2, 1, &["--mpl", "5", "--quantum-ms", "100"]);
+    let c = cluster(
+        2,
+        1,
+        &["--mpl", "5", "--quantum-ms", "100", "--fences", fences],
+    );
     let sleeper = submit(&c, "2x1", &["sleep", "600"]);
     wait_state(&c, sleeper, "running", Duration::from_secs(60));
 
@@ -83,7 +100,7 @@ fn a_rank_a_minute_late_completes_its_fences_under_every_interface() {
         let (stdout, stderr) = text(&out);
         assert!(
             out.status.success(),
-            "{what}: the job with a rank {LATE:?} late failed ({:?}) after {took:?}:\n{stdout}\n{stderr}",
+            "fences {fences}, {what}: the job with a rank {LATE:?} late failed ({:?}) after {took:?}:\n{stdout}\n{stderr}",
             out.status
         );
         assert!(took >= LATE, "{what} ended before its late rank started");
@@ -105,7 +122,7 @@ fn a_rank_a_minute_late_completes_its_fences_under_every_interface() {
                 "{what}:\n{stdout}\n{stderr}"
             ),
         }
-        eprintln!("{what}: completed in {took:?}, a rank {LATE:?} late");
+        eprintln!("fences {fences}, {what}: completed in {took:?}, a rank {LATE:?} late");
     }
     c.shutdown().unwrap();
 }
