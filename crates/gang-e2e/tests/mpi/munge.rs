@@ -3,7 +3,8 @@
 //! agent's gate checks only `native` (against the kernel's record of who owns the
 //! socket), and every Open MPI job died in `MPI_Init`. The agent now has the library offer
 //! `native` alone and tells the ranks so; here Open MPI (a C program, mpi4py) and MPICH
-//! run with munged answering, and on a cluster whose agents cannot see it.
+//! run with munged answering (and Slurm's client tools on PATH), and on a cluster whose
+//! agents cannot see munged.
 
 use std::path::Path;
 use std::process::Command;
@@ -74,11 +75,24 @@ fn run_each(c: &gang_local::LocalCluster, dir: &Path) {
     }
 }
 
+/// Slurm's own srun is on PATH, as at a site (slurm-client): nothing here may take it
+/// for prun.
+fn slurms_srun_is_beside() -> bool {
+    Command::new("sh")
+        .args(["-c", "command -v srun"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 #[test]
 fn mpi_jobs_run_where_munged_answers() {
     assert!(
         munged_answers(),
         "munged does not answer here: sh scripts/setup-test-deps.sh installs and starts it"
+    );
+    assert!(
+        slurms_srun_is_beside(),
+        "Slurm's srun is not on PATH: sh scripts/setup-test-deps.sh installs slurm-client"
     );
     let dir = tempfile::tempdir().unwrap();
     let c = cluster(2, 1, &[]);
