@@ -59,6 +59,7 @@ pub mod service;
 pub mod session_thread;
 pub mod switch;
 pub mod tls;
+pub mod trusted_dir;
 pub mod usage;
 
 #[cfg(test)]

@@ -12,7 +12,6 @@
 //! keeps it; then ours goes first (two PMPI tools do not stack: the first one wins).
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -85,37 +84,17 @@ fn installed(msg_base: &Path, imp: Impl) -> Result<PathBuf, String> {
     {
         return Ok(p.clone());
     }
-    own_base(msg_base)?;
+    crate::trusted_dir::own_base(msg_base)?;
     let path =
         gang_mpi_check::install(&msg_base.join("mpi-check"), imp).map_err(|e| e.to_string())?;
     cache.insert(key, path.clone());
     Ok(path)
 }
 
-/// The messaging base, made as `msg::pages` makes it (0711) if this is the first
-/// launch, and checked to be the agent's own: whoever can rename entries in it could
-/// swap the library every rank loads.
-pub(crate) fn own_base(base: &Path) -> Result<(), String> {
-    if !base.is_dir() {
-        std::fs::create_dir_all(base)
-            .and_then(|()| std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711)))
-            .map_err(|e| format!("{}: {e}", base.display()))?;
-    }
-    let meta = std::fs::symlink_metadata(base).map_err(|e| format!("{}: {e}", base.display()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{}: not a directory of uid {me} writable by it alone (uid {}, mode {:o})",
-            base.display(),
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
     use super::*;
     use crate::mpi_program::Unseen;
 

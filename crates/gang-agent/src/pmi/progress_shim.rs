@@ -27,7 +27,7 @@ pub fn installed(msg_base: &Path) -> Result<PathBuf, String> {
     {
         return Ok(p.clone());
     }
-    crate::mpi_check::own_base(msg_base)?;
+    crate::trusted_dir::own_base(msg_base)?;
     let path =
         gang_mpi_check::install_library(&msg_base.join("preload"), "gang_pmi_progress", SHIM)
             .map_err(|e| e.to_string())?;
