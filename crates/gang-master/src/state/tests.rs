@@ -6,6 +6,7 @@ mod gates;
 mod liveness;
 mod messaging;
 mod props;
+mod requests;
 mod restarts;
 mod steps;
 mod usage;
