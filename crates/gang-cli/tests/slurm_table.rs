@@ -1,6 +1,6 @@
-//! The README's "From Slurm" table, run: every command of its right-hand column against a
-//! real local cluster, with job 12 a real job there, must succeed. A row added to the table
-//! is tested with no change here.
+//! The user guide's "From Slurm" table (docs/user-guide.md), run: every command of its
+//! right-hand column against a real local cluster, with job 12 a real job there, must
+//! succeed. A row added to the table is tested with no change here.
 
 mod common;
 
@@ -13,14 +13,14 @@ use common::*;
 /// The gang commands of the table, in order.
 fn table_commands() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let start = readme
+    let guide = std::fs::read_to_string(root.join("docs/user-guide.md")).unwrap();
+    let start = guide
         .find("<!-- slurm-table -->")
         .expect("the table's start marker");
-    let end = readme
+    let end = guide
         .find("<!-- /slurm-table -->")
         .expect("the table's end marker");
-    readme[start..end]
+    guide[start..end]
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(|row| {

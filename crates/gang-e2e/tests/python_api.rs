@@ -1,5 +1,5 @@
-//! The README's API examples, run as written: every ```` ```python api-test ```` block of
-//! README.md, in order, as one program of a Python grpcio client generated from `proto/`,
+//! The API guide's examples, run as written: every ```` ```python api-test ```` block of
+//! docs/api.md, in order, as one program of a Python grpcio client generated from `proto/`,
 //! against a real 2x2 cluster on its Unix socket (and its TLS port with a token, for the
 //! remote example). The venv (grpcio, grpcio-tools, health and reflection from PyPI,
 //! pinned in scripts/python-api-requirements.txt) is made once and cached by
@@ -28,7 +28,7 @@ fn api_test_blocks(markdown: &str) -> Vec<String> {
     }
     assert!(
         current.is_none(),
-        "README.md: a python api-test block is not closed"
+        "docs/api.md: a python api-test block is not closed"
     );
     blocks
 }
@@ -38,13 +38,13 @@ fn repo_root() -> PathBuf {
 }
 
 #[test]
-fn the_readme_api_examples_run_in_python() {
+fn the_api_guide_examples_run_in_python() {
     let root = repo_root();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let blocks = api_test_blocks(&readme);
+    let guide = std::fs::read_to_string(root.join("docs/api.md")).unwrap();
+    let blocks = api_test_blocks(&guide);
     assert!(
         blocks.len() >= 8,
-        "README.md has {} api-test blocks",
+        "docs/api.md has {} api-test blocks",
         blocks.len()
     );
     let program = blocks.join("\n");
@@ -66,12 +66,12 @@ fn the_readme_api_examples_run_in_python() {
         .last()
         .expect("the script prints the venv's python")
         .to_owned();
-    let script = work.path().join("readme_api.py");
+    let script = work.path().join("api_guide.py");
     std::fs::write(&script, &program).unwrap();
 
     let c = cluster(2, 2, &[]);
     // The remote example reads ~/.config/gang/token: a HOME of its own, with a token
-    // from `gangctl token --save` on the master's socket, as the README says.
+    // from `gangctl token --save` on the master's socket, as the API guide says.
     let home = work.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let out = Command::new(bin_dir().join("gangctl"))
@@ -100,7 +100,7 @@ fn the_readme_api_examples_run_in_python() {
     // Every call in the examples has its own timeout; this bounds the whole program.
     let status = wait_for(
         Duration::from_secs(600),
-        "the README's examples to finish",
+        "the API guide's examples to finish",
         || child.try_wait().unwrap(),
     );
     let out = child.wait_with_output().unwrap();
@@ -111,9 +111,9 @@ fn the_readme_api_examples_run_in_python() {
     println!("{stdout}");
     assert!(
         status.success(),
-        "the README's python api-test blocks failed:\n{stderr}\n--- stdout:\n{stdout}\n--- program:\n{program}"
+        "the API guide's python api-test blocks failed:\n{stderr}\n--- stdout:\n{stdout}\n--- program:\n{program}"
     );
-    // What the examples print, as the README's comments say.
+    // What the examples print, as the API guide's comments say.
     assert!(stdout.contains("True JOB_STATE_"), "{stdout}");
     assert!(stdout.contains("already cancelled"), "{stdout}");
     assert!(stdout.contains("2 2"), "{stdout}");
