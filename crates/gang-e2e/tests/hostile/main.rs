@@ -4,7 +4,7 @@
 //! users' jobs come through. Runs as root (useradd); without it each test says so and
 //! passes, as the trust suite does.
 //!
-//! The README's "Hostile users" table lists each attack, the expected answer and the test
+//! The admin guide's "Hostile users" table (`docs/admin-guide.md`) lists each attack, the expected answer and the test
 //! that performs it.
 
 // Shared with the trust suite; not every helper of it is used here.
