@@ -396,7 +396,7 @@ pub struct MasterConfig {
     pub fanout: Fanout,
     /// Origins whose web pages may call the API (CORS on the client port's gRPC-Web).
     pub web_origins: Vec<String>,
-    /// Serve the reference portal (`portal.rs`) at `/portal/` on the client port.
+    /// Serve the reference portal (`web/portal.rs`) at `/portal/` on the client port.
     pub web_portal: bool,
 }
 

@@ -139,7 +139,7 @@ mod tests {
     async fn pings_follow_round_trips_through_the_state_task_and_stop_when_it_dies() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = MasterConfig::for_test(Shape::new(2, 2), dir.path().join("s.db"));
-        let opened = crate::state_store::open(&cfg, |_| {}).await.unwrap();
+        let opened = crate::persistence::open(&cfg, |_| {}).await.unwrap();
         let (handle, state) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
         let (sent, send) = recorder();
         let probe = move || {

@@ -146,17 +146,17 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         cfg.limits.max_output_bytes,
     )?);
     // Before the servers bind: a standby (state in etcd, another master leads) waits here,
-    // answering every call with where the leader is (`standby_server.rs`), and clients and
+    // answering every call with where the leader is (`persistence/standby.rs`), and clients and
     // agents that try it first go on to the next master they know.
     // With the leader's admission (pools, vetting, deadlines), accounted on its own.
-    let mut standby = crate::standby_server::StandbyServers::new(
+    let mut standby = crate::persistence::standby::StandbyServers::new(
         &cfg,
         connections::Listeners::new(&limits, sizes, Arc::new(Metrics::default()), {
             let auth = auth.clone();
             Arc::new(move |uid| auth.is_admin_uid(uid))
         }),
     );
-    let opened = crate::state_store::open(&cfg, |who| {
+    let opened = crate::persistence::open(&cfg, |who| {
         crate::notify::status(&format!("standing by: the leader is {who}"));
         standby.waiting(who);
     })
@@ -164,16 +164,16 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     standby.stop().await;
     let opened = opened?;
     let (lost, resign): (Option<LostLeadership>, Option<Resign>) = match &opened.0 {
-        crate::state_store::StateStore::Etcd(s) => {
+        crate::persistence::StateStore::Etcd(s) => {
             (Some(Box::pin(s.on_lost())), Some(Box::pin(s.resign())))
         }
-        crate::state_store::StateStore::Sqlite(_) => (None, None),
+        crate::persistence::StateStore::Sqlite(_) => (None, None),
     };
     let client_tcp = bind_tcp(cfg.listen, "clients").await?;
     let agent_tcp = bind_tcp(cfg.agent_listen, "agents").await?;
-    if let crate::state_store::StateStore::Etcd(s) = &opened.0 {
+    if let crate::persistence::StateStore::Etcd(s) = &opened.0 {
         let me =
-            crate::state_store::advertise_at(client_tcp.local_addr()?, agent_tcp.local_addr()?);
+            crate::persistence::advertise_at(client_tcp.local_addr()?, agent_tcp.local_addr()?);
         if let Err(e) = s.advertise(me).await {
             warn!("saying where this master serves in its leader key: {e:#}");
         }
@@ -294,8 +294,8 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     // negotiates HTTP/2, which browsers speak), and CORS for the origins the config allows.
     let cors = web_cors(&cfg_web_origins)?;
     let remote = server()
-        .layer(crate::portal::PortalLayer { on: web_portal })
-        .layer(crate::web_guard::WebGuardLayer {
+        .layer(crate::web::portal::PortalLayer { on: web_portal })
+        .layer(crate::web::guard::WebGuardLayer {
             origins: web_origin_values(&cfg_web_origins)?,
         })
         .layer(cors)
@@ -402,7 +402,7 @@ mod tests {
     async fn the_master_fails_when_its_state_task_dies() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
-        let opened = crate::state_store::open(&cfg, |_| {}).await.unwrap();
+        let opened = crate::persistence::open(&cfg, |_| {}).await.unwrap();
         let (handle, _) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let servers = tokio::spawn(std::future::pending());

@@ -36,7 +36,7 @@ mod daemon;
 mod relays;
 #[cfg(test)]
 mod tests;
-use crate::state_store::{Initial, StateStore};
+use crate::persistence::{Initial, StateStore};
 
 type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -80,7 +80,7 @@ pub enum Cmd {
 }
 
 /// A job's key-value space, as a fence answers it (shared by the fence's answers).
-pub type Kvs = std::sync::Arc<crate::shim::Space>;
+pub type Kvs = std::sync::Arc<crate::msg_jobs::Space>;
 
 /// How the gRPC side talks to the state task.
 #[derive(Clone)]

@@ -42,7 +42,7 @@ async fn jobs(h: &Handle) -> Vec<(u64, State)> {
 
 fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
     let opened = tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(crate::state_store::open(cfg, |_| {}))
+        tokio::runtime::Handle::current().block_on(crate::persistence::open(cfg, |_| {}))
     })
     .expect("the state opens");
     actor::start(

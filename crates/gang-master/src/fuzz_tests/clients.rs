@@ -22,10 +22,10 @@ use super::{
     short_text, stated_uid, who, world,
 };
 use crate::auth::Authenticator;
+use crate::auth::revocations::Revocations;
 use crate::config::{AuthPolicy, DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S};
 use crate::error::MasterError;
 use crate::job::State;
-use crate::revocations::Revocations;
 use crate::service::convert;
 use crate::service::tokens::Tokens;
 use crate::state::events::Caller;

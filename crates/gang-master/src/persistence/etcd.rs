@@ -31,7 +31,7 @@ const MAX_TXN_BYTES: usize = 1 << 20;
 /// store keeps the newest value of each key, not every version of a job's row.
 const COMPACT_EVERY: u64 = 1000;
 
-pub use crate::etcd_mirror::Loaded;
+pub use crate::persistence::etcd_mirror::Loaded;
 
 pub struct EtcdStore {
     /// Ended jobs whose rows are in keys of their own (`jobs/ID`), to be archived.
@@ -71,7 +71,8 @@ impl EtcdStore {
             "state in etcd: campaigning to lead"
         );
         // Standing by, it follows the state: elected, it starts from that copy.
-        let warm = crate::warm_copy::WarmCopy::start(etcd.clone(), target.prefix.clone());
+        let warm =
+            crate::persistence::warm_copy::WarmCopy::start(etcd.clone(), target.prefix.clone());
         let leader = election
             .campaign(Duration::from_millis(100), |who| {
                 info!(leader = %who, "standing by: another master leads");
@@ -121,7 +122,7 @@ impl EtcdStore {
             .await
             .map_err(|e| e.to_string())?;
         let values: Vec<Vec<u8>> = rows.into_iter().map(|kv| kv.value).collect();
-        let packed = crate::etcd_archive::pack(&values).map_err(|e| e.to_string())?;
+        let packed = crate::persistence::etcd_archive::pack(&values).map_err(|e| e.to_string())?;
         if packed.len() > MAX_TXN_BYTES {
             tracing::warn!(
                 first,
@@ -140,7 +141,7 @@ impl EtcdStore {
 
     /// The state as read now, in full (no warm copy to start from).
     async fn load(&self) -> anyhow::Result<Loaded> {
-        let mirror = crate::warm_copy::read_all(&self.etcd, &self.prefix).await?;
+        let mirror = crate::persistence::warm_copy::read_all(&self.etcd, &self.prefix).await?;
         Ok(mirror.into_loaded())
     }
 
@@ -331,9 +332,10 @@ impl Commit for EtcdStore {
         }
         self.finished.extend(ended);
         // At most one archive per batch: its cost is spread over the batches that end jobs.
-        if let Some((first, end)) =
-            crate::etcd_archive::next_run(&self.finished, crate::etcd_archive::ARCHIVE_CHUNK)
-        {
+        if let Some((first, end)) = crate::persistence::etcd_archive::next_run(
+            &self.finished,
+            crate::persistence::etcd_archive::ARCHIVE_CHUNK,
+        ) {
             match tokio::task::block_in_place(|| rt.block_on(self.archive(first, end))) {
                 Ok(()) => {
                     for id in first..end {

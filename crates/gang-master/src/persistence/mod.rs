@@ -1,7 +1,22 @@
 //! Where the master's state is kept: an SQLite file (the default), or an etcd cluster
-//! shared by several masters of which one leads (`store_etcd.rs`). The reactor and its
+//! shared by several masters of which one leads (`persistence/etcd.rs`). The reactor and its
 //! commit (`state::batch::Commit`) do not care which; this opens either and reads what a
 //! restarted (or newly elected) master starts from.
+//!
+//! | file | what |
+//! |---|---|
+//! | `sqlite.rs` | the SQLite store (WAL, one transaction a round) |
+//! | `etcd.rs` | the etcd store: leader election, leadership-checked writes |
+//! | `etcd_mirror.rs`, `etcd_archive.rs` | the keys under the prefix read back; finished jobs packed |
+//! | `warm_copy.rs` | a standby's copy of the prefix, followed by watch |
+//! | `standby.rs` | what a standby answers while another master leads |
+
+pub mod etcd;
+pub mod etcd_archive;
+pub mod etcd_mirror;
+pub mod sqlite;
+pub mod standby;
+pub mod warm_copy;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +25,11 @@ use anyhow::Context;
 
 use crate::config::MasterConfig;
 use crate::job::SavedJob;
+use crate::persistence::etcd::EtcdStore;
+use crate::persistence::sqlite::Store;
 use crate::state::Persisted;
 use crate::state::batch::Commit;
 use crate::state::effects::Save;
-use crate::store::Store;
-use crate::store_etcd::EtcdStore;
 
 pub enum StateStore {
     Sqlite(Store),
@@ -193,7 +208,7 @@ pub async fn open(
     let cluster_id = match loaded.cluster_id {
         Some(id) => id,
         None => {
-            let id = crate::store::new_cluster_id();
+            let id = crate::persistence::sqlite::new_cluster_id();
             store
                 .set_meta("cluster_id", &id)
                 .await

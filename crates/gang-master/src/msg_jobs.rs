@@ -94,8 +94,12 @@ pub enum FenceStep {
     Ahead { epoch: u32, current: u32 },
 }
 
+/// The old name, kept while `job/` moves to the new one.
+pub type JobShim = JobMessaging;
+
+/// What the master keeps of one running job's messaging library.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobShim {
+pub struct JobMessaging {
     /// The latest report of each rank.
     pub activity: Vec<Option<Activity>>,
     /// Which ranks reported since the previous check.
@@ -105,9 +109,9 @@ pub struct JobShim {
     pub fence: Fence,
 }
 
-impl JobShim {
+impl JobMessaging {
     pub fn new(size: u32) -> Self {
-        JobShim {
+        JobMessaging {
             activity: vec![None; size as usize],
             fresh: vec![false; size as usize],
             check: DeadlockCheck::default(),
@@ -180,7 +184,7 @@ mod tests {
 
     #[test]
     fn a_fence_completes_when_every_rank_arrived_with_every_key() {
-        let mut s = JobShim::new(3);
+        let mut s = JobMessaging::new(3);
         assert_eq!(s.fence(0, 1, kv("a", "0")), FenceStep::Wait { epoch: 1 });
         assert_eq!(s.fence(2, 1, kv("c", "2")), FenceStep::Wait { epoch: 1 });
         let all = match s.fence(1, 1, kv("b", "1")) {
@@ -203,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_rank_that_holds_the_last_fence_gets_only_what_changed_since() {
-        let mut s = JobShim::new(2);
+        let mut s = JobMessaging::new(2);
         s.fence(0, 1, kv("a", "0"));
         let first = match s.fence(1, 1, kv("b", "1")) {
             FenceStep::Complete(kvs) => kvs,
@@ -242,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_restarted_master_rebuilds_the_space_from_retries() {
-        let mut s = JobShim::new(2);
+        let mut s = JobMessaging::new(2);
         assert_eq!(s.fence(1, 4, kv("b", "1")), FenceStep::Wait { epoch: 4 });
         match s.fence(0, 4, kv("a", "0")) {
             FenceStep::Complete(kvs) => assert_eq!(kvs.len(), 2),
@@ -252,7 +256,7 @@ mod tests {
 
     #[test]
     fn stale_reports_are_not_checked() {
-        let mut s = JobShim::new(2);
+        let mut s = JobMessaging::new(2);
         let a = |rank| Activity {
             rank,
             blocked_since_ns: 1,

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::etcd_mirror::Mirror;
+use crate::persistence::etcd_mirror::Mirror;
 
 /// Where the copy stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
