@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use crate::actor;
 use crate::agents::AgentPool;
 use crate::auth::Authenticator;
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::connections::{self, StreamCountLayer};
 use crate::metrics::{self, Metrics};
 use crate::output::OutputHub;
@@ -129,21 +129,24 @@ async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::Tc
         .with_context(|| format!("cannot listen on {addr} for {what}"))
 }
 
-pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
+pub async fn start(cfg: DaemonConfig) -> anyhow::Result<RunningMaster> {
     let tls = cfg.tls.read().with_context(|| {
         "the master's TLS files (make a cluster's with `gangctl certs init DIR --mesh WxH`, \
          or bring your own: deploy/README.md)"
     })?;
-    let auth = Arc::new(Authenticator::open(cfg.auth.clone(), &cfg.token_key)?);
+    let auth = Arc::new(Authenticator::open(
+        cfg.master.auth.clone(),
+        &cfg.token_key,
+    )?);
     let metrics = Arc::new(Metrics::default());
     let limits = cfg.connections.clone();
     let nofile = connections::raise_fd_limit();
-    let sizes = limits.plan(nofile, cfg.mesh.area());
+    let sizes = limits.plan(nofile, cfg.master.mesh.area());
     let agents =
         Arc::new(AgentPool::new(tls.clone(), cfg.fanout).with_max_channels(sizes.agent_channels));
     let output = Arc::new(OutputHub::new(
         cfg.state_dir(),
-        cfg.limits.max_output_bytes,
+        cfg.master.limits.max_output_bytes,
     )?);
     // Before the servers bind: a standby (state in etcd, another master leads) waits here,
     // answering every call with where the leader is (`persistence/standby.rs`), and clients and
@@ -187,11 +190,11 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let agent_addr = agent_tcp.local_addr()?;
     let metrics_addr = metrics_listener.local_addr()?;
     let ready_file = cfg.ready_file.clone();
-    let mesh = cfg.mesh;
-    let max_msg = cfg.limits.max_request_bytes;
+    let mesh = cfg.master.mesh;
+    let max_msg = cfg.master.limits.max_request_bytes;
     // Boundaries settle 1 s after their deadline: agents report every 250 ms.
     let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
-    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let quantum_ns = i64::from(cfg.master.quantum_ms) * 1_000_000;
     if !sizes.fits {
         warn!(
             nofile,
@@ -211,7 +214,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     let cfg_web_origins = cfg.web_origins.clone();
     let web_portal = cfg.web_portal;
     // Recovery happens here: nothing is served before the state is back.
-    let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone(), opened)?;
+    let (handle, state) = actor::start(cfg.master, metrics.clone(), agents.clone(), opened)?;
 
     // Health answers SERVING for "" (tonic-health's default) and for every client service
     // by name: load balancers and `grpc_health_probe -service` ask for the one they use.
@@ -401,9 +404,9 @@ mod tests {
     #[tokio::test]
     async fn the_master_fails_when_its_state_task_dies() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
+        let cfg = DaemonConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
         let opened = crate::persistence::open(&cfg, |_| {}).await.unwrap();
-        let (handle, _) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
+        let (handle, _) = actor::start(cfg.master, Arc::default(), Arc::default(), opened).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let servers = tokio::spawn(std::future::pending());
         let master = RunningMaster {

@@ -9,7 +9,7 @@ use tonic::Code;
 
 use crate::actor::{self, Cmd, Handle};
 use crate::agents::AgentPool;
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::metrics::Metrics;
@@ -40,13 +40,13 @@ async fn jobs(h: &Handle) -> Vec<(u64, State)> {
     all.views.iter().map(|j| (j.id.0, j.state)).collect()
 }
 
-fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
+fn start(cfg: &DaemonConfig) -> (Handle, tokio::task::JoinHandle<()>) {
     let opened = tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current().block_on(crate::persistence::open(cfg, |_| {}))
     })
     .expect("the state opens");
     actor::start(
-        cfg.clone(),
+        cfg.master.clone(),
         Arc::new(Metrics::default()),
         Arc::new(AgentPool::default()),
         opened,
@@ -59,7 +59,7 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("state.db");
     // No agent ever registers: jobs stay queued, so only the test writes.
-    let cfg = MasterConfig::for_test(Shape::new(2, 2), db.clone());
+    let cfg = DaemonConfig::for_test(Shape::new(2, 2), db.clone());
     let (h, task) = start(&cfg);
     assert_eq!(submit(&h).await.unwrap().id, JobId(1));
 

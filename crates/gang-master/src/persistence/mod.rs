@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::job::SavedJob;
 use crate::persistence::etcd::EtcdStore;
 use crate::persistence::sqlite::Store;
@@ -132,7 +132,7 @@ fn check_read_back(
 
 /// What the leader key of an etcd-backed master says of it: where clients and agents
 /// reach it.
-pub fn advertise(cfg: &MasterConfig) -> String {
+pub fn advertise(cfg: &DaemonConfig) -> String {
     advertise_at(cfg.listen, cfg.agent_listen)
 }
 
@@ -147,8 +147,8 @@ pub fn advertise_at(clients: std::net::SocketAddr, agents: std::net::SocketAddr)
     )
 }
 
-fn check_mesh(found: Option<&str>, cfg: &MasterConfig, place: &str) -> anyhow::Result<bool> {
-    let mesh = cfg.mesh.to_string();
+fn check_mesh(found: Option<&str>, cfg: &DaemonConfig, place: &str) -> anyhow::Result<bool> {
+    let mesh = cfg.master.mesh.to_string();
     match found {
         Some(m) if m != mesh => anyhow::bail!(
             "the state in {place} was made for a {m} mesh, not {mesh}; use another --state"
@@ -161,10 +161,10 @@ fn check_mesh(found: Option<&str>, cfg: &MasterConfig, place: &str) -> anyhow::R
 /// Open the store `cfg` names (for etcd: once this master leads; `on_wait` hears who
 /// leads meanwhile) and read it.
 pub async fn open(
-    cfg: &MasterConfig,
+    cfg: &DaemonConfig,
     on_wait: impl FnMut(&str),
 ) -> anyhow::Result<(StateStore, Initial)> {
-    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let quantum_ns = i64::from(cfg.master.quantum_ms) * 1_000_000;
     let Some(target) = &cfg.etcd else {
         std::fs::create_dir_all(cfg.state_dir())?;
         let store = Store::open(&cfg.state)?;
@@ -173,7 +173,7 @@ pub async fn open(
             cfg,
             &cfg.state.display().to_string(),
         )? {
-            store.set_mesh(&cfg.mesh.to_string())?;
+            store.set_mesh(&cfg.master.mesh.to_string())?;
         }
         let initial = Initial {
             cluster_id: store.cluster_id()?.into(),
@@ -185,7 +185,7 @@ pub async fn open(
             records: attached(
                 store.load_jobs()?.into_iter(),
                 store.load_specs()?,
-                cfg.auth.allow_root_jobs,
+                cfg.master.auth.allow_root_jobs,
             ),
             drained: store.drained()?,
         };
@@ -203,7 +203,7 @@ pub async fn open(
     .await?;
     let place = format!("etcd {}", target.prefix);
     if check_mesh(loaded.mesh.as_deref(), cfg, &place)? {
-        store.set_meta("mesh", &cfg.mesh.to_string()).await?;
+        store.set_meta("mesh", &cfg.master.mesh.to_string()).await?;
     }
     let cluster_id = match loaded.cluster_id {
         Some(id) => id,
@@ -229,7 +229,7 @@ pub async fn open(
         records: attached(
             loaded.jobs.into_iter(),
             loaded.specs,
-            cfg.auth.allow_root_jobs,
+            cfg.master.auth.allow_root_jobs,
         ),
         drained: loaded.drained,
     };

@@ -27,7 +27,7 @@ use tonic::service::Routes;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::{info, warn};
 
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::connections::{ConnInfo, Listeners, Peer, StreamCountLayer};
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 
@@ -111,7 +111,7 @@ type Health = tonic_health::pb::health_server::HealthServer<tonic_health::server
 
 /// The standby's servers, started by the first [`StandbyServers::waiting`].
 pub struct StandbyServers {
-    cfg: MasterConfig,
+    cfg: DaemonConfig,
     leader: Arc<RwLock<String>>,
     /// The leader's admission, its counts the standby's own.
     listeners: Option<Listeners>,
@@ -121,7 +121,7 @@ pub struct StandbyServers {
 }
 
 impl StandbyServers {
-    pub fn new(cfg: &MasterConfig, listeners: Listeners) -> StandbyServers {
+    pub fn new(cfg: &DaemonConfig, listeners: Listeners) -> StandbyServers {
         let closing = CancellationToken::new();
         StandbyServers {
             cfg: cfg.clone(),
@@ -163,7 +163,7 @@ impl StandbyServers {
 }
 
 async fn serve(
-    cfg: MasterConfig,
+    cfg: DaemonConfig,
     leader: Arc<RwLock<String>>,
     listeners: Listeners,
     stop: watch::Receiver<bool>,
@@ -174,7 +174,7 @@ async fn serve(
 }
 
 async fn try_serve(
-    cfg: &MasterConfig,
+    cfg: &DaemonConfig,
     leader: Arc<RwLock<String>>,
     listeners: &Listeners,
     stop: watch::Receiver<bool>,
