@@ -235,10 +235,10 @@ impl Actor {
         let commands = batch.len();
         self.batch_inner(batch);
         let took = started.elapsed();
-        self.metrics.batch_seconds.observe(took.as_secs_f64());
+        self.metrics.round_seconds.observe(took.as_secs_f64());
         let us = took.as_micros() as i64;
-        if us > self.metrics.batch_max_us.get() {
-            self.metrics.batch_max_us.set(us);
+        if us > self.metrics.round_max_us.get() {
+            self.metrics.round_max_us.set(us);
         }
         if took > SLOW_BATCH {
             tracing::warn!(
