@@ -13,7 +13,9 @@
 mod agents;
 mod clients;
 mod corpus;
+mod corpus_agents;
 mod output_log;
+mod tokens;
 
 use std::fmt::Debug;
 
