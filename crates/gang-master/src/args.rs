@@ -119,7 +119,7 @@ pub struct Args {
     #[arg(long)]
     pub fanout_width: Option<u32>,
     /// Where a job's fences are gathered: agents (the default: among the job's agents
-    /// over the relay tree; the master hears one record a fence) or master.
+    /// over the order tree; the master hears one record a fence) or master.
     #[arg(long, value_parser = ["master", "agents"])]
     pub fences: Option<String>,
     /// How long one level of that tree may take before its head is routed around (a

@@ -6,7 +6,7 @@
 //! After every request the target checks what the master promises its callers: a refusal
 //! is an error whose message names the problem and whose status blames the request, an
 //! acceptance leaves the master sane (`World::step` runs the sanity check after every
-//! batch), and what it saved comes back the same after a restart.
+//! round), and what it saved comes back the same after a restart.
 //!
 //! In the crate because the reactor's harness (`state::testkit`) is test-only.
 

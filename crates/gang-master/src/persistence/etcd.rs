@@ -1,7 +1,7 @@
 //! The master's state in an etcd cluster (`--state etcd://HOST:PORT,.../PREFIX`), for
-//! several masters of which one leads. Same promise as SQLite: a batch's saves are
-//! committed before any of its commands is answered, and a batch is saved whole or not at
-//! all (one transaction; see `MAX_TXN_OPS` for a batch too large for one).
+//! several masters of which one leads. Same promise as SQLite: a round's saves are
+//! committed before any of its commands is answered, and a round is saved whole or not at
+//! all (one transaction; see `MAX_TXN_OPS` for a round too large for one).
 //!
 //! Keys (under PREFIX): `leader` (the election key, bound to the leader's lease; it holds
 //! where the leader serves), `meta/mesh`, `meta/cluster_id`, `meta/table_version`,
@@ -331,7 +331,7 @@ impl Commit for EtcdStore {
             self.finished.remove(&id);
         }
         self.finished.extend(ended);
-        // At most one archive per batch: its cost is spread over the batches that end jobs.
+        // At most one archive per round: its cost is spread over the rounds that end jobs.
         if let Some((first, end)) = crate::persistence::etcd_archive::next_run(
             &self.finished,
             crate::persistence::etcd_archive::ARCHIVE_CHUNK,
@@ -342,7 +342,7 @@ impl Commit for EtcdStore {
                         self.finished.remove(&id);
                     }
                 }
-                // The batch is saved: only the archive waits for a later one.
+                // The round is saved: only the archive waits for a later one.
                 Err(e) => tracing::warn!(first, end, "archiving ended jobs: {e}"),
             }
         }

@@ -76,19 +76,15 @@ impl<N> Service<http::Request<Body>> for Refuse<N> {
         if let Ok(v) = who.parse() {
             st.metadata_mut().insert(LEADER_METADATA, v);
         }
-        // The request's body read first (a little of it, for a moment), so that the caller
-        // hears the answer rather than a stream reset under its upload.
+        // The request's body read first, for a moment at most.
         Box::pin(async move {
-            use http_body_util::BodyExt;
-            let body = http_body_util::Limited::new(req.into_body(), DRAIN_MAX).collect();
-            let _ = tokio::time::timeout(DRAIN_WAIT, body).await;
+            let _ = tokio::time::timeout(DRAIN_WAIT, crate::web::drain(req.into_body())).await;
             Ok(st.into_http())
         })
     }
 }
 
-/// The most of a refused request's body read before the answer, and for how long.
-const DRAIN_MAX: usize = 64 << 10;
+/// How long a refused request's body is read before the answer.
 const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What an unknown caller is told of the leader.

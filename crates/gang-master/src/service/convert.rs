@@ -277,7 +277,7 @@ pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> 
         .collect::<Result<_, _>>()?;
     Ok(ListFilter {
         states,
-        // A page at a time: a batch never builds more (clients ask for the next page).
+        // A page at a time: a round never builds more (clients ask for the next page).
         limit: match req.limit as usize {
             0 => LIST_PAGE_JOBS,
             n => n.min(LIST_PAGE_JOBS),

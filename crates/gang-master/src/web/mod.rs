@@ -7,6 +7,19 @@ pub mod portal;
 
 use anyhow::Context;
 
+/// The most of a refused request's body read before the answer.
+pub const DRAIN_MAX: usize = 64 << 10;
+
+/// Read a refused request's body (at most `DRAIN_MAX` of it: more is cut off), so that
+/// the client hears the answer rather than a stream reset under its upload. The web guard
+/// and a standby's refusals both answer this way.
+pub async fn drain(body: tonic::body::Body) {
+    use http_body_util::BodyExt;
+    let _ = http_body_util::Limited::new(body, DRAIN_MAX)
+        .collect()
+        .await;
+}
+
 /// CORS for gRPC-Web: the allowed origins may POST with the headers gRPC-Web and a token
 /// need, and read gRPC's status from the response. No origin listed: no CORS headers, so
 /// browsers let only same-origin pages call.
