@@ -1,5 +1,6 @@
-//! The metrics port: `/metrics` served, and its admission. It serves a scraper or two, and anyone on the host can
-//! connect to it: unbounded, a local user's idle connections would take the descriptors
+//! The metrics port: `/metrics` served (the rest answered with where gRPC is), and its
+//! admission. It serves a scraper or two, and anyone on the host can connect to it:
+//! unbounded, a local user's idle connections would take the descriptors
 //! the master needs for agents and clients. So it holds at most `MAX_OPEN` connections
 //! (a newcomer past them is closed at once), each for at most `LIFETIME` from its accept:
 //! a scrape takes milliseconds, and a scraper that keeps its connection alive just opens
