@@ -19,13 +19,14 @@ pub mod persistence;
 pub mod placements;
 pub mod server;
 pub mod service;
+// old path, kept while callers move
+pub mod shim;
+pub mod standby;
 pub mod state;
 pub mod switch_stats;
 pub mod unix_socket;
 pub mod web;
 
-// old path, kept while callers move
-pub use msg_jobs as shim;
 // old path, kept while callers move
 pub use persistence::sqlite as store;
 // old path, kept while callers move

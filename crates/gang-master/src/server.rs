@@ -284,17 +284,15 @@ impl Shared {
 
 /// Open the state. Before the servers bind: a standby (state in etcd, another master
 /// leads) waits here, answering every call with where the leader is
-/// (`persistence/standby.rs`), and clients and agents that try it first go on to the next
+/// (`standby.rs`), and clients and agents that try it first go on to the next
 /// master they know. With the leader's admission (pools, vetting, deadlines), accounted
 /// on its own.
 async fn open_state(
     cfg: &DaemonConfig,
     shared: &Shared,
 ) -> anyhow::Result<(StateStore, crate::persistence::Initial)> {
-    let mut standby = crate::persistence::standby::StandbyServers::new(
-        cfg,
-        shared.admission(Arc::new(Metrics::default())),
-    );
+    let mut standby =
+        crate::standby::StandbyServers::new(cfg, shared.admission(Arc::new(Metrics::default())));
     let opened = crate::persistence::open(cfg, |who| {
         crate::notify::status(&format!("standing by: the leader is {who}"));
         standby.waiting(who);

@@ -29,7 +29,7 @@ fn submit(spec: v1::JobSpec) -> v1::SubmitRequest {
     }
 }
 
-fn submit_seeds() {
+pub(super) fn submit_seeds() {
     let env = |pairs: &[(&str, &str)]| {
         pairs
             .iter()
@@ -142,7 +142,7 @@ fn submit_seeds() {
     );
 }
 
-fn client_seeds() {
+pub(super) fn client_seeds() {
     seeds(
         "proto_cancel",
         vec![
@@ -354,12 +354,4 @@ fn seeds_decode() {
     all::<v1::OutputBatch>("proto_output_batch");
     all::<v1::SwitchReport>("proto_switch_report");
     all::<v1::ClockProbeRequest>("proto_clock_probe");
-}
-
-#[test]
-#[ignore = "writes fuzz/corpus/proto_*"]
-fn write_fuzz_corpus() {
-    submit_seeds();
-    client_seeds();
-    super::corpus_agents::agent_seeds();
 }

@@ -219,3 +219,11 @@ fn fixture_is_as_documented() {
         ]
     );
 }
+
+#[test]
+#[ignore = "writes fuzz/corpus/proto_*"]
+fn write_fuzz_corpus() {
+    corpus::submit_seeds();
+    corpus::client_seeds();
+    corpus_agents::agent_seeds();
+}

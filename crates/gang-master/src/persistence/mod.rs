@@ -1,7 +1,8 @@
 //! Where the master's state is kept: an SQLite file (the default), or an etcd cluster
 //! shared by several masters of which one leads (`persistence/etcd.rs`). The reactor and its
 //! commit (`state::batch::Commit`) do not care which; this opens either and reads what a
-//! restarted (or newly elected) master starts from.
+//! restarted (or newly elected) master starts from. What a standby answers meanwhile is
+//! `standby.rs`, beside the servers.
 //!
 //! | file | what |
 //! |---|---|
@@ -9,13 +10,11 @@
 //! | `etcd.rs` | the etcd store: leader election, leadership-checked writes |
 //! | `etcd_mirror.rs`, `etcd_archive.rs` | the keys under the prefix read back; finished jobs packed |
 //! | `warm_copy.rs` | a standby's copy of the prefix, followed by watch |
-//! | `standby.rs` | what a standby answers while another master leads |
 
 pub mod etcd;
 pub mod etcd_archive;
 pub mod etcd_mirror;
 pub mod sqlite;
-pub mod standby;
 pub mod warm_copy;
 
 use std::sync::Arc;
