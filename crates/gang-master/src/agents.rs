@@ -5,7 +5,7 @@
 //!
 //! Channels are kept while used: one idle for [`CHANNEL_IDLE`] is dropped (its connection
 //! closes once no call holds it), and no more than `max_channels` are kept, the least
-//! recently used going first. Each is a descriptor: with the relay tree the master calls
+//! recently used going first. Each is a descriptor: with the order tree the master calls
 //! a few heads of each order, but a table sent to each agent as it registers would
 //! otherwise keep a connection to every node for good (10,000 nodes: 10,000 descriptors
 //! besides the agents' own connections).

@@ -77,7 +77,7 @@ pub enum MasterError {
     Sched(#[from] SchedError),
     #[error("state database: {0}")]
     Store(#[from] rusqlite::Error),
-    /// The batch holding the request could not be committed; nothing of it was applied.
+    /// The round holding the request could not be committed; nothing of it was applied.
     #[error("state not saved: {0}")]
     NotSaved(String),
     #[error("output log of job {job}: {source}")]

@@ -1,5 +1,8 @@
 //! The master daemon: one task owns the scheduler core and the job table; thin gRPC
-//! services talk to it; the database is SQLite; output is logged per job.
+//! services talk to it; the state is kept in SQLite or etcd; output is logged per job.
+//!
+//! Pure (no tokio, tonic, prometheus, SQLite or etcd): `state`, `job`, `config` (what the
+//! state decides with), `msg_jobs`, `error`. Everything else is the daemon around them.
 
 pub mod actor;
 pub mod agents;
@@ -7,27 +10,29 @@ pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod error;
-pub mod etcd_archive;
-pub mod etcd_mirror;
 pub mod job;
 pub mod metrics;
+pub mod msg_jobs;
 pub mod notify;
 pub mod output;
+pub mod persistence;
 pub mod placements;
-pub mod portal;
-pub mod revocations;
 pub mod server;
 pub mod service;
+// old path, kept while callers move
 pub mod shim;
-pub mod standby_server;
+pub mod standby;
 pub mod state;
-pub mod state_store;
-pub mod store;
-pub mod store_etcd;
 pub mod switch_stats;
 pub mod unix_socket;
-pub mod warm_copy;
-pub mod web_guard;
+pub mod web;
+
+// old path, kept while callers move
+pub use persistence::sqlite as store;
+// old path, kept while callers move
+pub use persistence::etcd as store_etcd;
+// old path, kept while callers move
+pub use persistence::warm_copy;
 
 #[cfg(test)]
 mod fuzz_tests;

@@ -114,7 +114,7 @@ mod tests {
 
     use super::*;
     use crate::actor;
-    use crate::config::MasterConfig;
+    use crate::config::daemon::DaemonConfig;
 
     type Sent = Arc<Mutex<Vec<String>>>;
 
@@ -138,9 +138,10 @@ mod tests {
     #[tokio::test]
     async fn pings_follow_round_trips_through_the_state_task_and_stop_when_it_dies() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = MasterConfig::for_test(Shape::new(2, 2), dir.path().join("s.db"));
-        let opened = crate::state_store::open(&cfg, |_| {}).await.unwrap();
-        let (handle, state) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
+        let cfg = DaemonConfig::for_test(Shape::new(2, 2), dir.path().join("s.db"));
+        let opened = crate::persistence::open(&cfg, |_| {}).await.unwrap();
+        let (handle, state) =
+            actor::start(cfg.master, Arc::default(), Arc::default(), opened).unwrap();
         let (sent, send) = recorder();
         let probe = move || {
             let handle = handle.clone();

@@ -29,10 +29,11 @@ use tracing::{info, warn};
 use crate::actor;
 use crate::agents::AgentPool;
 use crate::auth::Authenticator;
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::connections::{self, StreamCountLayer};
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::output::OutputHub;
+use crate::persistence::StateStore;
 use crate::service::attach_slots::AttachSlots;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 use crate::switch_stats::SwitchStats;
@@ -129,90 +130,265 @@ async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::Tc
         .with_context(|| format!("cannot listen on {addr} for {what}"))
 }
 
-pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
-    let tls = cfg.tls.read().with_context(|| {
-        "the master's TLS files (make a cluster's with `gangctl certs init DIR --mesh WxH`, \
-         or bring your own: deploy/README.md)"
-    })?;
-    let auth = Arc::new(Authenticator::open(cfg.auth.clone(), &cfg.token_key)?);
-    let metrics = Arc::new(Metrics::default());
-    let limits = cfg.connections.clone();
-    let nofile = connections::raise_fd_limit();
-    let sizes = limits.plan(nofile, cfg.mesh.area());
-    let agents =
-        Arc::new(AgentPool::new(tls.clone(), cfg.fanout).with_max_channels(sizes.agent_channels));
-    let output = Arc::new(OutputHub::new(
-        cfg.state_dir(),
-        cfg.limits.max_output_bytes,
-    )?);
-    // Before the servers bind: a standby (state in etcd, another master leads) waits here,
-    // answering every call with where the leader is (`standby_server.rs`), and clients and
-    // agents that try it first go on to the next master they know.
-    // With the leader's admission (pools, vetting, deadlines), accounted on its own.
-    let mut standby = crate::standby_server::StandbyServers::new(
+/// What the master's services share, made before anything is served.
+struct Shared {
+    tls: gang_auth::pki::TlsPem,
+    auth: Arc<Authenticator>,
+    metrics: Arc<Metrics>,
+    agents: Arc<AgentPool>,
+    output: Arc<OutputHub>,
+    limits: connections::ConnLimits,
+    sizes: connections::PoolSizes,
+    nofile: u64,
+}
+
+/// The listeners, bound.
+struct Bound {
+    clients: tokio::net::TcpListener,
+    agents: tokio::net::TcpListener,
+    metrics: tokio::net::TcpListener,
+    unix: tokio::net::UnixListener,
+}
+
+/// The services clients and agents call.
+struct Services {
+    jobs: JobServiceServer<Jobs>,
+    admin: AdminServiceServer<Admin>,
+    tokens: AuthServiceServer<Tokens>,
+    registry: AgentRegistryServer<Registry>,
+}
+
+/// Start the master: its shared parts, the state (standing by while another master
+/// leads), the listeners, the state task (recovery), then the servers.
+pub async fn start(cfg: DaemonConfig) -> anyhow::Result<RunningMaster> {
+    let shared = Shared::new(&cfg)?;
+    let opened = open_state(&cfg, &shared).await?;
+    let (lost, resign) = leadership(&opened.0);
+    let bound = Bound::bind(&cfg, &opened.0).await?;
+    let grpc_addr = bound.clients.local_addr()?;
+    let agent_addr = bound.agents.local_addr()?;
+    let metrics_addr = bound.metrics.local_addr()?;
+    shared.log_pools();
+    // Recovery happens here: nothing is served before the state is back.
+    let (handle, state) = actor::start(
+        cfg.master.clone(),
+        shared.metrics.clone(),
+        shared.agents.clone(),
+        opened,
+    )?;
+    let services = Services::new(&cfg, &shared, &handle);
+    let (stop, servers) = serve_grpc(
         &cfg,
-        connections::Listeners::new(&limits, sizes, Arc::new(Metrics::default()), {
-            let auth = auth.clone();
-            Arc::new(move |uid| auth.is_admin_uid(uid))
-        }),
-    );
-    let opened = crate::state_store::open(&cfg, |who| {
+        &shared,
+        services,
+        bound.unix,
+        bound.clients,
+        bound.agents,
+    )
+    .await?;
+    let socket = cfg.socket.clone();
+    let grpc_where = format!("unix:{} and https://{grpc_addr}", socket.display());
+    tokio::spawn(connections::metrics_port::serve(
+        bound.metrics,
+        shared.metrics.clone(),
+        grpc_where,
+    ));
+    let mesh = cfg.master.mesh;
+    info!(%grpc_addr, %agent_addr, socket = %socket.display(), %metrics_addr, %mesh, "master serving");
+    if let Some(path) = &cfg.ready_file {
+        write_ready(
+            path,
+            &format!(
+                "grpc={grpc_addr}\nagents={agent_addr}\nsocket={}\nmetrics={metrics_addr}\n",
+                socket.display()
+            ),
+        )?;
+    }
+    Ok(RunningMaster {
+        grpc_addr,
+        agent_addr,
+        socket,
+        metrics_addr,
+        handle,
+        stop,
+        servers,
+        state,
+        lost,
+        resign,
+    })
+}
+
+impl Shared {
+    fn new(cfg: &DaemonConfig) -> anyhow::Result<Shared> {
+        let tls = cfg.tls.read().with_context(|| {
+            "the master's TLS files (make a cluster's with `gangctl certs init DIR --mesh WxH`, \
+             or bring your own: deploy/README.md)"
+        })?;
+        let auth = Arc::new(Authenticator::open(
+            cfg.master.auth.clone(),
+            &cfg.token_key,
+        )?);
+        let limits = cfg.connections.clone();
+        let nofile = connections::raise_fd_limit();
+        let sizes = limits.plan(nofile, cfg.master.mesh.area());
+        let agents = Arc::new(
+            AgentPool::new(tls.clone(), cfg.fanout).with_max_channels(sizes.agent_channels),
+        );
+        let output = Arc::new(OutputHub::new(
+            cfg.state_dir(),
+            cfg.master.limits.max_output_bytes,
+        )?);
+        Ok(Shared {
+            tls,
+            auth,
+            metrics: Arc::new(Metrics::default()),
+            agents,
+            output,
+            limits,
+            sizes,
+            nofile,
+        })
+    }
+
+    /// The listeners' admission, with admins told by the authenticator.
+    fn admission(&self, metrics: Arc<Metrics>) -> connections::Listeners {
+        let auth = self.auth.clone();
+        connections::Listeners::new(
+            &self.limits,
+            self.sizes,
+            metrics,
+            Arc::new(move |uid| auth.is_admin_uid(uid)),
+        )
+    }
+
+    fn log_pools(&self) {
+        let (nofile, sizes) = (self.nofile, self.sizes);
+        if !sizes.fits {
+            warn!(
+                nofile,
+                clients = sizes.clients,
+                agents = sizes.agents,
+                "the open-file limit is too low for these connection pools and the master's own \
+                 files: raise LimitNOFILE (the unit sets 65536) or lower [connections]"
+            );
+        }
+        info!(
+            nofile,
+            clients = sizes.clients,
+            agents = sizes.agents,
+            agent_channels = sizes.agent_channels,
+            "connection pools"
+        );
+    }
+}
+
+/// Open the state. Before the servers bind: a standby (state in etcd, another master
+/// leads) waits here, answering every call with where the leader is
+/// (`standby.rs`), and clients and agents that try it first go on to the next
+/// master they know. With the leader's admission (pools, vetting, deadlines), accounted
+/// on its own.
+async fn open_state(
+    cfg: &DaemonConfig,
+    shared: &Shared,
+) -> anyhow::Result<(StateStore, crate::persistence::Initial)> {
+    let mut standby =
+        crate::standby::StandbyServers::new(cfg, shared.admission(Arc::new(Metrics::default())));
+    let opened = crate::persistence::open(cfg, |who| {
         crate::notify::status(&format!("standing by: the leader is {who}"));
         standby.waiting(who);
     })
     .await;
     standby.stop().await;
-    let opened = opened?;
-    let (lost, resign): (Option<LostLeadership>, Option<Resign>) = match &opened.0 {
-        crate::state_store::StateStore::Etcd(s) => {
-            (Some(Box::pin(s.on_lost())), Some(Box::pin(s.resign())))
-        }
-        crate::state_store::StateStore::Sqlite(_) => (None, None),
-    };
-    let client_tcp = bind_tcp(cfg.listen, "clients").await?;
-    let agent_tcp = bind_tcp(cfg.agent_listen, "agents").await?;
-    if let crate::state_store::StateStore::Etcd(s) = &opened.0 {
-        let me =
-            crate::state_store::advertise_at(client_tcp.local_addr()?, agent_tcp.local_addr()?);
-        if let Err(e) = s.advertise(me).await {
-            warn!("saying where this master serves in its leader key: {e:#}");
-        }
-    }
-    let metrics_listener = metrics::bind(cfg.metrics_listen)
-        .await
-        .with_context(|| format!("cannot listen on {} for metrics", cfg.metrics_listen))?;
-    let socket_path = cfg.socket.clone();
-    let unix = crate::unix_socket::bind_socket(&socket_path)?;
-    let grpc_addr = client_tcp.local_addr()?;
-    let agent_addr = agent_tcp.local_addr()?;
-    let metrics_addr = metrics_listener.local_addr()?;
-    let ready_file = cfg.ready_file.clone();
-    let mesh = cfg.mesh;
-    let max_msg = cfg.limits.max_request_bytes;
-    // Boundaries settle 1 s after their deadline: agents report every 250 ms.
-    let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
-    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
-    if !sizes.fits {
-        warn!(
-            nofile,
-            clients = sizes.clients,
-            agents = sizes.agents,
-            "the open-file limit is too low for these connection pools and the master's own \
-             files: raise LimitNOFILE (the unit sets 65536) or lower [connections]"
-        );
-    }
-    info!(
-        nofile,
-        clients = sizes.clients,
-        agents = sizes.agents,
-        agent_channels = sizes.agent_channels,
-        "connection pools"
-    );
-    let cfg_web_origins = cfg.web_origins.clone();
-    let web_portal = cfg.web_portal;
-    // Recovery happens here: nothing is served before the state is back.
-    let (handle, state) = actor::start(cfg, metrics.clone(), agents.clone(), opened)?;
+    opened
+}
 
+/// With the state in etcd: when leadership is lost, and how to give it up.
+fn leadership(store: &StateStore) -> (Option<LostLeadership>, Option<Resign>) {
+    match store {
+        StateStore::Etcd(s) => (Some(Box::pin(s.on_lost())), Some(Box::pin(s.resign()))),
+        StateStore::Sqlite(_) => (None, None),
+    }
+}
+
+impl Bound {
+    /// Bind every listener; with etcd, say in the leader key where this master serves.
+    async fn bind(cfg: &DaemonConfig, store: &StateStore) -> anyhow::Result<Bound> {
+        let clients = bind_tcp(cfg.listen, "clients").await?;
+        let agents = bind_tcp(cfg.agent_listen, "agents").await?;
+        if let StateStore::Etcd(s) = store {
+            let me = crate::persistence::advertise_at(clients.local_addr()?, agents.local_addr()?);
+            if let Err(e) = s.advertise(me).await {
+                warn!("saying where this master serves in its leader key: {e:#}");
+            }
+        }
+        let metrics = connections::metrics_port::bind(cfg.metrics_listen)
+            .await
+            .with_context(|| format!("cannot listen on {} for metrics", cfg.metrics_listen))?;
+        let unix = crate::unix_socket::bind_socket(&cfg.socket)?;
+        Ok(Bound {
+            clients,
+            agents,
+            metrics,
+            unix,
+        })
+    }
+}
+
+impl Services {
+    fn new(cfg: &DaemonConfig, shared: &Shared, handle: &actor::Handle) -> Services {
+        let max_msg = cfg.master.limits.max_request_bytes;
+        // Boundaries settle 1 s after their deadline: agents report every 250 ms.
+        let stats = Arc::new(Mutex::new(SwitchStats::new(1_000_000_000, 100_000)));
+        let jobs = JobServiceServer::new(Jobs {
+            handle: handle.clone(),
+            output: shared.output.clone(),
+            agents: shared.agents.clone(),
+            auth: shared.auth.clone(),
+            attaches: AttachSlots::new(shared.limits.max_attaches_per_user),
+            metrics: shared.metrics.clone(),
+        })
+        .max_decoding_message_size(max_msg)
+        // Answers are bounded too (listings come in pages): one that is not fails here,
+        // saying so, rather than in a client's decoder.
+        .max_encoding_message_size(max_msg);
+        let admin = AdminServiceServer::new(Admin {
+            handle: handle.clone(),
+            auth: shared.auth.clone(),
+            stats: stats.clone(),
+            quantum_ns: i64::from(cfg.master.quantum_ms) * 1_000_000,
+        })
+        .max_decoding_message_size(max_msg);
+        let tokens = AuthServiceServer::new(Tokens {
+            auth: shared.auth.clone(),
+        });
+        let registry = AgentRegistryServer::new(Registry {
+            relay_key: shared.agents.signer.public_key(),
+            handle: handle.clone(),
+            placements: crate::placements::Placements::start(handle.clone()),
+            output: shared.output.clone(),
+            stats,
+            metrics: shared.metrics.clone(),
+        })
+        .max_decoding_message_size(max_msg);
+        Services {
+            jobs,
+            admin,
+            tokens,
+            registry,
+        }
+    }
+}
+
+/// Serve the three gRPC listeners until told to stop: the socket and the TLS port the
+/// client services (with health and reflection), the agent port the registry.
+async fn serve_grpc(
+    cfg: &DaemonConfig,
+    shared: &Shared,
+    services: Services,
+    unix: tokio::net::UnixListener,
+    client_tcp: tokio::net::TcpListener,
+    agent_tcp: tokio::net::TcpListener,
+) -> anyhow::Result<(watch::Sender<bool>, JoinHandle<anyhow::Result<()>>)> {
     // Health answers SERVING for "" (tonic-health's default) and for every client service
     // by name: load balancers and `grpc_health_probe -service` ask for the one they use.
     let (health_reporter, health) = tonic_health::server::health_reporter();
@@ -233,55 +409,28 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
-    let relay_key = agents.signer.public_key();
-    let jobs = JobServiceServer::new(Jobs {
-        handle: handle.clone(),
-        output: output.clone(),
-        agents,
-        auth: auth.clone(),
-        attaches: AttachSlots::new(limits.max_attaches_per_user),
-        metrics: metrics.clone(),
-    })
-    .max_decoding_message_size(max_msg)
-    // Answers are bounded too (listings come in pages): one that is not fails here,
-    // saying so, rather than in a client's decoder.
-    .max_encoding_message_size(max_msg);
-    let admin = AdminServiceServer::new(Admin {
-        handle: handle.clone(),
-        auth: auth.clone(),
-        stats: stats.clone(),
-        quantum_ns,
-    })
-    .max_decoding_message_size(max_msg);
-    let tokens = AuthServiceServer::new(Tokens { auth: auth.clone() });
-    let registry = AgentRegistryServer::new(Registry {
-        relay_key,
-        handle: handle.clone(),
-        placements: crate::placements::Placements::start(handle.clone()),
-        output,
-        stats,
-        metrics: metrics.clone(),
-    })
-    .max_decoding_message_size(max_msg);
-
-    let identity = Identity::from_pem(&tls.cert, &tls.key);
-    let ca = Certificate::from_pem(&tls.ca);
+    let Services {
+        jobs,
+        admin,
+        tokens,
+        registry,
+    } = services;
+    let identity = Identity::from_pem(&shared.tls.cert, &shared.tls.key);
+    let ca = Certificate::from_pem(&shared.tls.ca);
     let (stop, stopped) = watch::channel(false);
     let until = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.changed().await;
     };
     // Every listener: keepalive pings find dead peers; the layer counts each
     // connection's open streams for its idle deadline (`connections/deadlines.rs`).
+    let limits = &shared.limits;
     let server = || {
         Server::builder()
             .http2_keepalive_interval(Some(limits.keepalive_interval))
             .http2_keepalive_timeout(Some(limits.keepalive_timeout))
             .layer(StreamCountLayer)
     };
-    let admission = connections::Listeners::new(&limits, sizes, metrics.clone(), {
-        let auth = auth.clone();
-        Arc::new(move |uid| auth.is_admin_uid(uid))
-    });
+    let admission = shared.admission(shared.metrics.clone());
     let local = server()
         .add_service(health.clone())
         .add_service(reflection_v1.clone())
@@ -292,13 +441,12 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         .serve_with_incoming_shutdown(admission.unix(unix), until(stopped.clone()));
     // Browsers: gRPC-Web on the same port (a page calls the API with a user's token; TLS
     // negotiates HTTP/2, which browsers speak), and CORS for the origins the config allows.
-    let cors = web_cors(&cfg_web_origins)?;
     let remote = server()
-        .layer(crate::portal::PortalLayer { on: web_portal })
-        .layer(crate::web_guard::WebGuardLayer {
-            origins: web_origin_values(&cfg_web_origins)?,
+        .layer(crate::web::portal::PortalLayer { on: cfg.web_portal })
+        .layer(crate::web::guard::WebGuardLayer {
+            origins: crate::web::origin_values(&cfg.web_origins)?,
         })
-        .layer(cors)
+        .layer(crate::web::cors(&cfg.web_origins)?)
         .layer(tonic_web::GrpcWebLayer::new())
         .tls_config(
             ServerTlsConfig::new()
@@ -306,12 +454,12 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
                 .client_ca_root(ca.clone())
                 .client_auth_optional(true),
         )?
-        .add_service(health.clone())
-        .add_service(reflection_v1.clone())
-        .add_service(reflection_v1alpha.clone())
-        .add_service(jobs.clone())
-        .add_service(admin.clone())
-        .add_service(tokens.clone())
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(jobs)
+        .add_service(admin)
+        .add_service(tokens)
         .serve_with_incoming_shutdown(admission.clients(client_tcp), until(stopped.clone()));
     let for_agents = server()
         .tls_config(ServerTlsConfig::new().identity(identity).client_ca_root(ca))?
@@ -321,70 +469,7 @@ pub async fn start(cfg: MasterConfig) -> anyhow::Result<RunningMaster> {
         tokio::try_join!(local, remote, for_agents)?;
         Ok(())
     });
-    let grpc_where = format!("unix:{} and https://{grpc_addr}", socket_path.display());
-    tokio::spawn(metrics::serve(metrics_listener, metrics, grpc_where));
-    info!(%grpc_addr, %agent_addr, socket = %socket_path.display(), %metrics_addr, %mesh, "master serving");
-    if let Some(path) = ready_file {
-        write_ready(
-            &path,
-            &format!(
-                "grpc={grpc_addr}\nagents={agent_addr}\nsocket={}\nmetrics={metrics_addr}\n",
-                socket_path.display()
-            ),
-        )?;
-    }
-    Ok(RunningMaster {
-        grpc_addr,
-        agent_addr,
-        socket: socket_path,
-        metrics_addr,
-        handle,
-        stop,
-        servers,
-        state,
-        lost,
-        resign,
-    })
-}
-
-/// CORS for gRPC-Web: the allowed origins may POST with the headers gRPC-Web and a token
-/// need, and read gRPC's status from the response. No origin listed: no CORS headers, so
-/// browsers let only same-origin pages call.
-fn web_origin_values(origins: &[String]) -> anyhow::Result<Vec<tonic::codegen::http::HeaderValue>> {
-    origins
-        .iter()
-        .map(|o| {
-            tonic::codegen::http::HeaderValue::from_str(o)
-                .with_context(|| format!("web origin {o:?}"))
-        })
-        .collect()
-}
-
-fn web_cors(origins: &[String]) -> anyhow::Result<tower_http::cors::CorsLayer> {
-    use tonic::codegen::http::{HeaderName, Method};
-    use tower_http::cors::{AllowOrigin, CorsLayer};
-    let origins = web_origin_values(origins)?;
-    let names = |ns: &[&'static str]| {
-        ns.iter()
-            .map(|n| HeaderName::from_static(n))
-            .collect::<Vec<_>>()
-    };
-    Ok(CorsLayer::new()
-        .allow_origin(AllowOrigin::list(origins))
-        .allow_methods([Method::POST])
-        .allow_headers(names(&[
-            "content-type",
-            "x-grpc-web",
-            "x-user-agent",
-            "grpc-timeout",
-            "authorization",
-        ]))
-        .expose_headers(names(&[
-            "grpc-status",
-            "grpc-message",
-            "grpc-status-details-bin",
-        ]))
-        .max_age(std::time::Duration::from_secs(600)))
+    Ok((stop, servers))
 }
 
 /// Write atomically, so a reader never sees half a file.
@@ -401,9 +486,9 @@ mod tests {
     #[tokio::test]
     async fn the_master_fails_when_its_state_task_dies() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = MasterConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
-        let opened = crate::state_store::open(&cfg, |_| {}).await.unwrap();
-        let (handle, _) = actor::start(cfg, Arc::default(), Arc::default(), opened).unwrap();
+        let cfg = DaemonConfig::for_test(gang_core::Shape::new(1, 1), dir.path().join("s.db"));
+        let opened = crate::persistence::open(&cfg, |_| {}).await.unwrap();
+        let (handle, _) = actor::start(cfg.master, Arc::default(), Arc::default(), opened).unwrap();
         let state = tokio::spawn(async { panic!("a broken invariant") });
         let servers = tokio::spawn(std::future::pending());
         let master = RunningMaster {

@@ -57,7 +57,7 @@ impl SwitchStats {
         }
     }
 
-    /// Take one agent's batch; boundaries settled by `now_ns` are closed.
+    /// Take one agent's report; boundaries settled by `now_ns` are closed.
     pub fn add(&mut self, report: &v1::SwitchReport, now_ns: i64) -> Samples {
         let mut out = Samples::default();
         // Saturating throughout: the times are the agents' word, and a bogus one must

@@ -1,5 +1,5 @@
 //! The master's Unix socket: bound by the leader's servers and by a standby's
-//! (`standby_server.rs`), never over a live master's.
+//! (`standby.rs`), never over a live master's.
 
 use std::path::Path;
 

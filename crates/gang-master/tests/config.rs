@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gang_master::config::FileConfig;
+use gang_master::config::file::FileConfig;
 
 mod common;
 use common::local_flags;
@@ -179,4 +179,51 @@ fn a_master_without_its_certificates_says_how_to_make_them() {
         err.contains("/nonexistent/ca.pem") && err.contains("gangctl certs init"),
         "{err}"
     );
+}
+
+/// The layers: the environment (`GANG_MASTER_*`) over the file, flags over both; a key's
+/// old name (`allocator`, now `placer`) still read.
+#[test]
+fn the_environment_and_flags_layer_over_the_file_and_old_names_are_read() {
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gang-master"))
+            .envs(env.iter().copied())
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = run(&[("GANG_MASTER_MPL", "0")], &["--mesh", "2x2"]);
+    assert!(err.contains("mpl must be at least 1"), "{err}");
+    // The flag wins: the next check fails instead.
+    let err = run(
+        &[("GANG_MASTER_MPL", "0")],
+        &["--mesh", "2x2", "--mpl", "2", "--quantum-ms", "0"],
+    );
+    assert!(err.contains("quantum_ms must be between"), "{err}");
+    let err = run(&[("GANG_MASTER_MPL", "two")], &["--mesh", "2x2"]);
+    assert!(err.contains("GANG_MASTER_") && err.contains("MPL"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("old.toml");
+    std::fs::write(
+        &p,
+        "mesh = \"2x2\"\nallocator = \"first-fit\"\nfences = \"nope\"\n",
+    )
+    .unwrap();
+    let err = run(&[], &["--config", p.to_str().unwrap()]);
+    assert!(err.contains("fences = \"nope\""), "{err}");
+    let err = run(
+        &[],
+        &[
+            "--mesh",
+            "2x2",
+            "--allocator",
+            "first-fit",
+            "--quantum-ms",
+            "0",
+        ],
+    );
+    assert!(err.contains("quantum_ms must be between"), "{err}");
 }

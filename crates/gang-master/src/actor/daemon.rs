@@ -1,4 +1,4 @@
-//! What the daemon does with a saved batch's effects (its saves are already committed, by
+//! What the daemon does with a saved round's effects (its saves are already committed, by
 //! `Store`'s `Commit`): calls to agents, announcements, fence answers and metrics.
 
 use std::collections::HashMap;
@@ -10,16 +10,16 @@ use crate::error::MasterError;
 use crate::state::effects::{Coord, Effect, LaunchOrder, Metric};
 
 impl Actor {
-    /// What a saved batch sends out.
+    /// What a saved round sends out.
     pub(super) fn carry_out(&mut self, effects: Vec<Effect>) {
         // Calls to agents are gathered by what they carry: an order for more agents than
-        // the fanout width goes down the relay tree as one, the rest one call each.
+        // the fanout width goes down the order tree as one, the rest one call each.
         let mut launches: HashMap<JobId, Vec<(Coord, String, LaunchOrder)>> = HashMap::new();
         let mut signals: HashMap<(JobId, u32), Vec<relays::Target>> = HashMap::new();
         let mut tables = Vec::new();
         for effect in effects {
             match effect {
-                Effect::Save(_) => {} // committed with the batch
+                Effect::Save(_) => {} // committed with the round
                 Effect::Launch {
                     node,
                     address,

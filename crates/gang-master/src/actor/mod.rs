@@ -2,12 +2,12 @@
 //! reply; network calls run in spawned tasks that report back with another command, so the
 //! task never awaits anything but its queue.
 //!
-//! Commands are taken in batches. A batch reads the clock once and runs the reactor through
+//! Commands are taken in rounds. A round reads the clock once and runs the reactor through
 //! `state::batch::run`, which commits its saves in one SQLite transaction; only then do
 //! replies, network calls and announcements go out (`daemon.rs`). If the transaction
-//! fails, the whole batch is taken back: every reply of the batch is `UNAVAILABLE: state
+//! fails, the whole round is taken back: every reply of the round is `UNAVAILABLE: state
 //! not saved: ...` and nothing of it stays, in memory or on disk. Outcomes of network
-//! calls in such a batch are handled again with the next one.
+//! calls in such a round are handled again with the next one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,22 +36,22 @@ mod daemon;
 mod relays;
 #[cfg(test)]
 mod tests;
-use crate::state_store::{Initial, StateStore};
+use crate::persistence::{Initial, StateStore};
 
 type Reply<T> = oneshot::Sender<Result<T>>;
 
-/// Commands handled in one batch at most (one transaction, one fsync).
-const MAX_BATCH: usize = 512;
-/// A batch longer than this is logged.
-const SLOW_BATCH: Duration = Duration::from_millis(500);
-/// Jobs a batch's submissions may make at most: a batch takes commands until they would
-/// pass it (an array counts its tasks), so no batch is the work of hundreds of arrays.
-const MAX_BATCH_JOBS: usize = 2048;
+/// Commands handled in one round at most (one transaction, one fsync).
+const MAX_ROUND: usize = 512;
+/// A round longer than this is logged.
+const SLOW_ROUND: Duration = Duration::from_millis(500);
+/// Jobs a round's submissions may make at most: a round takes commands until they would
+/// pass it (an array counts its tasks), so no round is the work of hundreds of arrays.
+const MAX_ROUND_JOBS: usize = 2048;
 /// How often the tick runs (timeouts, run time, time limits).
 const TICK: Duration = Duration::from_millis(100);
-/// The most the master's responsive time (`Now::live_ns`) moves between two batches: a
+/// The most the master's responsive time (`Now::live_ns`) moves between two rounds: a
 /// tick and a loaded host's scheduling delay. A longer gap is the master's own stall (it
-/// was stopped, swapped, held by a disk or by a long batch): heartbeats could not be
+/// was stopped, swapped, held by a disk or by a long round): heartbeats could not be
 /// heard then, so that time is nobody's silence.
 const LIVE_STEP_MAX: Duration = Duration::from_millis(300);
 
@@ -80,7 +80,7 @@ pub enum Cmd {
 }
 
 /// A job's key-value space, as a fence answers it (shared by the fence's answers).
-pub type Kvs = std::sync::Arc<crate::shim::Space>;
+pub type Kvs = std::sync::Arc<crate::msg_jobs::Space>;
 
 /// How the gRPC side talks to the state task.
 #[derive(Clone)]
@@ -145,7 +145,7 @@ pub fn start(
         retry: vec![],
         fences: HashMap::new(),
     };
-    // Recovery is a batch like any other: saved whole, or the master does not start.
+    // Recovery is a round like any other: saved whole, or the master does not start.
     let now = actor.now();
     let (recovered, saved) = batch::run(&mut actor.st, &mut actor.store, now, |st, fx, now| {
         reactor::on_recover(st, fx, now, records, &drained)
@@ -181,14 +181,14 @@ struct Actor {
     /// The origin of the monotonic clock (`Now::mono_ns`).
     started: Instant,
     live: LiveClock,
-    /// Outcomes of network calls from a batch that was not saved: handled again.
+    /// Outcomes of network calls from a round that was not saved: handled again.
     retry: Vec<Cmd>,
     /// Ranks waiting in a fence, by job and epoch (answered by `Effect::FenceDone`, or with
     /// an error when their job ends).
     fences: HashMap<(JobId, u32), Vec<Reply<Kvs>>>,
 }
 
-/// A reply held until its batch is saved (`None`) or not (`Some(why)`).
+/// A reply held until its round is saved (`None`) or not (`Some(why)`).
 type Pending = Box<dyn FnOnce(Option<&str>) + Send>;
 
 fn defer<T: Send + 'static>(out: &mut Vec<Pending>, tx: Reply<T>, r: Result<T>) {
@@ -213,47 +213,47 @@ impl Actor {
 
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
         while let Some(first) = rx.recv().await {
-            let mut batch = std::mem::take(&mut self.retry);
+            let mut round = std::mem::take(&mut self.retry);
             let mut jobs = weight(&first);
-            batch.push(first);
-            while batch.len() < MAX_BATCH && jobs < MAX_BATCH_JOBS {
+            round.push(first);
+            while round.len() < MAX_ROUND && jobs < MAX_ROUND_JOBS {
                 match rx.try_recv() {
                     Ok(c) => {
                         jobs += weight(&c);
-                        batch.push(c);
+                        round.push(c);
                     }
                     Err(_) => break,
                 }
             }
-            self.batch(ticks_last(batch));
+            self.round(ticks_last(round));
         }
         info!("state task stopped");
     }
 
-    fn batch(&mut self, batch: Vec<Cmd>) {
+    fn round(&mut self, round: Vec<Cmd>) {
         let started = Instant::now();
-        let commands = batch.len();
-        self.batch_inner(batch);
+        let commands = round.len();
+        self.round_inner(round);
         let took = started.elapsed();
-        self.metrics.batch_seconds.observe(took.as_secs_f64());
+        self.metrics.round_seconds.observe(took.as_secs_f64());
         let us = took.as_micros() as i64;
-        if us > self.metrics.batch_max_us.get() {
-            self.metrics.batch_max_us.set(us);
+        if us > self.metrics.round_max_us.get() {
+            self.metrics.round_max_us.set(us);
         }
-        if took > SLOW_BATCH {
+        if took > SLOW_ROUND {
             tracing::warn!(
                 took_ms = took.as_millis() as u64,
                 commands,
-                "a batch of the state task took long: nothing else was answered meanwhile"
+                "a round of the state task took long: nothing else was answered meanwhile"
             );
         }
     }
 
-    fn batch_inner(&mut self, batch: Vec<Cmd>) {
+    fn round_inner(&mut self, round: Vec<Cmd>) {
         let now = self.now();
         let (out, saved) = batch::run(&mut self.st, &mut self.store, now, |st, fx, now| {
             let mut out = Outcomes::default();
-            for cmd in batch {
+            for cmd in round {
                 handle(st, fx, now, cmd, &mut out);
             }
             out
@@ -295,8 +295,8 @@ impl Actor {
     }
 }
 
-/// The master's responsive time: monotonic time, but a gap between two batches longer
-/// than `LIVE_STEP_MAX` counts only that much. The tick guarantees a batch every `TICK`
+/// The master's responsive time: monotonic time, but a gap between two rounds longer
+/// than `LIVE_STEP_MAX` counts only that much. The tick guarantees a round every `TICK`
 /// while the master runs, so a longer gap is time it was not running.
 #[derive(Debug, Default)]
 struct LiveClock {
@@ -313,7 +313,7 @@ impl LiveClock {
     }
 }
 
-/// Where a batch's command outcomes go: replies held until the batch is saved, network
+/// Where a round's command outcomes go: replies held until the round is saved, network
 /// outcomes to handle again if it is not, and fence waiters to keep once it is.
 #[derive(Default)]
 struct Outcomes {
@@ -322,8 +322,8 @@ struct Outcomes {
     waiting: Vec<((JobId, u32), Reply<Kvs>)>,
 }
 
-/// One command through the reactor; its reply is held until the batch is saved. Outcomes
-/// of network calls go to `again`, to be handled again if the batch is not saved.
+/// One command through the reactor; its reply is held until the round is saved. Outcomes
+/// of network calls go to `again`, to be handled again if the round is not saved.
 fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut Outcomes) {
     let Outcomes {
         replies,
@@ -387,12 +387,12 @@ fn weight(cmd: &Cmd) -> usize {
     }
 }
 
-/// The batch with its ticks (several, after the task was held up) replaced by one at the
+/// The round with its ticks (several, after the task was held up) replaced by one at the
 /// end: node timeouts are then judged after every heartbeat that waited in the queue with
 /// them, so a master that fell behind never counts its own delay against the agents.
-fn ticks_last(batch: Vec<Cmd>) -> Vec<Cmd> {
+fn ticks_last(round: Vec<Cmd>) -> Vec<Cmd> {
     let (ticks, mut rest): (Vec<Cmd>, Vec<Cmd>) =
-        batch.into_iter().partition(|c| matches!(c, Cmd::Tick));
+        round.into_iter().partition(|c| matches!(c, Cmd::Tick));
     if !ticks.is_empty() {
         rest.push(Cmd::Tick);
     }

@@ -1,5 +1,5 @@
-//! Orders for many agents, down the relay tree (`gang_core::fanout`, `gang_proto::relay`):
-//! a job's launch, its signal, a batch's slice tables. The master signs the order once
+//! Orders for many agents, down the order tree (`gang_core::fanout`, `gang_proto::relay`):
+//! a job's launch, its signal, a round's slice tables. The master signs the order once
 //! and calls at most `fanout.width` agents; their answers carry every node's outcome,
 //! which comes back to the actor as the same commands a direct call gives.
 

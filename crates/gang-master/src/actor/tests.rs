@@ -1,4 +1,4 @@
-//! Durable before accepted, through the real actor and a real SQLite file: a batch whose
+//! Durable before accepted, through the real actor and a real SQLite file: a round whose
 //! writes fail is answered with errors and leaves nothing behind, in memory or on disk.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use tonic::Code;
 
 use crate::actor::{self, Cmd, Handle};
 use crate::agents::AgentPool;
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::metrics::Metrics;
@@ -40,13 +40,13 @@ async fn jobs(h: &Handle) -> Vec<(u64, State)> {
     all.views.iter().map(|j| (j.id.0, j.state)).collect()
 }
 
-fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
+fn start(cfg: &DaemonConfig) -> (Handle, tokio::task::JoinHandle<()>) {
     let opened = tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(crate::state_store::open(cfg, |_| {}))
+        tokio::runtime::Handle::current().block_on(crate::persistence::open(cfg, |_| {}))
     })
     .expect("the state opens");
     actor::start(
-        cfg.clone(),
+        cfg.master.clone(),
         Arc::new(Metrics::default()),
         Arc::new(AgentPool::default()),
         opened,
@@ -55,11 +55,11 @@ fn start(cfg: &MasterConfig) -> (Handle, tokio::task::JoinHandle<()>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
+async fn a_round_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("state.db");
     // No agent ever registers: jobs stay queued, so only the test writes.
-    let cfg = MasterConfig::for_test(Shape::new(2, 2), db.clone());
+    let cfg = DaemonConfig::for_test(Shape::new(2, 2), db.clone());
     let (h, task) = start(&cfg);
     assert_eq!(submit(&h).await.unwrap().id, JobId(1));
 
@@ -86,7 +86,7 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
             "{status:?}"
         );
     }
-    // Nothing of those batches was applied: job 1 is still queued, there is no job 2.
+    // Nothing of those rounds was applied: job 1 is still queued, there is no job 2.
     assert_eq!(jobs(&h).await, vec![(1, State::Queued)]);
     assert!(!task.is_finished(), "the master stays up");
 
@@ -111,12 +111,12 @@ async fn a_batch_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
 }
 
 /// Ticks queued among heartbeats (a task that fell behind) become one tick at the end of
-/// the batch: node timeouts are judged after the heartbeats that waited with them.
+/// the round: node timeouts are judged after the heartbeats that waited with them.
 #[test]
-fn a_batch_judges_timeouts_after_everything_that_waited_with_its_ticks() {
+fn a_round_judges_timeouts_after_everything_that_waited_with_its_ticks() {
     let acked = |v| Cmd::TableAcked((0, 0), v);
-    let batch = actor::ticks_last(vec![Cmd::Tick, acked(1), Cmd::Tick, acked(2), Cmd::Tick]);
-    let order: Vec<String> = batch
+    let round = actor::ticks_last(vec![Cmd::Tick, acked(1), Cmd::Tick, acked(2), Cmd::Tick]);
+    let order: Vec<String> = round
         .iter()
         .map(|c| match c {
             Cmd::Tick => "tick".to_string(),

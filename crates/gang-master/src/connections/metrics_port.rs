@@ -1,5 +1,6 @@
-//! The metrics port's admission. It serves a scraper or two, and anyone on the host can
-//! connect to it: unbounded, a local user's idle connections would take the descriptors
+//! The metrics port: `/metrics` served (the rest answered with where gRPC is), and its
+//! admission. It serves a scraper or two, and anyone on the host can connect to it:
+//! unbounded, a local user's idle connections would take the descriptors
 //! the master needs for agents and clients. So it holds at most `MAX_OPEN` connections
 //! (a newcomer past them is closed at once), each for at most `LIFETIME` from its accept:
 //! a scrape takes milliseconds, and a scraper that keeps its connection alive just opens
@@ -76,6 +77,75 @@ impl axum::serve::Listener for MetricsListener {
     }
 }
 
+/// Serve `/metrics` on `listener` until the process ends. Anything else gets an answer
+/// naming this port and where gRPC is served (`grpc_where`): a gRPC client pointed here by
+/// mistake gets UNIMPLEMENTED with that text, not a bare HTTP 404 it would report as
+/// "unexpected HTTP status".
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<crate::metrics::Metrics>,
+    grpc_where: String,
+) {
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let grpc_where = grpc_where.clone();
+        async move { not_metrics(&req, &grpc_where) }
+    });
+    let app = app.route(
+        "/metrics",
+        axum::routing::get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.render(),
+                )
+            }
+        }),
+    );
+    let listener = MetricsListener::new(listener);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!(error = %e, "metrics server stopped");
+    }
+}
+
+fn not_metrics(
+    req: &axum::extract::Request,
+    grpc_where: &str,
+) -> axum::response::Response<axum::body::Body> {
+    use axum::http::{StatusCode, header};
+    let what = format!(
+        "this is the gang master's Prometheus metrics port (GET /metrics only); \
+         gRPC is served on {grpc_where}"
+    );
+    let grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    let mut resp = axum::response::Response::builder();
+    if grpc {
+        // A trailers-only gRPC answer: status 12 (UNIMPLEMENTED); the message is plain
+        // ASCII without '%', so it needs no percent-encoding.
+        resp = resp
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/grpc")
+            .header("grpc-status", "12")
+            .header("grpc-message", what.as_str());
+        return resp.body(axum::body::Body::empty()).expect("valid headers");
+    }
+    resp.status(StatusCode::NOT_FOUND)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(axum::body::Body::from(format!("{what}\n")))
+        .expect("valid headers")
+}
+
+pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,7 +158,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let metrics = Arc::new(crate::metrics::Metrics::default());
-        tokio::spawn(crate::metrics::serve(l, metrics, "elsewhere".into()));
+        tokio::spawn(serve(l, metrics, "elsewhere".into()));
         let mut idle = vec![];
         for _ in 0..MAX_OPEN {
             idle.push(TcpStream::connect(addr).await.unwrap());

@@ -42,7 +42,7 @@ pub use deadlines::{ConnInfo, Deadlines, Peer, StreamCountLayer};
 /// its listeners, and stdio.
 pub const FD_RESERVE: u64 = 1024;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectionsSection {
     pub max_client_connections: Option<usize>,

@@ -6,14 +6,16 @@
 //! After every request the target checks what the master promises its callers: a refusal
 //! is an error whose message names the problem and whose status blames the request, an
 //! acceptance leaves the master sane (`World::step` runs the sanity check after every
-//! batch), and what it saved comes back the same after a restart.
+//! round), and what it saved comes back the same after a restart.
 //!
 //! In the crate because the reactor's harness (`state::testkit`) is test-only.
 
 mod agents;
 mod clients;
 mod corpus;
+mod corpus_agents;
 mod output_log;
+mod tokens;
 
 use std::fmt::Debug;
 
@@ -216,4 +218,12 @@ fn fixture_is_as_documented() {
             State::Queued
         ]
     );
+}
+
+#[test]
+#[ignore = "writes fuzz/corpus/proto_*"]
+fn write_fuzz_corpus() {
+    corpus::submit_seeds();
+    corpus::client_seeds();
+    corpus_agents::agent_seeds();
 }

@@ -1,3 +1,5 @@
+//! The output hub's logs: appends, readers, retries and lost output.
+
 use super::*;
 
 /// Whole records from `from` (a record boundary) to `to`.

@@ -114,43 +114,12 @@ fn stated(
 /// The job a caller submits: theirs. A stated gid may pick another of the caller's groups
 /// as the job's primary group (as `sg` does).
 pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, MasterError> {
-    let me = &caller.owner;
-    stated(
-        "uid",
-        req.uid != 0 && req.uid != me.uid,
-        req.uid.to_string(),
-        caller,
-    )?;
-    stated(
-        "gid",
-        req.gid != 0 && !me.groups.contains(&req.gid) && req.gid != me.gid,
-        req.gid.to_string(),
-        caller,
-    )?;
-    stated(
-        "user",
-        !req.user.is_empty() && req.user != me.user,
-        req.user.clone(),
-        caller,
-    )?;
+    check_stated_identity(&req, caller)?;
     let spec = req
         .spec
         .ok_or_else(|| invalid("the request has no job spec".into()))?;
-    let client_token = match req.client_token.as_str() {
-        "" => None,
-        t if t.len() <= 128 && t.bytes().all(|b| b.is_ascii_graphic()) => Some(t.to_string()),
-        t => {
-            let why = if t.len() > 128 {
-                format!("it is {} bytes long", t.len())
-            } else {
-                "it holds a character that is not printable ASCII".to_string()
-            };
-            return Err(invalid(format!(
-                "client_token must be 1 to 128 printable ASCII characters: {why}"
-            )));
-        }
-    };
-    let mut owner = me.clone();
+    let client_token = client_token(&req.client_token)?;
+    let mut owner = caller.owner.clone();
     if req.gid != 0 {
         owner.gid = req.gid;
     }
@@ -173,22 +142,12 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
                 ))
             })?
             .resolved(),
-        mpi: match v1::Mpi::try_from(spec.mpi) {
-            Ok(v1::Mpi::Unspecified) => None,
-            Ok(v1::Mpi::Pmi1) => Some(crate::job::Mpi::Pmi1),
-            Ok(v1::Mpi::Pmi2) => Some(crate::job::Mpi::Pmi2),
-            Ok(v1::Mpi::Pmix) => Some(crate::job::Mpi::Pmix),
-            Ok(v1::Mpi::None) => Some(crate::job::Mpi::None),
-            Ok(v1::Mpi::Auto) => Some(crate::job::Mpi::Auto),
-            Err(_) => {
-                return Err(invalid(format!(
-                    "unknown MPI interface {}: expected auto, pmi1, pmi2, pmix or none",
-                    spec.mpi
-                )));
-            }
-        },
+        mpi: mpi_choice(spec.mpi)?,
         mpi_check: spec.mpi_check,
         output_files: output_files(&spec.output, &spec.error)?,
+        at_submit: at_submit(spec.hold, &spec.array)?,
+        dependency: gang_core::dependency::parse(&spec.dependency)
+            .map_err(|e| invalid(format!("spec.dependency: {e}")))?,
         name: spec.name,
         script: (!spec.script.is_empty()).then_some(crate::job::BatchScript {
             text: spec.script,
@@ -201,20 +160,81 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         stdin: spec.stdin,
         shape: spec.shape,
         client_token,
-        dependency: gang_core::dependency::parse(&spec.dependency)
-            .map_err(|e| invalid(format!("spec.dependency: {e}")))?,
         allocate: spec.allocate,
         allocation: (spec.allocation != 0).then_some(JobId(spec.allocation)),
-        at_submit: crate::job::AtSubmit {
-            hold: spec.hold,
-            // The task count's limit is the master's config: checked in the reactor.
-            array: match spec.array.trim() {
-                "" => None,
-                a => Some(
-                    gang_core::array::parse(a, gang_core::array::MAX_INDEX as usize + 1)
-                        .map_err(|e| invalid(format!("spec.array: {e}")))?,
-                ),
-            },
+    })
+}
+
+/// A uid, gid or user the request states must be the caller's own (a gid: one of their
+/// groups).
+fn check_stated_identity(req: &v1::SubmitRequest, caller: &Caller) -> Result<(), MasterError> {
+    let me = &caller.owner;
+    stated(
+        "uid",
+        req.uid != 0 && req.uid != me.uid,
+        req.uid.to_string(),
+        caller,
+    )?;
+    stated(
+        "gid",
+        req.gid != 0 && !me.groups.contains(&req.gid) && req.gid != me.gid,
+        req.gid.to_string(),
+        caller,
+    )?;
+    stated(
+        "user",
+        !req.user.is_empty() && req.user != me.user,
+        req.user.clone(),
+        caller,
+    )
+}
+
+/// The client's idempotency token: 1 to 128 printable ASCII characters, or none.
+fn client_token(t: &str) -> Result<Option<String>, MasterError> {
+    match t {
+        "" => Ok(None),
+        t if t.len() <= 128 && t.bytes().all(|b| b.is_ascii_graphic()) => Ok(Some(t.to_string())),
+        t => {
+            let why = if t.len() > 128 {
+                format!("it is {} bytes long", t.len())
+            } else {
+                "it holds a character that is not printable ASCII".to_string()
+            };
+            Err(invalid(format!(
+                "client_token must be 1 to 128 printable ASCII characters: {why}"
+            )))
+        }
+    }
+}
+
+/// The MPI interface a job asks for (none: the cluster's default).
+fn mpi_choice(mpi: i32) -> Result<Option<crate::job::Mpi>, MasterError> {
+    Ok(match v1::Mpi::try_from(mpi) {
+        Ok(v1::Mpi::Unspecified) => None,
+        Ok(v1::Mpi::Pmi1) => Some(crate::job::Mpi::Pmi1),
+        Ok(v1::Mpi::Pmi2) => Some(crate::job::Mpi::Pmi2),
+        Ok(v1::Mpi::Pmix) => Some(crate::job::Mpi::Pmix),
+        Ok(v1::Mpi::None) => Some(crate::job::Mpi::None),
+        Ok(v1::Mpi::Auto) => Some(crate::job::Mpi::Auto),
+        Err(_) => {
+            return Err(invalid(format!(
+                "unknown MPI interface {mpi}: expected auto, pmi1, pmi2, pmix or none"
+            )));
+        }
+    })
+}
+
+/// What a submission asks that only matters at submission: a hold, an array's tasks.
+fn at_submit(hold: bool, array: &str) -> Result<crate::job::AtSubmit, MasterError> {
+    Ok(crate::job::AtSubmit {
+        hold,
+        // The task count's limit is the master's config: checked in the reactor.
+        array: match array.trim() {
+            "" => None,
+            a => Some(
+                gang_core::array::parse(a, gang_core::array::MAX_INDEX as usize + 1)
+                    .map_err(|e| invalid(format!("spec.array: {e}")))?,
+            ),
         },
     })
 }
@@ -257,7 +277,7 @@ pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> 
         .collect::<Result<_, _>>()?;
     Ok(ListFilter {
         states,
-        // A page at a time: a batch never builds more (clients ask for the next page).
+        // A page at a time: a round never builds more (clients ask for the next page).
         limit: match req.limit as usize {
             0 => LIST_PAGE_JOBS,
             n => n.min(LIST_PAGE_JOBS),
@@ -304,46 +324,12 @@ pub fn list_page(views: &[JobView], full: bool) -> v1::ListJobsResponse {
 
 pub fn job_info(v: &JobView) -> v1::JobInfo {
     let gang = v1::GangMode::from(v.gang) as i32;
-    // A task's own patterns (its array's, with its %A and %a).
-    let files = match v.array {
-        Some(a) => a.output_files(&v.output_files),
-        None => v.output_files.clone(),
-    };
     v1::JobInfo {
         id: v.id.0,
         user: v.owner.user.clone(),
         uid: v.owner.uid,
         gid: v.owner.gid,
-        spec: Some(v1::JobSpec {
-            shape: v.shape.clone(),
-            argv: v.argv.clone(),
-            cwd: v.cwd.clone(),
-            env: Default::default(),
-            time_limit_s: v.time_limit_s,
-            stdin: v.stdin,
-            name: v.name.clone(),
-            gang,
-            on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
-            msg_context: v1::MsgContext::from(v.msg_context) as i32,
-            mpi: v1::Mpi::from(v.mpi) as i32,
-            mpi_check: v.mpi_check,
-            output: files.output,
-            error: files.error,
-            dependency: v
-                .dependency
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            hold: false,
-            array: String::new(),
-            allocation: v.allocation.map_or(0, |a| a.0),
-            allocate: v.allocate,
-            // Its text stays with the job (listings would carry it for every job); where
-            // its path goes tells that there is one.
-            script: String::new(),
-            script_at: v.script.as_ref().map_or(0, |s| s.at),
-        }),
+        spec: Some(job_spec(v)),
         allocation_id: v.allocation.map_or(0, |a| a.0),
         step: v.step,
         step_ids: v.step_ids.iter().map(|s| s.0).collect(),
@@ -371,22 +357,7 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
         run_ns: v.run_ns,
         gang,
         ranks_done: v.ranks_done,
-        deadlock: v.deadlock.as_ref().map(|d| v1::Deadlock {
-            detected_ns: d.detected_ns,
-            messages: d.messages,
-            waits: d
-                .waits
-                .iter()
-                .map(|(a, (x, y))| v1::RankWait {
-                    rank: a.rank,
-                    x: *x,
-                    y: *y,
-                    source: a.source,
-                    tag: a.tag,
-                    since_ns: a.blocked_since_ns,
-                })
-                .collect(),
-        }),
+        deadlock: v.deadlock.as_ref().map(deadlock),
         on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
         pending_reason: v.pending_reason.clone(),
         slice_rows: v.slice_rows.clone(),
@@ -400,6 +371,67 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
                     crate::job::OutStream::Stderr => v1::Stream::Stderr,
                 } as i32,
                 bytes: l.bytes,
+            })
+            .collect(),
+    }
+}
+
+/// The spec a job was submitted with, as a listing shows it (no environment, no script
+/// text).
+fn job_spec(v: &JobView) -> v1::JobSpec {
+    let gang = v1::GangMode::from(v.gang) as i32;
+    // A task's own patterns (its array's, with its %A and %a).
+    let files = match v.array {
+        Some(a) => a.output_files(&v.output_files),
+        None => v.output_files.clone(),
+    };
+    v1::JobSpec {
+        shape: v.shape.clone(),
+        argv: v.argv.clone(),
+        cwd: v.cwd.clone(),
+        env: Default::default(),
+        time_limit_s: v.time_limit_s,
+        stdin: v.stdin,
+        name: v.name.clone(),
+        gang,
+        on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
+        msg_context: v1::MsgContext::from(v.msg_context) as i32,
+        mpi: v1::Mpi::from(v.mpi) as i32,
+        mpi_check: v.mpi_check,
+        output: files.output,
+        error: files.error,
+        dependency: v
+            .dependency
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        hold: false,
+        array: String::new(),
+        allocation: v.allocation.map_or(0, |a| a.0),
+        allocate: v.allocate,
+        // Its text stays with the job (listings would carry it for every job); where
+        // its path goes tells that there is one.
+        script: String::new(),
+        script_at: v.script.as_ref().map_or(0, |s| s.at),
+    }
+}
+
+/// A deadlock found, with every rank's wait.
+fn deadlock(d: &crate::msg_jobs::DeadlockInfo) -> v1::Deadlock {
+    v1::Deadlock {
+        detected_ns: d.detected_ns,
+        messages: d.messages,
+        waits: d
+            .waits
+            .iter()
+            .map(|(a, (x, y))| v1::RankWait {
+                rank: a.rank,
+                x: *x,
+                y: *y,
+                source: a.source,
+                tag: a.tag,
+                since_ns: a.blocked_since_ns,
             })
             .collect(),
     }

@@ -55,7 +55,10 @@ impl AuthService for Tokens {
             .map_err(|e| MasterError::Internal(format!("revoking tokens: {e}")))??;
         info!(by = %caller.owner.user, id = %granted.id, user = %granted.user,
             "tokens revoked");
-        let by_user = matches!(granted.revocation, crate::revocations::Revocation::User(_));
+        let by_user = matches!(
+            granted.revocation,
+            crate::auth::revocations::Revocation::User(_)
+        );
         Ok(Response::new(v1::RevokeTokensResponse {
             id: granted.id,
             user: granted.user,

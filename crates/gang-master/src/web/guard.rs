@@ -88,9 +88,6 @@ fn same_origin(req: &Request<Body>, origin: &HeaderValue) -> bool {
     authority.is_some_and(|a| origin.to_str().ok() == Some(&format!("https://{a}")))
 }
 
-/// The most of a refused request's body read before the answer.
-const DRAIN_MAX: usize = 64 << 10;
-
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 impl<S> tower::Service<Request<Body>> for WebGuard<S>
@@ -116,13 +113,8 @@ where
                     bytes::Bytes::from_static(text.as_bytes()),
                 )))
                 .expect("a valid response");
-            // The request's body read first (a little of it: more is cut off), so that the
-            // client hears the answer rather than a stream reset under its upload.
             return Box::pin(async move {
-                use http_body_util::BodyExt;
-                let _ = http_body_util::Limited::new(req.into_body(), DRAIN_MAX)
-                    .collect()
-                    .await;
+                super::drain(req.into_body()).await;
                 Ok(resp)
             });
         }

@@ -1,4 +1,4 @@
-//! The master's state as the keys under its etcd prefix say it (layout in `store_etcd.rs`),
+//! The master's state as the keys under its etcd prefix say it (layout in `persistence/etcd.rs`),
 //! decoded: what a newly elected leader starts from. Built by one full read, or kept
 //! current by applying each change as it is committed (a standby's warm copy,
 //! `warm_copy.rs`), so that taking over decodes nothing.
@@ -105,7 +105,8 @@ impl Mirror {
                 let first = id_of(name).with_context(what)?;
                 match v {
                     Some(v) => {
-                        let jobs = crate::etcd_archive::unpack(v).with_context(what)?;
+                        let jobs =
+                            crate::persistence::etcd_archive::unpack(v).with_context(what)?;
                         self.archives.insert(first, jobs);
                     }
                     None => {
@@ -320,7 +321,8 @@ mod tests {
             .unwrap();
         // Jobs 1-2 archived: one key made, their own keys deleted, in one revision.
         let packed =
-            crate::etcd_archive::pack(&[row(1, "completed"), row(2, "completed")]).unwrap();
+            crate::persistence::etcd_archive::pack(&[row(1, "completed"), row(2, "completed")])
+                .unwrap();
         m.apply(b"/c/archive/00000000000000000001", Some(&packed), 5)
             .unwrap();
         m.apply(b"/c/jobs/00000000000000000001", None, 5).unwrap();
@@ -362,7 +364,7 @@ mod tests {
         let mut m = Mirror::new("/c", 1);
         let pack = |ids: &[u64]| {
             let rows: Vec<Vec<u8>> = ids.iter().map(|&i| row(i, "completed")).collect();
-            crate::etcd_archive::pack(&rows).unwrap()
+            crate::persistence::etcd_archive::pack(&rows).unwrap()
         };
         // Overlapping archives (never written by this master) and an own row among them.
         m.apply(

@@ -1,20 +1,34 @@
 //! Where the master's state is kept: an SQLite file (the default), or an etcd cluster
-//! shared by several masters of which one leads (`store_etcd.rs`). The reactor and its
+//! shared by several masters of which one leads (`persistence/etcd.rs`). The reactor and its
 //! commit (`state::batch::Commit`) do not care which; this opens either and reads what a
-//! restarted (or newly elected) master starts from.
+//! restarted (or newly elected) master starts from. What a standby answers meanwhile is
+//! `standby.rs`, beside the servers.
+//!
+//! | file | what |
+//! |---|---|
+//! | `sqlite.rs` | the SQLite store (WAL, one transaction a round) |
+//! | `etcd.rs` | the etcd store: leader election, leadership-checked writes |
+//! | `etcd_mirror.rs`, `etcd_archive.rs` | the keys under the prefix read back; finished jobs packed |
+//! | `warm_copy.rs` | a standby's copy of the prefix, followed by watch |
+
+pub mod etcd;
+pub mod etcd_archive;
+pub mod etcd_mirror;
+pub mod sqlite;
+pub mod warm_copy;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::job::SavedJob;
+use crate::persistence::etcd::EtcdStore;
+use crate::persistence::sqlite::Store;
 use crate::state::Persisted;
 use crate::state::batch::Commit;
 use crate::state::effects::Save;
-use crate::store::Store;
-use crate::store_etcd::EtcdStore;
 
 pub enum StateStore {
     Sqlite(Store),
@@ -117,7 +131,7 @@ fn check_read_back(
 
 /// What the leader key of an etcd-backed master says of it: where clients and agents
 /// reach it.
-pub fn advertise(cfg: &MasterConfig) -> String {
+pub fn advertise(cfg: &DaemonConfig) -> String {
     advertise_at(cfg.listen, cfg.agent_listen)
 }
 
@@ -132,8 +146,8 @@ pub fn advertise_at(clients: std::net::SocketAddr, agents: std::net::SocketAddr)
     )
 }
 
-fn check_mesh(found: Option<&str>, cfg: &MasterConfig, place: &str) -> anyhow::Result<bool> {
-    let mesh = cfg.mesh.to_string();
+fn check_mesh(found: Option<&str>, cfg: &DaemonConfig, place: &str) -> anyhow::Result<bool> {
+    let mesh = cfg.master.mesh.to_string();
     match found {
         Some(m) if m != mesh => anyhow::bail!(
             "the state in {place} was made for a {m} mesh, not {mesh}; use another --state"
@@ -146,10 +160,10 @@ fn check_mesh(found: Option<&str>, cfg: &MasterConfig, place: &str) -> anyhow::R
 /// Open the store `cfg` names (for etcd: once this master leads; `on_wait` hears who
 /// leads meanwhile) and read it.
 pub async fn open(
-    cfg: &MasterConfig,
+    cfg: &DaemonConfig,
     on_wait: impl FnMut(&str),
 ) -> anyhow::Result<(StateStore, Initial)> {
-    let quantum_ns = i64::from(cfg.quantum_ms) * 1_000_000;
+    let quantum_ns = i64::from(cfg.master.quantum_ms) * 1_000_000;
     let Some(target) = &cfg.etcd else {
         std::fs::create_dir_all(cfg.state_dir())?;
         let store = Store::open(&cfg.state)?;
@@ -158,7 +172,7 @@ pub async fn open(
             cfg,
             &cfg.state.display().to_string(),
         )? {
-            store.set_mesh(&cfg.mesh.to_string())?;
+            store.set_mesh(&cfg.master.mesh.to_string())?;
         }
         let initial = Initial {
             cluster_id: store.cluster_id()?.into(),
@@ -170,7 +184,7 @@ pub async fn open(
             records: attached(
                 store.load_jobs()?.into_iter(),
                 store.load_specs()?,
-                cfg.auth.allow_root_jobs,
+                cfg.master.auth.allow_root_jobs,
             ),
             drained: store.drained()?,
         };
@@ -188,12 +202,12 @@ pub async fn open(
     .await?;
     let place = format!("etcd {}", target.prefix);
     if check_mesh(loaded.mesh.as_deref(), cfg, &place)? {
-        store.set_meta("mesh", &cfg.mesh.to_string()).await?;
+        store.set_meta("mesh", &cfg.master.mesh.to_string()).await?;
     }
     let cluster_id = match loaded.cluster_id {
         Some(id) => id,
         None => {
-            let id = crate::store::new_cluster_id();
+            let id = crate::persistence::sqlite::new_cluster_id();
             store
                 .set_meta("cluster_id", &id)
                 .await
@@ -214,7 +228,7 @@ pub async fn open(
         records: attached(
             loaded.jobs.into_iter(),
             loaded.specs,
-            cfg.auth.allow_root_jobs,
+            cfg.master.auth.allow_root_jobs,
         ),
         drained: loaded.drained,
     };

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::etcd_mirror::Mirror;
+use crate::persistence::etcd_mirror::Mirror;
 
 /// Where the copy stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,7 +202,7 @@ async fn follow(etcd: Etcd, prefix: String, slot: Arc<Mutex<Slot>>, tx: watch::S
                 }
             };
             loop {
-                let batch = match changes.next().await {
+                let events = match changes.next().await {
                     Ok(b) => b,
                     Err(EtcdError::Compacted(_)) => break 'watching,
                     Err(e) => {
@@ -216,7 +216,7 @@ async fn follow(etcd: Etcd, prefix: String, slot: Arc<Mutex<Slot>>, tx: watch::S
                 let applied = tokio::task::block_in_place(|| {
                     publish(&slot, |s| {
                         if let Slot::Ready(m) = s {
-                            for c in &batch {
+                            for c in &events {
                                 if let Err(e) = m.apply(&c.key, c.value.as_deref(), c.revision) {
                                     bad = Some(e);
                                     *s = Slot::Empty;

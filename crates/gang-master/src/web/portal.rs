@@ -10,7 +10,7 @@ use tonic::body::Body;
 use tonic::codegen::http::{Method, Request, Response, StatusCode, header};
 
 /// The page, built into the master.
-pub const PAGE: &str = include_str!("../portal/index.html");
+pub const PAGE: &str = include_str!("../../portal/index.html");
 
 /// What the page may do in the browser: its own inline script and style, and calls to
 /// the master that served it; nothing from elsewhere, no framing by other sites.

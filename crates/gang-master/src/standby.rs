@@ -27,7 +27,7 @@ use tonic::service::Routes;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::{info, warn};
 
-use crate::config::MasterConfig;
+use crate::config::daemon::DaemonConfig;
 use crate::connections::{ConnInfo, Listeners, Peer, StreamCountLayer};
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 
@@ -76,19 +76,15 @@ impl<N> Service<http::Request<Body>> for Refuse<N> {
         if let Ok(v) = who.parse() {
             st.metadata_mut().insert(LEADER_METADATA, v);
         }
-        // The request's body read first (a little of it, for a moment), so that the caller
-        // hears the answer rather than a stream reset under its upload.
+        // The request's body read first, for a moment at most.
         Box::pin(async move {
-            use http_body_util::BodyExt;
-            let body = http_body_util::Limited::new(req.into_body(), DRAIN_MAX).collect();
-            let _ = tokio::time::timeout(DRAIN_WAIT, body).await;
+            let _ = tokio::time::timeout(DRAIN_WAIT, crate::web::drain(req.into_body())).await;
             Ok(st.into_http())
         })
     }
 }
 
-/// The most of a refused request's body read before the answer, and for how long.
-const DRAIN_MAX: usize = 64 << 10;
+/// How long a refused request's body is read before the answer.
 const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What an unknown caller is told of the leader.
@@ -111,7 +107,7 @@ type Health = tonic_health::pb::health_server::HealthServer<tonic_health::server
 
 /// The standby's servers, started by the first [`StandbyServers::waiting`].
 pub struct StandbyServers {
-    cfg: MasterConfig,
+    cfg: DaemonConfig,
     leader: Arc<RwLock<String>>,
     /// The leader's admission, its counts the standby's own.
     listeners: Option<Listeners>,
@@ -121,7 +117,7 @@ pub struct StandbyServers {
 }
 
 impl StandbyServers {
-    pub fn new(cfg: &MasterConfig, listeners: Listeners) -> StandbyServers {
+    pub fn new(cfg: &DaemonConfig, listeners: Listeners) -> StandbyServers {
         let closing = CancellationToken::new();
         StandbyServers {
             cfg: cfg.clone(),
@@ -163,7 +159,7 @@ impl StandbyServers {
 }
 
 async fn serve(
-    cfg: MasterConfig,
+    cfg: DaemonConfig,
     leader: Arc<RwLock<String>>,
     listeners: Listeners,
     stop: watch::Receiver<bool>,
@@ -174,7 +170,7 @@ async fn serve(
 }
 
 async fn try_serve(
-    cfg: &MasterConfig,
+    cfg: &DaemonConfig,
     leader: Arc<RwLock<String>>,
     listeners: &Listeners,
     stop: watch::Receiver<bool>,

@@ -6,6 +6,8 @@
 //! not longer-lived than `token_max_ttl_s`, not revoked (`revocations.rs`), and its user
 //! must still exist with that uid: groups and primary gid are looked up then.
 
+pub mod revocations;
+
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,10 +19,10 @@ use tonic::Request;
 use tonic::transport::server::TlsConnectInfo;
 use tracing::info;
 
+use crate::auth::revocations::{Revocation, Revocations};
 use crate::config::AuthPolicy;
 use crate::connections::{ConnInfo, Peer};
 use crate::error::{MasterError, Result};
-use crate::revocations::{Revocation, Revocations};
 use crate::state::events::{Caller, Owner};
 use crate::state::views::Coord;
 

@@ -1,7 +1,7 @@
 //! The master's state in an etcd cluster (`--state etcd://HOST:PORT,.../PREFIX`), for
-//! several masters of which one leads. Same promise as SQLite: a batch's saves are
-//! committed before any of its commands is answered, and a batch is saved whole or not at
-//! all (one transaction; see `MAX_TXN_OPS` for a batch too large for one).
+//! several masters of which one leads. Same promise as SQLite: a round's saves are
+//! committed before any of its commands is answered, and a round is saved whole or not at
+//! all (one transaction; see `MAX_TXN_OPS` for a round too large for one).
 //!
 //! Keys (under PREFIX): `leader` (the election key, bound to the leader's lease; it holds
 //! where the leader serves), `meta/mesh`, `meta/cluster_id`, `meta/table_version`,
@@ -31,7 +31,7 @@ const MAX_TXN_BYTES: usize = 1 << 20;
 /// store keeps the newest value of each key, not every version of a job's row.
 const COMPACT_EVERY: u64 = 1000;
 
-pub use crate::etcd_mirror::Loaded;
+pub use crate::persistence::etcd_mirror::Loaded;
 
 pub struct EtcdStore {
     /// Ended jobs whose rows are in keys of their own (`jobs/ID`), to be archived.
@@ -71,7 +71,8 @@ impl EtcdStore {
             "state in etcd: campaigning to lead"
         );
         // Standing by, it follows the state: elected, it starts from that copy.
-        let warm = crate::warm_copy::WarmCopy::start(etcd.clone(), target.prefix.clone());
+        let warm =
+            crate::persistence::warm_copy::WarmCopy::start(etcd.clone(), target.prefix.clone());
         let leader = election
             .campaign(Duration::from_millis(100), |who| {
                 info!(leader = %who, "standing by: another master leads");
@@ -121,7 +122,7 @@ impl EtcdStore {
             .await
             .map_err(|e| e.to_string())?;
         let values: Vec<Vec<u8>> = rows.into_iter().map(|kv| kv.value).collect();
-        let packed = crate::etcd_archive::pack(&values).map_err(|e| e.to_string())?;
+        let packed = crate::persistence::etcd_archive::pack(&values).map_err(|e| e.to_string())?;
         if packed.len() > MAX_TXN_BYTES {
             tracing::warn!(
                 first,
@@ -140,7 +141,7 @@ impl EtcdStore {
 
     /// The state as read now, in full (no warm copy to start from).
     async fn load(&self) -> anyhow::Result<Loaded> {
-        let mirror = crate::warm_copy::read_all(&self.etcd, &self.prefix).await?;
+        let mirror = crate::persistence::warm_copy::read_all(&self.etcd, &self.prefix).await?;
         Ok(mirror.into_loaded())
     }
 
@@ -330,17 +331,18 @@ impl Commit for EtcdStore {
             self.finished.remove(&id);
         }
         self.finished.extend(ended);
-        // At most one archive per batch: its cost is spread over the batches that end jobs.
-        if let Some((first, end)) =
-            crate::etcd_archive::next_run(&self.finished, crate::etcd_archive::ARCHIVE_CHUNK)
-        {
+        // At most one archive per round: its cost is spread over the rounds that end jobs.
+        if let Some((first, end)) = crate::persistence::etcd_archive::next_run(
+            &self.finished,
+            crate::persistence::etcd_archive::ARCHIVE_CHUNK,
+        ) {
             match tokio::task::block_in_place(|| rt.block_on(self.archive(first, end))) {
                 Ok(()) => {
                     for id in first..end {
                         self.finished.remove(&id);
                     }
                 }
-                // The batch is saved: only the archive waits for a later one.
+                // The round is saved: only the archive waits for a later one.
                 Err(e) => tracing::warn!(first, end, "archiving ended jobs: {e}"),
             }
         }

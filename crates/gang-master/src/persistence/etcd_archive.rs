@@ -4,7 +4,7 @@
 //! large values rather than millions of small keys (etcd keeps every key's index in
 //! memory, and its database grows with their count).
 //!
-//! Pure: which runs to pack, and the packing; `store_etcd.rs` reads and writes.
+//! Pure: which runs to pack, and the packing; `persistence/etcd.rs` reads and writes.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
 //! Durable state in SQLite (WAL): jobs and drained nodes. A job row is committed before
 //! the submitter hears it was accepted; a restarted master reloads every row.
 //!
-//! Writes are grouped: a batch's saves ([`Save`]) go into one transaction, committed before
+//! Writes are grouped: a round's saves ([`Save`]) go into one transaction, committed before
 //! any of its commands is answered, so many submissions share one fsync ([`Commit`], called
 //! by `state::batch::run`).
 
@@ -215,7 +215,7 @@ impl Commit for Store {
     fn commit<'a>(&mut self, saves: impl Iterator<Item = &'a Save>) -> Result<(), String> {
         // IMMEDIATE: the write lock at once (a deferred transaction that has to upgrade may
         // fail with SQLITE_BUSY without waiting). Dropped uncommitted, or after a failed
-        // commit, the transaction rolls back: nothing of the batch stays.
+        // commit, the transaction rolls back: nothing of the round stays.
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
