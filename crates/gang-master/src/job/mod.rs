@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::shim::JobShim;
 
 mod spec;
+mod transition;
 pub use spec::*;
+pub use transition::{BadTransition, allowed as transition_allowed};
 
 /// What the agents serve a job's ranks for MPI libraries to find their peers.
 ///
@@ -137,7 +139,8 @@ pub struct JobRecord {
     /// The shape allocated.
     pub w: u32,
     pub h: u32,
-    pub state: State,
+    /// Changed only by `move_to` (`transition.rs`).
+    state: State,
     pub submesh: Option<Submesh>,
     pub exit_code: Option<i32>,
     pub reason: String,
@@ -334,14 +337,24 @@ pub fn attach_spec(saved: &mut SavedJob, specs: &std::collections::HashMap<u64, 
     match specs.get(&array.0) {
         Some(spec) => saved.record.spec = spec.clone(),
         None if saved.record.state.is_final() => {}
-        None => {
-            saved.record.state = State::Failed;
-            saved.record.reason = format!(
+        None => fail_read_back(
+            saved,
+            format!(
                 "the spec of array {array} is missing from the master's store: this task cannot run"
-            );
-            saved.live = None;
-        }
+            ),
+        ),
     }
+}
+
+/// A job read back that must not run (not ended, its row broken or refused): failed, saying
+/// why, with nothing of its live state kept.
+pub fn fail_read_back(saved: &mut SavedJob, why: String) {
+    saved
+        .record
+        .move_to(State::Failed)
+        .expect("a job not ended may always fail");
+    saved.record.reason = why;
+    saved.live = None;
 }
 
 impl std::ops::Deref for SavedJob {

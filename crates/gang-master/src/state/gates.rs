@@ -2,7 +2,7 @@
 //! dependencies (`afterok:12`), or throttled by their array's limit (`--array 1-100%10`).
 //!
 //! A queued job is either in the core's queue or in `gated`, never both (the sanity check
-//! says so). After every batch, [`MasterState::admit_ready`] queues the jobs whose gate
+//! says so). After every round, [`MasterState::admit_ready`] queues the jobs whose gate
 //! opened and ends those whose dependency can never hold, until nothing changes: an ended
 //! job may open or close the gates of others.
 
@@ -19,16 +19,16 @@ use crate::state::events::{Caller, JobUpdate};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
 
-/// Gated jobs looked at in one batch at most: a batch's cost stays bounded however many
-/// wait; the others are looked at in the next batches (a tick comes every 100 ms).
-const ADMIT_PER_BATCH: usize = 2048;
+/// Gated jobs looked at in one round at most: a round's cost stays bounded however many
+/// wait; the others are looked at in the next rounds (a tick comes every 100 ms).
+const ADMIT_PER_ROUND: usize = 2048;
 
-/// What gates are judged from, kept between batches so that a batch looks only at what
+/// What gates are judged from, kept between rounds so that a round looks only at what
 /// changed: who waits on what (an id a dependency names: a job, or an array's first task),
 /// which gated jobs to look at again, and what the jobs each named id stands for are now.
 #[derive(Debug, Default)]
 pub(super) struct GateIndex {
-    /// Jobs whose dependencies name each id. Never taken back with a batch (a job that
+    /// Jobs whose dependencies name each id. Never taken back with a round (a job that
     /// never was only costs a look), and pruned as it is read.
     dependents: HashMap<u64, Vec<JobId>>,
     /// Gated jobs to look at again: something they wait on changed, or they are new.
@@ -50,7 +50,7 @@ impl GateIndex {
         self.dirty.insert(job);
     }
 
-    /// A batch was taken back: what was found from its changes may be wrong.
+    /// A round was taken back: what was found from its changes may be wrong.
     pub(super) fn forget_summaries(&self) {
         self.summaries().clear();
     }
@@ -147,14 +147,14 @@ impl MasterState {
             found.classes.push(Upstream::Ended { ok: false });
         }
         if let [one] = targets.as_slice() {
-            found.single = Some(one.record.state);
+            found.single = Some(one.record.state());
         }
         for j in targets {
-            let u = upstream_of(j.record.state);
+            let u = upstream_of(j.record.state());
             if !found.classes.contains(&u) {
                 found.classes.push(u);
             }
-            if j.record.state.is_final() {
+            if j.record.state().is_final() {
                 found.ended += 1;
             }
         }
@@ -191,7 +191,7 @@ impl MasterState {
         let Some(j) = self.jobs.get(job) else {
             return;
         };
-        let state = j.record.state;
+        let state = j.record.state();
         if state == State::Running {
             // Started already when it was starting: only its own word changes.
             self.gates.summaries().remove(&job.0);
@@ -231,7 +231,7 @@ impl MasterState {
         *cache.entry(array).or_insert_with(|| {
             self.dependency_targets(array.0)
                 .iter()
-                .filter(|j| match j.record.state {
+                .filter(|j| match j.record.state() {
                     State::Queued => !self.gated.contains(&j.id()),
                     s => s.is_placed(),
                 })
@@ -277,10 +277,10 @@ impl MasterState {
 
     /// Queue the gated jobs whose gate opened; end those whose dependency can never hold.
     /// Only jobs something changed for are looked at (`GateIndex::dirty`), at most
-    /// `ADMIT_PER_BATCH` a batch; what they change marks more, looked at in turn.
+    /// `ADMIT_PER_ROUND` a round; what they change marks more, looked at in turn.
     pub(super) fn admit_ready(&mut self, fx: &mut Effects, now: Now) {
         let mut cache = HashMap::new();
-        for _ in 0..ADMIT_PER_BATCH {
+        for _ in 0..ADMIT_PER_ROUND {
             let Some(id) = self.gates.dirty.pop_first() else {
                 return;
             };
@@ -340,7 +340,7 @@ impl MasterState {
                 format!("array {array} runs at most {limit} tasks at once")
             }
             Some(Gate::Never(d, u)) => never_text(d, u),
-            None => "released: queued with the next batch".into(),
+            None => "released: queued with the next round".into(),
         }
     }
 
@@ -365,7 +365,7 @@ impl MasterState {
                 "job {id} is a step of allocation {a}: steps are not held (hold the allocation,                  or cancel the step)"
             )));
         }
-        let state = job.record.state;
+        let state = job.record.state();
         if state.is_final() {
             return Err(MasterError::AlreadyEnded {
                 job: id,
@@ -439,7 +439,7 @@ impl MasterState {
                     admin: caller.admin && caller.owner.uid != job.record.owner.uid,
                 })
             }
-            // Queued again after this batch (admit_ready), if nothing else holds it.
+            // Queued again after this round (admit_ready), if nothing else holds it.
             Some(false) => {
                 job.record.hold = None;
                 self.gates.dirty.insert(id);

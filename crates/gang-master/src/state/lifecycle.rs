@@ -214,10 +214,11 @@ impl MasterState {
         });
         let array = new.at_submit.array.clone();
         let spec = new.resolve(self.defaults());
-        let record = |id: JobId, spec: Arc<Spec>, array: Option<ArrayTask>| JobRecord {
-            hold: hold.clone(),
-            array,
-            ..JobRecord::queued(id, spec, shape.w, shape.h, now.wall_ns)
+        let record = |id: JobId, spec: Arc<Spec>, array: Option<ArrayTask>| {
+            let mut r = JobRecord::queued(id, spec, shape.w, shape.h, now.wall_ns);
+            r.hold = hold.clone();
+            r.array = array;
+            r
         };
         let spec = Arc::new(spec);
         let records: Vec<JobRecord> = match &array {
@@ -270,7 +271,7 @@ impl MasterState {
                     Err(e) => {
                         warn!(job = %id, error = %e, "the scheduler refused a validated job");
                         let job = self.jobs.get_mut(id).expect("inserted");
-                        job.record.state = State::Failed;
+                        super::transition(fx, &mut job.record, State::Failed);
                         job.record.reason = format!("could not be queued: {e}");
                         job.record.end_ns = now.wall_ns;
                     }
@@ -300,7 +301,7 @@ impl MasterState {
         if let Some(caller) = by {
             self.check_access(caller, job, "cancel")?;
         }
-        match job.record.state {
+        match job.record.state() {
             State::Queued => {
                 let plan = if self.gated.remove(&id) || job.record.allocation.is_some() {
                     Default::default()
@@ -344,7 +345,7 @@ impl MasterState {
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
-        job.record.state = State::Cancelled;
+        super::transition(fx, &mut job.record, State::Cancelled);
         job.record.reason = why;
         job.record.end_ns = now.wall_ns;
         fx.emit(Effect::Metric(Metric::Finished(State::Cancelled)));
@@ -362,10 +363,14 @@ impl MasterState {
     }
 
     pub(super) fn launch(&mut self, fx: &mut Effects, now: Now, id: JobId, submesh: Submesh) {
-        let Some(job) = self.jobs.get_mut(id).filter(|j| !j.record.state.is_final()) else {
+        let Some(job) = self
+            .jobs
+            .get_mut(id)
+            .filter(|j| !j.record.state().is_final())
+        else {
             return;
         };
-        job.record.state = State::Starting;
+        super::transition(fx, &mut job.record, State::Starting);
         job.record.submesh = Some(submesh);
         job.record.start_ns = now.wall_ns;
         job.run_accounted_to = now.wall_ns;
@@ -454,13 +459,14 @@ impl MasterState {
             .iter()
             .all(|r| matches!(r, Rank::Running | Rank::Exited(_)));
         if !started
-            || job.record.state != State::Starting
+            || job.record.state() != State::Starting
             || job.failure.is_some()
             || job.cancelled.is_some()
         {
             return;
         }
-        self.jobs.get_mut(id).expect("present").record.state = State::Running;
+        let job = self.jobs.get_mut(id).expect("present");
+        super::transition(fx, &mut job.record, State::Running);
         if let Some(t) = self.placed_at.remove(&id) {
             fx.emit(Effect::Metric(Metric::Launched(
                 (now.mono_ns - t.mono_ns) as f64 / 1e9,
@@ -477,7 +483,7 @@ impl MasterState {
         rank: u32,
         result: std::result::Result<u32, LaunchFailure>,
     ) {
-        let Some(job) = self.jobs.get(id).filter(|j| !j.record.state.is_final()) else {
+        let Some(job) = self.jobs.get(id).filter(|j| !j.record.state().is_final()) else {
             return;
         };
         let Some(&slot) = job.ranks.get(rank as usize) else {
@@ -592,7 +598,7 @@ impl MasterState {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        if job.record.state.is_final() {
+        if job.record.state().is_final() {
             return;
         }
         if job.record.allocate {
@@ -627,7 +633,7 @@ impl MasterState {
                 _ => (State::Completed, Some(0), String::new()),
             },
         };
-        job.record.state = state;
+        super::transition(fx, &mut job.record, state);
         job.record.exit_code = code;
         job.record.reason = reason;
         job.record.end_ns = now.wall_ns;
@@ -649,13 +655,13 @@ impl MasterState {
         }
     }
 
-    /// Persist a job and announce it (both take effect with the batch), and count it in
+    /// Persist a job and announce it (both take effect with the round), and count it in
     /// its owner's queued jobs while it is queued.
     pub(super) fn save(&mut self, fx: &mut Effects, now: Now, id: JobId) {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        let queued = job.record.state == State::Queued;
+        let queued = job.record.state() == State::Queued;
         if queued != job.charged {
             let (uid, spec) = (job.record.owner.uid, job.record.spec.clone());
             if queued {

@@ -41,7 +41,7 @@ impl MasterState {
             let Some(job) = self.jobs.get(id) else {
                 continue;
             };
-            if !job.record.state.is_placed() || !runs_there(job, a.rank, node) {
+            if !job.record.state().is_placed() || !runs_there(job, a.rank, node) {
                 warn!(job = %id, rank = a.rank, node = ?node, "activity report for a rank that does not run there: ignored");
                 continue;
             }
@@ -54,7 +54,7 @@ impl MasterState {
         let ids: Vec<JobId> = self
             .jobs
             .live()
-            .filter(|j| j.record.state == State::Running && j.shim.is_some())
+            .filter(|j| j.record.state() == State::Running && j.shim.is_some())
             .filter(|j| j.cancelled.is_none() && j.failure.is_none())
             .map(|j| j.id())
             .collect();
@@ -92,7 +92,7 @@ impl MasterState {
                 self.save(fx, now, id);
                 self.maybe_finish(fx, now, id);
             } else {
-                // Parked from the end of this batch on (`parked_jobs`, the next table).
+                // Parked from the end of this round on (`parked_jobs`, the next table).
                 let view = self.job_view(self.jobs.get(id).expect("present"), now);
                 fx.emit(Effect::JobChanged(Box::new(view)));
             }
@@ -106,7 +106,7 @@ impl MasterState {
     pub(super) fn parked_jobs(&self) -> BTreeSet<JobId> {
         self.jobs
             .live()
-            .filter(|j| j.record.state == State::Running)
+            .filter(|j| j.record.state() == State::Running)
             // A step runs in its allocation's slots: its deadlock is reported, and the
             // allocation keeps its rows.
             .filter(|j| j.record.allocation.is_none())
@@ -138,17 +138,17 @@ impl MasterState {
             )));
         }
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
-        if !job.record.state.is_placed() || job.failure.is_some() || job.cancelled.is_some() {
+        if !job.record.state().is_placed() || job.failure.is_some() || job.cancelled.is_some() {
             // A placed job with a failure or a cancel is ending, though its state still
             // says running until its ranks are gone.
-            let state = if job.record.state.is_placed() {
+            let state = if job.record.state().is_placed() {
                 if job.cancelled.is_some() {
                     "being cancelled"
                 } else {
                     "failing"
                 }
             } else {
-                state_word(job.record.state)
+                state_word(job.record.state())
             };
             return Err(MasterError::NotRunning { job: id, state });
         }

@@ -67,7 +67,7 @@ impl MasterState {
             let ours = self
                 .jobs
                 .get(id)
-                .is_some_and(|j| !j.record.state.is_final() && j.rank_on(x, y) == Some(rank));
+                .is_some_and(|j| !j.record.state().is_final() && j.rank_on(x, y) == Some(rank));
             if !ours {
                 kill_jobs.push(id);
                 continue;
@@ -108,7 +108,7 @@ impl MasterState {
             let plan = self.sched.set_node_offline(now.mono_s(), x, y, false)?;
             self.execute(fx, now, plan);
         }
-        // A new table for the changes above goes out after the batch; this one brings the
+        // A new table for the changes above goes out after the round; this one brings the
         // agent up to date now (it may have missed tables while away).
         self.nodes[i].table_version = 0;
         self.send_table(fx, now, i);
@@ -142,7 +142,7 @@ impl MasterState {
         let (x, y) = hb.node;
         for &(id, rank) in &hb.running {
             let stray = self.jobs.get(id).is_none_or(|j| {
-                j.record.state.is_final()
+                j.record.state().is_final()
                     || j.ranks.get(rank as usize).is_none_or(|s| *s == Rank::Gone)
             });
             if stray {

@@ -1,7 +1,7 @@
 //! The master's events, one function each, in the shape of HyperQueue's tako reactor: the
 //! state, the way out ([`Effects`]) and the instant ([`Now`]) are passed in; nothing here
-//! reads a clock or touches the network or the disk. Each runs inside a batch
-//! (`batch::run`).
+//! reads a clock or touches the network or the disk. Each runs inside a round
+//! (`round::run`).
 //!
 //! | event | from |
 //! |---|---|
@@ -11,7 +11,7 @@
 //! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
 //! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
 //! | [`on_tick`] | a timer, every 100 ms |
-//! | [`end_batch`] | `batch::run`, after each batch |
+//! | [`end_round`] | `round::run`, after each round |
 //!
 //! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
 
@@ -38,7 +38,7 @@ pub fn on_recover(
     st.recover(fx, now, records, drained)
 }
 
-/// Accept a job: durable (saved in this batch) before the caller hears of it.
+/// Accept a job: durable (saved in this round) before the caller hears of it.
 pub fn on_submit(st: &mut MasterState, fx: &mut Effects, now: Now, job: NewJob) -> Result<JobView> {
     st.submit(fx, now, job)
 }
@@ -142,9 +142,9 @@ pub fn on_tick(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.deadlock_checks(fx, now);
 }
 
-/// After every batch: held and dependent jobs whose gate opened are queued (or ended, if
+/// After every round: held and dependent jobs whose gate opened are queued (or ended, if
 /// a dependency can never hold), then a new slice table if the matrix's rows changed.
-pub fn end_batch(st: &mut MasterState, fx: &mut Effects, now: Now) {
+pub fn end_round(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.admit_ready(fx, now);
     st.admit_waiting_steps(fx, now);
     st.publish_table(fx, now)

@@ -49,7 +49,7 @@ impl MasterState {
         let mut restored = Vec::new();
         let mut running = vec![];
         let records = records.into_iter().filter_map(|r| {
-            if r.state.is_placed() {
+            if r.state().is_placed() {
                 running.push(r);
                 None
             } else {
@@ -68,7 +68,7 @@ impl MasterState {
                 estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
                 user: job.record.spec.owner.uid,
             };
-            match job.record.state {
+            match job.record.state() {
                 // A step never meets the core: it waits for its allocation's nodes
                 // (`admit_waiting_steps`), or runs in them, adopted until its ranks report.
                 State::Queued if job.record.allocation.is_some() => {
@@ -103,7 +103,7 @@ impl MasterState {
                             let why =
                                 format!("could not be placed back after a master restart: {e}");
                             job.fail(None, why.clone());
-                            job.record.state = State::Failed;
+                            super::transition(fx, &mut job.record, State::Failed);
                             job.record.reason = why;
                             job.record.end_ns = now.wall_ns;
                             found.lost += 1;
@@ -112,7 +112,7 @@ impl MasterState {
                 }
                 _ => {}
             }
-            if job.record.state == State::Queued {
+            if job.record.state() == State::Queued {
                 st.queued.charge(job.record.owner.uid, &job.record.spec);
                 job.charged = true;
             }
@@ -243,7 +243,7 @@ impl MasterState {
         let Some(job) = self.jobs.get(id) else {
             return false;
         };
-        let untouched = job.record.state == State::Starting
+        let untouched = job.record.state() == State::Starting
             && job.record.allocation.is_none()
             && !job.record.allocate
             && job.failure.is_none()
@@ -268,7 +268,7 @@ impl MasterState {
         self.placed_at.remove(&id);
         let job = self.jobs.get_mut(id).expect("looked at above");
         let mut record = job.record.clone();
-        record.state = State::Queued;
+        super::transition(fx, &mut record, State::Queued);
         record.submesh = None;
         record.start_ns = 0;
         record.run_ns = 0;

@@ -1,4 +1,4 @@
-//! The master's sanity check, run after every batch in debug builds and after every step
+//! The master's sanity check, run after every round in debug builds and after every step
 //! of the reactor's tests: the core's own invariants, plus the job table, the node table and
 //! the slice matrix agreeing with one another.
 
@@ -15,12 +15,12 @@ impl MasterState {
         use std::collections::{BTreeMap, HashSet};
         let mut counted: BTreeMap<u32, (usize, u64, HashSet<usize>)> = BTreeMap::new();
         for job in self.jobs.live() {
-            let queued = job.record.state == State::Queued;
+            let queued = job.record.state() == State::Queued;
             if queued != job.charged {
                 return Err(format!(
                     "job {} is {:?} but charged={}",
                     job.id(),
-                    job.record.state,
+                    job.record.state(),
                     job.charged
                 ));
             }
@@ -49,7 +49,7 @@ impl MasterState {
         Ok(())
     }
 
-    /// What was kept between batches is what the jobs say now, and no gated job whose gate
+    /// What was kept between rounds is what the jobs say now, and no gated job whose gate
     /// opened (or can never open) is forgotten: each is marked to be looked at again.
     fn check_gates_looked_at(&self) -> Result<(), String> {
         self.check_summaries()?;
@@ -119,7 +119,7 @@ impl MasterState {
                 self.check_step(job, alloc)?;
                 continue;
             }
-            match r.state {
+            match r.state() {
                 // Either the core has it, or a gate keeps it out (held, dependency, array
                 // limit): exactly one.
                 State::Queued if in_queue == gated || in_matrix => {
@@ -139,7 +139,7 @@ impl MasterState {
                 State::Starting | State::Running => {
                     let p =
                         self.sched.matrix().placement(id).ok_or_else(|| {
-                            format!("{:?} job {id} is not in the matrix", r.state)
+                            format!("{:?} job {id} is not in the matrix", r.state())
                         })?;
                     if r.submesh != Some(p.submesh) {
                         return Err(format!(
@@ -187,7 +187,7 @@ impl MasterState {
             let placed_step = self
                 .jobs
                 .get(*id)
-                .is_some_and(|j| j.record.allocation.is_some() && j.record.state.is_placed());
+                .is_some_and(|j| j.record.allocation.is_some() && j.record.state().is_placed());
             if !placed.contains(id) && !placed_step {
                 return Err(format!("job {id} is awaited but not placed"));
             }
@@ -200,20 +200,21 @@ impl MasterState {
     fn check_step(&self, job: &crate::job::Job, alloc: JobId) -> Result<(), String> {
         let id = job.id();
         let r = &job.record;
-        if r.state.is_final() {
+        if r.state().is_final() {
             return Ok(());
         }
         let a = self
             .jobs
             .get(alloc)
             .ok_or_else(|| format!("step {id}: there is no allocation {alloc}"))?;
-        if !a.record.allocate || !a.record.state.is_placed() {
+        if !a.record.allocate || !a.record.state().is_placed() {
             return Err(format!(
                 "live step {id} of {alloc}, which is {:?} (an allocation: {})",
-                a.record.state, a.record.allocate
+                a.record.state(),
+                a.record.allocate
             ));
         }
-        if !r.state.is_placed() {
+        if !r.state().is_placed() {
             return Ok(());
         }
         let (Some(sm), Some(area)) = (r.submesh, a.record.submesh) else {
@@ -242,7 +243,7 @@ impl MasterState {
             let Some(o) = self
                 .jobs
                 .get(other)
-                .filter(|o| other != id && o.record.state.is_placed())
+                .filter(|o| other != id && o.record.state().is_placed())
             else {
                 continue;
             };

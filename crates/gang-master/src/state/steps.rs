@@ -28,7 +28,11 @@ impl MasterState {
         self.jobs
             .steps_of(alloc)
             .iter()
-            .filter(|&&s| self.jobs.get(s).is_some_and(|j| !j.record.state.is_final()))
+            .filter(|&&s| {
+                self.jobs
+                    .get(s)
+                    .is_some_and(|j| !j.record.state().is_final())
+            })
             .count()
     }
 
@@ -38,7 +42,7 @@ impl MasterState {
             .steps_of(alloc)
             .iter()
             .filter_map(|&s| self.jobs.get(s))
-            .filter(|j| j.record.state.is_placed())
+            .filter(|j| j.record.state().is_placed())
             .filter_map(|j| j.record.submesh.map(|sm| (j.id(), sm)))
             .collect()
     }
@@ -62,9 +66,9 @@ impl MasterState {
                  them); unset GANG_ALLOCATION_ID to submit a job of its own"
             )));
         }
-        if !a.record.state.is_placed() || a.allocation_over() {
-            let state = super::messaging::state_word(a.record.state);
-            let state = if a.record.state.is_placed() {
+        if !a.record.state().is_placed() || a.allocation_over() {
+            let state = super::messaging::state_word(a.record.state());
+            let state = if a.record.state().is_placed() {
                 "ending"
             } else {
                 state
@@ -89,7 +93,7 @@ impl MasterState {
     }
 
     /// A step: checked against its allocation, then placed on its free nodes or left to
-    /// wait for them. Durable in the batch, as any submission.
+    /// wait for them. Durable in the round, as any submission.
     pub(super) fn submit_step(
         &mut self,
         fx: &mut Effects,
@@ -122,10 +126,9 @@ impl MasterState {
         let spec = new.resolve(self.defaults());
         let id = JobId(self.next_id);
         self.next_id += 1;
-        self.jobs.insert(Job::new(JobRecord {
-            step: Some(number),
-            ..JobRecord::queued(id, Arc::new(spec), shape.w, shape.h, now.wall_ns)
-        }));
+        let mut record = JobRecord::queued(id, Arc::new(spec), shape.w, shape.h, now.wall_ns);
+        record.step = Some(number);
+        self.jobs.insert(Job::new(record));
         fx.emit(Effect::Metric(Metric::Submitted));
         self.save(fx, now, id);
         self.admit_steps(fx, now, alloc);
@@ -137,7 +140,7 @@ impl MasterState {
         let Some(area) = self
             .jobs
             .get(alloc)
-            .filter(|a| a.record.state.is_placed() && !a.allocation_over())
+            .filter(|a| a.record.state().is_placed() && !a.allocation_over())
             .and_then(|a| a.record.submesh)
         else {
             return;
@@ -150,7 +153,7 @@ impl MasterState {
             .filter(|&s| {
                 self.jobs
                     .get(s)
-                    .is_some_and(|j| j.record.state == State::Queued)
+                    .is_some_and(|j| j.record.state() == State::Queued)
             })
             .collect();
         // A node that is down takes no step (after a master restart, none until its agent
@@ -176,7 +179,7 @@ impl MasterState {
         }
     }
 
-    /// Start waiting steps wherever their allocation has room: after each batch, for the
+    /// Start waiting steps wherever their allocation has room: after each round, for the
     /// steps a master restart found waiting (the others are started when they come, or
     /// when a step ends).
     pub(super) fn admit_waiting_steps(&mut self, fx: &mut Effects, now: Now) {
@@ -189,7 +192,7 @@ impl MasterState {
                 self.jobs.steps_of(id).iter().any(|&s| {
                     self.jobs
                         .get(s)
-                        .is_some_and(|j| j.record.state == State::Queued)
+                        .is_some_and(|j| j.record.state() == State::Queued)
                 })
             })
             .collect();
@@ -207,7 +210,7 @@ impl MasterState {
             let Some(j) = self.jobs.get(s) else {
                 continue;
             };
-            match j.record.state {
+            match j.record.state() {
                 State::Queued => self.end_unplaced(fx, now, s, why.clone()),
                 State::Starting | State::Running if j.cancelled.is_none() => {
                     let _ = self.cancel(fx, now, s, None, why.clone());
@@ -258,7 +261,7 @@ impl MasterState {
                 }
             )));
         }
-        let state = job.record.state;
+        let state = job.record.state();
         if state.is_final() {
             return Err(MasterError::AlreadyEnded {
                 job: id,

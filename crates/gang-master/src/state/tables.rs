@@ -1,6 +1,6 @@
 //! Slice tables published to the agents, and run time accounted under them.
 //!
-//! After each batch, if the matrix's rows changed, a new version is published (the planner
+//! After each round, if the matrix's rows changed, a new version is published (the planner
 //! is `gang_core::Slicer`): persisted, then sent to every agent that is up, each its own
 //! view. Agents acknowledge; one that misses it gets it again when a heartbeat shows it
 //! behind, or when it registers. A job's run time is the time its rows were scheduled
@@ -24,7 +24,7 @@ impl MasterState {
     /// A job's run time up to `wall_ns`: accounted, plus what its tables give since;
     /// nothing more once it was cancelled (its run time stops with the cancel).
     pub(super) fn run_ns(&self, j: &Job, wall_ns: i64) -> i64 {
-        if !j.record.state.is_placed() || j.cancelled.is_some() {
+        if !j.record.state().is_placed() || j.cancelled.is_some() {
             return j.record.run_ns;
         }
         j.record.run_ns
@@ -48,7 +48,7 @@ impl MasterState {
             .filter(|&id| {
                 self.jobs
                     .get(id)
-                    .is_some_and(|j| j.record.state.is_placed())
+                    .is_some_and(|j| j.record.state().is_placed())
             })
             .collect();
         for id in ids {
@@ -69,7 +69,7 @@ impl MasterState {
         let limited: Vec<(JobId, u64)> = self
             .jobs
             .live()
-            .filter(|j| j.record.state.is_placed() && j.cancelled.is_none())
+            .filter(|j| j.record.state().is_placed() && j.cancelled.is_none())
             .filter(|j| {
                 // A limit beyond i64 nanoseconds (292 years) is never reached.
                 let limit_ns = i64::try_from(j.record.time_limit_s)
@@ -81,7 +81,7 @@ impl MasterState {
             .collect();
         if now.mono_ns - self.run_saved_ns > RUN_SAVE_EVERY_NS {
             self.run_saved_ns = now.mono_ns;
-            for j in self.jobs.live().filter(|j| j.record.state.is_placed()) {
+            for j in self.jobs.live().filter(|j| j.record.state().is_placed()) {
                 fx.emit(Effect::Save(Save::Job(Box::new(
                     j.persisted(self.home_slice(j.id())),
                 ))));

@@ -238,7 +238,7 @@ fn arrays_make_one_job_per_task_and_keep_to_their_limit() {
     w = w.restart();
     w.register_all();
     assert_eq!(w.view(4).argv, argv, "the array's spec put back");
-    assert_eq!(w.view(4).state, Queued);
+    assert_eq!(w.view(4).state(), Queued);
     assert_eq!(
         w.view(5).pending_reason,
         "array 1 runs at most 2 tasks at once"
