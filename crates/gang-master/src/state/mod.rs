@@ -22,24 +22,16 @@
 //! ([`MasterState::checkpoint`] / [`MasterState::rollback`]). The daemon's side
 //! (the task, SQLite, tonic) is `crate::actor`; nothing here uses tokio, tonic or protobuf.
 
+pub mod effects;
+pub mod events;
+mod policy;
+pub mod queries;
+pub mod reactor;
+mod records;
 pub mod round;
 /// Old name of `round`, kept while the daemon's callers move.
 pub use round as batch;
-pub mod effects;
-pub mod events;
-mod gates;
-mod jobs;
-mod lifecycle;
-mod messaging;
-mod node_table;
-mod nodes;
-pub mod queries;
-mod queued;
-pub mod reactor;
-mod recovery;
 mod sanity;
-mod steps;
-mod tables;
 pub mod views;
 
 #[cfg(test)]
@@ -53,9 +45,9 @@ use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
 
 use crate::config::MasterConfig;
 use crate::error::Result;
-pub use jobs::JobTable;
-use node_table::NodeTable;
-pub use nodes::Node;
+pub use reactor::nodes::Node;
+pub use records::jobs::JobTable;
+use records::node_table::NodeTable;
 
 /// The instant a round is handled at, read once by the actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +102,9 @@ pub struct MasterState {
     /// throttled by their array (see `gates`). Not saved: found again from the jobs.
     gated: BTreeSet<JobId>,
     /// What each user has queued (see `queued`), kept with its own undo journal.
-    queued: queued::Queued,
+    queued: records::queued::Queued,
     /// Who waits on what, and which gated jobs to look at again (see `gates`).
-    gates: gates::GateIndex,
+    gates: policy::dependency::GateIndex,
 }
 
 /// Move a job's record to `to` through the transition table (`job::transition`); a move the

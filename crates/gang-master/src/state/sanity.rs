@@ -32,7 +32,7 @@ impl MasterState {
             if c.2
                 .insert(std::sync::Arc::as_ptr(&job.record.spec) as usize)
             {
-                c.1 += super::queued::spec_bytes(&job.record.spec);
+                c.1 += crate::state::records::queued::spec_bytes(&job.record.spec);
             }
         }
         let kept: BTreeMap<u32, (usize, u64)> =
@@ -59,7 +59,7 @@ impl MasterState {
                 return Err(format!("gated job {id} is not in the job table"));
             };
             let gate = self.gate(job, &mut cache);
-            let stuck = matches!(gate, None | Some(super::gates::Gate::Never(..)));
+            let stuck = matches!(gate, None | Some(crate::state::policy::Gate::Never(..)));
             if stuck && !self.gates.dirty.contains(&id) {
                 return Err(format!(
                     "gated job {id} may move ({gate:?}) but nothing will look at it again"

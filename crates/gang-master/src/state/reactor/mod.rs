@@ -14,6 +14,23 @@
 //! | [`end_round`] | `round::run`, after each round |
 //!
 //! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
+//!
+//! What each event decides is in the module of its subject: `submit`, `launch`, `end`,
+//! `update`, `nodes` (registration, heartbeats, timeouts, drain), `messaging` (activity,
+//! deadlocks, fences), `tables` (slice tables, run time), `recovery` (a restarted master);
+//! the policies a queued job meets are `state::policy`.
+
+mod end;
+mod launch;
+pub(in crate::state) mod messaging;
+pub(in crate::state) mod nodes;
+mod recovery;
+mod submit;
+mod tables;
+mod update;
+
+pub use end::TIMEOUT_EXIT;
+pub use update::on_update;
 
 use gang_core::JobId;
 
@@ -21,12 +38,11 @@ use crate::error::Result;
 use crate::job::SavedJob;
 use crate::state::effects::{Coord, Effects};
 use crate::state::events::{
-    Caller, FenceArrival, Heartbeat, JobUpdate, LaunchFailure, NewJob, RankExit, Registered,
-    Registration,
+    Caller, FenceArrival, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
 };
-use crate::state::recovery::Recovered;
 use crate::state::views::{JobView, NodeView};
 use crate::state::{MasterState, Now};
+use recovery::Recovered;
 
 pub fn on_recover(
     st: &mut MasterState,
@@ -53,18 +69,6 @@ pub fn on_cancel(
 ) -> Result<JobView> {
     let why = format!("cancelled by {}", caller.owner.user);
     st.cancel(fx, now, job, Some(caller), why)
-}
-
-/// Hold, release, a new time limit or name: the job's owner or an admin (raising a time
-/// limit and releasing an admin's hold: admins only).
-pub fn on_update(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    caller: &Caller,
-    update: JobUpdate,
-) -> Result<JobView> {
-    st.update(fx, now, caller, update)
 }
 
 /// Admins only.

@@ -6,7 +6,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use crate::state::nodes::Node;
+use crate::state::reactor::nodes::Node;
 
 #[derive(Debug, Default)]
 pub struct NodeTable {

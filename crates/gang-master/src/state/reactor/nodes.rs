@@ -33,7 +33,7 @@ pub struct Node {
 }
 
 impl MasterState {
-    pub(super) fn unknown_node(&self, (x, y): Coord) -> MasterError {
+    pub(in crate::state) fn unknown_node(&self, (x, y): Coord) -> MasterError {
         MasterError::UnknownNode {
             x,
             y,
@@ -42,7 +42,7 @@ impl MasterState {
         }
     }
 
-    pub(super) fn register(
+    pub(in crate::state) fn register(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -126,7 +126,12 @@ impl MasterState {
     }
 
     /// Whether the master knows the agent (false: it must register again).
-    pub(super) fn heartbeat(&mut self, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
+    pub(in crate::state) fn heartbeat(
+        &mut self,
+        fx: &mut Effects,
+        now: Now,
+        hb: Heartbeat,
+    ) -> bool {
         let Some(i) = self.node_index(hb.node).filter(|&i| self.nodes[i].up) else {
             return false;
         };
@@ -161,7 +166,7 @@ impl MasterState {
         true
     }
 
-    pub(super) fn table_acked(&mut self, node: Coord, version: u64) {
+    pub(in crate::state) fn table_acked(&mut self, node: Coord, version: u64) {
         if let Some(i) = self.node_index(node) {
             let n = &mut self.nodes[i];
             n.table_version = n.table_version.max(version);
@@ -169,7 +174,7 @@ impl MasterState {
     }
 
     /// Any call of the agent of `node` shows it alive, as a heartbeat does.
-    pub(super) fn heard(&mut self, node: Coord, now: Now) {
+    pub(in crate::state) fn heard(&mut self, node: Coord, now: Now) {
         if let Some(i) = self.node_index(node) {
             let n = &mut self.nodes[i];
             n.heard_live_ns = n.heard_live_ns.max(now.live_ns);
@@ -180,14 +185,14 @@ impl MasterState {
     /// A call to the agent of `node` could not reach it: until it is heard from again,
     /// its silence is judged by the node timeout even while it runs nothing (quiet
     /// liveness does not hide an agent known to be gone).
-    pub(super) fn unreachable(&mut self, node: Coord) {
+    pub(in crate::state) fn unreachable(&mut self, node: Coord) {
         if let Some(i) = self.node_index(node) {
             self.nodes[i].unreachable = true;
         }
     }
 
     /// The agent of the node that runs `rank` of `job` answered.
-    pub(super) fn heard_from_rank(&mut self, job: JobId, rank: u32, now: Now) {
+    pub(in crate::state) fn heard_from_rank(&mut self, job: JobId, rank: u32, now: Now) {
         if let Some(node) = self.jobs.get(job).and_then(|j| j.node_of(rank)) {
             self.heard(node, now);
         }
@@ -222,7 +227,7 @@ impl MasterState {
     }
 
     /// The two latest times up nodes were heard from (live clock).
-    pub(super) fn hearing(&self) -> Hearing {
+    pub(in crate::state) fn hearing(&self) -> Hearing {
         let mut h = Hearing {
             latest: None,
             second: None,
@@ -250,7 +255,7 @@ impl MasterState {
     /// whoever was cut off); or, for a node that is up, no other node is up to compare it
     /// with. All nodes silent together says more about the master (its network, its host)
     /// than about them.
-    pub(super) fn silence_is_its_own(
+    pub(in crate::state) fn silence_is_its_own(
         &self,
         hearing: &Hearing,
         node: Option<usize>,
@@ -279,7 +284,7 @@ impl MasterState {
     /// again, and registration tells it to kill the ranks of the jobs that ended meanwhile.
     /// So a partitioned agent, which keeps its ranks for its lease, never shares its node
     /// with a job placed after it was given up.
-    pub(super) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let busy_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
         let idle_ns = i64::from(self.cfg.idle_node_timeout_ms) * 1_000_000;
         // Worked out only when some node is silent past the shorter limit.
@@ -331,7 +336,7 @@ impl MasterState {
         }
     }
 
-    pub(super) fn set_drained(
+    pub(in crate::state) fn set_drained(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -363,7 +368,13 @@ impl MasterState {
     }
 
     /// Tell the agent of `node` to stop a job's ranks there.
-    pub(super) fn signal_node(&self, fx: &mut Effects, id: JobId, node: Coord, grace_ms: u32) {
+    pub(in crate::state) fn signal_node(
+        &self,
+        fx: &mut Effects,
+        id: JobId,
+        node: Coord,
+        grace_ms: u32,
+    ) {
         let Some(addr) = self
             .node_index(node)
             .and_then(|i| self.nodes[i].address.as_deref())
@@ -382,7 +393,7 @@ impl MasterState {
 /// The two latest times up nodes were heard from, so that "was another node heard since"
 /// costs one comparison a node.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Hearing {
+pub(in crate::state) struct Hearing {
     /// The latest, and which node.
     latest: Option<(i64, usize)>,
     /// The latest of any other node.

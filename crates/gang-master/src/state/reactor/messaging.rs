@@ -17,7 +17,7 @@ use crate::state::effects::{Coord, Effect, Effects, Metric};
 use crate::state::events::FenceArrival;
 use crate::state::{MasterState, Now};
 
-pub(super) fn state_word(s: State) -> &'static str {
+pub(in crate::state) fn state_word(s: State) -> &'static str {
     match s {
         State::Queued => "queued",
         State::Starting => "starting",
@@ -30,13 +30,13 @@ pub(super) fn state_word(s: State) -> &'static str {
 }
 
 /// Whether `node` is where `rank` of `job` runs.
-pub(super) fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
+pub(in crate::state) fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
     rank < job.size() && job.node_of(rank) == Some(node)
 }
 
 impl MasterState {
     /// Activity reports from a heartbeat of `node`.
-    pub(super) fn note_activity(&mut self, node: Coord, reports: &[(JobId, Activity)]) {
+    pub(in crate::state) fn note_activity(&mut self, node: Coord, reports: &[(JobId, Activity)]) {
         for &(id, a) in reports {
             let Some(job) = self.jobs.get(id) else {
                 continue;
@@ -50,7 +50,7 @@ impl MasterState {
     }
 
     /// One deadlock check of every running job whose ranks all reported since the last.
-    pub(super) fn deadlock_checks(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn deadlock_checks(&mut self, fx: &mut Effects, now: Now) {
         let ids: Vec<JobId> = self
             .jobs
             .live()
@@ -103,7 +103,7 @@ impl MasterState {
     /// their place but get no slots, held stopped until cancelled, so that a job that can
     /// never progress stops taking time from the slices that can (SCore-D's point in
     /// detecting a global state: give the processors back).
-    pub(super) fn parked_jobs(&self) -> BTreeSet<JobId> {
+    pub(in crate::state) fn parked_jobs(&self) -> BTreeSet<JobId> {
         self.jobs
             .live()
             .filter(|j| j.record.state() == State::Running)
@@ -117,7 +117,7 @@ impl MasterState {
     }
 
     /// A rank arrives at a fence: its answer now, or later through `Effect::FenceDone`.
-    pub(super) fn fence(
+    pub(in crate::state) fn fence(
         &mut self,
         fx: &mut Effects,
         arrival: FenceArrival,

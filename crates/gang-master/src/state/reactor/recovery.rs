@@ -21,7 +21,7 @@ pub struct Recovered {
 impl MasterState {
     /// Every node starts offline until its agent registers; jobs come back: running ones
     /// at their submesh, queued ones in submission order.
-    pub(super) fn recover(
+    pub(in crate::state) fn recover(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -103,7 +103,7 @@ impl MasterState {
                             let why =
                                 format!("could not be placed back after a master restart: {e}");
                             job.fail(None, why.clone());
-                            super::transition(fx, &mut job.record, State::Failed);
+                            crate::state::transition(fx, &mut job.record, State::Failed);
                             job.record.reason = why;
                             job.record.end_ns = now.wall_ns;
                             found.lost += 1;
@@ -191,7 +191,7 @@ impl MasterState {
     /// adoption timeout is longer than the node timeout: after a failover from a master
     /// that hung, agents find the new one each at its own pace (a call's deadline per
     /// master tried), and one that comes seconds after the others is slow, not gone.
-    pub(super) fn adoption_timeouts(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn adoption_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let overdue: Vec<(JobId, (i64, i64))> = self
             .adopted
             .iter()
@@ -268,7 +268,7 @@ impl MasterState {
         self.placed_at.remove(&id);
         let job = self.jobs.get_mut(id).expect("looked at above");
         let mut record = job.record.clone();
-        super::transition(fx, &mut record, State::Queued);
+        crate::state::transition(fx, &mut record, State::Queued);
         record.submesh = None;
         record.start_ns = 0;
         record.run_ns = 0;

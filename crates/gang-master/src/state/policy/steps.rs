@@ -24,7 +24,7 @@ use crate::state::{MasterState, Now};
 
 impl MasterState {
     /// Steps of `alloc` that have not ended.
-    pub(super) fn live_steps(&self, alloc: JobId) -> usize {
+    pub(in crate::state) fn live_steps(&self, alloc: JobId) -> usize {
         self.jobs
             .steps_of(alloc)
             .iter()
@@ -67,7 +67,7 @@ impl MasterState {
             )));
         }
         if !a.record.state().is_placed() || a.allocation_over() {
-            let state = super::messaging::state_word(a.record.state());
+            let state = crate::state::reactor::messaging::state_word(a.record.state());
             let state = if a.record.state().is_placed() {
                 "ending"
             } else {
@@ -94,7 +94,7 @@ impl MasterState {
 
     /// A step: checked against its allocation, then placed on its free nodes or left to
     /// wait for them. Durable in the round, as any submission.
-    pub(super) fn submit_step(
+    pub(in crate::state) fn submit_step(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -122,7 +122,11 @@ impl MasterState {
         // rectangle rather than the mesh.
         self.validate_command(&new)?;
         // Steps wait queued like jobs, and count as theirs.
-        self.check_queue_room(&new.owner, 1, super::queued::spec_bytes(&new))?;
+        self.check_queue_room(
+            &new.owner,
+            1,
+            crate::state::records::queued::spec_bytes(&new),
+        )?;
         let spec = new.resolve(self.defaults());
         let id = JobId(self.next_id);
         self.next_id += 1;
@@ -136,7 +140,7 @@ impl MasterState {
     }
 
     /// Start `alloc`'s waiting steps, oldest first, while its free nodes hold them.
-    pub(super) fn admit_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
+    pub(in crate::state) fn admit_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
         let Some(area) = self
             .jobs
             .get(alloc)
@@ -182,7 +186,7 @@ impl MasterState {
     /// Start waiting steps wherever their allocation has room: after each round, for the
     /// steps a master restart found waiting (the others are started when they come, or
     /// when a step ends).
-    pub(super) fn admit_waiting_steps(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn admit_waiting_steps(&mut self, fx: &mut Effects, now: Now) {
         let allocs: Vec<JobId> = self
             .sched
             .matrix()
@@ -203,7 +207,7 @@ impl MasterState {
 
     /// The allocation is over: its waiting steps end without running, its running ones are
     /// stopped (each ends once its ranks have).
-    pub(super) fn end_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
+    pub(in crate::state) fn end_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
         let why = format!("allocation {alloc} ended");
         let steps: Vec<JobId> = self.jobs.steps_of(alloc).to_vec();
         for s in steps {
@@ -221,7 +225,7 @@ impl MasterState {
     }
 
     /// Why a waiting step waits.
-    pub(super) fn step_pending_text(&self, job: &Job) -> String {
+    pub(in crate::state) fn step_pending_text(&self, job: &Job) -> String {
         let alloc = job.slot_job();
         let busy: Vec<String> = self
             .busy_in(alloc)
@@ -240,7 +244,7 @@ impl MasterState {
     }
 
     /// `EndAllocation`: the allocation's command (on the client: `gangctl alloc`) exited.
-    pub(super) fn end_allocation(
+    pub(in crate::state) fn end_allocation(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -265,7 +269,7 @@ impl MasterState {
         if state.is_final() {
             return Err(MasterError::AlreadyEnded {
                 job: id,
-                state: super::messaging::state_word(state),
+                state: crate::state::reactor::messaging::state_word(state),
             });
         }
         if state == State::Queued {
