@@ -2,9 +2,9 @@
 //! the recording port, one round per step, with the sanity check after every round.
 
 mod cases;
-mod gates;
 mod liveness;
 mod messaging;
+mod policy;
 mod props;
 mod requests;
 mod restarts;

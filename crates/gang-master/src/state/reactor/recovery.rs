@@ -18,6 +18,100 @@ pub struct Recovered {
     pub lost: usize,
 }
 
+/// Jobs read back, as they are taken one by one.
+#[derive(Default)]
+struct Restoring {
+    found: Recovered,
+    /// Jobs placed again (adopted, or failed trying).
+    placed: Vec<JobId>,
+    /// Queued jobs, queued once every job is back (gates read other jobs).
+    queued: Vec<JobSpec>,
+    restored: Vec<Box<Job>>,
+    /// When adopted ranks not reported back are lost (live ns).
+    adopt_due: i64,
+}
+
+impl Restoring {
+    fn take(
+        &mut self,
+        st: &mut MasterState,
+        fx: &mut Effects,
+        now: Now,
+        rec: SavedJob,
+    ) -> Result<()> {
+        st.next_id = st.next_id.max(rec.id.0 + 1);
+        let mut job = Job::restored(rec);
+        let id = job.id();
+        let spec = JobSpec {
+            id,
+            shape: Shape::new(job.record.w, job.record.h),
+            estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
+            user: job.record.spec.owner.uid,
+        };
+        match job.record.state() {
+            // A step never meets the core: it waits for its allocation's nodes
+            // (`admit_waiting_steps`), or runs in them, adopted until its ranks report.
+            State::Queued if job.record.allocation.is_some() => {
+                self.found.queued += 1;
+            }
+            State::Starting | State::Running if job.record.allocation.is_some() => {
+                job.run_accounted_to = now.wall_ns;
+                self.placed.push(id);
+                st.adopted.insert(id, (now.live_ns, self.adopt_due));
+                self.found.adopted += 1;
+            }
+            State::Queued => {
+                self.queued.push(spec);
+                self.found.queued += 1;
+            }
+            State::Starting | State::Running => self.adopt(st, fx, now, &mut job, spec)?,
+            _ => {}
+        }
+        if job.record.state() == State::Queued {
+            st.queued.charge(job.record.owner.uid, &job.record.spec);
+            job.charged = true;
+        }
+        self.restored.push(Box::new(job));
+        Ok(())
+    }
+
+    /// A running job back on its submesh; one that no longer fits fails.
+    fn adopt(
+        &mut self,
+        st: &mut MasterState,
+        fx: &mut Effects,
+        now: Now,
+        job: &mut Job,
+        spec: JobSpec,
+    ) -> Result<()> {
+        let id = job.id();
+        let sm = job
+            .record
+            .submesh
+            .ok_or_else(|| MasterError::Invalid(format!("running job {id} has no submesh")))?;
+        job.run_accounted_to = now.wall_ns;
+        self.placed.push(id);
+        match st.sched.adopt(now.mono_s(), spec, sm) {
+            Ok(_) => {
+                st.adopted.insert(id, (now.live_ns, self.adopt_due));
+                self.found.adopted += 1;
+            }
+            Err(e) => {
+                // Never abort startup over one job: fail it; its ranks are killed when
+                // their agents register (the job is final then).
+                warn!(job = %id, error = %e, "cannot place a running job back");
+                let why = format!("could not be placed back after a master restart: {e}");
+                job.fail(None, why.clone());
+                crate::state::transition(fx, &mut job.record, State::Failed);
+                job.record.reason = why;
+                job.record.end_ns = now.wall_ns;
+                self.found.lost += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl MasterState {
     /// Every node starts offline until its agent registers; jobs come back: running ones
     /// at their submesh, queued ones in submission order.
@@ -28,6 +122,66 @@ impl MasterState {
         records: impl IntoIterator<Item = SavedJob>,
         drained: &[Coord],
     ) -> Result<Recovered> {
+        self.start_offline(now, drained)?;
+        // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
+        // so each lands in a slice no later than its old one and the matrix fits again.
+        // Queued jobs keep their submission (id) order. The rest (a history of ended jobs,
+        // perhaps a million) are taken as they come, never copied together.
+        let mut back = Restoring {
+            // Agents find a master that just started at their own pace (`adopt_timeout_ms`).
+            adopt_due: now.live_ns + i64::from(self.cfg.adopt_timeout_ms) * 1_000_000,
+            ..Restoring::default()
+        };
+        let mut running = vec![];
+        for rec in records {
+            if rec.state().is_placed() {
+                running.push(rec);
+            } else {
+                back.take(self, fx, now, rec)?;
+            }
+        }
+        running.sort_by_key(|r| {
+            let slice = r.live.as_ref().and_then(|l| l.home_slice);
+            (slice.unwrap_or(u32::MAX), r.id)
+        });
+        for rec in running {
+            back.take(self, fx, now, rec)?;
+        }
+        let Restoring {
+            found,
+            placed,
+            mut queued,
+            mut restored,
+            ..
+        } = back;
+        // Oldest first (running ones were taken last): the table is built at once.
+        restored.sort_by_key(|j| j.id());
+        self.jobs.restore(restored);
+        queued.sort_by_key(|s: &JobSpec| s.id);
+        self.queue_recovered(now, queued)?;
+        // Home slices were renumbered: save them, so a later restart groups jobs right.
+        for &id in &placed {
+            let job = self.jobs.get(id).expect("inserted above");
+            fx.emit(Effect::Save(Save::Job(Box::new(
+                job.persisted(self.home_slice(id)),
+            ))));
+        }
+        // A job whose every rank had ended is over (its end was not saved in time).
+        for id in placed {
+            self.maybe_finish(fx, now, id);
+        }
+        info!(
+            adopted = found.adopted,
+            queued = found.queued,
+            lost = found.lost,
+            total = self.jobs.len(),
+            "state recovered"
+        );
+        Ok(found)
+    }
+
+    /// Every node offline until its agent registers; drained ones stay drained.
+    fn start_offline(&mut self, now: Now, drained: &[Coord]) -> Result<()> {
         let mesh = self.cfg.mesh;
         for y in 0..mesh.h {
             for x in 0..mesh.w {
@@ -39,104 +193,13 @@ impl MasterState {
                 self.nodes[i].drained = true;
             }
         }
-        // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
-        // so each lands in a slice no later than its old one and the matrix fits again.
-        // Queued jobs keep their submission (id) order. The rest (a history of ended jobs,
-        // perhaps a million) are taken as they come, never copied together.
-        let mut found = Recovered::default();
-        let mut placed = vec![];
-        let mut queued = vec![];
-        let mut restored = Vec::new();
-        let mut running = vec![];
-        let records = records.into_iter().filter_map(|r| {
-            if r.state().is_placed() {
-                running.push(r);
-                None
-            } else {
-                Some(r)
-            }
-        });
-        // Agents find a master that just started at their own pace (`adopt_timeout_ms`).
-        let adopt_due = now.live_ns + i64::from(self.cfg.adopt_timeout_ms) * 1_000_000;
-        let mut take = |st: &mut MasterState, rec: SavedJob| -> Result<()> {
-            st.next_id = st.next_id.max(rec.id.0 + 1);
-            let mut job = Job::restored(rec);
-            let id = job.id();
-            let spec = JobSpec {
-                id,
-                shape: Shape::new(job.record.w, job.record.h),
-                estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
-                user: job.record.spec.owner.uid,
-            };
-            match job.record.state() {
-                // A step never meets the core: it waits for its allocation's nodes
-                // (`admit_waiting_steps`), or runs in them, adopted until its ranks report.
-                State::Queued if job.record.allocation.is_some() => {
-                    found.queued += 1;
-                }
-                State::Starting | State::Running if job.record.allocation.is_some() => {
-                    job.run_accounted_to = now.wall_ns;
-                    placed.push(id);
-                    st.adopted.insert(id, (now.live_ns, adopt_due));
-                    found.adopted += 1;
-                }
-                State::Queued => {
-                    // Queued (or gated) once every job is back: gates read other jobs.
-                    queued.push(spec);
-                    found.queued += 1;
-                }
-                State::Starting | State::Running => {
-                    let sm = job.record.submesh.ok_or_else(|| {
-                        MasterError::Invalid(format!("running job {id} has no submesh"))
-                    })?;
-                    job.run_accounted_to = now.wall_ns;
-                    placed.push(id);
-                    match st.sched.adopt(now.mono_s(), spec, sm) {
-                        Ok(_) => {
-                            st.adopted.insert(id, (now.live_ns, adopt_due));
-                            found.adopted += 1;
-                        }
-                        Err(e) => {
-                            // Never abort startup over one job: fail it; its ranks are
-                            // killed when their agents register (the job is final then).
-                            warn!(job = %id, error = %e, "cannot place a running job back");
-                            let why =
-                                format!("could not be placed back after a master restart: {e}");
-                            job.fail(None, why.clone());
-                            crate::state::transition(fx, &mut job.record, State::Failed);
-                            job.record.reason = why;
-                            job.record.end_ns = now.wall_ns;
-                            found.lost += 1;
-                        }
-                    }
-                }
-                _ => {}
-            }
-            if job.record.state() == State::Queued {
-                st.queued.charge(job.record.owner.uid, &job.record.spec);
-                job.charged = true;
-            }
-            restored.push(Box::new(job));
-            Ok(())
-        };
-        for rec in records {
-            take(self, rec)?;
-        }
-        running.sort_by_key(|r| {
-            let slice = r.live.as_ref().and_then(|l| l.home_slice);
-            (slice.unwrap_or(u32::MAX), r.id)
-        });
-        for rec in running {
-            take(self, rec)?;
-        }
-        queued.sort_by_key(|s: &JobSpec| s.id);
-        // Oldest first (running ones were taken last): the table is built at once.
-        restored.sort_by_key(|j| j.id());
-        self.jobs.restore(restored);
-        // Queued jobs in submission order; a gated one waits for its gate (held, its
-        // dependencies, its array's limit) as before the restart.
-        // All start gated, so that a task not yet looked at does not count against its
-        // array's limit.
+        Ok(())
+    }
+
+    /// Queued jobs in submission order; a gated one waits for its gate (held, its
+    /// dependencies, its array's limit) as before the restart. All start gated, so that a
+    /// task not yet looked at does not count against its array's limit.
+    fn queue_recovered(&mut self, now: Now, queued: Vec<JobSpec>) -> Result<()> {
         self.gated.extend(queued.iter().map(|s| s.id));
         for spec in &queued {
             let deps = &self
@@ -163,25 +226,7 @@ impl MasterState {
                 }
             }
         }
-        // Home slices were renumbered: save them, so a later restart groups jobs right.
-        for &id in &placed {
-            let job = self.jobs.get(id).expect("inserted above");
-            fx.emit(Effect::Save(Save::Job(Box::new(
-                job.persisted(self.home_slice(id)),
-            ))));
-        }
-        // A job whose every rank had ended is over (its end was not saved in time).
-        for id in placed {
-            self.maybe_finish(fx, now, id);
-        }
-        info!(
-            adopted = found.adopted,
-            queued = found.queued,
-            lost = found.lost,
-            total = self.jobs.len(),
-            "state recovered"
-        );
-        Ok(found)
+        Ok(())
     }
 
     /// Ranks of adopted jobs that no agent reported back within `adopt_timeout_ms` are
