@@ -132,7 +132,10 @@ fn the_pure_state_and_what_it_imports_use_nothing_of_the_daemon() {
             continue;
         }
         let files = module_files(&module);
-        assert!(!files.is_empty(), "no source for crate::{module} (named by {from})");
+        assert!(
+            !files.is_empty(),
+            "no source for crate::{module} (named by {from})"
+        );
         why.insert(module.clone(), from);
         for f in &files {
             let text = code(&std::fs::read_to_string(f).unwrap());
@@ -165,7 +168,10 @@ fn the_pure_state_and_what_it_imports_use_nothing_of_the_daemon() {
     );
     // The closure is what the state decides with, not the daemon's modules.
     for daemon in ["actor", "server", "service", "connections", "metrics"] {
-        assert!(!seen.contains_key(daemon), "the pure state reaches crate::{daemon}");
+        assert!(
+            !seen.contains_key(daemon),
+            "the pure state reaches crate::{daemon}"
+        );
     }
 }
 
@@ -200,7 +206,10 @@ fn a_jobs_state_is_written_only_by_the_transition_table() {
 #[test]
 fn the_checks_above_see_what_they_look_for() {
     assert_eq!(uses_daemon("use tokio::sync::mpsc;"), Some("tokio"));
-    assert_eq!(uses_daemon("let s = tonic::Status::ok(\"\");"), Some("tonic"));
+    assert_eq!(
+        uses_daemon("let s = tonic::Status::ok(\"\");"),
+        Some("tonic")
+    );
     assert_eq!(uses_daemon("// no tokio here\nlet tokio_like = 1;"), None);
     assert_eq!(
         crate_modules("use crate::{config::X, job::{A, B}};\nlet a = crate::shim::S;"),

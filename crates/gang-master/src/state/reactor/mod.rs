@@ -30,34 +30,18 @@ mod tables;
 mod update;
 
 pub use end::TIMEOUT_EXIT;
+pub use nodes::{on_heartbeat, on_register, on_set_drained};
+pub use recovery::{Recovered, on_recover};
+pub use submit::on_submit;
 pub use update::on_update;
 
 use gang_core::JobId;
 
 use crate::error::Result;
-use crate::job::SavedJob;
 use crate::state::effects::{Coord, Effects};
-use crate::state::events::{
-    Caller, FenceArrival, Heartbeat, LaunchFailure, NewJob, RankExit, Registered, Registration,
-};
-use crate::state::views::{JobView, NodeView};
+use crate::state::events::{Caller, FenceArrival, LaunchFailure, RankExit};
+use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
-use recovery::Recovered;
-
-pub fn on_recover(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    records: impl IntoIterator<Item = SavedJob>,
-    drained: &[Coord],
-) -> Result<Recovered> {
-    st.recover(fx, now, records, drained)
-}
-
-/// Accept a job: durable (saved in this round) before the caller hears of it.
-pub fn on_submit(st: &mut MasterState, fx: &mut Effects, now: Now, job: NewJob) -> Result<JobView> {
-    st.submit(fx, now, job)
-}
 
 /// The job's owner or an admin may cancel it.
 pub fn on_cancel(
@@ -69,32 +53,6 @@ pub fn on_cancel(
 ) -> Result<JobView> {
     let why = format!("cancelled by {}", caller.owner.user);
     st.cancel(fx, now, job, Some(caller), why)
-}
-
-/// Admins only.
-pub fn on_set_drained(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    node: Coord,
-    drained: bool,
-    caller: &Caller,
-) -> Result<NodeView> {
-    st.set_drained(fx, now, node, drained, caller)
-}
-
-pub fn on_register(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    reg: Registration,
-) -> Result<Registered> {
-    st.register(fx, now, reg)
-}
-
-/// Whether the master knows the agent (false: it must register again).
-pub fn on_heartbeat(st: &mut MasterState, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
-    st.heartbeat(fx, now, hb)
 }
 
 pub fn on_rank_exit(st: &mut MasterState, fx: &mut Effects, now: Now, exit: RankExit) {

@@ -113,73 +113,6 @@ impl Restoring {
 }
 
 impl MasterState {
-    /// Every node starts offline until its agent registers; jobs come back: running ones
-    /// at their submesh, queued ones in submission order.
-    pub(in crate::state) fn recover(
-        &mut self,
-        fx: &mut Effects,
-        now: Now,
-        records: impl IntoIterator<Item = SavedJob>,
-        drained: &[Coord],
-    ) -> Result<Recovered> {
-        self.start_offline(now, drained)?;
-        // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
-        // so each lands in a slice no later than its old one and the matrix fits again.
-        // Queued jobs keep their submission (id) order. The rest (a history of ended jobs,
-        // perhaps a million) are taken as they come, never copied together.
-        let mut back = Restoring {
-            // Agents find a master that just started at their own pace (`adopt_timeout_ms`).
-            adopt_due: now.live_ns + i64::from(self.cfg.adopt_timeout_ms) * 1_000_000,
-            ..Restoring::default()
-        };
-        let mut running = vec![];
-        for rec in records {
-            if rec.state().is_placed() {
-                running.push(rec);
-            } else {
-                back.take(self, fx, now, rec)?;
-            }
-        }
-        running.sort_by_key(|r| {
-            let slice = r.live.as_ref().and_then(|l| l.home_slice);
-            (slice.unwrap_or(u32::MAX), r.id)
-        });
-        for rec in running {
-            back.take(self, fx, now, rec)?;
-        }
-        let Restoring {
-            found,
-            placed,
-            mut queued,
-            mut restored,
-            ..
-        } = back;
-        // Oldest first (running ones were taken last): the table is built at once.
-        restored.sort_by_key(|j| j.id());
-        self.jobs.restore(restored);
-        queued.sort_by_key(|s: &JobSpec| s.id);
-        self.queue_recovered(now, queued)?;
-        // Home slices were renumbered: save them, so a later restart groups jobs right.
-        for &id in &placed {
-            let job = self.jobs.get(id).expect("inserted above");
-            fx.emit(Effect::Save(Save::Job(Box::new(
-                job.persisted(self.home_slice(id)),
-            ))));
-        }
-        // A job whose every rank had ended is over (its end was not saved in time).
-        for id in placed {
-            self.maybe_finish(fx, now, id);
-        }
-        info!(
-            adopted = found.adopted,
-            queued = found.queued,
-            lost = found.lost,
-            total = self.jobs.len(),
-            "state recovered"
-        );
-        Ok(found)
-    }
-
     /// Every node offline until its agent registers; drained ones stay drained.
     fn start_offline(&mut self, now: Now, drained: &[Coord]) -> Result<()> {
         let mesh = self.cfg.mesh;
@@ -325,4 +258,71 @@ impl MasterState {
         self.save(fx, now, id);
         true
     }
+}
+
+/// Every node starts offline until its agent registers; jobs come back: running ones
+/// at their submesh, queued ones in submission order.
+pub fn on_recover(
+    st: &mut MasterState,
+    fx: &mut Effects,
+    now: Now,
+    records: impl IntoIterator<Item = SavedJob>,
+    drained: &[Coord],
+) -> Result<Recovered> {
+    st.start_offline(now, drained)?;
+    // Running jobs go back slice by slice: the jobs of one former slice are disjoint,
+    // so each lands in a slice no later than its old one and the matrix fits again.
+    // Queued jobs keep their submission (id) order. The rest (a history of ended jobs,
+    // perhaps a million) are taken as they come, never copied together.
+    let mut back = Restoring {
+        // Agents find a master that just started at their own pace (`adopt_timeout_ms`).
+        adopt_due: now.live_ns + i64::from(st.cfg.adopt_timeout_ms) * 1_000_000,
+        ..Restoring::default()
+    };
+    let mut running = vec![];
+    for rec in records {
+        if rec.state().is_placed() {
+            running.push(rec);
+        } else {
+            back.take(st, fx, now, rec)?;
+        }
+    }
+    running.sort_by_key(|r| {
+        let slice = r.live.as_ref().and_then(|l| l.home_slice);
+        (slice.unwrap_or(u32::MAX), r.id)
+    });
+    for rec in running {
+        back.take(st, fx, now, rec)?;
+    }
+    let Restoring {
+        found,
+        placed,
+        mut queued,
+        mut restored,
+        ..
+    } = back;
+    // Oldest first (running ones were taken last): the table is built at once.
+    restored.sort_by_key(|j| j.id());
+    st.jobs.restore(restored);
+    queued.sort_by_key(|s: &JobSpec| s.id);
+    st.queue_recovered(now, queued)?;
+    // Home slices were renumbered: save them, so a later restart groups jobs right.
+    for &id in &placed {
+        let job = st.jobs.get(id).expect("inserted above");
+        fx.emit(Effect::Save(Save::Job(Box::new(
+            job.persisted(st.home_slice(id)),
+        ))));
+    }
+    // A job whose every rank had ended is over (its end was not saved in time).
+    for id in placed {
+        st.maybe_finish(fx, now, id);
+    }
+    info!(
+        adopted = found.adopted,
+        queued = found.queued,
+        lost = found.lost,
+        total = st.jobs.len(),
+        "state recovered"
+    );
+    Ok(found)
 }

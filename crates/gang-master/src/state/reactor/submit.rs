@@ -188,101 +188,96 @@ impl MasterState {
         }
         Ok(())
     }
+}
 
-    pub(in crate::state) fn submit(
-        &mut self,
-        fx: &mut Effects,
-        now: Now,
-        new: NewJob,
-    ) -> Result<JobView> {
-        if let Some(t) = &new.client_token
-            && let Some(id) = self.jobs.by_token(new.owner.uid, t)
-        {
-            // A retry (its first answer was lost): the job it created, not a second one.
-            return self.view(id, now);
-        }
-        if new.allocation.is_some() {
-            return self.submit_step(fx, now, new);
-        }
-        let shape = self.validate(&new)?;
-        let first = JobId(self.next_id);
-        let hold = new.at_submit.hold.then(|| Hold {
-            by: new.owner.user.clone(),
-            admin: false,
-        });
-        let array = new.at_submit.array.clone();
-        let spec = new.resolve(self.defaults());
-        let record = |id: JobId, spec: Arc<Spec>, array: Option<ArrayTask>| {
-            let mut r = JobRecord::queued(id, spec, shape.w, shape.h, now.wall_ns);
-            r.hold = hold.clone();
-            r.array = array;
-            r
-        };
-        let spec = Arc::new(spec);
-        let records: Vec<JobRecord> = match &array {
-            None => vec![record(first, spec, None)],
-            Some(a) => {
-                // One spec for every task, saved once: a task's index is added where its
-                // ranks are launched (`ArrayTask::task_spec`).
-                fx.emit(Effect::Save(Save::Spec {
-                    array: first,
-                    spec: spec.clone(),
-                }));
-                a.tasks
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &task)| {
-                        let place = ArrayTask {
-                            job: first,
-                            task,
-                            throttle: a.throttle,
-                            count: a.tasks.len() as u32,
-                            min: a.tasks[0],
-                            max: a.tasks[a.tasks.len() - 1],
-                        };
-                        record(JobId(first.0 + i as u64), spec.clone(), Some(place))
-                    })
-                    .collect()
-            }
-        };
-        // A job with nothing to wait for goes to the core at once; the others wait gated
-        // (held, dependencies, their array's limit) until `admit_ready` lets them in.
-        let mut cache = Default::default();
-        for r in records {
-            let id = r.id;
-            let mut job = Job::new(r);
-            job.spec_shared = job.record.array.is_some();
-            if !job.record.dependency.is_empty() {
-                self.gates.wait_on(id, &job.record.dependency);
-            }
-            self.jobs.insert(job);
-            self.next_id = id.0 + 1;
-            // Gated while its gate is looked at: a task does not count against its own
-            // array's limit.
-            self.gated.insert(id);
-            let job = self.jobs.get(id).expect("inserted");
-            if self.gate(job, &mut cache).is_none() {
-                self.gated.remove(&id);
-                match self.enqueue(fx, now, id) {
-                    // Validated above, so the core does not refuse it; if it ever did, the
-                    // job says so rather than sit queued where nothing would start it.
-                    Err(e) => {
-                        warn!(job = %id, error = %e, "the scheduler refused a validated job");
-                        let job = self.jobs.get_mut(id).expect("inserted");
-                        crate::state::transition(fx, &mut job.record, State::Failed);
-                        job.record.reason = format!("could not be queued: {e}");
-                        job.record.end_ns = now.wall_ns;
-                    }
-                    // The next tasks count this one against their array's limit.
-                    Ok(()) if array.as_ref().is_some_and(|a| a.throttle > 0) => {
-                        *cache.entry(first).or_default() += 1;
-                    }
-                    Ok(()) => {}
-                }
-            }
-            fx.emit(Effect::Metric(Metric::Submitted));
-            self.save(fx, now, id);
-        }
-        self.view(first, now)
+pub fn on_submit(st: &mut MasterState, fx: &mut Effects, now: Now, new: NewJob) -> Result<JobView> {
+    if let Some(t) = &new.client_token
+        && let Some(id) = st.jobs.by_token(new.owner.uid, t)
+    {
+        // A retry (its first answer was lost): the job it created, not a second one.
+        return st.view(id, now);
     }
+    if new.allocation.is_some() {
+        return st.submit_step(fx, now, new);
+    }
+    let shape = st.validate(&new)?;
+    let first = JobId(st.next_id);
+    let hold = new.at_submit.hold.then(|| Hold {
+        by: new.owner.user.clone(),
+        admin: false,
+    });
+    let array = new.at_submit.array.clone();
+    let spec = new.resolve(st.defaults());
+    let record = |id: JobId, spec: Arc<Spec>, array: Option<ArrayTask>| {
+        let mut r = JobRecord::queued(id, spec, shape.w, shape.h, now.wall_ns);
+        r.hold = hold.clone();
+        r.array = array;
+        r
+    };
+    let spec = Arc::new(spec);
+    let records: Vec<JobRecord> = match &array {
+        None => vec![record(first, spec, None)],
+        Some(a) => {
+            // One spec for every task, saved once: a task's index is added where its
+            // ranks are launched (`ArrayTask::task_spec`).
+            fx.emit(Effect::Save(Save::Spec {
+                array: first,
+                spec: spec.clone(),
+            }));
+            a.tasks
+                .iter()
+                .enumerate()
+                .map(|(i, &task)| {
+                    let place = ArrayTask {
+                        job: first,
+                        task,
+                        throttle: a.throttle,
+                        count: a.tasks.len() as u32,
+                        min: a.tasks[0],
+                        max: a.tasks[a.tasks.len() - 1],
+                    };
+                    record(JobId(first.0 + i as u64), spec.clone(), Some(place))
+                })
+                .collect()
+        }
+    };
+    // A job with nothing to wait for goes to the core at once; the others wait gated
+    // (held, dependencies, their array's limit) until `admit_ready` lets them in.
+    let mut cache = Default::default();
+    for r in records {
+        let id = r.id;
+        let mut job = Job::new(r);
+        job.spec_shared = job.record.array.is_some();
+        if !job.record.dependency.is_empty() {
+            st.gates.wait_on(id, &job.record.dependency);
+        }
+        st.jobs.insert(job);
+        st.next_id = id.0 + 1;
+        // Gated while its gate is looked at: a task does not count against its own
+        // array's limit.
+        st.gated.insert(id);
+        let job = st.jobs.get(id).expect("inserted");
+        if st.gate(job, &mut cache).is_none() {
+            st.gated.remove(&id);
+            match st.enqueue(fx, now, id) {
+                // Validated above, so the core does not refuse it; if it ever did, the
+                // job says so rather than sit queued where nothing would start it.
+                Err(e) => {
+                    warn!(job = %id, error = %e, "the scheduler refused a validated job");
+                    let job = st.jobs.get_mut(id).expect("inserted");
+                    crate::state::transition(fx, &mut job.record, State::Failed);
+                    job.record.reason = format!("could not be queued: {e}");
+                    job.record.end_ns = now.wall_ns;
+                }
+                // The next tasks count this one against their array's limit.
+                Ok(()) if array.as_ref().is_some_and(|a| a.throttle > 0) => {
+                    *cache.entry(first).or_default() += 1;
+                }
+                Ok(()) => {}
+            }
+        }
+        fx.emit(Effect::Metric(Metric::Submitted));
+        st.save(fx, now, id);
+    }
+    st.view(first, now)
 }
