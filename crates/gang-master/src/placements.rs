@@ -59,7 +59,7 @@ impl Placements {
                 };
                 let Some(p) = weak.upgrade() else { return };
                 if let Some(sm) = view.record.submesh {
-                    p.note(view.record.id.0, sm, view.record.state.is_final());
+                    p.note(view.record.id.0, sm, view.record.state().is_final());
                 }
             }
         });
@@ -106,7 +106,7 @@ impl Placements {
         {
             Ok(view) => {
                 if let Some(sm) = view.record.submesh {
-                    self.note(job, sm, view.record.state.is_final());
+                    self.note(job, sm, view.record.state().is_final());
                 }
                 Ok(view.record.submesh)
             }

@@ -43,7 +43,7 @@ impl Actor {
                     table,
                 } => tables.push((node, address, table)),
                 Effect::JobChanged(view) => {
-                    if view.state.is_final() {
+                    if view.state().is_final() {
                         self.end_fences(view.id);
                     }
                     let _ = self.handle.events.send(*view);

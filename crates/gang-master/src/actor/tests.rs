@@ -37,7 +37,7 @@ async fn jobs(h: &Handle) -> Vec<(u64, State)> {
         .call(|tx| Cmd::ListJobs(ListFilter::default(), owner(), tx))
         .await
         .expect("a query is answered");
-    all.views.iter().map(|j| (j.id.0, j.state)).collect()
+    all.views.iter().map(|j| (j.id.0, j.state())).collect()
 }
 
 fn start(cfg: &DaemonConfig) -> (Handle, tokio::task::JoinHandle<()>) {

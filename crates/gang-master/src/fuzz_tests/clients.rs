@@ -202,7 +202,7 @@ fn submit(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
         }
         Ok(view) => {
             prop_assert!(
-                matches!(view.state, State::Queued | State::Starting),
+                matches!(view.state(), State::Queued | State::Starting),
                 "{view:?}"
             );
             prop_assert_eq!(
@@ -262,7 +262,7 @@ fn cancel(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
     match done {
         Err(e) => {
             // Only a job that has ended is refused for being over.
-            let ended = before.as_ref().is_some_and(|b| b.state.is_final());
+            let ended = before.as_ref().is_some_and(|b| b.state().is_final());
             let over = matches!(e, MasterError::AlreadyEnded { .. });
             prop_assert!(!over || ended, "{e} for a job that had not ended");
             refused(
@@ -283,10 +283,10 @@ fn cancel(w: &mut World, uid: u32, bytes: &[u8]) -> Result<(), TestCaseError> {
                 "{uid} cancelled job {}",
                 view.id
             );
-            match before.state {
+            match before.state() {
                 // Queued: gone at once. Placed: its ranks are told to stop.
-                State::Queued => prop_assert_eq!(view.state, State::Cancelled),
-                State::Starting | State::Running => prop_assert!(!view.state.is_final()),
+                State::Queued => prop_assert_eq!(view.state(), State::Cancelled),
+                State::Starting | State::Running => prop_assert!(!view.state().is_final()),
                 s => prop_assert!(false, "job {} cancelled when already {s:?}", view.id),
             }
             reply(&v1::CancelResponse {
@@ -462,7 +462,7 @@ fn fuzz_proto_list_jobs() {
             prop_assert!(jobs.windows(2).all(|p| p[0].id > p[1].id), "newest first");
             for j in jobs {
                 prop_assert!(caller.may_act_on(j.owner.uid), "{uid} sees job {}", j.id);
-                prop_assert!(filter.states.is_empty() || filter.states.contains(&j.state));
+                prop_assert!(filter.states.is_empty() || filter.states.contains(&j.state()));
                 prop_assert!(
                     req.before_id == 0 || j.id.0 < req.before_id,
                     "a page goes on"

@@ -191,12 +191,12 @@ fn finish(mut w: World) -> Result<(), TestCaseError> {
     w.tick_after_ms(1500);
     // Orders nobody answered die with the old master; the agents re-register.
     w.fx.sent.clear();
-    let saved: Vec<(u64, State)> = w.fx.db.iter().map(|(id, r)| (*id, r.state)).collect();
+    let saved: Vec<(u64, State)> = w.fx.db.iter().map(|(id, r)| (*id, r.state())).collect();
     let w = w.restart();
     for (id, state) in saved {
         let view = w.st.view(JobId(id), w.now);
         prop_assert_eq!(
-            view.map(|v| v.state).ok(),
+            view.map(|v| v.state()).ok(),
             Some(state),
             "job {} after a restart",
             id
@@ -208,7 +208,7 @@ fn finish(mut w: World) -> Result<(), TestCaseError> {
 #[test]
 fn fixture_is_as_documented() {
     let w = world();
-    let states: Vec<State> = (1..=4).map(|j| w.view(j).state).collect();
+    let states: Vec<State> = (1..=4).map(|j| w.view(j).state()).collect();
     assert_eq!(
         states,
         [

@@ -11,8 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::shim::JobShim;
 
+mod read_back;
 mod spec;
+mod transition;
+pub use read_back::{attach_spec, fail_read_back};
 pub use spec::*;
+pub use transition::{BadTransition, allowed as transition_allowed};
 
 /// What the agents serve a job's ranks for MPI libraries to find their peers.
 ///
@@ -137,7 +141,8 @@ pub struct JobRecord {
     /// The shape allocated.
     pub w: u32,
     pub h: u32,
-    pub state: State,
+    /// Changed only by `move_to` (`transition.rs`).
+    state: State,
     pub submesh: Option<Submesh>,
     pub exit_code: Option<i32>,
     pub reason: String,
@@ -322,26 +327,6 @@ pub fn placeholder_spec() -> Arc<Spec> {
         })
     })
     .clone()
-}
-
-/// Put the array's spec into a task row read back (`specs`: the arrays' specs saved). A
-/// spec that is missing (a store damaged by hand) leaves the task failed, saying so, rather
-/// than run with the placeholder.
-pub fn attach_spec(saved: &mut SavedJob, specs: &std::collections::HashMap<u64, Arc<Spec>>) {
-    let Some(array) = saved.spec_of else {
-        return;
-    };
-    match specs.get(&array.0) {
-        Some(spec) => saved.record.spec = spec.clone(),
-        None if saved.record.state.is_final() => {}
-        None => {
-            saved.record.state = State::Failed;
-            saved.record.reason = format!(
-                "the spec of array {array} is missing from the master's store: this task cannot run"
-            );
-            saved.live = None;
-        }
-    }
 }
 
 impl std::ops::Deref for SavedJob {

@@ -290,7 +290,7 @@ impl Commit for EtcdStore {
                 Save::Job(job) => {
                     let text = serde_json::to_vec(job).expect("job records serialize");
                     set(job_key(p, job.id.0), Some(text));
-                    if job.state.is_final() {
+                    if job.state().is_final() {
                         ended.push(job.id.0);
                     } else {
                         running.push(job.id.0);

@@ -160,7 +160,7 @@ impl Mirror {
             finished_unarchived: self
                 .jobs
                 .values()
-                .filter(|j| j.state.is_final())
+                .filter(|j| j.state().is_final())
                 .map(|j| j.id.0)
                 .collect(),
             jobs: Jobs {
@@ -344,7 +344,7 @@ mod tests {
             .jobs
             .into_vec()
             .iter()
-            .map(|j| (j.id.0, format!("{:?}", j.state)))
+            .map(|j| (j.id.0, format!("{:?}", j.state())))
             .collect();
         assert_eq!(
             ids,
@@ -384,7 +384,7 @@ mod tests {
         let ids: Vec<u64> = jobs.iter().map(|j| j.id.0).collect();
         assert_eq!(ids, [1, 2, 3, 5, 9]);
         assert_eq!(by_ref, ids);
-        assert_eq!(format!("{:?}", jobs[2].state), "Failed");
+        assert_eq!(format!("{:?}", jobs[2].state()), "Failed");
     }
 
     #[test]

@@ -71,13 +71,14 @@ fn attached(
     let mut users = std::collections::HashMap::new();
     Box::new(records.map(move |mut r| {
         crate::job::attach_spec(&mut r, &specs);
-        if !r.state.is_final()
+        if !r.state().is_final()
             && let Err(why) = check_read_back(&r, allow_root, &mut users)
         {
             tracing::error!(job = %r.id, "a saved job is refused: {why}");
-            r.record.state = crate::job::State::Failed;
-            r.record.reason = format!("refused when the master read it back: {why}");
-            r.live = None;
+            crate::job::fail_read_back(
+                &mut r,
+                format!("refused when the master read it back: {why}"),
+            );
         }
         r
     }))

@@ -379,7 +379,7 @@ mod tests {
         let mut orphan = jobs[5].clone();
         orphan.spec_of = Some(gang_core::JobId(77));
         crate::job::attach_spec(&mut orphan, &Default::default());
-        assert_eq!(orphan.state, crate::job::State::Failed);
+        assert_eq!(orphan.state(), crate::job::State::Failed);
         assert!(
             orphan.reason.contains("spec of array 77 is missing"),
             "{}",
@@ -415,7 +415,7 @@ mod tests {
             (live.exits.as_slice(), live.home_slice),
             (&[None, Some(0), None, None][..], Some(1))
         );
-        assert_eq!(jobs[2].state, crate::job::State::Queued);
+        assert_eq!(jobs[2].state(), crate::job::State::Queued);
         // An older row takes the defaults of the fields it lacks.
         assert!(oldest.owner.groups.is_empty() && oldest.run_ns == 0 && oldest.stdin);
         // Not the cluster's default of today: such a job ran with PMI-1.

@@ -344,7 +344,7 @@ pub fn job_info(v: &JobView) -> v1::JobInfo {
             max_rss_bytes: v.usage.max_rss_bytes,
             max_rss_rank: v.usage.max_rss_rank,
         }),
-        state: job_state(v.state) as i32,
+        state: job_state(v.state()) as i32,
         w: v.w,
         h: v.h,
         submesh: v.submesh.map(Into::into),

@@ -236,8 +236,8 @@ async fn relay_output(
         }
     };
     let mut sent = Cursor::default();
-    let mut finished = info.state.is_final().then(|| info.clone());
-    let mut started = info.state == crate::job::State::Running;
+    let mut finished = info.state().is_final().then(|| info.clone());
+    let mut started = info.state() == crate::job::State::Running;
     if started && !send(Event::Started(convert::job_info(&info))).await {
         return;
     }
@@ -277,9 +277,9 @@ async fn relay_output(
                             return;
                         }
                     }
-                    if j.state.is_final() {
+                    if j.state().is_final() {
                         finished = Some(j);
-                    } else if !started && j.state == crate::job::State::Running {
+                    } else if !started && j.state() == crate::job::State::Running {
                         started = true;
                         if !send(Event::Started(convert::job_info(&j))).await {
                             return;
@@ -290,7 +290,7 @@ async fn relay_output(
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     let c = caller.clone();
                     match handle.call(|t| Cmd::GetJob(id, c, t)).await {
-                        Ok(j) if j.state.is_final() => finished = Some(j),
+                        Ok(j) if j.state().is_final() => finished = Some(j),
                         Ok(_) => {}
                         Err(_) => return,
                     }

@@ -82,8 +82,8 @@ async fn relay(
         if tx.send(event(job, true)).await.is_err() {
             return;
         }
-        sent.insert(job.id, progress(job.state));
-        if only.is_some() && job.state.is_final() {
+        sent.insert(job.id, progress(job.state()));
+        if only.is_some() && job.state().is_final() {
             return;
         }
     }
@@ -106,7 +106,7 @@ async fn relay(
         if only.is_some_and(|id| id != job.id) || !caller.may_act_on(job.owner.uid) {
             continue;
         }
-        let p = progress(job.state);
+        let p = progress(job.state());
         if sent.get(&job.id).is_some_and(|&last| p < last) {
             continue;
         }
@@ -114,7 +114,7 @@ async fn relay(
         if tx.send(event(&job, false)).await.is_err() {
             return;
         }
-        if only.is_some() && job.state.is_final() {
+        if only.is_some() && job.state().is_final() {
             return;
         }
     }

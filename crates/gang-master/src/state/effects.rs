@@ -1,10 +1,10 @@
-//! The only way out of the reactor: the [`Effect`]s it emits into a batch's [`Effects`].
+//! The only way out of the reactor: the [`Effect`]s it emits into a round's [`Effects`].
 //! They are the one vocabulary of what leaves: the daemon writes the [`Save`]s into the
-//! batch's SQLite transaction and carries out the rest once it has committed
+//! round's SQLite transaction and carries out the rest once it has committed
 //! (`actor/daemon.rs`); the tests keep them in a recorder (`testkit.rs`). A new effect is
 //! a new variant here, and the compiler then asks each of them what to do with it.
 //!
-//! Nothing leaves the master for a change that was not saved: `batch::run` hands the
+//! Nothing leaves the master for a change that was not saved: `round::run` hands the
 //! effects out only after the commit.
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use crate::state::views::JobView;
 
 #[derive(Debug, Clone)]
 pub enum Effect {
-    /// Written into the batch's transaction.
+    /// Written into the round's transaction.
     Save(Save),
     /// Start a rank on the agent at `address`; its outcome comes back as
     /// `reactor::on_launched`.
@@ -56,7 +56,7 @@ pub enum Effect {
     },
 }
 
-/// What a batch writes: committed together, or not at all.
+/// What a round writes: committed together, or not at all.
 #[derive(Debug, Clone)]
 pub enum Save {
     Job(Box<SavedJob>),
@@ -77,16 +77,23 @@ pub enum Save {
     },
 }
 
-/// A batch's effects, in the order the reactor emitted them; a job saved twice in one
-/// batch is saved once, as it is last (a launch's thousands of rank exits in one batch
+/// A round's effects, in the order the reactor emitted them; a job saved twice in one
+/// round is saved once, as it is last (a launch's thousands of rank exits in one round
 /// wrote and serialized the whole job record once per rank).
 #[derive(Debug, Default)]
-pub struct Effects(Vec<Effect>, std::collections::HashMap<u64, usize>);
+pub struct Effects {
+    out: Vec<Effect>,
+    /// Where each job's save is in `out` (it is saved once, as it is last).
+    saved_at: std::collections::HashMap<u64, usize>,
+    /// A bug the reactor found in itself (a transition the table refuses): the round is
+    /// taken back whole and answered with this.
+    fault: Option<String>,
+}
 
 impl Effects {
     /// Whether anything but metrics would leave: a call, an announcement, a fence answer.
     pub fn acts(&self) -> bool {
-        self.0
+        self.out
             .iter()
             .any(|e| !matches!(e, Effect::Metric(_) | Effect::Save(_)))
     }
@@ -94,24 +101,33 @@ impl Effects {
     pub fn emit(&mut self, effect: Effect) {
         if let Effect::Save(Save::Job(job)) = &effect {
             let id = job.record.id.0;
-            if let Some(&at) = self.1.get(&id) {
-                self.0[at] = effect;
+            if let Some(&at) = self.saved_at.get(&id) {
+                self.out[at] = effect;
                 return;
             }
-            self.1.insert(id, self.0.len());
+            self.saved_at.insert(id, self.out.len());
         }
-        self.0.push(effect);
+        self.out.push(effect);
+    }
+
+    /// The round cannot stand (the first fault is kept): nothing of it is saved or leaves.
+    pub fn fault(&mut self, why: impl std::fmt::Display) {
+        self.fault.get_or_insert_with(|| why.to_string());
+    }
+
+    pub fn faulted(&self) -> Option<&str> {
+        self.fault.as_deref()
     }
 
     pub fn saves(&self) -> impl Iterator<Item = &Save> {
-        self.0.iter().filter_map(|e| match e {
+        self.out.iter().filter_map(|e| match e {
             Effect::Save(s) => Some(s),
             _ => None,
         })
     }
 
     pub fn into_vec(self) -> Vec<Effect> {
-        self.0
+        self.out
     }
 }
 
@@ -148,7 +164,7 @@ pub struct NodeTable {
     pub parked: Vec<JobId>,
 }
 
-/// Counters and histograms fed by events (gauges are read from the state after a batch).
+/// Counters and histograms fed by events (gauges are read from the state after a round).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Metric {
     Submitted,
@@ -166,8 +182,7 @@ mod tests {
     use crate::state::testkit::record;
 
     fn saved(id: u64, state: State) -> Effect {
-        let mut r = record(id);
-        r.state = state;
+        let r = record(id).in_state(state);
         Effect::Save(Save::Job(Box::new(SavedJob {
             record: r,
             live: None,
@@ -176,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_saved_twice_in_a_batch_is_saved_once_as_it_is_last() {
+    fn a_job_saved_twice_in_a_round_is_saved_once_as_it_is_last() {
         let mut fx = Effects::default();
         fx.emit(saved(1, State::Starting));
         fx.emit(Effect::Save(Save::Drained {
@@ -189,7 +204,7 @@ mod tests {
         let jobs: Vec<(u64, State)> = fx
             .saves()
             .filter_map(|s| match s {
-                Save::Job(j) => Some((j.record.id.0, j.record.state)),
+                Save::Job(j) => Some((j.record.id.0, j.record.state())),
                 _ => None,
             })
             .collect();

@@ -4,10 +4,10 @@
 //!  gRPC handlers, agents' reports, launch outcomes, the tick
 //!        │ Cmd (domain types) over one mpsc queue
 //!        v
-//!  actor (crate::actor): a batch of commands, one clock read (Now)
+//!  actor (crate::actor): a round of commands, one clock read (Now)
 //!        │
 //!        v
-//!  batch::run: checkpoint ─ reactor::on_*(state, fx, now, ...) ─ end_batch ─ commit the
+//!  round::run: checkpoint ─ reactor::on_*(state, fx, now, ...) ─ end_round ─ commit the
 //!        │      saves (SQLite; tests: a recorder) ─ settle, or roll back ─ sanity check
 //!        v
 //!  MasterState: Scheduler (gang-core), jobs, nodes, slicer
@@ -18,26 +18,20 @@
 //! ```
 //!
 //! The reactor reads no clock and does no I/O: time is an argument and everything that
-//! leaves is an [`effects::Effect`]. A batch whose commit fails is taken back whole
+//! leaves is an [`effects::Effect`]. A round whose commit fails is taken back whole
 //! ([`MasterState::checkpoint`] / [`MasterState::rollback`]). The daemon's side
 //! (the task, SQLite, tonic) is `crate::actor`; nothing here uses tokio, tonic or protobuf.
 
-pub mod batch;
 pub mod effects;
 pub mod events;
-mod gates;
-mod jobs;
-mod lifecycle;
-mod messaging;
-mod node_table;
-mod nodes;
+mod policy;
 pub mod queries;
-mod queued;
 pub mod reactor;
-mod recovery;
+mod records;
+pub mod round;
+/// Old name of `round`, kept while the daemon's callers move.
+pub use round as batch;
 mod sanity;
-mod steps;
-mod tables;
 pub mod views;
 
 #[cfg(test)]
@@ -51,11 +45,11 @@ use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
 
 use crate::config::MasterConfig;
 use crate::error::Result;
-pub use jobs::JobTable;
-use node_table::NodeTable;
-pub use nodes::Node;
+pub use reactor::nodes::Node;
+pub use records::jobs::JobTable;
+use records::node_table::NodeTable;
 
-/// The instant a batch is handled at, read once by the actor.
+/// The instant a round is handled at, read once by the actor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Now {
     /// Monotonic nanoseconds since the master started: timeouts and the scheduler's clock
@@ -65,7 +59,7 @@ pub struct Now {
     /// which agents synchronize.
     pub wall_ns: i64,
     /// The master's responsive time: monotonic time with the master's own stalls taken out
-    /// (a pause, a swap, a disk that held a commit, a long batch: see `actor::LiveClock`).
+    /// (a pause, a swap, a disk that held a commit, a long round: see `actor::LiveClock`).
     /// Silence is judged on it, so no agent is blamed for time the master was not
     /// listening.
     pub live_ns: i64,
@@ -108,9 +102,25 @@ pub struct MasterState {
     /// throttled by their array (see `gates`). Not saved: found again from the jobs.
     gated: BTreeSet<JobId>,
     /// What each user has queued (see `queued`), kept with its own undo journal.
-    queued: queued::Queued,
+    queued: records::queued::Queued,
     /// Who waits on what, and which gated jobs to look at again (see `gates`).
-    gates: gates::GateIndex,
+    gates: policy::dependency::GateIndex,
+}
+
+/// Move a job's record to `to` through the transition table (`job::transition`); a move the
+/// table refuses faults the round (taken back whole) and returns false.
+fn transition(
+    fx: &mut effects::Effects,
+    record: &mut crate::job::JobRecord,
+    to: crate::job::State,
+) -> bool {
+    match record.move_to(to) {
+        Ok(()) => true,
+        Err(e) => {
+            fx.fault(e);
+            false
+        }
+    }
 }
 
 /// When a job was placed, on both of the master's clocks.
@@ -120,7 +130,7 @@ struct Placed {
     live_ns: i64,
 }
 
-/// Everything but the jobs and nodes, as it was when a batch began (they keep their own
+/// Everything but the jobs and nodes, as it was when a round began (they keep their own
 /// journals).
 struct Checkpoint {
     sched: Scheduler,
@@ -172,7 +182,7 @@ impl MasterState {
         &self.cfg
     }
 
-    /// Begin a batch: what `rollback` returns to. Only `batch::run` begins and ends them.
+    /// Begin a round: what `rollback` returns to. Only `round::run` begins and ends them.
     fn checkpoint(&mut self) -> Checkpoint {
         self.jobs.begin();
         self.nodes.begin();
@@ -189,13 +199,13 @@ impl MasterState {
         }
     }
 
-    /// The batch was saved: keep it.
+    /// The round was saved: keep it.
     fn settle(&mut self, _: Checkpoint) {
         self.jobs.commit();
         self.nodes.commit();
     }
 
-    /// The batch was not saved: take all of it back.
+    /// The round was not saved: take all of it back.
     fn rollback(&mut self, c: Checkpoint) {
         self.jobs.rollback();
         self.nodes.rollback();

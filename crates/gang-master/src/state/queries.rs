@@ -53,7 +53,7 @@ impl MasterState {
         let mut record = j.record.clone();
         record.run_ns = self.run_ns(j, now.wall_ns);
         // A running step holds its allocation's slices.
-        let placed_as = if j.record.state.is_placed() {
+        let placed_as = if j.record.state().is_placed() {
             j.slot_job()
         } else {
             j.id()
@@ -89,7 +89,7 @@ impl MasterState {
         if let Some(j) = self.jobs.get(id)
             && j.record.allocation.is_some()
         {
-            return if j.record.state == State::Queued {
+            return if j.record.state() == State::Queued {
                 self.step_pending_text(j)
             } else {
                 String::new()
@@ -164,7 +164,7 @@ impl MasterState {
         let mut more = false;
         for j in jobs
             .filter(|j| caller.may_act_on(j.record.owner.uid))
-            .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state))
+            .filter(|j| filter.states.is_empty() || filter.states.contains(&j.record.state()))
         {
             if views.len() >= limit || (filter.max_bytes > 0 && bytes >= filter.max_bytes) {
                 more = true;
@@ -173,9 +173,9 @@ impl MasterState {
             bytes += listed_bytes(j);
             let why = if self.gated.contains(&j.id()) {
                 self.gate_text(j, &mut limits_counted)
-            } else if j.record.allocation.is_some() && j.record.state == State::Queued {
+            } else if j.record.allocation.is_some() && j.record.state() == State::Queued {
                 self.step_pending_text(j)
-            } else if j.record.state == State::Queued {
+            } else if j.record.state() == State::Queued {
                 pending
                     .get_or_init(|| self.sched.pending_all().into_iter().collect())
                     .get(&j.id())
@@ -202,7 +202,7 @@ impl MasterState {
     /// Where rank 0 of a job runs, for its stdin.
     pub fn rank0(&self, id: JobId) -> Result<Rank0> {
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
-        if job.record.state.is_final() {
+        if job.record.state().is_final() {
             return Ok(Rank0::Ended);
         }
         if job.ranks.first() != Some(&Rank::Running) {

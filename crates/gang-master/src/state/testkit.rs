@@ -1,6 +1,6 @@
-//! The reactor's test harness: a [`Recorder`] of what saved batches wrote (the "database"
-//! a restart recovers from) and sent, and a [`World`] that runs each step as a batch
-//! through `batch::run`, as the daemon does.
+//! The reactor's test harness: a [`Recorder`] of what saved rounds wrote (the "database"
+//! a restart recovers from) and sent, and a [`World`] that runs each step as a round
+//! through `round::run`, as the daemon does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -9,14 +9,14 @@ use gang_core::deadlock::Activity;
 use gang_core::{GangMode, JobId, Shape, SlotGrid};
 
 use crate::config::MasterConfig;
-use crate::job::{JobRecord, SavedJob, Spec, State};
-use crate::state::batch::{self, Commit};
+use crate::job::{JobRecord, SavedJob, Spec};
 use crate::state::effects::{Coord, Effect, Effects, LaunchOrder, Metric, NodeTable, Save};
 use crate::state::events::{Caller, ClockReport, Heartbeat, NewJob, Owner, Registration};
+use crate::state::round::{self, Commit};
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now, Persisted, reactor};
 
-/// What saved batches wrote, and what they sent, kept until a test takes it. Launches and
+/// What saved rounds wrote, and what they sent, kept until a test takes it. Launches and
 /// signals must all be taken (`assert_quiet`); the rest is a log for the tests that look.
 #[derive(Debug, Default)]
 pub struct Recorder {
@@ -64,7 +64,7 @@ impl Commit for Recorder {
 }
 
 impl Recorder {
-    /// A saved batch's effects reach their agents and clients.
+    /// A saved round's effects reach their agents and clients.
     fn record(&mut self, effects: Vec<Effect>) {
         for e in effects {
             match &e {
@@ -248,25 +248,7 @@ pub fn record(id: u64) -> JobRecord {
         script: None,
         at_submit: Default::default(),
     };
-    JobRecord {
-        id: JobId(id),
-        spec: Arc::new(spec),
-        w: 1,
-        h: 1,
-        state: State::Queued,
-        submesh: None,
-        exit_code: None,
-        reason: String::new(),
-        submit_ns: 0,
-        start_ns: 0,
-        end_ns: 0,
-        run_ns: 0,
-        output_lost: Vec::new(),
-        hold: None,
-        array: None,
-        usage: Default::default(),
-        step: None,
-    }
+    JobRecord::queued(JobId(id), Arc::new(spec), 1, 1, 0)
 }
 
 /// A caller: uid 0 is an admin (root), uid 999 an admin by configuration, others users.
@@ -368,7 +350,7 @@ impl World {
             activity: BTreeMap::new(),
             clocks: BTreeMap::new(),
         };
-        w.batch(|st, fx, now| reactor::on_recover(st, fx, now, records, &drained))
+        w.round(|st, fx, now| reactor::on_recover(st, fx, now, records, &drained))
             .expect("recovers");
         w
     }
@@ -408,10 +390,10 @@ impl World {
         self.now.wall_ns += ms * 1_000_000;
     }
 
-    /// One batch (its end and the sanity check included). Tables that reached their
-    /// agents are acknowledged in the next batch, as agents do (silent ones do not).
+    /// One round (its end and the sanity check included). Tables that reached their
+    /// agents are acknowledged in the next round, as agents do (silent ones do not).
     pub fn step<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
-        let r = self.batch(f);
+        let r = self.round(f);
         // A silent agent answers nothing (an answer counts as a heartbeat).
         let mut acks = std::mem::take(&mut self.fx.delivered);
         acks.retain(|(node, _)| !self.silent.contains(node));
@@ -420,7 +402,7 @@ impl World {
                 let held = self.held.entry(node).or_default();
                 *held = (*held).max(v);
             }
-            self.batch(|st, _, now| {
+            self.round(|st, _, now| {
                 for (node, v) in acks {
                     reactor::on_table_acked(st, now, node, v);
                 }
@@ -429,8 +411,8 @@ impl World {
         r
     }
 
-    fn batch<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
-        let (r, effects) = batch::run(&mut self.st, &mut self.fx, self.now, f);
+    fn round<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
+        let (r, effects) = round::run(&mut self.st, &mut self.fx, self.now, f);
         self.fx
             .record(effects.expect("the recorder saves everything"));
         r

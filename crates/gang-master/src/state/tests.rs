@@ -1,10 +1,10 @@
 //! The reactor, table-driven: each case is a list of steps and expectations run through
-//! the recording port, one batch per step, with the sanity check after every batch.
+//! the recording port, one round per step, with the sanity check after every round.
 
 mod cases;
-mod gates;
 mod liveness;
 mod messaging;
+mod policy;
 mod props;
 mod requests;
 mod restarts;
@@ -255,7 +255,7 @@ pub fn run(mut w: World, steps: &[S]) -> World {
                     .expect("drained");
             }
             S::Restart => w = w.restart(),
-            S::State(job, state) => assert_eq!(w.view(job).state, state, "{}", at()),
+            S::State(job, state) => assert_eq!(w.view(job).state(), state, "{}", at()),
             S::Reason(job, text) => {
                 let r = w.view(job).record.reason;
                 assert!(r.contains(text), "{}: reason {r:?}", at());

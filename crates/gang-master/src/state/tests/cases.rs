@@ -33,7 +33,7 @@ fn a_job_is_placed_launched_runs_and_completes() {
     );
     // Launch orders carry the job's resolved mode and no GANG_MASTER of the submitter.
     let saved = &w.fx.db[&1];
-    assert_eq!(saved.state, Completed);
+    assert_eq!(saved.state(), Completed);
     assert!(saved.end_ns >= saved.start_ns && saved.start_ns >= saved.submit_ns);
 }
 

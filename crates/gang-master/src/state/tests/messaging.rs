@@ -24,7 +24,7 @@ fn running(policy: Option<DeadlockPolicy>) -> World {
     for (node, order) in w.fx.take_launches(JobId(1)) {
         w.started(node, &order);
     }
-    assert_eq!(w.view(1).state, State::Running);
+    assert_eq!(w.view(1).state(), State::Running);
     w
 }
 
@@ -70,7 +70,7 @@ fn every_rank_blocked_with_nothing_in_flight_is_flagged_at_the_second_check() {
     assert_eq!(deadlocks(&w), 1);
     // Report: it runs on, flagged once.
     w.tick_after_ms(2000);
-    assert_eq!(w.view(1).state, State::Running);
+    assert_eq!(w.view(1).state(), State::Running);
     assert_eq!(deadlocks(&w), 1);
     assert!(w.fx.take_signals(JobId(1)).is_empty());
 }
@@ -106,7 +106,7 @@ fn a_reported_deadlock_parks_the_job_until_it_is_cancelled() {
     let run = w.view(1).run_ns;
     w.tick_after_ms(3000);
     assert_eq!(w.view(1).run_ns, run, "a parked job runs no time");
-    assert_eq!(w.view(1).state, State::Running);
+    assert_eq!(w.view(1).state(), State::Running);
     // Cancelled: no longer parked (it is let go, continued and signalled).
     w.step(|st, fx, now| {
         reactor::on_cancel(st, fx, now, JobId(1), &crate::state::testkit::caller(0))
@@ -135,7 +135,7 @@ fn a_job_that_moves_computes_or_has_a_message_in_flight_is_never_flagged() {
         w.tick_after_ms(500);
     }
     assert!(w.view(1).deadlock.is_none());
-    assert_eq!(w.view(1).state, State::Running);
+    assert_eq!(w.view(1).state(), State::Running);
     assert_eq!(deadlocks(&w), 0);
 }
 
@@ -161,7 +161,7 @@ fn with_policy_kill_a_deadlocked_job_fails_saying_why() {
         w.step(|st, fx, now| reactor::on_rank_exit(st, fx, now, exit));
     }
     let v = w.view(1);
-    assert_eq!(v.state, State::Failed);
+    assert_eq!(v.state(), State::Failed);
     assert!(
         v.reason.starts_with("deadlocked: all 2 ranks blocked"),
         "{}",

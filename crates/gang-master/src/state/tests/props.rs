@@ -1,4 +1,4 @@
-//! Random event sequences through the reactor, the sanity check after every batch (the
+//! Random event sequences through the reactor, the sanity check after every round (the
 //! World runs it), and agents that obey what they are told.
 
 use gang_core::JobId;
@@ -173,7 +173,7 @@ proptest! {
         // Whatever happened, every saved job is one the master knows, in the same state.
         for (id, rec) in &w.fx.db {
             let view = w.st.view(JobId(*id), w.now).expect("saved jobs are known");
-            prop_assert_eq!(view.state, rec.state);
+            prop_assert_eq!(view.state(), rec.state());
         }
     }
 }

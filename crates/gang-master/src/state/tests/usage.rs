@@ -42,7 +42,7 @@ fn rank_usage_adds_up_in_the_job() {
         w.step(|st, fx, now| crate::state::reactor::on_rank_exit(st, fx, now, exit));
     }
     let v = w.view(1);
-    assert_eq!(v.state, Completed);
+    assert_eq!(v.state(), Completed);
     assert_eq!(
         (
             v.usage.ranks_measured,

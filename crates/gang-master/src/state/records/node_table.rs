@@ -1,17 +1,17 @@
-//! The nodes, row-major, with an undo journal like the job table's: while a batch is
-//! open, the first change to each node keeps its former value. A batch used to begin with
+//! The nodes, row-major, with an undo journal like the job table's: while a round is
+//! open, the first change to each node keeps its former value. A round used to begin with
 //! a copy of every node (their addresses included): at 1,024 nodes that copy and its drop
-//! were 40% of the master's CPU during a launch, as every heartbeat is a batch of its own
-//! on an idle master. Now a batch costs what it changes.
+//! were 40% of the master's CPU during a launch, as every heartbeat is a round of its own
+//! on an idle master. Now a round costs what it changes.
 
 use std::ops::{Index, IndexMut};
 
-use crate::state::nodes::Node;
+use crate::state::reactor::nodes::Node;
 
 #[derive(Debug, Default)]
 pub struct NodeTable {
     nodes: Vec<Node>,
-    /// While a batch is open: each node changed in it, as it was before, in the order of
+    /// While a round is open: each node changed in it, as it was before, in the order of
     /// their first change.
     undo: Option<Vec<(usize, Node)>>,
     /// Whether the node at that index is in `undo` already.
@@ -61,7 +61,7 @@ impl Index<usize> for NodeTable {
     }
 }
 
-/// A node to change: journaled first, while a batch is open.
+/// A node to change: journaled first, while a round is open.
 impl IndexMut<usize> for NodeTable {
     fn index_mut(&mut self, i: usize) -> &mut Node {
         if let Some(undo) = &mut self.undo
@@ -79,7 +79,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_rolled_back_batch_leaves_no_trace_and_a_committed_one_stays() {
+    fn a_rolled_back_round_leaves_no_trace_and_a_committed_one_stays() {
         let mut t = NodeTable::new(3);
         t.begin();
         t[1].up = true;
@@ -101,7 +101,7 @@ mod tests {
         assert_eq!(t[0], Node::default());
         assert!(t.journaled.iter().all(|j| !j));
 
-        // Outside a batch (state built at start-up) nothing is journaled.
+        // Outside a round (state built at start-up) nothing is journaled.
         t[0].up = true;
         assert!(t.undo.is_none() && t[0].up);
     }

@@ -1,6 +1,6 @@
 //! Slice tables published to the agents, and run time accounted under them.
 //!
-//! After each batch, if the matrix's rows changed, a new version is published (the planner
+//! After each round, if the matrix's rows changed, a new version is published (the planner
 //! is `gang_core::Slicer`): persisted, then sent to every agent that is up, each its own
 //! view. Agents acknowledge; one that misses it gets it again when a heartbeat shows it
 //! behind, or when it registers. A job's run time is the time its rows were scheduled
@@ -17,14 +17,11 @@ use crate::state::{MasterState, Now};
 /// co-schedule over, and a longer lead would only delay every job's start.
 const MAX_NETWORK_LEAD_NS: i64 = 1_000_000_000;
 
-/// How often accumulated run times are written (a crash loses at most this much of them).
-const RUN_SAVE_EVERY_NS: i64 = 5_000_000_000;
-
 impl MasterState {
     /// A job's run time up to `wall_ns`: accounted, plus what its tables give since;
     /// nothing more once it was cancelled (its run time stops with the cancel).
-    pub(super) fn run_ns(&self, j: &Job, wall_ns: i64) -> i64 {
-        if !j.record.state.is_placed() || j.cancelled.is_some() {
+    pub(in crate::state) fn run_ns(&self, j: &Job, wall_ns: i64) -> i64 {
+        if !j.record.state().is_placed() || j.cancelled.is_some() {
             return j.record.run_ns;
         }
         j.record.run_ns
@@ -37,7 +34,7 @@ impl MasterState {
     }
 
     /// Bring every placed job's run time up to now, and forget tables no longer needed.
-    fn account_run_time(&mut self, now: Now) {
+    pub(in crate::state) fn account_run_time(&mut self, now: Now) {
         // Placed jobs are the running ones: no scan of the whole job history.
         // (And the steps of placed allocations, which run in their slots.)
         let ids: Vec<JobId> = self
@@ -48,7 +45,7 @@ impl MasterState {
             .filter(|&id| {
                 self.jobs
                     .get(id)
-                    .is_some_and(|j| j.record.state.is_placed())
+                    .is_some_and(|j| j.record.state().is_placed())
             })
             .collect();
         for id in ids {
@@ -63,42 +60,8 @@ impl MasterState {
         self.slicer.prune(now.wall_ns);
     }
 
-    /// Run time accounting, time limits, and the periodic save of run times.
-    pub(super) fn run_time_tick(&mut self, fx: &mut Effects, now: Now) {
-        self.account_run_time(now);
-        let limited: Vec<(JobId, u64)> = self
-            .jobs
-            .live()
-            .filter(|j| j.record.state.is_placed() && j.cancelled.is_none())
-            .filter(|j| {
-                // A limit beyond i64 nanoseconds (292 years) is never reached.
-                let limit_ns = i64::try_from(j.record.time_limit_s)
-                    .ok()
-                    .and_then(|s| s.checked_mul(1_000_000_000));
-                j.record.time_limit_s > 0 && limit_ns.is_some_and(|l| j.record.run_ns > l)
-            })
-            .map(|j| (j.id(), j.record.time_limit_s))
-            .collect();
-        if now.mono_ns - self.run_saved_ns > RUN_SAVE_EVERY_NS {
-            self.run_saved_ns = now.mono_ns;
-            for j in self.jobs.live().filter(|j| j.record.state.is_placed()) {
-                fx.emit(Effect::Save(Save::Job(Box::new(
-                    j.persisted(self.home_slice(j.id())),
-                ))));
-            }
-        }
-        for (id, limit) in limited {
-            let why = format!("time limit of {limit} s reached");
-            // Before the cancel saves the job, so a restart still ends it as a timeout.
-            if let Some(j) = self.jobs.get_mut(id) {
-                j.timed_out = true;
-            }
-            let _ = self.cancel(fx, now, id, None, why);
-        }
-    }
-
     /// Publish a new table if the matrix's rows changed since the newest one.
-    pub(super) fn publish_table(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn publish_table(&mut self, fx: &mut Effects, now: Now) {
         // A new table takes effect after `now`, so run times accounted so far stay right.
         let parked = self.parked_jobs();
         self.slicer.set_network_lead(self.network_lead_ns());
@@ -145,7 +108,7 @@ impl MasterState {
     }
 
     /// Node `i`'s view of the newest table.
-    pub(super) fn node_table(&self, i: usize) -> Option<NodeTable> {
+    pub(in crate::state) fn node_table(&self, i: usize) -> Option<NodeTable> {
         let (effective, t) = self.slicer.latest()?;
         let (x, y) = self.coord(i);
         Some(NodeTable {
@@ -157,7 +120,7 @@ impl MasterState {
         })
     }
 
-    pub(super) fn send_table(&mut self, fx: &mut Effects, now: Now, i: usize) {
+    pub(in crate::state) fn send_table(&mut self, fx: &mut Effects, now: Now, i: usize) {
         let Some(table) = self.node_table(i) else {
             return;
         };

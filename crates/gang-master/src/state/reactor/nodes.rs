@@ -33,7 +33,7 @@ pub struct Node {
 }
 
 impl MasterState {
-    pub(super) fn unknown_node(&self, (x, y): Coord) -> MasterError {
+    pub(in crate::state) fn unknown_node(&self, (x, y): Coord) -> MasterError {
         MasterError::UnknownNode {
             x,
             y,
@@ -42,126 +42,7 @@ impl MasterState {
         }
     }
 
-    pub(super) fn register(
-        &mut self,
-        fx: &mut Effects,
-        now: Now,
-        reg: Registration,
-    ) -> Result<Registered> {
-        let (x, y) = reg.node;
-        let i = self
-            .node_index(reg.node)
-            .ok_or_else(|| self.unknown_node(reg.node))?;
-        let node = &mut self.nodes[i];
-        let was_up = node.up;
-        node.address = Some(reg.address.clone());
-        node.up = true;
-        node.heard_live_ns = now.live_ns;
-        node.heartbeat_wall_ns = now.wall_ns;
-        node.unreachable = false;
-        let drained = node.drained;
-        info!(node = %format!("{x},{y}"), address = %reg.address, was_up, "agent registered");
-        // Ranks the agent still runs: known running jobs get them back; others are killed.
-        let mut kill_jobs = vec![];
-        for &(id, rank) in &reg.running {
-            let ours = self
-                .jobs
-                .get(id)
-                .is_some_and(|j| !j.record.state.is_final() && j.rank_on(x, y) == Some(rank));
-            if !ours {
-                kill_jobs.push(id);
-                continue;
-            }
-            self.rank_running(fx, id, rank);
-            let job = self.jobs.get(id).expect("checked above");
-            // Counted lost while the node was away, or the job is being torn down (it
-            // failed or was cancelled, perhaps before a master restart).
-            let doomed = job.ranks.get(rank as usize).is_some_and(|s| s.is_done())
-                || job.failure.is_some()
-                || job.cancelled.is_some();
-            self.note_started(fx, now, id);
-            if doomed {
-                kill_jobs.push(id);
-            }
-        }
-        // Ranks believed running here that the agent does not list: it restarted (its ranks
-        // died with it) or they exited and the report is still on its way. Give them the
-        // node timeout, then count them lost (this agent is here: nothing to wait for).
-        let missing: Vec<(JobId, u32)> = self
-            .jobs
-            .live()
-            .filter_map(|j| {
-                let rank = j.rank_on(x, y)?;
-                (j.ranks.get(rank as usize) == Some(&Rank::Running)
-                    && !reg.running.contains(&(j.id(), rank)))
-                .then(|| (j.id(), rank))
-            })
-            .collect();
-        for (id, rank) in missing {
-            if let Some(job) = self.jobs.get_mut(id) {
-                job.ranks[rank as usize] = Rank::Pending;
-            }
-            let due = now.live_ns + i64::from(self.cfg.node_timeout_ms) * 1_000_000;
-            self.adopted.entry(id).or_insert((now.live_ns, due));
-        }
-        if !drained {
-            let plan = self.sched.set_node_offline(now.mono_s(), x, y, false)?;
-            self.execute(fx, now, plan);
-        }
-        // A new table for the changes above goes out after the batch; this one brings the
-        // agent up to date now (it may have missed tables while away).
-        self.nodes[i].table_version = 0;
-        self.send_table(fx, now, i);
-        Ok(Registered {
-            mesh_w: self.cfg.mesh.w,
-            mesh_h: self.cfg.mesh.h,
-            heartbeat_ms: self.cfg.heartbeat_ms,
-            kill_jobs,
-            node_timeout_ms: self.cfg.node_timeout_ms,
-            agent_lease_ms: self.cfg.agent_lease_ms,
-            idle_heartbeat_ms: self.cfg.idle_heartbeat_ms,
-            idle_node_timeout_ms: self.cfg.idle_node_timeout_ms,
-            clock_probe_max_ms: self.cfg.clock_probe_max_ms,
-        })
-    }
-
-    /// Whether the master knows the agent (false: it must register again).
-    pub(super) fn heartbeat(&mut self, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
-        let Some(i) = self.node_index(hb.node).filter(|&i| self.nodes[i].up) else {
-            return false;
-        };
-        let n = &mut self.nodes[i];
-        n.heard_live_ns = now.live_ns;
-        n.heartbeat_wall_ns = now.wall_ns;
-        n.unreachable = false;
-        n.clock = hb.clock;
-        n.table_version = hb.table_version;
-        self.note_activity(hb.node, &hb.activity);
-        // Ranks the agent still runs that should not run: their job ended, or they were
-        // counted lost while the node was silent. Killed until they are gone.
-        let (x, y) = hb.node;
-        for &(id, rank) in &hb.running {
-            let stray = self.jobs.get(id).is_none_or(|j| {
-                j.record.state.is_final()
-                    || j.ranks.get(rank as usize).is_none_or(|s| *s == Rank::Gone)
-            });
-            if stray {
-                warn!(job = %id, rank, node = %format!("{x},{y}"), "killing a rank that should not run");
-                self.signal_node(fx, id, hb.node, 0);
-            }
-        }
-        let latest = self.slicer.latest().map_or(0, |(_, t)| t.version);
-        let resend = hb.table_version < latest
-            && self.nodes[i]
-                .table_sent
-                .is_none_or(|(v, at)| v < latest || now.mono_ns - at > TABLE_RESEND_NS);
-        if resend {
-            self.send_table(fx, now, i);
-        }
-        true
-    }
-
-    pub(super) fn table_acked(&mut self, node: Coord, version: u64) {
+    pub(in crate::state) fn table_acked(&mut self, node: Coord, version: u64) {
         if let Some(i) = self.node_index(node) {
             let n = &mut self.nodes[i];
             n.table_version = n.table_version.max(version);
@@ -169,7 +50,7 @@ impl MasterState {
     }
 
     /// Any call of the agent of `node` shows it alive, as a heartbeat does.
-    pub(super) fn heard(&mut self, node: Coord, now: Now) {
+    pub(in crate::state) fn heard(&mut self, node: Coord, now: Now) {
         if let Some(i) = self.node_index(node) {
             let n = &mut self.nodes[i];
             n.heard_live_ns = n.heard_live_ns.max(now.live_ns);
@@ -180,14 +61,14 @@ impl MasterState {
     /// A call to the agent of `node` could not reach it: until it is heard from again,
     /// its silence is judged by the node timeout even while it runs nothing (quiet
     /// liveness does not hide an agent known to be gone).
-    pub(super) fn unreachable(&mut self, node: Coord) {
+    pub(in crate::state) fn unreachable(&mut self, node: Coord) {
         if let Some(i) = self.node_index(node) {
             self.nodes[i].unreachable = true;
         }
     }
 
     /// The agent of the node that runs `rank` of `job` answered.
-    pub(super) fn heard_from_rank(&mut self, job: JobId, rank: u32, now: Now) {
+    pub(in crate::state) fn heard_from_rank(&mut self, job: JobId, rank: u32, now: Now) {
         if let Some(node) = self.jobs.get(job).and_then(|j| j.node_of(rank)) {
             self.heard(node, now);
         }
@@ -222,7 +103,7 @@ impl MasterState {
     }
 
     /// The two latest times up nodes were heard from (live clock).
-    pub(super) fn hearing(&self) -> Hearing {
+    pub(in crate::state) fn hearing(&self) -> Hearing {
         let mut h = Hearing {
             latest: None,
             second: None,
@@ -250,7 +131,7 @@ impl MasterState {
     /// whoever was cut off); or, for a node that is up, no other node is up to compare it
     /// with. All nodes silent together says more about the master (its network, its host)
     /// than about them.
-    pub(super) fn silence_is_its_own(
+    pub(in crate::state) fn silence_is_its_own(
         &self,
         hearing: &Hearing,
         node: Option<usize>,
@@ -279,7 +160,7 @@ impl MasterState {
     /// again, and registration tells it to kill the ranks of the jobs that ended meanwhile.
     /// So a partitioned agent, which keeps its ranks for its lease, never shares its node
     /// with a job placed after it was given up.
-    pub(super) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let busy_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
         let idle_ns = i64::from(self.cfg.idle_node_timeout_ms) * 1_000_000;
         // Worked out only when some node is silent past the shorter limit.
@@ -331,39 +212,14 @@ impl MasterState {
         }
     }
 
-    pub(super) fn set_drained(
-        &mut self,
-        fx: &mut Effects,
-        now: Now,
-        node: Coord,
-        drained: bool,
-        by: &Caller,
-    ) -> Result<NodeView> {
-        if !by.admin {
-            return Err(MasterError::AdminOnly {
-                caller: by.owner.user.clone(),
-                action: if drained {
-                    "drain nodes"
-                } else {
-                    "resume nodes"
-                },
-            });
-        }
-        let i = self
-            .node_index(node)
-            .ok_or_else(|| self.unknown_node(node))?;
-        fx.emit(Effect::Save(Save::Drained { node, drained }));
-        self.nodes[i].drained = drained;
-        let offline = drained || !self.nodes[i].up;
-        let plan = self
-            .sched
-            .set_node_offline(now.mono_s(), node.0, node.1, offline)?;
-        self.execute(fx, now, plan);
-        Ok(self.node_view(i))
-    }
-
     /// Tell the agent of `node` to stop a job's ranks there.
-    pub(super) fn signal_node(&self, fx: &mut Effects, id: JobId, node: Coord, grace_ms: u32) {
+    pub(in crate::state) fn signal_node(
+        &self,
+        fx: &mut Effects,
+        id: JobId,
+        node: Coord,
+        grace_ms: u32,
+    ) {
         let Some(addr) = self
             .node_index(node)
             .and_then(|i| self.nodes[i].address.as_deref())
@@ -382,7 +238,7 @@ impl MasterState {
 /// The two latest times up nodes were heard from, so that "was another node heard since"
 /// costs one comparison a node.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Hearing {
+pub(in crate::state) struct Hearing {
     /// The latest, and which node.
     latest: Option<(i64, usize)>,
     /// The latest of any other node.
@@ -397,4 +253,152 @@ impl Hearing {
             l => l.map(|(t, _)| t),
         }
     }
+}
+
+pub fn on_set_drained(
+    st: &mut MasterState,
+    fx: &mut Effects,
+    now: Now,
+    node: Coord,
+    drained: bool,
+    by: &Caller,
+) -> Result<NodeView> {
+    if !by.admin {
+        return Err(MasterError::AdminOnly {
+            caller: by.owner.user.clone(),
+            action: if drained {
+                "drain nodes"
+            } else {
+                "resume nodes"
+            },
+        });
+    }
+    let i = st.node_index(node).ok_or_else(|| st.unknown_node(node))?;
+    fx.emit(Effect::Save(Save::Drained { node, drained }));
+    st.nodes[i].drained = drained;
+    let offline = drained || !st.nodes[i].up;
+    let plan = st
+        .sched
+        .set_node_offline(now.mono_s(), node.0, node.1, offline)?;
+    st.execute(fx, now, plan);
+    Ok(st.node_view(i))
+}
+
+pub fn on_register(
+    st: &mut MasterState,
+    fx: &mut Effects,
+    now: Now,
+    reg: Registration,
+) -> Result<Registered> {
+    let (x, y) = reg.node;
+    let i = st
+        .node_index(reg.node)
+        .ok_or_else(|| st.unknown_node(reg.node))?;
+    let node = &mut st.nodes[i];
+    let was_up = node.up;
+    node.address = Some(reg.address.clone());
+    node.up = true;
+    node.heard_live_ns = now.live_ns;
+    node.heartbeat_wall_ns = now.wall_ns;
+    node.unreachable = false;
+    let drained = node.drained;
+    info!(node = %format!("{x},{y}"), address = %reg.address, was_up, "agent registered");
+    // Ranks the agent still runs: known running jobs get them back; others are killed.
+    let mut kill_jobs = vec![];
+    for &(id, rank) in &reg.running {
+        let ours = st
+            .jobs
+            .get(id)
+            .is_some_and(|j| !j.record.state().is_final() && j.rank_on(x, y) == Some(rank));
+        if !ours {
+            kill_jobs.push(id);
+            continue;
+        }
+        st.rank_running(fx, id, rank);
+        let job = st.jobs.get(id).expect("checked above");
+        // Counted lost while the node was away, or the job is being torn down (it
+        // failed or was cancelled, perhaps before a master restart).
+        let doomed = job.ranks.get(rank as usize).is_some_and(|s| s.is_done())
+            || job.failure.is_some()
+            || job.cancelled.is_some();
+        st.note_started(fx, now, id);
+        if doomed {
+            kill_jobs.push(id);
+        }
+    }
+    // Ranks believed running here that the agent does not list: it restarted (its ranks
+    // died with it) or they exited and the report is still on its way. Give them the
+    // node timeout, then count them lost (this agent is here: nothing to wait for).
+    let missing: Vec<(JobId, u32)> = st
+        .jobs
+        .live()
+        .filter_map(|j| {
+            let rank = j.rank_on(x, y)?;
+            (j.ranks.get(rank as usize) == Some(&Rank::Running)
+                && !reg.running.contains(&(j.id(), rank)))
+            .then(|| (j.id(), rank))
+        })
+        .collect();
+    for (id, rank) in missing {
+        if let Some(job) = st.jobs.get_mut(id) {
+            job.ranks[rank as usize] = Rank::Pending;
+        }
+        let due = now.live_ns + i64::from(st.cfg.node_timeout_ms) * 1_000_000;
+        st.adopted.entry(id).or_insert((now.live_ns, due));
+    }
+    if !drained {
+        let plan = st.sched.set_node_offline(now.mono_s(), x, y, false)?;
+        st.execute(fx, now, plan);
+    }
+    // A new table for the changes above goes out after the round; this one brings the
+    // agent up to date now (it may have missed tables while away).
+    st.nodes[i].table_version = 0;
+    st.send_table(fx, now, i);
+    Ok(Registered {
+        mesh_w: st.cfg.mesh.w,
+        mesh_h: st.cfg.mesh.h,
+        heartbeat_ms: st.cfg.heartbeat_ms,
+        kill_jobs,
+        node_timeout_ms: st.cfg.node_timeout_ms,
+        agent_lease_ms: st.cfg.agent_lease_ms,
+        idle_heartbeat_ms: st.cfg.idle_heartbeat_ms,
+        idle_node_timeout_ms: st.cfg.idle_node_timeout_ms,
+        clock_probe_max_ms: st.cfg.clock_probe_max_ms,
+    })
+}
+
+/// Whether the master knows the agent (false: it must register again).
+pub fn on_heartbeat(st: &mut MasterState, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
+    let Some(i) = st.node_index(hb.node).filter(|&i| st.nodes[i].up) else {
+        return false;
+    };
+    let n = &mut st.nodes[i];
+    n.heard_live_ns = now.live_ns;
+    n.heartbeat_wall_ns = now.wall_ns;
+    n.unreachable = false;
+    n.clock = hb.clock;
+    n.table_version = hb.table_version;
+    st.note_activity(hb.node, &hb.activity);
+    // Ranks the agent still runs that should not run: their job ended, or they were
+    // counted lost while the node was silent. Killed until they are gone.
+    let (x, y) = hb.node;
+    for &(id, rank) in &hb.running {
+        let stray = st.jobs.get(id).is_none_or(|j| {
+            j.record.state().is_final()
+                || j.ranks.get(rank as usize).is_none_or(|s| *s == Rank::Gone)
+        });
+        if stray {
+            warn!(job = %id, rank, node = %format!("{x},{y}"), "killing a rank that should not run");
+            st.signal_node(fx, id, hb.node, 0);
+        }
+    }
+    let latest = st.slicer.latest().map_or(0, |(_, t)| t.version);
+    let resend = hb.table_version < latest
+        && st.nodes[i]
+            .table_sent
+            .is_none_or(|(v, at)| v < latest || now.mono_ns - at > TABLE_RESEND_NS);
+    if resend {
+        st.send_table(fx, now, i);
+    }
+    true
 }

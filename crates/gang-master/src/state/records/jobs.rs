@@ -1,6 +1,6 @@
-//! The job table, with an undo journal: while a batch is open, the first change to each
-//! job keeps its former value, so a batch whose commit fails is taken back exactly without
-//! copying the whole job history at every batch.
+//! The job table, with an undo journal: while a round is open, the first change to each
+//! job keeps its former value, so a round whose commit fails is taken back exactly without
+//! copying the whole job history at every round.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -16,12 +16,12 @@ pub struct JobTable {
     by_token: HashMap<(u32, String), JobId>,
     /// Each allocation's steps, in order (a step's allocation never changes).
     steps: HashMap<JobId, Vec<JobId>>,
-    /// Every job not ended, and perhaps some that ended since the last batch (a job only
+    /// Every job not ended, and perhaps some that ended since the last round (a job only
     /// goes from live to ended): what the per-tick scans read instead of a long history.
     live: BTreeSet<JobId>,
-    /// Jobs handed out to change since the last batch ended: pruned from `live` then.
+    /// Jobs handed out to change since the last round ended: pruned from `live` then.
     touched: Vec<JobId>,
-    /// While a batch is open: each job changed in it, as it was before (`None`: new).
+    /// While a round is open: each job changed in it, as it was before (`None`: new).
     /// Boxed: a recovery journals a million new jobs, and the table's slots stay small.
     undo: Option<HashMap<JobId, Option<Box<Job>>>>,
 }
@@ -57,7 +57,7 @@ impl JobTable {
     }
 
     fn index(&mut self, job: &Job) {
-        if job.record.state.is_final() {
+        if job.record.state().is_final() {
             self.live.remove(&job.id());
         } else {
             self.live.insert(job.id());
@@ -125,7 +125,7 @@ impl JobTable {
             .rev()
             .filter_map(|id| self.map.get(id))
             .map(|j| &**j)
-            .filter(|j| !j.record.state.is_final())
+            .filter(|j| !j.record.state().is_final())
     }
 
     /// Jobs that have not ended (queued, starting or running).
@@ -134,7 +134,7 @@ impl JobTable {
             .iter()
             .filter_map(|id| self.map.get(id))
             .map(|j| &**j)
-            .filter(|j| !j.record.state.is_final())
+            .filter(|j| !j.record.state().is_final())
     }
 
     pub fn len(&self) -> usize {
@@ -157,7 +157,11 @@ impl JobTable {
     /// Jobs that ended (or went away) leave the live set.
     fn prune(&mut self) {
         for id in std::mem::take(&mut self.touched) {
-            if self.map.get(&id).is_none_or(|j| j.record.state.is_final()) {
+            if self
+                .map
+                .get(&id)
+                .is_none_or(|j| j.record.state().is_final())
+            {
                 self.live.remove(&id);
             }
         }
@@ -167,15 +171,15 @@ impl JobTable {
     pub fn live_index_holds(&self) -> bool {
         self.map
             .values()
-            .all(|j| j.record.state.is_final() || self.live.contains(&j.id()))
+            .all(|j| j.record.state().is_final() || self.live.contains(&j.id()))
     }
 
     pub fn rollback(&mut self) {
         let undo = self.undo.take().unwrap_or_default();
-        // Jobs of the batch are as before it: live ones live again, new ones gone.
+        // Jobs of the round are as before it: live ones live again, new ones gone.
         for (id, before) in &undo {
             match before {
-                Some(job) if !job.record.state.is_final() => self.live.insert(*id),
+                Some(job) if !job.record.state().is_final() => self.live.insert(*id),
                 _ => self.live.remove(id),
             };
         }
@@ -184,7 +188,7 @@ impl JobTable {
             match before {
                 Some(job) => self.map.insert(id, job),
                 None => {
-                    // A job new in the batch: its token goes with it (tokens never change).
+                    // A job new in the round: its token goes with it (tokens never change).
                     if let Some(j) = self.map.remove(&id) {
                         if let Some(t) = &j.record.client_token {
                             self.by_token.remove(&(j.record.owner.uid, t.clone()));
@@ -209,48 +213,60 @@ mod tests {
     use crate::state::testkit::record;
 
     #[test]
-    fn a_rolled_back_batch_leaves_no_trace() {
+    fn a_rolled_back_round_leaves_no_trace() {
         let mut t = JobTable::default();
         t.insert(Job::new(record(1)));
         t.begin();
-        t.get_mut(JobId(1)).unwrap().record.state = State::Failed;
+        t.get_mut(JobId(1))
+            .unwrap()
+            .record
+            .force_state(State::Failed);
         t.get_mut(JobId(1)).unwrap().record.reason = "second change".into();
         t.insert(Job::new(record(2)));
         assert_eq!(t.len(), 2);
         t.rollback();
         assert_eq!(t.len(), 1);
-        assert_eq!(t.get(JobId(1)).unwrap().record.state, State::Queued);
+        assert_eq!(t.get(JobId(1)).unwrap().record.state(), State::Queued);
         assert!(t.get(JobId(1)).unwrap().record.reason.is_empty());
-        // Outside a batch nothing is journaled; a committed batch stays.
+        // Outside a round nothing is journaled; a committed round stays.
         t.begin();
-        t.get_mut(JobId(1)).unwrap().record.state = State::Cancelled;
+        t.get_mut(JobId(1))
+            .unwrap()
+            .record
+            .force_state(State::Cancelled);
         t.commit();
         t.rollback();
-        assert_eq!(t.get(JobId(1)).unwrap().record.state, State::Cancelled);
+        assert_eq!(t.get(JobId(1)).unwrap().record.state(), State::Cancelled);
     }
 
     #[test]
-    fn the_live_set_follows_jobs_that_end_and_batches_taken_back() {
+    fn the_live_set_follows_jobs_that_end_and_rounds_taken_back() {
         let ids = |t: &JobTable| t.live().map(|j| j.id().0).collect::<Vec<_>>();
         let mut t = JobTable::default();
         let mut done = Job::new(record(1));
-        done.record.state = State::Completed;
+        done.record.force_state(State::Completed);
         t.restore(vec![Box::new(done), Box::new(Job::new(record(2)))]);
         t.insert(Job::new(record(3)));
         assert_eq!(ids(&t), [2, 3]);
         t.begin();
-        t.get_mut(JobId(2)).unwrap().record.state = State::Failed;
+        t.get_mut(JobId(2))
+            .unwrap()
+            .record
+            .force_state(State::Failed);
         t.insert(Job::new(record(4)));
-        // Within the batch, ended jobs are already left out.
+        // Within the round, ended jobs are already left out.
         assert_eq!(ids(&t), [3, 4]);
         t.rollback();
         assert_eq!(ids(&t), [2, 3]);
         assert!(t.live_index_holds());
         t.begin();
-        t.get_mut(JobId(3)).unwrap().record.state = State::Cancelled;
+        t.get_mut(JobId(3))
+            .unwrap()
+            .record
+            .force_state(State::Cancelled);
         t.commit();
         assert_eq!(ids(&t), [2]);
-        assert_eq!(t.live.len(), 1, "ended jobs are pruned at the batch's end");
+        assert_eq!(t.live.len(), 1, "ended jobs are pruned at the round's end");
         assert!(t.live_index_holds());
     }
 }

@@ -17,7 +17,7 @@ use crate::state::effects::{Coord, Effect, Effects, Metric};
 use crate::state::events::FenceArrival;
 use crate::state::{MasterState, Now};
 
-pub(super) fn state_word(s: State) -> &'static str {
+pub(in crate::state) fn state_word(s: State) -> &'static str {
     match s {
         State::Queued => "queued",
         State::Starting => "starting",
@@ -30,18 +30,18 @@ pub(super) fn state_word(s: State) -> &'static str {
 }
 
 /// Whether `node` is where `rank` of `job` runs.
-pub(super) fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
+pub(in crate::state) fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
     rank < job.size() && job.node_of(rank) == Some(node)
 }
 
 impl MasterState {
     /// Activity reports from a heartbeat of `node`.
-    pub(super) fn note_activity(&mut self, node: Coord, reports: &[(JobId, Activity)]) {
+    pub(in crate::state) fn note_activity(&mut self, node: Coord, reports: &[(JobId, Activity)]) {
         for &(id, a) in reports {
             let Some(job) = self.jobs.get(id) else {
                 continue;
             };
-            if !job.record.state.is_placed() || !runs_there(job, a.rank, node) {
+            if !job.record.state().is_placed() || !runs_there(job, a.rank, node) {
                 warn!(job = %id, rank = a.rank, node = ?node, "activity report for a rank that does not run there: ignored");
                 continue;
             }
@@ -50,11 +50,11 @@ impl MasterState {
     }
 
     /// One deadlock check of every running job whose ranks all reported since the last.
-    pub(super) fn deadlock_checks(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn deadlock_checks(&mut self, fx: &mut Effects, now: Now) {
         let ids: Vec<JobId> = self
             .jobs
             .live()
-            .filter(|j| j.record.state == State::Running && j.shim.is_some())
+            .filter(|j| j.record.state() == State::Running && j.shim.is_some())
             .filter(|j| j.cancelled.is_none() && j.failure.is_none())
             .map(|j| j.id())
             .collect();
@@ -92,7 +92,7 @@ impl MasterState {
                 self.save(fx, now, id);
                 self.maybe_finish(fx, now, id);
             } else {
-                // Parked from the end of this batch on (`parked_jobs`, the next table).
+                // Parked from the end of this round on (`parked_jobs`, the next table).
                 let view = self.job_view(self.jobs.get(id).expect("present"), now);
                 fx.emit(Effect::JobChanged(Box::new(view)));
             }
@@ -103,10 +103,10 @@ impl MasterState {
     /// their place but get no slots, held stopped until cancelled, so that a job that can
     /// never progress stops taking time from the slices that can (SCore-D's point in
     /// detecting a global state: give the processors back).
-    pub(super) fn parked_jobs(&self) -> BTreeSet<JobId> {
+    pub(in crate::state) fn parked_jobs(&self) -> BTreeSet<JobId> {
         self.jobs
             .live()
-            .filter(|j| j.record.state == State::Running)
+            .filter(|j| j.record.state() == State::Running)
             // A step runs in its allocation's slots: its deadlock is reported, and the
             // allocation keeps its rows.
             .filter(|j| j.record.allocation.is_none())
@@ -117,7 +117,7 @@ impl MasterState {
     }
 
     /// A rank arrives at a fence: its answer now, or later through `Effect::FenceDone`.
-    pub(super) fn fence(
+    pub(in crate::state) fn fence(
         &mut self,
         fx: &mut Effects,
         arrival: FenceArrival,
@@ -138,17 +138,17 @@ impl MasterState {
             )));
         }
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
-        if !job.record.state.is_placed() || job.failure.is_some() || job.cancelled.is_some() {
+        if !job.record.state().is_placed() || job.failure.is_some() || job.cancelled.is_some() {
             // A placed job with a failure or a cancel is ending, though its state still
             // says running until its ranks are gone.
-            let state = if job.record.state.is_placed() {
+            let state = if job.record.state().is_placed() {
                 if job.cancelled.is_some() {
                     "being cancelled"
                 } else {
                     "failing"
                 }
             } else {
-                state_word(job.record.state)
+                state_word(job.record.state())
             };
             return Err(MasterError::NotRunning { job: id, state });
         }

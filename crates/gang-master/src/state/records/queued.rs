@@ -7,7 +7,7 @@
 //! the address of its `Arc`: an array of a thousand tasks of a 1 MiB environment costs
 //! 1 MiB, and a task that gets a spec of its own (an update of its name) costs it again.
 //!
-//! Kept as jobs change (`MasterState::save`), with an undo journal so that a batch taken
+//! Kept as jobs change (`MasterState::save`), with an undo journal so that a round taken
 //! back takes its counts back too; never found by scanning the queue.
 
 use std::collections::HashMap;
@@ -34,7 +34,7 @@ enum Undo {
 #[derive(Debug, Default)]
 pub struct Queued {
     users: HashMap<u32, UserQueued>,
-    /// While a batch runs: what it changed, last last.
+    /// While a round runs: what it changed, last last.
     undo: Vec<Undo>,
 }
 
@@ -106,12 +106,12 @@ impl Queued {
         }
     }
 
-    /// A batch begins: what `rollback` returns to.
+    /// A round begins: what `rollback` returns to.
     pub fn begin(&mut self) {
         self.undo.clear();
     }
 
-    /// The batch was taken back.
+    /// The round was taken back.
     pub fn rollback(&mut self) {
         while let Some(u) = self.undo.pop() {
             match u {
@@ -143,7 +143,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_spec_counts_once_and_a_batch_taken_back_counts_nothing() {
+    fn a_shared_spec_counts_once_and_a_round_taken_back_counts_nothing() {
         let mut q = Queued::default();
         let (a, b) = (spec(1_000_000), spec(10));
         q.begin();

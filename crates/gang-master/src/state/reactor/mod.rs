@@ -1,7 +1,7 @@
 //! The master's events, one function each, in the shape of HyperQueue's tako reactor: the
 //! state, the way out ([`Effects`]) and the instant ([`Now`]) are passed in; nothing here
-//! reads a clock or touches the network or the disk. Each runs inside a batch
-//! (`batch::run`).
+//! reads a clock or touches the network or the disk. Each runs inside a round
+//! (`round::run`).
 //!
 //! | event | from |
 //! |---|---|
@@ -11,37 +11,37 @@
 //! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
 //! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
 //! | [`on_tick`] | a timer, every 100 ms |
-//! | [`end_batch`] | `batch::run`, after each batch |
+//! | [`end_round`] | `round::run`, after each round |
 //!
 //! Queries (`MasterState::view`, `list`, `nodes_view`, `matrix_view`, ...) change nothing.
+//!
+//! What each event decides is in the module of its subject: `submit`, `launch`, `end`,
+//! `update`, `nodes` (registration, heartbeats, timeouts, drain), `messaging` (activity,
+//! deadlocks, fences), `tables` (slice tables, run time), `recovery` (a restarted master);
+//! the policies a queued job meets are `state::policy`.
+
+mod end;
+mod launch;
+pub(in crate::state) mod messaging;
+pub(in crate::state) mod nodes;
+mod recovery;
+mod submit;
+mod tables;
+mod update;
+
+pub use end::TIMEOUT_EXIT;
+pub use nodes::{on_heartbeat, on_register, on_set_drained};
+pub use recovery::{Recovered, on_recover};
+pub use submit::on_submit;
+pub use update::on_update;
 
 use gang_core::JobId;
 
 use crate::error::Result;
-use crate::job::SavedJob;
 use crate::state::effects::{Coord, Effects};
-use crate::state::events::{
-    Caller, FenceArrival, Heartbeat, JobUpdate, LaunchFailure, NewJob, RankExit, Registered,
-    Registration,
-};
-use crate::state::recovery::Recovered;
-use crate::state::views::{JobView, NodeView};
+use crate::state::events::{Caller, FenceArrival, LaunchFailure, RankExit};
+use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
-
-pub fn on_recover(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    records: impl IntoIterator<Item = SavedJob>,
-    drained: &[Coord],
-) -> Result<Recovered> {
-    st.recover(fx, now, records, drained)
-}
-
-/// Accept a job: durable (saved in this batch) before the caller hears of it.
-pub fn on_submit(st: &mut MasterState, fx: &mut Effects, now: Now, job: NewJob) -> Result<JobView> {
-    st.submit(fx, now, job)
-}
 
 /// The job's owner or an admin may cancel it.
 pub fn on_cancel(
@@ -53,44 +53,6 @@ pub fn on_cancel(
 ) -> Result<JobView> {
     let why = format!("cancelled by {}", caller.owner.user);
     st.cancel(fx, now, job, Some(caller), why)
-}
-
-/// Hold, release, a new time limit or name: the job's owner or an admin (raising a time
-/// limit and releasing an admin's hold: admins only).
-pub fn on_update(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    caller: &Caller,
-    update: JobUpdate,
-) -> Result<JobView> {
-    st.update(fx, now, caller, update)
-}
-
-/// Admins only.
-pub fn on_set_drained(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    node: Coord,
-    drained: bool,
-    caller: &Caller,
-) -> Result<NodeView> {
-    st.set_drained(fx, now, node, drained, caller)
-}
-
-pub fn on_register(
-    st: &mut MasterState,
-    fx: &mut Effects,
-    now: Now,
-    reg: Registration,
-) -> Result<Registered> {
-    st.register(fx, now, reg)
-}
-
-/// Whether the master knows the agent (false: it must register again).
-pub fn on_heartbeat(st: &mut MasterState, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
-    st.heartbeat(fx, now, hb)
 }
 
 pub fn on_rank_exit(st: &mut MasterState, fx: &mut Effects, now: Now, exit: RankExit) {
@@ -142,9 +104,9 @@ pub fn on_tick(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.deadlock_checks(fx, now);
 }
 
-/// After every batch: held and dependent jobs whose gate opened are queued (or ended, if
+/// After every round: held and dependent jobs whose gate opened are queued (or ended, if
 /// a dependency can never hold), then a new slice table if the matrix's rows changed.
-pub fn end_batch(st: &mut MasterState, fx: &mut Effects, now: Now) {
+pub fn end_round(st: &mut MasterState, fx: &mut Effects, now: Now) {
     st.admit_ready(fx, now);
     st.admit_waiting_steps(fx, now);
     st.publish_table(fx, now)

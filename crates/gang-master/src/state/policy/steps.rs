@@ -24,11 +24,15 @@ use crate::state::{MasterState, Now};
 
 impl MasterState {
     /// Steps of `alloc` that have not ended.
-    pub(super) fn live_steps(&self, alloc: JobId) -> usize {
+    pub(in crate::state) fn live_steps(&self, alloc: JobId) -> usize {
         self.jobs
             .steps_of(alloc)
             .iter()
-            .filter(|&&s| self.jobs.get(s).is_some_and(|j| !j.record.state.is_final()))
+            .filter(|&&s| {
+                self.jobs
+                    .get(s)
+                    .is_some_and(|j| !j.record.state().is_final())
+            })
             .count()
     }
 
@@ -38,7 +42,7 @@ impl MasterState {
             .steps_of(alloc)
             .iter()
             .filter_map(|&s| self.jobs.get(s))
-            .filter(|j| j.record.state.is_placed())
+            .filter(|j| j.record.state().is_placed())
             .filter_map(|j| j.record.submesh.map(|sm| (j.id(), sm)))
             .collect()
     }
@@ -62,9 +66,9 @@ impl MasterState {
                  them); unset GANG_ALLOCATION_ID to submit a job of its own"
             )));
         }
-        if !a.record.state.is_placed() || a.allocation_over() {
-            let state = super::messaging::state_word(a.record.state);
-            let state = if a.record.state.is_placed() {
+        if !a.record.state().is_placed() || a.allocation_over() {
+            let state = crate::state::reactor::messaging::state_word(a.record.state());
+            let state = if a.record.state().is_placed() {
                 "ending"
             } else {
                 state
@@ -89,8 +93,8 @@ impl MasterState {
     }
 
     /// A step: checked against its allocation, then placed on its free nodes or left to
-    /// wait for them. Durable in the batch, as any submission.
-    pub(super) fn submit_step(
+    /// wait for them. Durable in the round, as any submission.
+    pub(in crate::state) fn submit_step(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -118,14 +122,17 @@ impl MasterState {
         // rectangle rather than the mesh.
         self.validate_command(&new)?;
         // Steps wait queued like jobs, and count as theirs.
-        self.check_queue_room(&new.owner, 1, super::queued::spec_bytes(&new))?;
+        self.check_queue_room(
+            &new.owner,
+            1,
+            crate::state::records::queued::spec_bytes(&new),
+        )?;
         let spec = new.resolve(self.defaults());
         let id = JobId(self.next_id);
         self.next_id += 1;
-        self.jobs.insert(Job::new(JobRecord {
-            step: Some(number),
-            ..JobRecord::queued(id, Arc::new(spec), shape.w, shape.h, now.wall_ns)
-        }));
+        let mut record = JobRecord::queued(id, Arc::new(spec), shape.w, shape.h, now.wall_ns);
+        record.step = Some(number);
+        self.jobs.insert(Job::new(record));
         fx.emit(Effect::Metric(Metric::Submitted));
         self.save(fx, now, id);
         self.admit_steps(fx, now, alloc);
@@ -133,11 +140,11 @@ impl MasterState {
     }
 
     /// Start `alloc`'s waiting steps, oldest first, while its free nodes hold them.
-    pub(super) fn admit_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
+    pub(in crate::state) fn admit_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
         let Some(area) = self
             .jobs
             .get(alloc)
-            .filter(|a| a.record.state.is_placed() && !a.allocation_over())
+            .filter(|a| a.record.state().is_placed() && !a.allocation_over())
             .and_then(|a| a.record.submesh)
         else {
             return;
@@ -150,7 +157,7 @@ impl MasterState {
             .filter(|&s| {
                 self.jobs
                     .get(s)
-                    .is_some_and(|j| j.record.state == State::Queued)
+                    .is_some_and(|j| j.record.state() == State::Queued)
             })
             .collect();
         // A node that is down takes no step (after a master restart, none until its agent
@@ -176,10 +183,10 @@ impl MasterState {
         }
     }
 
-    /// Start waiting steps wherever their allocation has room: after each batch, for the
+    /// Start waiting steps wherever their allocation has room: after each round, for the
     /// steps a master restart found waiting (the others are started when they come, or
     /// when a step ends).
-    pub(super) fn admit_waiting_steps(&mut self, fx: &mut Effects, now: Now) {
+    pub(in crate::state) fn admit_waiting_steps(&mut self, fx: &mut Effects, now: Now) {
         let allocs: Vec<JobId> = self
             .sched
             .matrix()
@@ -189,7 +196,7 @@ impl MasterState {
                 self.jobs.steps_of(id).iter().any(|&s| {
                     self.jobs
                         .get(s)
-                        .is_some_and(|j| j.record.state == State::Queued)
+                        .is_some_and(|j| j.record.state() == State::Queued)
                 })
             })
             .collect();
@@ -200,14 +207,14 @@ impl MasterState {
 
     /// The allocation is over: its waiting steps end without running, its running ones are
     /// stopped (each ends once its ranks have).
-    pub(super) fn end_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
+    pub(in crate::state) fn end_steps(&mut self, fx: &mut Effects, now: Now, alloc: JobId) {
         let why = format!("allocation {alloc} ended");
         let steps: Vec<JobId> = self.jobs.steps_of(alloc).to_vec();
         for s in steps {
             let Some(j) = self.jobs.get(s) else {
                 continue;
             };
-            match j.record.state {
+            match j.record.state() {
                 State::Queued => self.end_unplaced(fx, now, s, why.clone()),
                 State::Starting | State::Running if j.cancelled.is_none() => {
                     let _ = self.cancel(fx, now, s, None, why.clone());
@@ -218,7 +225,7 @@ impl MasterState {
     }
 
     /// Why a waiting step waits.
-    pub(super) fn step_pending_text(&self, job: &Job) -> String {
+    pub(in crate::state) fn step_pending_text(&self, job: &Job) -> String {
         let alloc = job.slot_job();
         let busy: Vec<String> = self
             .busy_in(alloc)
@@ -237,7 +244,7 @@ impl MasterState {
     }
 
     /// `EndAllocation`: the allocation's command (on the client: `gangctl alloc`) exited.
-    pub(super) fn end_allocation(
+    pub(in crate::state) fn end_allocation(
         &mut self,
         fx: &mut Effects,
         now: Now,
@@ -258,11 +265,11 @@ impl MasterState {
                 }
             )));
         }
-        let state = job.record.state;
+        let state = job.record.state();
         if state.is_final() {
             return Err(MasterError::AlreadyEnded {
                 job: id,
-                state: super::messaging::state_word(state),
+                state: crate::state::reactor::messaging::state_word(state),
             });
         }
         if state == State::Queued {

@@ -1,0 +1,48 @@
+//! Holds: a held job waits for its release; an admin's hold for an admin.
+
+use super::world;
+use crate::job::State::*;
+use crate::state::tests::S::*;
+use crate::state::tests::run;
+
+#[test]
+fn held_jobs_wait_for_release_and_an_admins_hold_for_an_admin() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            SubmitWith("2x2", |j| j.at_submit.hold = true),
+            State(1, Queued),
+            Pending(1, "held by u1000 (gangctl release 1)"),
+            Queue(&[]),
+            // Held across a restart.
+            Restart,
+            RegisterAll,
+            Pending(1, "held by u1000 (gangctl release 1)"),
+            Update(1, 1000, Some(false), None, ""),
+            State(1, Starting),
+            Start(1),
+            Update(
+                1,
+                1000,
+                Some(true),
+                None,
+                "job 1 is running: only a queued job can be held",
+            ),
+            Submit("4x4"),
+            Queue(&[2]),
+            // An admin holds another user's job: that user cannot release it.
+            Update(2, 0, Some(true), None, ""),
+            Queue(&[]),
+            Pending(2, "held by admin u0"),
+            Update(2, 1000, Some(false), None, "only an admin may release it"),
+            Update(2, 2000, Some(false), None, "may not update it"),
+            Update(2, 0, Some(false), None, ""),
+            Queue(&[2]),
+            // Held again and cancelled while held.
+            Update(2, 1000, Some(true), None, ""),
+            Cancel(2, 1000, true),
+            State(2, Cancelled),
+        ],
+    );
+}
