@@ -19,7 +19,7 @@ use gang_benches::{env_or, median_p99, release_bins};
 use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
 use gang_e2e::failover::{Standby, standby, wait_file};
 use gang_local::{LocalCluster, LocalClusterOptions};
-use gang_master::state::batch::Commit;
+use gang_master::state::round::Commit;
 use gang_master::state::effects::Save;
 use nix::sys::signal::Signal;
 

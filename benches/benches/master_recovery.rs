@@ -34,7 +34,7 @@ fn main() {
             live_ns: 1_000_000_000,
         };
         let t = Instant::now();
-        let (found, saved) = batch::run(&mut st, &mut store, now, |st, fx, now| {
+        let (found, saved) = round::run(&mut st, &mut store, now, |st, fx, now| {
             reactor::on_recover(st, fx, now, recs, &[])
         });
         let took = t.elapsed().as_secs_f64() * 1e3;

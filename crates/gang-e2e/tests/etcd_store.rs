@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use gang_e2e::etcd_cluster::EtcdCluster;
 use gang_e2e::failover::saved_job;
-use gang_master::state::batch::Commit;
+use gang_master::state::round::Commit;
 use gang_master::state::effects::Save;
 use gang_master::store_etcd::{EtcdStore, Loaded};
 

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use gang_core::Shape;
-use gang_master::config::file::{FileConfig, TlsSection};
 use gang_master::config::parse_mesh;
 use gang_master::connections::ConnectionsSection;
+use gang_master::daemon_config::file::{FileConfig, TlsSection};
 
 /// The master: accepts jobs, places them on the mesh, launches them on the node agents.
 #[derive(Parser, Debug, Clone)]

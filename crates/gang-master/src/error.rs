@@ -76,7 +76,8 @@ pub enum MasterError {
     #[error(transparent)]
     Sched(#[from] SchedError),
     #[error("state database: {0}")]
-    Store(#[from] rusqlite::Error),
+    /// The store refused (SQLite's error, as text: the pure state knows no database).
+    Store(String),
     /// The round holding the request could not be committed; nothing of it was applied.
     #[error("state not saved: {0}")]
     NotSaved(String),

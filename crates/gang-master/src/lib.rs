@@ -9,6 +9,7 @@ pub mod agents;
 pub mod auth;
 pub mod config;
 pub mod connections;
+pub mod daemon_config;
 pub mod error;
 pub mod job;
 pub mod metrics;
@@ -19,8 +20,6 @@ pub mod persistence;
 pub mod placements;
 pub mod server;
 pub mod service;
-// old path, kept while callers move
-pub mod shim;
 pub mod standby;
 pub mod state;
 pub mod switch_stats;

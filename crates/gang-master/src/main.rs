@@ -3,8 +3,8 @@
 mod args;
 
 use clap::Parser;
-use gang_master::config::daemon::DaemonConfig;
-use gang_master::config::{layers, resolve};
+use gang_master::daemon_config::DaemonConfig;
+use gang_master::daemon_config::{layers, resolve};
 use gang_master::notify;
 use tracing::error;
 

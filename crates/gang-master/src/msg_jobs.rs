@@ -94,9 +94,6 @@ pub enum FenceStep {
     Ahead { epoch: u32, current: u32 },
 }
 
-/// The old name, kept while `job/` moves to the new one.
-pub type JobShim = JobMessaging;
-
 /// What the master keeps of one running job's messaging library.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobMessaging {

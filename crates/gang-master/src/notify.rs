@@ -114,7 +114,7 @@ mod tests {
 
     use super::*;
     use crate::actor;
-    use crate::config::daemon::DaemonConfig;
+    use crate::daemon_config::DaemonConfig;
 
     type Sent = Arc<Mutex<Vec<String>>>;
 

@@ -27,8 +27,8 @@ use tonic::service::Routes;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::{info, warn};
 
-use crate::config::daemon::DaemonConfig;
 use crate::connections::{ConnInfo, Listeners, Peer, StreamCountLayer};
+use crate::daemon_config::DaemonConfig;
 use crate::service::{admin::Admin, jobs::Jobs, registry::Registry, tokens::Tokens};
 
 /// Every call of service `N` refused, naming the leader.

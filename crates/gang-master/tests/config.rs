@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gang_master::config::file::FileConfig;
+use gang_master::daemon_config::file::FileConfig;
 
 mod common;
 use common::local_flags;

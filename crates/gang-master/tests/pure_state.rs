@@ -212,8 +212,8 @@ fn the_checks_above_see_what_they_look_for() {
     );
     assert_eq!(uses_daemon("// no tokio here\nlet tokio_like = 1;"), None);
     assert_eq!(
-        crate_modules("use crate::{config::X, job::{A, B}};\nlet a = crate::shim::S;"),
-        ["config", "job", "shim"].map(String::from).into()
+        crate_modules("use crate::{config::X, job::{A, B}};\nlet a = crate::msg_jobs::S;"),
+        ["config", "job", "msg_jobs"].map(String::from).into()
     );
     assert_eq!(code("a\n#[cfg(test)]\nmod tests { use tokio; }"), "a\n");
     assert_eq!(code("#[cfg(test)]\nmod testkit;\nb // c\n"), "b \n");

@@ -3,7 +3,7 @@
 //! task never awaits anything but its queue.
 //!
 //! Commands are taken in rounds. A round reads the clock once and runs the reactor through
-//! `state::batch::run`, which commits its saves in one SQLite transaction; only then do
+//! `state::round::run`, which commits its saves in one SQLite transaction; only then do
 //! replies, network calls and announcements go out (`daemon.rs`). If the transaction
 //! fails, the whole round is taken back: every reply of the round is `UNAVAILABLE: state
 //! not saved: ...` and nothing of it stays, in memory or on disk. Outcomes of network
@@ -29,7 +29,7 @@ use crate::state::events::{
 };
 use crate::state::queries::Listed;
 use crate::state::views::{JobView, MatrixView, NodeView, NodesView, Rank0, TableInForce};
-use crate::state::{MasterState, Now, batch, reactor};
+use crate::state::{MasterState, Now, reactor, round};
 
 mod calls;
 mod daemon;
@@ -147,7 +147,7 @@ pub fn start(
     };
     // Recovery is a round like any other: saved whole, or the master does not start.
     let now = actor.now();
-    let (recovered, saved) = batch::run(&mut actor.st, &mut actor.store, now, |st, fx, now| {
+    let (recovered, saved) = round::run(&mut actor.st, &mut actor.store, now, |st, fx, now| {
         reactor::on_recover(st, fx, now, records, &drained)
     });
     let recovered = recovered.map_err(|e| anyhow::anyhow!("cannot recover the state: {e}"))?;
@@ -251,7 +251,7 @@ impl Actor {
 
     fn round_inner(&mut self, round: Vec<Cmd>) {
         let now = self.now();
-        let (out, saved) = batch::run(&mut self.st, &mut self.store, now, |st, fx, now| {
+        let (out, saved) = round::run(&mut self.st, &mut self.store, now, |st, fx, now| {
             let mut out = Outcomes::default();
             for cmd in round {
                 handle(st, fx, now, cmd, &mut out);

@@ -9,7 +9,7 @@ use tonic::Code;
 
 use crate::actor::{self, Cmd, Handle};
 use crate::agents::AgentPool;
-use crate::config::daemon::DaemonConfig;
+use crate::daemon_config::DaemonConfig;
 use crate::error::MasterError;
 use crate::job::State;
 use crate::metrics::Metrics;

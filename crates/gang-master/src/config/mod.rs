@@ -3,25 +3,17 @@
 //! (no tokio, tonic, prometheus, SQLite or etcd), so `state/` and `job/` can read it.
 //!
 //! What the daemon runs with besides (addresses, TLS files, the store, connection
-//! limits) is `daemon::DaemonConfig`; how the file, the environment and the flags are
-//! layered into both is `layers.rs`.
+//! limits), and how the file, the environment and the flags are layered into both, is
+//! `crate::daemon_config`.
 //!
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | `MasterConfig`, `Limits`, `AuthPolicy`, scheduling defaults |
 //! | `liveness.rs` | heartbeat, timeout and lease defaults, and the rule they hold together |
 //! | `fanout.rs` | the order tree's width and timeout, where fences are gathered |
-//! | `file.rs` | the TOML file's keys (`FileConfig`), every one optional |
-//! | `layers.rs` | defaults, file, `GANG_MASTER_*` environment, flags: merged with figment |
-//! | `resolve.rs` | the merged keys checked and turned into `DaemonConfig` |
-//! | `daemon.rs` | `DaemonConfig`: the state's config and what the daemon runs with |
 
-pub mod daemon;
 mod fanout;
-pub mod file;
-pub mod layers;
 mod liveness;
-pub mod resolve;
 
 use std::path::PathBuf;
 

@@ -9,7 +9,7 @@ use gang_core::dependency::Dep;
 use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Submesh};
 use serde::{Deserialize, Serialize};
 
-use crate::shim::JobShim;
+use crate::msg_jobs::JobMessaging;
 
 mod read_back;
 mod spec;
@@ -386,7 +386,7 @@ pub struct Job {
     /// Master-clock instant up to which `record.run_ns` is accounted.
     pub run_accounted_to: i64,
     /// Its messaging library's activity, verdict and fences, once it runs (not saved).
-    pub shim: Option<Box<JobShim>>,
+    pub messaging: Option<Box<JobMessaging>>,
     /// A task whose spec is its array's, shared and saved once (`SavedJob::spec_of`).
     pub spec_shared: bool,
     /// Counted in its owner's queued jobs and bytes (`state::queued`): while it is queued.
@@ -403,17 +403,17 @@ impl Job {
             timed_out: false,
             ended_with: None,
             run_accounted_to: 0,
-            shim: None,
+            messaging: None,
             spec_shared: false,
             charged: false,
         }
     }
 
     /// The job's messaging state, made on first use.
-    pub fn shim_mut(&mut self) -> &mut JobShim {
+    pub fn messaging_mut(&mut self) -> &mut JobMessaging {
         let size = self.record.w * self.record.h;
-        self.shim
-            .get_or_insert_with(|| Box::new(JobShim::new(size)))
+        self.messaging
+            .get_or_insert_with(|| Box::new(JobMessaging::new(size)))
     }
 
     /// The row to save: with its live part while it is placed.

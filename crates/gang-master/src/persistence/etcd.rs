@@ -20,8 +20,8 @@ use gang_etcd::pb::etcdserverpb::TxnRequest;
 use gang_etcd::{Election, Etcd, Leader, Target, get_op, put_op};
 use tracing::{error, info};
 
-use crate::state::batch::Commit;
 use crate::state::effects::Save;
+use crate::state::round::Commit;
 
 /// Operations per transaction: etcd refuses more than `--max-txn-ops` (128 by default).
 const MAX_TXN_OPS: usize = 120;

@@ -1,6 +1,6 @@
 //! Where the master's state is kept: an SQLite file (the default), or an etcd cluster
 //! shared by several masters of which one leads (`persistence/etcd.rs`). The reactor and its
-//! commit (`state::batch::Commit`) do not care which; this opens either and reads what a
+//! commit (`state::round::Commit`) do not care which; this opens either and reads what a
 //! restarted (or newly elected) master starts from. What a standby answers meanwhile is
 //! `standby.rs`, beside the servers.
 //!
@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::config::daemon::DaemonConfig;
+use crate::daemon_config::DaemonConfig;
 use crate::job::SavedJob;
 use crate::persistence::etcd::EtcdStore;
 use crate::persistence::sqlite::Store;
 use crate::state::Persisted;
-use crate::state::batch::Commit;
 use crate::state::effects::Save;
+use crate::state::round::Commit;
 
 pub enum StateStore {
     Sqlite(Store),

@@ -3,7 +3,7 @@
 //!
 //! Writes are grouped: a round's saves ([`Save`]) go into one transaction, committed before
 //! any of its commands is answered, so many submissions share one fsync ([`Commit`], called
-//! by `state::batch::run`).
+//! by `state::round::run`).
 
 use std::path::{Path, PathBuf};
 
@@ -13,8 +13,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::sync::Arc;
 
 use crate::job::{SavedJob, Spec};
-use crate::state::batch::Commit;
 use crate::state::effects::Save;
+use crate::state::round::Commit;
 
 pub struct Store {
     conn: Connection,
@@ -268,6 +268,14 @@ fn write(db: &Connection, save: &Save) -> rusqlite::Result<()> {
     Ok(())
 }
 
+// SQLite's errors reach callers as the domain's store error: here, on the daemon's side,
+// so that `crate::error` (which the pure state uses) knows no database.
+impl From<rusqlite::Error> for crate::error::MasterError {
+    fn from(e: rusqlite::Error) -> Self {
+        crate::error::MasterError::Store(e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,7 +345,7 @@ mod tests {
     #[test]
     fn an_arrays_tasks_share_one_saved_spec_and_read_back_whole() {
         use crate::state::testkit::{config, new_job};
-        use crate::state::{MasterState, Now, Persisted, batch, reactor};
+        use crate::state::{MasterState, Now, Persisted, reactor, round};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let mut store = Store::open(&path).unwrap();
@@ -352,11 +360,11 @@ mod tests {
             wall_ns: 1,
             live_ns: 1,
         };
-        let (r, _) = batch::run(&mut st, &mut store, now, |st, fx, now| {
+        let (r, _) = round::run(&mut st, &mut store, now, |st, fx, now| {
             reactor::on_recover(st, fx, now, std::iter::empty(), &[])
         });
         r.unwrap();
-        let (r, saved) = batch::run(&mut st, &mut store, now, |st, fx, now| {
+        let (r, saved) = round::run(&mut st, &mut store, now, |st, fx, now| {
             reactor::on_submit(st, fx, now, job)
         });
         r.unwrap();

@@ -52,7 +52,7 @@ pub enum Effect {
     FenceDone {
         job: JobId,
         epoch: u32,
-        kvs: Arc<crate::shim::Space>,
+        kvs: Arc<crate::msg_jobs::Space>,
     },
 }
 

@@ -29,8 +29,6 @@ pub mod queries;
 pub mod reactor;
 mod records;
 pub mod round;
-/// Old name of `round`, kept while the daemon's callers move.
-pub use round as batch;
 mod sanity;
 pub mod views;
 

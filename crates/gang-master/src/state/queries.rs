@@ -63,7 +63,7 @@ impl MasterState {
             slices: self.slices_of(placed_as),
             slice_rows: self.slice_rows_of(placed_as),
             ranks_done: j.ranks.iter().filter(|r| r.is_done()).count() as u32,
-            deadlock: j.shim.as_ref().and_then(|s| s.deadlock.clone()),
+            deadlock: j.messaging.as_ref().and_then(|s| s.deadlock.clone()),
             pending_reason,
             array_tasks: match j.record.array {
                 Some(a) if a.job == j.id() => self.array_size(a.job),

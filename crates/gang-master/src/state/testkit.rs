@@ -170,7 +170,7 @@ impl Recorder {
     }
 
     /// Fences completed: (job, epoch, key-value space).
-    pub fn fences(&self) -> Vec<(JobId, u32, Arc<crate::shim::Space>)> {
+    pub fn fences(&self) -> Vec<(JobId, u32, Arc<crate::msg_jobs::Space>)> {
         self.pick(|e| match e {
             Effect::FenceDone { job, epoch, kvs } => Some((*job, *epoch, kvs.clone())),
             _ => None,

@@ -3,7 +3,7 @@
 use gang_core::{JobId, Shape, SlotGrid, Submesh};
 
 use crate::job::JobRecord;
-use crate::shim::DeadlockInfo;
+use crate::msg_jobs::DeadlockInfo;
 
 /// A node's coordinate on the mesh.
 pub type Coord = (u32, u32);

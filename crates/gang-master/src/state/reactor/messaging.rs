@@ -12,7 +12,7 @@ use tracing::warn;
 
 use crate::error::{MasterError, Result};
 use crate::job::{Job, State};
-use crate::shim::{DeadlockInfo, FenceStep};
+use crate::msg_jobs::{DeadlockInfo, FenceStep};
 use crate::state::effects::{Coord, Effect, Effects, Metric};
 use crate::state::events::FenceArrival;
 use crate::state::{MasterState, Now};
@@ -45,7 +45,11 @@ impl MasterState {
                 warn!(job = %id, rank = a.rank, node = ?node, "activity report for a rank that does not run there: ignored");
                 continue;
             }
-            self.jobs.get_mut(id).expect("present").shim_mut().report(a);
+            self.jobs
+                .get_mut(id)
+                .expect("present")
+                .messaging_mut()
+                .report(a);
         }
     }
 
@@ -54,13 +58,13 @@ impl MasterState {
         let ids: Vec<JobId> = self
             .jobs
             .live()
-            .filter(|j| j.record.state() == State::Running && j.shim.is_some())
+            .filter(|j| j.record.state() == State::Running && j.messaging.is_some())
             .filter(|j| j.cancelled.is_none() && j.failure.is_none())
             .map(|j| j.id())
             .collect();
         for id in ids {
             let job = self.jobs.get_mut(id).expect("present");
-            let shim = job.shim_mut();
+            let shim = job.messaging_mut();
             if shim.deadlock.is_some() || shim.check() != Some(Verdict::Deadlocked) {
                 continue;
             }
@@ -79,7 +83,7 @@ impl MasterState {
             let policy = job.record.on_deadlock;
             warn!(job = %id, ranks = acts.len(), %policy, "job deadlocked: every rank blocked in a receive, nothing in flight");
             let job = self.jobs.get_mut(id).expect("present");
-            job.shim_mut().deadlock = Some(info);
+            job.messaging_mut().deadlock = Some(info);
             fx.emit(Effect::Metric(Metric::Deadlocked));
             if policy == gang_core::DeadlockPolicy::Kill {
                 let why = format!(
@@ -111,7 +115,7 @@ impl MasterState {
             // allocation keeps its rows.
             .filter(|j| j.record.allocation.is_none())
             .filter(|j| j.cancelled.is_none() && j.failure.is_none())
-            .filter(|j| j.shim.as_ref().is_some_and(|s| s.deadlock.is_some()))
+            .filter(|j| j.messaging.as_ref().is_some_and(|s| s.deadlock.is_some()))
             .map(|j| j.id())
             .collect()
     }
@@ -121,7 +125,7 @@ impl MasterState {
         &mut self,
         fx: &mut Effects,
         arrival: FenceArrival,
-    ) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
+    ) -> Result<Option<std::sync::Arc<crate::msg_jobs::Space>>> {
         let FenceArrival {
             node,
             job: id,
@@ -159,7 +163,7 @@ impl MasterState {
             )));
         }
         let job = self.jobs.get_mut(id).expect("present");
-        match job.shim_mut().fence(rank, epoch, puts) {
+        match job.messaging_mut().fence(rank, epoch, puts) {
             FenceStep::Complete(kvs) => {
                 fx.emit(Effect::FenceDone {
                     job: id,

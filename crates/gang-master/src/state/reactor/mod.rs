@@ -90,7 +90,7 @@ pub fn on_fence(
     fx: &mut Effects,
     now: Now,
     arrival: FenceArrival,
-) -> Result<Option<std::sync::Arc<crate::shim::Space>>> {
+) -> Result<Option<std::sync::Arc<crate::msg_jobs::Space>>> {
     st.heard(arrival.node, now);
     st.fence(fx, arrival)
 }

@@ -15,14 +15,14 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
-use super::file::FileConfig;
-use super::{
+use crate::config::{
     DEFAULT_FANOUT_WIDTH, DEFAULT_HOP_TIMEOUT_MS, DEFAULT_KILL_GRACE_MS, DEFAULT_MPL,
     DEFAULT_QUANTUM_MS, DEFAULT_TABLE_LEAD_MS, DEFAULT_TOKEN_MAX_TTL_S, DEFAULT_TOKEN_TTL_S,
     Limits,
 };
-use crate::config::daemon::{DEFAULT_ETCD_LEASE_S, DEFAULT_ETCD_TIMEOUT_MS, DEFAULT_SOCKET};
 use crate::connections::ConnectionsSection;
+use crate::daemon_config::file::FileConfig;
+use crate::daemon_config::{DEFAULT_ETCD_LEASE_S, DEFAULT_ETCD_TIMEOUT_MS, DEFAULT_SOCKET};
 
 /// Every key after the layers are merged: a value where the default is fixed, an option
 /// where it depends on other keys (the liveness periods scale with the mesh) or where

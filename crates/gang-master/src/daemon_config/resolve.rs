@@ -8,14 +8,14 @@ use anyhow::bail;
 use gang_auth::pki::TlsFiles;
 use gang_core::{AllocatorKind, Backfill, DeadlockPolicy, GangMode, Shape};
 
-use super::daemon::{DaemonConfig, check_origin};
-use super::layers::Settings;
-use super::{
+use crate::config::{
     AuthPolicy, DEFAULT_AGENT_LEASE_MS, DEFAULT_CLOCK_PROBE_MAX_MS, DEFAULT_HEARTBEAT_MS,
     DEFAULT_IDLE_HEARTBEAT_MS, DEFAULT_NODE_TIMEOUT_MS, Fanout, LivenessTimes, MasterConfig,
     check_liveness, default_adopt_timeout, default_idle_node_timeout, liveness_scale, parse_mesh,
 };
 use crate::connections::ConnLimits;
+use crate::daemon_config::layers::Settings;
+use crate::daemon_config::{DaemonConfig, check_origin};
 
 /// What the master runs with, and the log format, from the merged keys.
 pub fn resolve(s: Settings) -> anyhow::Result<(DaemonConfig, String)> {

@@ -1,13 +1,23 @@
 //! What the daemon runs with besides the state's config: where it listens, its TLS files,
 //! where the state is kept (SQLite or etcd), connection limits, the order tree, browsers.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | `DaemonConfig`: the state's config (`crate::config`) and what the daemon runs with |
+//! | `file.rs` | the TOML file's keys (`FileConfig`), every one optional |
+//! | `layers.rs` | defaults, file, `GANG_MASTER_*` environment, flags: merged with figment |
+//! | `resolve.rs` | the merged keys checked and turned into `DaemonConfig` |
 
+pub mod file;
+pub mod layers;
+pub mod resolve;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use gang_auth::pki::TlsFiles;
 use gang_core::Shape;
 
-use super::{Fanout, MasterConfig};
+use crate::config::{Fanout, MasterConfig};
 use crate::connections::ConnLimits;
 
 /// Where local clients find the master unless configured otherwise.
