@@ -526,7 +526,7 @@ impl Attacher {
 /// running. SIGHUP (the terminal or ssh session closed) is a Ctrl-C nobody typed: the
 /// job is cancelled, not left running with nobody to see its output, as srun does.
 /// SIGINT or SIGHUP ignored when prun started (`&`, `nohup`) stays ignored
-/// ([`crate::signals::ignored_at_start`]): `nohup prun ... &` outlives the login.
+/// ([`gang_local::driver::signals::ignored_at_start`]): `nohup prun ... &` outlives the login.
 pub struct Signals {
     int: Option<tokio::signal::unix::Signal>,
     term: tokio::signal::unix::Signal,
@@ -535,7 +535,7 @@ pub struct Signals {
 
 impl Signals {
     pub fn install() -> std::io::Result<Signals> {
-        use crate::signals::ignored_at_start;
+        use gang_local::driver::signals::ignored_at_start;
         use nix::sys::signal::Signal as Sig;
         let unless_ignored = |sig: Sig, kind: SignalKind| -> std::io::Result<_> {
             if ignored_at_start(sig) {

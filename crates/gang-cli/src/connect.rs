@@ -17,20 +17,8 @@ pub const ONE_OF_SEVERAL: Duration = Duration::from_secs(3);
 
 pub use crate::error::{CliError, DEFAULT_MASTER, status_is_transient};
 
-/// An error and its sources, joined by ": " (tonic's transport errors say little alone).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let m = s.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        src = s.source();
-    }
-    out
-}
+/// The one printer of error chains, gang-local's.
+pub use gang_local::error_chain;
 
 /// Connect to the master at `addr`, eagerly, so that an unreachable master is reported
 /// here. A TLS address brings the credentials of the client config (`credentials`).

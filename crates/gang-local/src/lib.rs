@@ -45,6 +45,7 @@
 mod agent_procs;
 mod bins;
 mod ceiling;
+pub mod driver;
 pub mod hosts;
 mod lifecycle;
 mod logs;

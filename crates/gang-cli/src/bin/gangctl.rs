@@ -16,9 +16,9 @@ use gang_cli::output::views::ErrorView;
 /// `gangctl job` of an allocation lists at most this many of its steps (the newest).
 const MAX_STEPS_SHOWN: usize = 50;
 use gang_cli::output::views::{JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView};
-use gang_cli::signals::{StopSignals, catch_stop_signals};
 use gang_cli::tokens;
 use gang_local::check_mesh;
+use gang_local::driver::signals::{StopSignals, catch_stop_signals};
 use gang_proto::v1::{
     GetJobRequest, GetMatrixRequest, GetStatsRequest, JobState, ListNodesRequest, NodeRequest,
 };
@@ -86,7 +86,7 @@ fn main() {
             });
             std::process::exit(2);
         }
-        // Before the runtime or any other thread exists (see gang_cli::signals).
+        // Before the runtime or any other thread exists (see gang_local::driver::signals).
         match catch_stop_signals() {
             Ok(s) => signals = Some(s),
             Err(e) => {
