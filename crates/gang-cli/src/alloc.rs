@@ -68,7 +68,7 @@ pub async fn alloc(
         cwd: cwd.clone(),
         time_limit_s: opts.time_limit.unwrap_or(0),
         name,
-        gang: crate::gang_mode::to_proto(opts.gang) as i32,
+        gang: crate::args::gang_mode::to_proto(opts.gang) as i32,
         dependency: opts.dependency.clone().unwrap_or_default(),
         hold: opts.hold,
         allocate: true,
@@ -88,7 +88,7 @@ pub async fn alloc(
         .unwrap_or_default();
     let id = job.id;
     let said = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let notes = crate::queue_note::spawn("gangctl", master.to_string(), id, said);
+    let notes = crate::prun::queue_note::spawn("gangctl", master.to_string(), id, said);
     let mut client = connect::job_client(master).await?;
     let mut events = client
         .watch(WatchRequest { job_id: id })

@@ -16,11 +16,11 @@ use clap::{Args, Parser};
 use gang_core::GangMode;
 use gang_proto::v1::{JobSpec, SubmitRequest};
 
+use crate::args::gang_mode;
+use crate::args::parse::parse_duration;
+use crate::args::prun::{parse_array, parse_dependency, parse_pattern};
 use crate::connect::{self, CliError};
-use crate::gang_mode;
 use crate::output::OutputMode;
-use crate::parse::parse_duration;
-use crate::prun_cli::{parse_array, parse_dependency, parse_pattern};
 
 /// The largest script (it counts with the command line against the master's
 /// `max_argv_bytes`, as when it was one argument of its interpreter: 128 KiB at most).

@@ -10,9 +10,9 @@ use gang_local::driver::StartPlan;
 use gang_local::driver::signals::StopSignals;
 use gang_local::hosts::MAX_HOSTS;
 
+use crate::args::gang_mode;
+use crate::args::parse::{parse_max_agents, parse_mesh};
 use crate::connect::CliError;
-use crate::gang_mode;
-use crate::parse::{parse_max_agents, parse_mesh};
 
 #[derive(Debug, Args)]
 pub struct StartArgs {

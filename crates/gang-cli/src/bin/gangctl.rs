@@ -5,18 +5,18 @@ use std::io::Write;
 
 use clap::Parser;
 use gang_auth::PeerName;
-use gang_cli::certs;
-use gang_cli::client_config;
+use gang_cli::args::gangctl::{CertsCmd, Cli, Cmd, TokenCmd};
+use gang_cli::connect::certs;
+use gang_cli::connect::client_config;
 use gang_cli::connect::{self, CliError};
-use gang_cli::gangctl_cli::{CertsCmd, Cli, Cmd, TokenCmd};
-use gang_cli::job_filter;
+use gang_cli::jobs::job_filter;
 use gang_cli::output::OutputMode;
 use gang_cli::output::views::ErrorView;
 
 /// `gangctl job` of an allocation lists at most this many of its steps (the newest).
 const MAX_STEPS_SHOWN: usize = 50;
+use gang_cli::connect::tokens;
 use gang_cli::output::views::{JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView};
-use gang_cli::tokens;
 use gang_local::check_mesh;
 use gang_local::driver::signals::{StopSignals, catch_stop_signals};
 use gang_proto::v1::{
@@ -48,7 +48,7 @@ fn usage_error(e: clap::Error) -> ! {
         e.exit()
     }
     if !json_requested() {
-        gang_cli::usage::exit_with("gangctl", e)
+        gang_cli::args::usage::exit_with("gangctl", e)
     }
     // clap's first line names the problem; the rest is usage text for people.
     let text = e.render().to_string();
@@ -156,7 +156,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             limit,
         } => {
             let sel = job_filter::parse_job_sel(&ids).unwrap_or_else(|e| bad_value(e));
-            let now = gang_cli::gangctl_cli::now_ns();
+            let now = gang_cli::args::gangctl::now_ns();
             // As sacct: today's jobs (UTC), unless jobs or a time are named.
             const DAY_NS: i64 = 86_400_000_000_000;
             let since = since.or_else(|| sel.is_none().then_some(now - now % DAY_NS));
@@ -168,7 +168,7 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             let (mut jobs, failed) = fetch_jobs(&master, filter, state, true, limit).await?;
             // Oldest first, as sacct lists them.
             jobs.sort_by_key(|j| j.id);
-            mode.print(&gang_cli::acct::AcctView {
+            mode.print(&gang_cli::jobs::acct::AcctView {
                 jobs: &jobs,
                 columns: &format.0,
                 now_ns: now,
@@ -221,10 +221,10 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
                         user,
                         since_ns: None,
                     };
-                    gang_cli::cancel::CancelSel::new(filter, state)
+                    gang_cli::jobs::cancel::CancelSel::new(filter, state)
                 })
                 .unwrap_or_else(|e| bad_value(e));
-            gang_cli::cancel::cancel(&master, mode, sel).await
+            gang_cli::jobs::cancel::cancel(&master, mode, sel).await
         }
         Cmd::Nodes => {
             let mut client = connect::admin_client(&master).await?;
@@ -239,7 +239,8 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
                 mode.print(&MatrixView(&m));
                 return Ok(0);
             }
-            gang_cli::slices_watch::watch_slices(&mut client, mode, &master, interval_ms).await
+            gang_cli::output::slices_watch::watch_slices(&mut client, mode, &master, interval_ms)
+                .await
         }
         Cmd::Stats => {
             let mut client = connect::admin_client(&master).await?;
@@ -295,12 +296,12 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             verbose,
             quiet,
         } => {
-            let flags = gang_cli::job_output::AttachFlags {
+            let flags = gang_cli::jobs::job_output::AttachFlags {
                 label,
                 verbose,
                 quiet,
             };
-            gang_cli::job_output::attach(&master, id, flags).await
+            gang_cli::jobs::job_output::attach(&master, id, flags).await
         }
         Cmd::Output {
             id,
@@ -308,18 +309,18 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             stream,
             label,
         } => {
-            let filter = gang_cli::job_output::OutputFilter {
+            let filter = gang_cli::jobs::job_output::OutputFilter {
                 rank,
                 stream: stream.map(|s| {
                     if s == "stderr" {
-                        gang_cli::relay::Dest::Stderr
+                        gang_cli::prun::relay::Dest::Stderr
                     } else {
-                        gang_cli::relay::Dest::Stdout
+                        gang_cli::prun::relay::Dest::Stdout
                     }
                 }),
                 label,
             };
-            gang_cli::job_output::output(&master, id, filter).await
+            gang_cli::jobs::job_output::output(&master, id, filter).await
         }
         Cmd::Resume { nodes } => set_drained(&master, mode, nodes, false).await,
         cmd @ (Cmd::Hold { .. } | Cmd::Release { .. }) => {
@@ -331,19 +332,19 @@ async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError> {
             let sel = job_filter::parse_job_sel(&ids)
                 .and_then(|s| s.ok_or_else(|| "name the jobs by id".to_string()))
                 .unwrap_or_else(|e| bad_value(e));
-            gang_cli::job_update::hold(&master, mode, sel, hold).await
+            gang_cli::jobs::job_update::hold(&master, mode, sel, hold).await
         }
         Cmd::Update {
             id,
             time_limit,
             name,
-        } => gang_cli::job_update::update(&master, mode, id, time_limit, name).await,
+        } => gang_cli::jobs::job_update::update(&master, mode, id, time_limit, name).await,
         Cmd::Completions { shell, command } => {
-            gang_cli::shell_docs::completions(shell, command, &mut std::io::stdout());
+            gang_cli::args::shell_docs::completions(shell, command, &mut std::io::stdout());
             Ok(0)
         }
         Cmd::Man { dir } => {
-            let pages = gang_cli::shell_docs::man_pages(&dir).map_err(|e| {
+            let pages = gang_cli::args::shell_docs::man_pages(&dir).map_err(|e| {
                 CliError::other(format!("cannot write man pages to {}: {e}", dir.display()))
             })?;
             eprintln!(
@@ -400,7 +401,7 @@ async fn fetch_jobs(
         (false, 0) => DEFAULT_LIMIT,
         (false, n) => n as usize,
     };
-    let listed = gang_cli::listing::list(&mut client, &states, want).await?;
+    let listed = gang_cli::jobs::listing::list(&mut client, &states, want).await?;
     let mut jobs: Vec<_> = listed
         .into_iter()
         .filter(|j| filter.matches(j) || filter.sel == Some(JobSel::Last))

@@ -2,17 +2,17 @@
 
 use std::io::Write;
 
-use gang_cli::attach::{self, AttachOptions, OnSignal};
-use gang_cli::client_config;
+use gang_cli::args::gang_mode;
+use gang_cli::args::prun::Args;
+use gang_cli::connect::client_config;
 use gang_cli::connect::{self, CliError};
-use gang_cli::gang_mode;
-use gang_cli::prun_cli::Args;
+use gang_cli::prun::attach::{self, AttachOptions, OnSignal};
 use gang_core::{Request, Shape};
 use gang_proto::v1::{DeadlockPolicy, JobSpec, ListNodesRequest, MsgContext, SubmitRequest};
 
 fn main() {
     gang_proto::memory::keep_freed_memory();
-    let args: Args = gang_cli::usage::parse_or_exit("prun");
+    let args: Args = gang_cli::args::usage::parse_or_exit("prun");
     if let Some(t) = args.timeout {
         gang_cli::timeouts::set_limit(std::time::Duration::from_secs(t));
     }
@@ -222,8 +222,9 @@ async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
     }
     // Says why the job waits if it is still queued after a second (unless -q).
     let said_queued = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let queue_note = (!args.quiet && job.state() == gang_proto::v1::JobState::Queued)
-        .then(|| gang_cli::queue_note::spawn("prun", master.clone(), job.id, said_queued.clone()));
+    let queue_note = (!args.quiet && job.state() == gang_proto::v1::JobState::Queued).then(|| {
+        gang_cli::prun::queue_note::spawn("prun", master.clone(), job.id, said_queued.clone())
+    });
     let code = attach::run(
         AttachOptions {
             prog: "prun",

@@ -7,9 +7,12 @@
 //! - [`views`]: one view per command result.
 //! - [`json`]: the JSON shapes, converted from the proto types.
 //! - [`format`](mod@format): pure formatting helpers (durations, times, tables, shell words).
+//! - [`matrix_view`]: the slice matrix drawn as text; [`slices_watch`]: `gangctl slices
+//!   --watch`.
+//! - [`steps_view`]: an allocation's steps under its job (`gangctl job`).
 //!
 //! Imports run one way: `views` -> `json` -> `format`, and `views` / `json` ->
-//! [`crate::matrix_view`] -> `format`; this module imports none of them.
+//! [`crate::output::matrix_view`] -> `format`; this module imports none of them.
 
 use std::io::Write;
 
@@ -17,6 +20,8 @@ use serde::Serialize;
 
 pub mod format;
 pub mod json;
+pub mod matrix_view;
+pub mod slices_watch;
 pub mod steps_view;
 pub mod views;
 

@@ -3,14 +3,14 @@
 
 use gang_proto::v1::{JobInfo, ListNodesResponse, Matrix, NodeInfo, Quantiles, Stats};
 
-use crate::gang_mode;
-use crate::matrix_view;
+use crate::args::gang_mode;
 use crate::output::View;
 use crate::output::format::{
     dash, deadlock_lines, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns,
     job_name, job_shape, key_values, table,
 };
 use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
+use crate::output::matrix_view;
 
 /// `gangctl jobs`: a table, or a JSON array of jobs.
 pub struct JobsView<'a>(pub &'a [JobInfo]);

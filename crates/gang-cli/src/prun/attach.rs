@@ -16,7 +16,7 @@ use tonic::Streaming;
 
 use crate::connect::{self, CliError};
 use crate::output::format::{deadlock_report, fmt_submesh};
-use crate::relay::{Dest, Relay};
+use crate::prun::relay::{Dest, Relay};
 
 /// How long `prun` keeps trying to reattach after the stream broke: as long as agents
 /// keep a job's ranks without the master by default (the master's `agent_lease_ms`), so

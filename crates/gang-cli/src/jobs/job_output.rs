@@ -10,9 +10,9 @@
 use gang_proto::v1::attach_response::Event;
 use gang_proto::v1::{AttachRequest, GetJobRequest, JobInfo};
 
-use crate::attach::{self, AttachOptions, OnSignal, Signals, write_out};
 use crate::connect::{self, CliError};
-use crate::relay::{Dest, Relay};
+use crate::prun::attach::{self, AttachOptions, OnSignal, Signals, write_out};
+use crate::prun::relay::{Dest, Relay};
 
 /// `gangctl attach`'s flags.
 #[derive(Debug, Clone, Copy)]

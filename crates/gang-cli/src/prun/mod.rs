@@ -1,0 +1,11 @@
+//! What `prun` (and `gangctl attach`) do while a job runs: the attach loop (stdin,
+//! output, signals, reconnection), the output relay, and what `prun` says while its job
+//! waits in the queue.
+//!
+//! - [`attach`]: the attach loop.
+//! - [`relay`]: the output relay (replay de-duplication, `--label` line buffering).
+//! - [`queue_note`]: the queue's answer to "why is my job waiting".
+
+pub mod attach;
+pub mod queue_note;
+pub mod relay;
