@@ -1,17 +1,14 @@
-//! The command lines of `prun` and `gangctl`: their clap definitions (here rather than in
-//! the binaries, so that completions and man pages come from them too), the small syntaxes
-//! they parse, and usage errors as getopt prints them.
+//! What every command line shares, below the commands: the small syntaxes they parse,
+//! `prun`'s options (which `gangctl submit` and `alloc` take too), and usage errors as
+//! getopt prints them. `gangctl`'s own command line, which names every command's options,
+//! stands above them all, in [`crate::gangctl`].
 //!
-//! - [`gangctl`]: `gangctl`'s subcommands and options.
-//! - [`prun`]: `prun`'s options.
+//! - [`prun`]: `prun`'s options (for completions and man pages too).
 //! - [`parse`]: durations, nodes, meshes.
 //! - [`gang_mode`]: gang modes (`prun --gang`) as flags and labels.
 //! - [`usage`]: usage errors with Slurm hints.
-//! - [`shell_docs`]: shell completions and man pages.
 
 pub mod gang_mode;
-pub mod gangctl;
 pub mod parse;
 pub mod prun;
-pub mod shell_docs;
 pub mod usage;

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-pub use crate::args::gangctl::Program;
+pub use crate::gangctl::cli::Program;
 
 fn command_of(prog: Program) -> clap::Command {
     match prog {
-        Program::Gangctl => crate::args::gangctl::Cli::command(),
+        Program::Gangctl => crate::gangctl::cli::Cli::command(),
         Program::Prun => crate::args::prun::Args::command(),
     }
 }
