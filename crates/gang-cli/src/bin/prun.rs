@@ -7,6 +7,7 @@ use gang_cli::args::prun::Args;
 use gang_cli::connect::client_config;
 use gang_cli::connect::{self, CliError};
 use gang_cli::prun::attach::{self, AttachOptions, OnSignal};
+use gang_cli::prun::ends;
 use gang_core::{Request, Shape};
 use gang_proto::v1::{
     DeadlockPolicy, JobInfo, JobSpec, ListNodesRequest, Mpi, MsgContext, SubmitRequest,
@@ -262,7 +263,7 @@ fn note_submitted(job: &JobInfo) {
         job.state().label(),
         gang_mode::label(job.gang())
     );
-    if let Some(note) = attach::files_note(job) {
+    if let Some(note) = ends::files_note(job) {
         eprintln!("prun: job {}: {note}", job.id);
     }
 }
