@@ -318,7 +318,7 @@ pub async fn submit(
     let answer = connect::submit_with_retries(master, request).await?;
     let job = answer.job.unwrap_or_default();
     match mode {
-        OutputMode::Json => mode.print(&crate::output::views::JobView(&job)),
+        OutputMode::Json => mode.print(&crate::output::job_view::JobView(&job)),
         OutputMode::Cli if parsable => println!("{}", job.id),
         OutputMode::Cli if answer.array_tasks > 1 => println!(
             "submitted batch array {} ({} tasks: jobs {}-{})",

@@ -4,7 +4,7 @@
 //! JSON value ([`View::json`]). [`OutputMode::render`] picks one; commands never branch on
 //! the mode themselves.
 //!
-//! - [`views`]: one view per command result.
+//! - [`views`]: one view per command result; [`job_view`]: one job's (`gangctl job`).
 //! - [`json`]: the JSON shapes, converted from the proto types.
 //! - [`format`](mod@format): pure formatting helpers (durations, times, tables, shell words).
 //! - [`matrix_view`]: the slice matrix drawn as text; [`slices_watch`]: `gangctl slices
@@ -19,6 +19,7 @@ use std::io::Write;
 use serde::Serialize;
 
 pub mod format;
+pub mod job_view;
 pub mod json;
 pub mod matrix_view;
 pub mod slices_watch;
