@@ -10,10 +10,10 @@
 //! - [`jobs`]: `gangctl`'s job commands (listing, filters, acct, cancel, hold/update,
 //!   output).
 //! - [`prun`]: the attach loop, the output relay, the queue note.
-//! - [`output`]: the `cli` / `json` output modes and the views they render (the slice
-//!   matrix among them).
 //! - [`connect`]: reaching the master (addresses, channels, the client config, tokens,
 //!   certificates).
+//! - [`output`]: the `cli` / `json` output modes and the views they render (the slice
+//!   matrix among them).
 //! - [`args`]: what every command line shares (small syntaxes, `prun`'s options, usage
 //!   errors).
 //! - [`error`]: the error both commands print, and the master's default address;

@@ -64,7 +64,7 @@ pub struct HostsOptions {
     /// Keep the temporary directory after the teardown.
     pub keep: bool,
     /// Each host's wall clock (host 0 the master's; hosts past the list's end keep the
-    /// machine's). `Some` preloads the clock shim into every host (`clock.rs`), so that
+    /// machine's). `Some` preloads the clock library into every host (`clock.rs`), so that
     /// [`EmulatedHosts::set_clock`] can move any host's clock later; `None` leaves every
     /// host on the machine's clock, untouched.
     pub clocks: Option<Vec<ClockSkew>>,
