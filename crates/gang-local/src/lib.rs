@@ -82,8 +82,8 @@ fn tls_args(cmd: &mut Command, tls: &gang_auth::pki::TlsFiles) {
         .arg(&tls.key);
 }
 
-pub use bins::default_bin_dir;
 use bins::find_bin;
+pub use bins::{AGENT_BIN, MASTER_BIN, default_bin_dir};
 pub use ceiling::{
     CeilingError, DEFAULT_MAX_AGENTS, MAX_AGENTS_BOUND, MAX_EMULATED_NODES, check_emulated,
     check_mesh, cores,
@@ -95,8 +95,6 @@ pub use procs::with_default_signals;
 use procs::{Proc, Spawner, running_pid};
 use ready::parse_ready;
 
-pub const MASTER_BIN: &str = "gang-master";
-pub const AGENT_BIN: &str = "gang-agent";
 const POLL: Duration = Duration::from_millis(25);
 /// The master's nice value in a local cluster (where permitted): ahead of the ranks.
 const MASTER_NICE: libc::c_int = -10;

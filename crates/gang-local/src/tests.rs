@@ -1,3 +1,6 @@
+//! `LocalCluster`'s own tests: error paths and interrupts with fake daemons, no real cluster
+//! needed.
+
 use super::*;
 use crate::ready::Ready;
 use std::sync::Arc;
