@@ -151,7 +151,7 @@ fn alloc_spec(opts: &AllocOptions, nodes: String, command: &[String], cwd: Strin
 
 /// How the wait for the grant ended.
 enum Granted {
-    Yes(JobInfo),
+    Yes(Box<JobInfo>),
     /// A signal came first: the allocation was cancelled; exit with this code.
     GivenBack(i32),
 }
@@ -172,7 +172,7 @@ async fn wait_granted(
                 )))??;
                 let j = ev.job.unwrap_or_default();
                 match j.state() {
-                    JobState::Running => return Ok(Granted::Yes(j)),
+                    JobState::Running => return Ok(Granted::Yes(Box::new(j))),
                     s if is_final(s) => {
                         return Err(CliError::other(format!(
                             "allocation {id} ended before it was granted ({})",
