@@ -1,4 +1,4 @@
-//! Builds the emulated hosts' clock shim (csrc/clockshift.c) as a shared library, which
+//! Builds the emulated hosts' clock library (csrc/clockshift.c) as a shared object, which
 //! the crate embeds (hosts/clock.rs writes it into each host's directory).
 
 use std::path::{Path, PathBuf};

@@ -8,10 +8,13 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use gang_proto::v1::{
-    CancelRequest, EndAllocationRequest, JobInfo, JobSpec, JobState, SubmitRequest, WatchRequest,
+    CancelRequest, EndAllocationRequest, JobEvent, JobInfo, JobSpec, JobState, SubmitRequest,
+    WatchRequest,
 };
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::process::Child;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_stream::StreamExt;
+use tonic::Streaming;
 
 use crate::batch::{AllocOptions, start_dir};
 use crate::connect::{self, CliError};
@@ -42,6 +45,23 @@ fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
+/// SIGINT, SIGTERM and SIGHUP, taken while the allocation is asked for and used.
+struct StopSignals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self, CliError> {
+        Ok(StopSignals {
+            int: signal(SignalKind::interrupt()).map_err(sig_err)?,
+            term: signal(SignalKind::terminate()).map_err(sig_err)?,
+            hup: signal(SignalKind::hangup()).map_err(sig_err)?,
+        })
+    }
+}
+
 /// Ask for the allocation, run `command` in it, give it back.
 pub async fn alloc(
     master: &str,
@@ -58,68 +78,30 @@ pub async fn alloc(
         command
     };
     let cwd = start_dir(opts.chdir.as_deref())?;
-    let name = opts.name.clone().unwrap_or_else(|| {
-        let p = std::path::Path::new(&command[0]);
-        p.file_name()
-            .map_or_else(|| command[0].clone(), |n| n.to_string_lossy().into_owned())
-    });
-    let spec = JobSpec {
-        shape: nodes,
-        cwd: cwd.clone(),
-        time_limit_s: opts.time_limit.unwrap_or(0),
-        name,
-        gang: crate::gang_mode::to_proto(opts.gang) as i32,
-        dependency: opts.dependency.clone().unwrap_or_default(),
-        hold: opts.hold,
-        allocate: true,
-        ..Default::default()
-    };
     let request = SubmitRequest {
-        spec: Some(spec),
+        spec: Some(alloc_spec(&opts, nodes, &command, cwd.clone())),
         client_token: connect::new_client_token()?,
         ..Default::default()
     };
-    let mut int = signal(SignalKind::interrupt()).map_err(sig_err)?;
-    let mut term = signal(SignalKind::terminate()).map_err(sig_err)?;
-    let mut hup = signal(SignalKind::hangup()).map_err(sig_err)?;
+    let mut sigs = StopSignals::install()?;
     let job = connect::submit_with_retries(master, request)
         .await?
         .job
         .unwrap_or_default();
     let id = job.id;
     let said = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let notes = crate::queue_note::spawn("gangctl", master.to_string(), id, said);
+    let notes = crate::prun::queue_note::spawn("gangctl", master.to_string(), id, said);
     let mut client = connect::job_client(master).await?;
     let mut events = client
         .watch(WatchRequest { job_id: id })
         .await?
         .into_inner();
-    // Granted, or ended first; a signal while waiting gives it back.
-    let granted = loop {
-        tokio::select! {
-            ev = events.next() => {
-                let ev = ev.ok_or_else(|| CliError::other(format!(
-                    "the master ended the watch of allocation {id} before it was granted"
-                )))??;
-                let j = ev.job.unwrap_or_default();
-                match j.state() {
-                    JobState::Running => break j,
-                    s if is_final(s) => {
-                        notes.abort();
-                        return Err(CliError::other(format!(
-                            "allocation {id} ended before it was granted ({})",
-                            ended_text(&j)
-                        )));
-                    }
-                    _ => {}
-                }
-            }
-            _ = int.recv() => return give_back(master, id, 130).await,
-            _ = term.recv() => return give_back(master, id, 143).await,
-            _ = hup.recv() => return give_back(master, id, 129).await,
-        }
-    };
+    let granted = wait_granted(master, id, &mut events, &mut sigs).await;
     notes.abort();
+    let granted = match granted? {
+        Granted::Yes(j) => j,
+        Granted::GivenBack(code) => return Ok(code),
+    };
     eprintln!(
         "gangctl: granted allocation {id} on {}",
         submesh_text(&granted)
@@ -132,13 +114,99 @@ pub async fn alloc(
         .env("GANG_MASTER", master)
         .spawn()
         .map_err(|e| CliError::other(format!("cannot start {:?}: {e}", command[0])));
-    let mut child = match child {
+    let child = match child {
         Ok(c) => c,
         Err(e) => {
             end(master, id, 127).await;
             return Err(e);
         }
     };
+    let code = match run_in(id, &command[0], child, &mut events, &mut sigs).await? {
+        Ran::Exited(code) => code,
+        Ran::AllocationEnded(code) => return Ok(code),
+    };
+    end(master, id, code).await;
+    Ok(code)
+}
+
+/// The allocation as a job: named for the command unless `--job-name` says.
+fn alloc_spec(opts: &AllocOptions, nodes: String, command: &[String], cwd: String) -> JobSpec {
+    let name = opts.name.clone().unwrap_or_else(|| {
+        let p = std::path::Path::new(&command[0]);
+        p.file_name()
+            .map_or_else(|| command[0].clone(), |n| n.to_string_lossy().into_owned())
+    });
+    JobSpec {
+        shape: nodes,
+        cwd,
+        time_limit_s: opts.time_limit.unwrap_or(0),
+        name,
+        gang: crate::args::gang_mode::to_proto(opts.gang) as i32,
+        dependency: opts.dependency.clone().unwrap_or_default(),
+        hold: opts.hold,
+        allocate: true,
+        ..Default::default()
+    }
+}
+
+/// How the wait for the grant ended.
+enum Granted {
+    Yes(Box<JobInfo>),
+    /// A signal came first: the allocation was cancelled; exit with this code.
+    GivenBack(i32),
+}
+
+/// Wait until the allocation is granted, or ended first; a signal while waiting gives it
+/// back.
+async fn wait_granted(
+    master: &str,
+    id: u64,
+    events: &mut Streaming<JobEvent>,
+    sigs: &mut StopSignals,
+) -> Result<Granted, CliError> {
+    loop {
+        tokio::select! {
+            ev = events.next() => {
+                let ev = ev.ok_or_else(|| CliError::other(format!(
+                    "the master ended the watch of allocation {id} before it was granted"
+                )))??;
+                let j = ev.job.unwrap_or_default();
+                match j.state() {
+                    JobState::Running => return Ok(Granted::Yes(Box::new(j))),
+                    s if is_final(s) => {
+                        return Err(CliError::other(format!(
+                            "allocation {id} ended before it was granted ({})",
+                            ended_text(&j)
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            _ = sigs.int.recv() => return give_back(master, id, 130).await.map(Granted::GivenBack),
+            _ = sigs.term.recv() => return give_back(master, id, 143).await.map(Granted::GivenBack),
+            _ = sigs.hup.recv() => return give_back(master, id, 129).await.map(Granted::GivenBack),
+        }
+    }
+}
+
+/// How the command's run in the allocation ended.
+enum Ran {
+    /// The command exited with this code: the allocation is to be ended with it.
+    Exited(i32),
+    /// The allocation ended first (time limit, cancel): the command was stopped; exit
+    /// with the allocation's code.
+    AllocationEnded(i32),
+}
+
+/// Run the command until it exits, or until the allocation ends (then it is stopped:
+/// SIGTERM, SIGKILL past the grace). SIGTERM and SIGHUP are passed on.
+async fn run_in(
+    id: u64,
+    program: &str,
+    mut child: Child,
+    events: &mut Streaming<JobEvent>,
+    sigs: &mut StopSignals,
+) -> Result<Ran, CliError> {
     let pid = child.id().map(|p| nix::unistd::Pid::from_raw(p as i32));
     let forward = |sig: nix::sys::signal::Signal| {
         if let Some(pid) = pid {
@@ -154,9 +222,8 @@ pub async fn alloc(
                     let j = ev.job.unwrap_or_default();
                     if is_final(j.state()) {
                         eprintln!(
-                            "gangctl: allocation {id} ended ({}): stopping {:?}",
+                            "gangctl: allocation {id} ended ({}): stopping {program:?}",
                             ended_text(&j),
-                            command[0]
                         );
                         forward(nix::sys::signal::Signal::SIGTERM);
                         let st = match tokio::time::timeout(COMMAND_GRACE, child.wait()).await {
@@ -167,21 +234,19 @@ pub async fn alloc(
                             }
                         };
                         drop(st);
-                        return Ok(j.exit_code.unwrap_or(1));
+                        return Ok(Ran::AllocationEnded(j.exit_code.unwrap_or(1)));
                     }
                 }
                 // The master went away: the command carries on; its end is told later.
                 _ => watching = false,
             },
             // Ctrl-C at the terminal reaches the command too: it is the command's to handle.
-            _ = int.recv() => {}
-            _ = term.recv() => forward(nix::sys::signal::Signal::SIGTERM),
-            _ = hup.recv() => forward(nix::sys::signal::Signal::SIGHUP),
+            _ = sigs.int.recv() => {}
+            _ = sigs.term.recv() => forward(nix::sys::signal::Signal::SIGTERM),
+            _ = sigs.hup.recv() => forward(nix::sys::signal::Signal::SIGHUP),
         }
     };
-    let code = exit_code(status);
-    end(master, id, code).await;
-    Ok(code)
+    Ok(Ran::Exited(exit_code(status)))
 }
 
 fn is_final(s: JobState) -> bool {

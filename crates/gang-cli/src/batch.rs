@@ -16,11 +16,11 @@ use clap::{Args, Parser};
 use gang_core::GangMode;
 use gang_proto::v1::{JobSpec, SubmitRequest};
 
+use crate::args::gang_mode;
+use crate::args::parse::parse_duration;
+use crate::args::prun::{parse_array, parse_dependency, parse_pattern};
 use crate::connect::{self, CliError};
-use crate::gang_mode;
 use crate::output::OutputMode;
-use crate::parse::parse_duration;
-use crate::prun_cli::{parse_array, parse_dependency, parse_pattern};
 
 /// The largest script (it counts with the command line against the master's
 /// `max_argv_bytes`, as when it was one argument of its interpreter: 128 KiB at most).
@@ -318,7 +318,7 @@ pub async fn submit(
     let answer = connect::submit_with_retries(master, request).await?;
     let job = answer.job.unwrap_or_default();
     match mode {
-        OutputMode::Json => mode.print(&crate::output::views::JobView(&job)),
+        OutputMode::Json => mode.print(&crate::output::job_view::JobView(&job)),
         OutputMode::Cli if parsable => println!("{}", job.id),
         OutputMode::Cli if answer.array_tasks > 1 => println!(
             "submitted batch array {} ({} tasks: jobs {}-{})",

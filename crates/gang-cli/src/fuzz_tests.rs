@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use crate::parse::{parse_duration, parse_mesh, parse_node};
+use crate::args::parse::{parse_duration, parse_mesh, parse_node};
 
 /// Seconds as `1d2h3m4s` (zero units left out).
 fn render(secs: u64) -> String {

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use crate::MASTER_BIN;
+/// The master's binary.
+pub const MASTER_BIN: &str = "gang-master";
+/// The agent's binary.
+pub const AGENT_BIN: &str = "gang-agent";
 
 /// The directory the binaries are looked up in by default: the current executable's, or
 /// its parent for test executables in `target/*/deps/`.

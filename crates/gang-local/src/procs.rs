@@ -240,8 +240,8 @@ pub(crate) fn running_pid(child: &mut Proc) -> Option<u32> {
 /// On one host the master competes with every rank for the CPU, and the agents'
 /// heartbeats (sent at real-time priority) keep coming however busy it is: at the ranks'
 /// priority a 4x4 cluster of CPU-bound jobs left it answering heartbeats later than the
-/// node timeout, and every agent fenced its ranks. A master on a host of its own does not
-/// need this.
+/// node timeout, and every agent's lease ran out, stopping its ranks. A master on a host of
+/// its own does not need this.
 pub fn ahead_of_ranks(cmd: &mut Command, nice: libc::c_int) {
     // SAFETY: one system call in the child before exec, on no shared data; its failure
     // (no privilege) leaves the priority as it was.

@@ -1,3 +1,6 @@
+//! `LocalCluster`'s own tests: error paths and interrupts with fake daemons, no real cluster
+//! needed.
+
 use super::*;
 use crate::ready::Ready;
 use std::sync::Arc;
@@ -68,15 +71,11 @@ fn fake_bins(master: &str, agent: &str) -> tempfile::TempDir {
     bins
 }
 
-/// Alive, as opposed to gone or a zombie.
+/// Alive, as opposed to gone or a zombie (from the one /proc reader, `proc_table`).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
+    crate::proc_table::all_procs()
+        .iter()
+        .any(|p| p.pid == pid as i32 && p.alive())
 }
 
 #[test]

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::logs::error_chain;
+
 /// The unit's `RestartSec`.
 pub const RESTART_SEC: Duration = Duration::from_secs(2);
 /// The exit status a stepped-down master ends with (2 is a configuration error: never
@@ -202,7 +204,10 @@ fn supervise(state: &Mutex<State>, recipe: &Recipe) {
                 s.restarts += 1;
             }
             Err(e) => {
-                note(recipe, &format!("cannot start it again: {e:#}"));
+                note(
+                    recipe,
+                    &format!("cannot start it again: {}", error_chain(e.as_ref())),
+                );
                 return;
             }
         }

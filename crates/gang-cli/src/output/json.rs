@@ -5,9 +5,9 @@
 use gang_proto::v1::{JobInfo, ListNodesResponse, Matrix, NodeInfo, Quantiles, Stats};
 use serde::Serialize;
 
-use crate::gang_mode;
-use crate::matrix_view;
+use crate::args::gang_mode;
 use crate::output::format::{job_name, job_shape};
+use crate::output::matrix_view;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SubmeshJson {

@@ -4,19 +4,25 @@
 //! JSON value ([`View::json`]). [`OutputMode::render`] picks one; commands never branch on
 //! the mode themselves.
 //!
-//! - [`views`]: one view per command result.
+//! - [`views`]: one view per command result; [`job_view`]: one job's (`gangctl job`).
 //! - [`json`]: the JSON shapes, converted from the proto types.
 //! - [`format`](mod@format): pure formatting helpers (durations, times, tables, shell words).
+//! - [`matrix_view`]: the slice matrix drawn as text; [`slices_watch`]: `gangctl slices
+//!   --watch`.
+//! - [`steps_view`]: an allocation's steps under its job (`gangctl job`).
 //!
 //! Imports run one way: `views` -> `json` -> `format`, and `views` / `json` ->
-//! [`crate::matrix_view`] -> `format`; this module imports none of them.
+//! [`crate::output::matrix_view`] -> `format`; this module imports none of them.
 
 use std::io::Write;
 
 use serde::Serialize;
 
 pub mod format;
+pub mod job_view;
 pub mod json;
+pub mod matrix_view;
+pub mod slices_watch;
 pub mod steps_view;
 pub mod views;
 

@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::View;
 use super::format::{fmt_job_run, job_label, shell_join, table};
+use super::job_view::JobView;
 use super::json::JobJson;
-use super::views::JobView;
 
 /// A job, with its steps if it is an allocation (as many as were fetched).
 pub struct JobWithSteps<'a> {

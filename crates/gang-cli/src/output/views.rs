@@ -3,14 +3,13 @@
 
 use gang_proto::v1::{JobInfo, ListNodesResponse, Matrix, NodeInfo, Quantiles, Stats};
 
-use crate::gang_mode;
-use crate::matrix_view;
+use crate::args::gang_mode;
 use crate::output::View;
 use crate::output::format::{
-    dash, deadlock_lines, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_submesh, fmt_time_ns,
-    job_name, job_shape, key_values, table,
+    dash, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_submesh, job_name, job_shape, table,
 };
 use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
+use crate::output::matrix_view;
 
 /// `gangctl jobs`: a table, or a JSON array of jobs.
 pub struct JobsView<'a>(pub &'a [JobInfo]);
@@ -73,169 +72,11 @@ impl View for JobsView<'_> {
 
 /// The job's slices as people see them: by place (0 to MPL-1) from a master that says,
 /// else its slice ids.
-fn slice_places(j: &JobInfo) -> &[u32] {
+pub(super) fn slice_places(j: &JobInfo) -> &[u32] {
     if j.slice_rows.is_empty() {
         &j.slices
     } else {
         &j.slice_rows
-    }
-}
-
-/// `gangctl job ID`: `key: value` lines, or one JSON job.
-pub struct JobView<'a>(pub &'a JobInfo);
-
-impl View for JobView<'_> {
-    type Json = JobJson;
-
-    fn json(&self) -> JobJson {
-        JobJson::from(self.0)
-    }
-
-    fn cli(&self) -> String {
-        let j = self.0;
-        let spec = j.spec.clone().unwrap_or_default();
-        let shape = job_shape(j);
-        let shape = if !spec.shape.is_empty() && spec.shape != shape {
-            format!("{shape} (asked {})", spec.shape)
-        } else {
-            dash(&shape)
-        };
-        let pairs: Vec<(&str, String)> = vec![
-            ("id", j.id.to_string()),
-            ("name", dash(&job_name(j))),
-            (
-                "user",
-                format!("{} (uid {}, gid {})", dash(&j.user), j.uid, j.gid),
-            ),
-            (
-                "state",
-                if j.deadlock.is_some() && j.state() == gang_proto::v1::JobState::Running {
-                    "running, DEADLOCKED".to_string()
-                } else {
-                    j.state().label().to_string()
-                },
-            ),
-            ("shape", shape),
-            (
-                "submesh",
-                j.submesh
-                    .map(|s| fmt_submesh(&s))
-                    .unwrap_or_else(|| "-".into()),
-            ),
-            ("slices", fmt_list(slice_places(j))),
-            (
-                "exit code",
-                j.exit_code
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "-".into()),
-            ),
-            ("reason", dash(&j.reason)),
-            ("pending", dash(&j.pending_reason)),
-            ("command", super::format::command_text(&spec)),
-            ("cwd", dash(&spec.cwd)),
-            (
-                "time limit",
-                if spec.time_limit_s == 0 {
-                    "none".into()
-                } else {
-                    format!("{} ({} s)", fmt_limit(spec.time_limit_s), spec.time_limit_s)
-                },
-            ),
-            ("run time", fmt_job_run(j)),
-            ("gang mode", {
-                let mode = gang_mode::label(j.gang());
-                if spec.gang() == gang_proto::v1::GangMode::Unspecified {
-                    format!("{mode} (cluster default)")
-                } else {
-                    mode.to_string()
-                }
-            }),
-            (
-                "stdin",
-                if spec.stdin { "attached" } else { "/dev/null" }.into(),
-            ),
-            ("submitted", fmt_time_ns(j.submit_ns)),
-            ("started", fmt_time_ns(j.start_ns)),
-            ("ended", fmt_time_ns(j.end_ns)),
-        ];
-        // Only when they apply: the common case reads as it always did.
-        let mut pairs = pairs;
-        let at_pending = |pairs: &Vec<(&str, String)>| {
-            pairs
-                .iter()
-                .position(|(k, _)| *k == "pending")
-                .map_or(0, |i| i + 1)
-        };
-        if j.array_job_id != 0 {
-            let task = j.array_task_id.unwrap_or_default();
-            pairs.insert(
-                1,
-                ("array", format!("task {task} of array {}", j.array_job_id)),
-            );
-        }
-        if !spec.dependency.is_empty() {
-            pairs.insert(at_pending(&pairs), ("dependency", spec.dependency.clone()));
-        }
-        if let Some(u) = j.usage.filter(|u| u.ranks_measured > 0) {
-            let at = pairs
-                .iter()
-                .position(|(k, _)| *k == "run time")
-                .map_or(pairs.len(), |i| i + 1);
-            pairs.insert(
-                at,
-                (
-                    "cpu time",
-                    format!(
-                        "{} user, {} system ({} of {} ranks measured)",
-                        fmt_ns(u.cpu_user_ns as i64, false),
-                        fmt_ns(u.cpu_system_ns as i64, false),
-                        u.ranks_measured,
-                        super::format::rank_count(j)
-                    ),
-                ),
-            );
-            pairs.insert(
-                at + 1,
-                (
-                    "max memory",
-                    format!(
-                        "{} MiB (rank {})",
-                        u.max_rss_bytes.div_ceil(1 << 20),
-                        u.max_rss_rank
-                    ),
-                ),
-            );
-        }
-        if !j.held_by.is_empty() {
-            let who = if j.held_by_admin {
-                format!("{} (an admin)", j.held_by)
-            } else {
-                j.held_by.clone()
-            };
-            pairs.insert(at_pending(&pairs), ("held by", who));
-        }
-        if !j.output_lost.is_empty() {
-            let at = pairs
-                .iter()
-                .position(|(k, _)| *k == "pending")
-                .map_or(0, |i| i + 1);
-            pairs.insert(
-                at,
-                (
-                    "output lost",
-                    super::format::fmt_output_lost(&j.output_lost),
-                ),
-            );
-        }
-        let mut out = key_values(&pairs);
-        if let Some(d) = &j.deadlock {
-            out.push_str(&format!(
-                "deadlock:   found {}, every rank blocked in a receive, nothing in flight\n{}",
-                fmt_time_ns(d.detected_ns),
-                deadlock_lines(j, "            ")
-            ));
-        }
-        out
     }
 }
 
@@ -500,9 +341,7 @@ impl View for StatsView<'_> {
 mod tests {
     use super::*;
     use crate::output::OutputMode;
-    use crate::output::fixtures::{
-        deadlocked_job, failed_job, matrix, nodes, queued_job, running_job, stats,
-    };
+    use crate::output::fixtures::{failed_job, matrix, nodes, queued_job, running_job, stats};
     use gang_proto::v1::NodeState;
 
     #[test]
@@ -531,53 +370,6 @@ ID  USER   STATE    ASKED  SHAPE  SUBMESH(REASON)                    SLICES  EXI
 9   carol  failed   2x1    2x1    2x1@(2,3)                          -       1     1h02m03s  -      priority  false
 ";
         assert_eq!(text, expected);
-    }
-
-    #[test]
-    fn job_key_values() {
-        let text = OutputMode::Cli.render(&JobView(&running_job()));
-        let expected = "\
-id:         12
-name:       ./a.out
-user:       alice (uid 1000, gid 100)
-state:      running
-shape:      4x2 (asked 8)
-submesh:    4x2@(0,0)
-slices:     0,2
-exit code:  -
-reason:     -
-pending:    -
-command:    ./a.out -x 'two words'
-cwd:        /home/alice
-time limit: 10:00 (600 s)
-run time:   12.3s
-gang mode:  stop (cluster default)
-stdin:      attached
-submitted:  2023-11-14 22:13:20 UTC
-started:    2023-11-14 22:13:21 UTC
-ended:      -
-";
-        assert_eq!(text, expected);
-    }
-
-    #[test]
-    fn a_deadlocked_job_shows_every_ranks_wait() {
-        let text = OutputMode::Cli.render(&JobView(&deadlocked_job()));
-        assert!(text.contains("state:      running, DEADLOCKED\n"), "{text}");
-        assert!(text.ends_with(
-            "deadlock:   found 2023-11-14 22:13:23 UTC, every rank blocked in a receive, nothing in flight
-            rank 0 on node (0,0) waits for rank 1, tag 7 since 2023-11-14 22:13:22 UTC
-            rank 1 on node (1,0) waits for any source, any tag since 2023-11-14 22:13:22 UTC
-"
-        ), "{text}");
-        let prun = crate::output::format::deadlock_report(&deadlocked_job());
-        assert!(prun.starts_with("prun: job 12 DEADLOCKED at 2023-11-14 22:13:23 UTC: every rank is blocked in a receive and nothing is in flight (42 messages delivered); it is left running (--on-deadlock report)\nprun:   rank 0 on node (0,0) waits for rank 1, tag 7"), "{prun}");
-        let json = OutputMode::Json.render(&JobView(&deadlocked_job()));
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(v["deadlock"]["waits"][1]["source"], -1);
-        assert_eq!(v["on_deadlock"], "report");
-        let quiet = OutputMode::Json.render(&JobView(&running_job()));
-        assert!(!quiet.contains("\"deadlock\""), "{quiet}");
     }
 
     #[test]

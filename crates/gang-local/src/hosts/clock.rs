@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use anyhow::{Context, Result};
 
-/// The shim, built by build.rs.
-const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgang_clockshift.so"));
-/// "GANGCLK1" little-endian, as the shim checks it.
+/// The clock library (`csrc/clockshift.c`), built by build.rs.
+const CLOCK_LIB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgang_clockshift.so"));
+/// "GANGCLK1" little-endian, as the clock library checks it.
 const MAGIC: u64 = 0x314b_4c43_474e_4147;
 
 /// A host's clock relative to the machine's.
@@ -64,7 +64,7 @@ pub fn parse_offset(s: &str) -> Result<i64, String> {
     Ok(ns as i64)
 }
 
-/// The page the shim reads, as this harness writes it.
+/// The page the clock library reads, as this harness writes it.
 #[repr(C)]
 struct Page {
     magic: AtomicU64,
@@ -80,11 +80,11 @@ fn real_now_ns() -> i64 {
         .map_or(0, |d| d.as_nanos() as i64)
 }
 
-/// Write the shim and a host's clock page into its directory; the lines for its
+/// Write the clock library and a host's clock page into its directory; the lines for its
 /// `/etc/ld.so.preload`.
 pub fn install(host_dir: &Path, skew: ClockSkew) -> Result<String> {
     let lib = host_dir.join("clockshift.so");
-    std::fs::write(&lib, SHIM).with_context(|| format!("write {}", lib.display()))?;
+    std::fs::write(&lib, CLOCK_LIB).with_context(|| format!("write {}", lib.display()))?;
     let page = host_dir.join("clock");
     let f = OpenOptions::new()
         .read(true)

@@ -18,6 +18,7 @@
 //!   machine reach the master through its Unix socket, seen through the master host's
 //!   root: `unix:/proc/PID/root/run/gang/master.sock`.
 
+mod boot;
 mod cgroups;
 mod clock;
 mod image;
@@ -44,6 +45,7 @@ pub use layout::{HostPlan, Layout, LayoutError, MAX_HOSTS};
 use crate::POLL;
 use crate::poll::{block_on, list_nodes};
 use crate::procs::{Proc, Spawner};
+use boot::{netns_of, wait_for};
 use cgroups::HostCgroups;
 
 /// How an emulated cluster is made.
@@ -62,7 +64,7 @@ pub struct HostsOptions {
     /// Keep the temporary directory after the teardown.
     pub keep: bool,
     /// Each host's wall clock (host 0 the master's; hosts past the list's end keep the
-    /// machine's). `Some` preloads the clock shim into every host (`clock.rs`), so that
+    /// machine's). `Some` preloads the clock library into every host (`clock.rs`), so that
     /// [`EmulatedHosts::set_clock`] can move any host's clock later; `None` leaves every
     /// host on the machine's clock, untouched.
     pub clocks: Option<Vec<ClockSkew>>,
@@ -164,32 +166,6 @@ fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-fn netns_of(pid: u32) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
-}
-
-/// Wait until `cond` holds, or fail naming `what` past `limit` or once `interrupt` is set.
-fn wait_for(
-    interrupt: &Option<Arc<AtomicBool>>,
-    limit: Duration,
-    what: &str,
-    mut cond: impl FnMut() -> Result<bool>,
-) -> Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if cond()? {
-            return Ok(());
-        }
-        if interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) {
-            return Err(crate::Interrupted { kept_dir: None }.into());
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {limit:?} waiting for {what}");
-        }
-        std::thread::sleep(POLL);
-    }
-}
-
 impl EmulatedHosts {
     /// Boot the hosts of a `mesh` cluster and wait until every node is up.
     pub fn start(mesh: (u32, u32), opts: HostsOptions) -> Result<EmulatedHosts> {
@@ -275,144 +251,6 @@ impl EmulatedHosts {
         }
         me.wait_nodes_up(opts.boot_timeout)?;
         Ok(me)
-    }
-
-    fn boot(
-        &self,
-        plan: &HostPlan,
-        bin_dir: &Path,
-        image: &ImageOptions,
-        clock: Option<ClockSkew>,
-    ) -> Result<Host> {
-        let dir = self.dir.join(&plan.name);
-        std::fs::create_dir_all(&dir)?;
-        let preload = match clock {
-            Some(skew) => Some(clock::install(&dir, skew)?),
-            None => None,
-        };
-        let init = image::write_host(
-            &dir,
-            &self.layout,
-            plan,
-            &self.pki,
-            bin_dir,
-            image,
-            preload.as_deref(),
-        )?;
-        let go = dir.join("go");
-        nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
-        let cgroups = HostCgroups::create(self.serial, plan.index)?;
-        let console = std::fs::File::create(dir.join("console.log"))?;
-        let script = format!(
-            "{}exec setpriv --pdeathsig KILL unshare --pid --fork --kill-child=SIGKILL --mount --uts --net --ipc --cgroup -- /bin/sh {}",
-            cgroups.enter_script(),
-            init.display()
-        );
-        let mut cmd = Command::new("/bin/sh");
-        cmd.args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(console.try_clone()?)
-            .stderr(console);
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-        let mut outer = self.spawner.spawn(cmd)?;
-        let pid = outer.id();
-        let ours = netns_of(std::process::id());
-        let log = dir.join("console.log");
-        let died = |outer: &mut Proc| -> Result<bool> {
-            if let Some(status) = outer.poll()? {
-                bail!(
-                    "its first process ended ({status}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default().trim()
-                );
-            }
-            Ok(false)
-        };
-        wait_for(
-            &self.interrupt,
-            Duration::from_secs(10),
-            "its namespaces",
-            || {
-                died(&mut outer)?;
-                Ok(netns_of(pid).is_some_and(|n| Some(&n) != ours.as_ref()))
-            },
-        )?;
-        network::plug(&self.switch_ns, plan.index, pid, plan.addr)?;
-        // The init script opens the fifo for reading once its mounts are made.
-        wait_for(
-            &self.interrupt,
-            Duration::from_secs(30),
-            "its mounts",
-            || {
-                died(&mut outer)?;
-                use std::os::unix::fs::OpenOptionsExt;
-                match std::fs::OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(&go)
-                {
-                    Ok(mut f) => {
-                        use std::io::Write;
-                        f.write_all(b"go\n")?;
-                        Ok(true)
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(false),
-                    Err(e) => Err(e.into()),
-                }
-            },
-        )?;
-        let mut init_pid = 0;
-        wait_for(
-            &self.interrupt,
-            Duration::from_secs(10),
-            "its PID 1",
-            || {
-                died(&mut outer)?;
-                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                    .unwrap_or_default();
-                init_pid = children
-                    .split_whitespace()
-                    .next()
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(0);
-                Ok(init_pid != 0)
-            },
-        )?;
-        Ok(Host {
-            plan: plan.clone(),
-            dir,
-            outer,
-            init: init_pid,
-            cgroups,
-        })
-    }
-
-    fn wait_booted(&mut self, i: usize, limit: Duration) -> Result<()> {
-        let name = self.hosts[i].plan.name.clone();
-        let mut last = String::new();
-        let interrupt = self.interrupt.clone();
-        wait_for(&interrupt, limit, &format!("{name} to boot"), || {
-            if let Some(status) = self.hosts[i].outer.poll()? {
-                bail!("{name}'s systemd ended ({status})");
-            }
-            let out = self.exec(i, &["systemctl", "is-system-running"])?;
-            last = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            match last.as_str() {
-                "running" => Ok(true),
-                "degraded" => {
-                    let failed =
-                        self.exec(i, &["systemctl", "--failed", "--no-legend", "--plain"])?;
-                    let failed = String::from_utf8_lossy(&failed.stdout).into_owned();
-                    let mut why = String::new();
-                    for unit in failed.lines().filter_map(|l| l.split_whitespace().next()) {
-                        why.push_str(&self.journal(i, unit));
-                    }
-                    bail!("{name} booted degraded: {}\n{why}", failed.trim())
-                }
-                _ => Ok(false),
-            }
-        })
-        .with_context(|| format!("{name} was last `{last}`"))
     }
 
     /// Wait until the master lists every node up.

@@ -4,8 +4,8 @@
 use clap::Parser;
 use gang_core::GangMode;
 
-use crate::gang_mode;
-use crate::parse::{parse_duration, parse_timeout};
+use crate::args::gang_mode;
+use crate::args::parse::{parse_duration, parse_timeout};
 
 /// Run a parallel job on the gang cluster.
 ///

@@ -4,7 +4,7 @@
 use gang_proto::v1::{JobInfo, JobState, UpdateJobRequest};
 
 use crate::connect::{self, CliError};
-use crate::job_filter::JobSel;
+use crate::jobs::job_filter::JobSel;
 use crate::output::OutputMode;
 use crate::output::views::ErrorView;
 
@@ -17,7 +17,7 @@ async fn ids_of(master: &str, sel: &JobSel) -> Result<Vec<u64>, CliError> {
     let mut ids = single.clone();
     if !ranges.is_empty() {
         let mut client = connect::job_client(master).await?;
-        let listed = crate::listing::list(&mut client, &[JobState::Queued as i32], 0).await?;
+        let listed = crate::jobs::listing::list(&mut client, &[JobState::Queued as i32], 0).await?;
         ids.extend(listed.iter().map(|j| j.id).filter(|id| sel.contains(*id)));
     }
     ids.sort_unstable();

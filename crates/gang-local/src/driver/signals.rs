@@ -7,7 +7,7 @@
 //! which also says where each came from, and hands them on as [`Caught`] events.
 //!
 //! A signal mask survives fork and exec (std does not reset it), so every child must
-//! clear it before exec ([`unblock_all`]; gang-local does it for the daemons), or it
+//! clear it before exec ([`unblock_all`]; `procs.rs` does it for the daemons), or it
 //! would never see a SIGTERM.
 //!
 //! SIGINT or SIGHUP that gangctl (or prun) was started ignoring stays ignored

@@ -1,4 +1,13 @@
-//! Reaching the master: address normalization, channels and clients.
+//! Reaching the master: address normalization, channels and clients, and what a client
+//! proves: the client config file, tokens and certificates.
+//!
+//! - [`client_config`]: the master address and credentials from the client config file.
+//! - [`tokens`]: `gangctl token` (get one on the socket, save it) and `token revoke`.
+//! - [`certs`]: `gangctl certs`, the cluster's certificates.
+
+pub mod certs;
+pub mod client_config;
+pub mod tokens;
 
 use std::time::Duration;
 
@@ -6,8 +15,6 @@ use gang_proto::client::{self, ConnectError, Credentials, MasterChannel, Target}
 use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::auth_service_client::AuthServiceClient;
 use gang_proto::v1::job_service_client::JobServiceClient;
-
-use crate::client_config;
 
 /// How long a connection attempt may take before the master counts as unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -17,20 +24,8 @@ pub const ONE_OF_SEVERAL: Duration = Duration::from_secs(3);
 
 pub use crate::error::{CliError, DEFAULT_MASTER, status_is_transient};
 
-/// An error and its sources, joined by ": " (tonic's transport errors say little alone).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let m = s.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        src = s.source();
-    }
-    out
-}
+/// The one printer of error chains, gang-local's.
+pub use gang_local::error_chain;
 
 /// Connect to the master at `addr`, eagerly, so that an unreachable master is reported
 /// here. A TLS address brings the credentials of the client config (`credentials`).

@@ -30,7 +30,7 @@
 use std::collections::BTreeSet;
 
 use gang_core::SlotGrid;
-use gang_proto::v1::Matrix;
+use gang_proto::v1::{Matrix, SliceInfo};
 
 use crate::output::format::fmt_ns;
 
@@ -134,36 +134,8 @@ pub fn draw(m: &Matrix) -> String {
         m.mesh_h.saturating_sub(1),
         table_line(m)
     );
-    let running = running_slice(m);
-
     // grids[s][y][x]: the cell text of each slice.
-    let grids: Vec<Vec<Vec<String>>> = m
-        .slices
-        .iter()
-        .map(|slice| {
-            let mut grid = vec![vec![".".to_string(); w]; h];
-            for p in &slice.placements {
-                let Some(sm) = p.submesh else { continue };
-                let label = if p.home {
-                    p.job_id.to_string()
-                } else {
-                    format!("{}*", p.job_id)
-                };
-                for y in sm.y..sm.y.saturating_add(sm.h) {
-                    for x in sm.x..sm.x.saturating_add(sm.w) {
-                        if let Some(cell) = grid
-                            .get_mut(y as usize)
-                            .and_then(|row| row.get_mut(x as usize))
-                        {
-                            *cell = label.clone();
-                        }
-                    }
-                }
-            }
-            grid
-        })
-        .collect();
-
+    let grids: Vec<Vec<Vec<String>>> = m.slices.iter().map(|s| slice_grid(s, w, h)).collect();
     let x_labels: Vec<String> = (0..w).map(|x| x.to_string()).collect();
     let cell_w = grids
         .iter()
@@ -173,55 +145,16 @@ pub fn draw(m: &Matrix) -> String {
         .map(|c| c.len())
         .max()
         .unwrap_or(1);
-    let y_w = h.saturating_sub(1).to_string().len();
-    let row_text = |cells: &[String]| -> String {
-        cells
-            .iter()
-            .map(|c| format!("{c:<cell_w$}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+    let grid_text = GridText {
+        cell_w,
+        y_w: h.saturating_sub(1).to_string().len(),
     };
-
     if m.slices.is_empty() {
         out.push_str("no slices in use\n");
     }
     for (place, (slice, grid)) in m.slices.iter().zip(&grids).enumerate() {
-        let jobs: BTreeSet<u64> = slice.placements.iter().map(|p| p.job_id).collect();
-        let noun = if jobs.len() == 1 { "job" } else { "jobs" };
-        let parked: Vec<String> = jobs
-            .iter()
-            .filter(|j| m.parked.contains(j))
-            .map(|j| j.to_string())
-            .collect();
-        let mark = if running == Some(slice.id) {
-            "  ▶ running".to_string()
-        } else if has_table(m) && !m.row_slices.contains(&slice.id) && parked.len() == jobs.len() {
-            "  (out of the rotation: its slots go to the other slices)".to_string()
-        } else if has_table(m) && !m.row_slices.contains(&slice.id) {
-            "  (not in the table yet)".to_string()
-        } else {
-            String::new()
-        };
-        out.push_str(&format!("slice {place} ({} {noun}){mark}\n", jobs.len()));
-        if !parked.is_empty() {
-            let (noun, verb) = if parked.len() == 1 {
-                ("job", "is")
-            } else {
-                ("jobs", "are")
-            };
-            out.push_str(&format!(
-                "  {noun} {} {verb} DEADLOCKED: held stopped, no slots, until cancelled\n",
-                parked.join(", ")
-            ));
-        }
-        for y in (0..h).rev() {
-            let line = format!("{y:>y_w$} | {}", row_text(&grid[y]));
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        let axis = format!("{:y_w$}   {}", "", row_text(&x_labels));
-        out.push_str(axis.trim_end());
-        out.push_str("\n\n");
+        out.push_str(&slice_heading(m, place, slice));
+        out.push_str(&grid_text.draw(grid, &x_labels));
     }
     if m.queue.is_empty() {
         out.push_str("queue: empty\n");
@@ -230,6 +163,98 @@ pub fn draw(m: &Matrix) -> String {
         out.push_str(&format!("queue: {}\n", ids.join(" ")));
     }
     out
+}
+
+/// One slice's cells, `[y][x]`: a job's id where it is placed (`ID*` off its home
+/// slice), `.` where no job is.
+fn slice_grid(slice: &SliceInfo, w: usize, h: usize) -> Vec<Vec<String>> {
+    let mut grid = vec![vec![".".to_string(); w]; h];
+    for p in &slice.placements {
+        let Some(sm) = p.submesh else { continue };
+        let label = if p.home {
+            p.job_id.to_string()
+        } else {
+            format!("{}*", p.job_id)
+        };
+        for y in sm.y..sm.y.saturating_add(sm.h) {
+            for x in sm.x..sm.x.saturating_add(sm.w) {
+                if let Some(cell) = grid
+                    .get_mut(y as usize)
+                    .and_then(|row| row.get_mut(x as usize))
+                {
+                    *cell = label.clone();
+                }
+            }
+        }
+    }
+    grid
+}
+
+/// A slice's heading: its jobs, whether it runs or is out of the rotation, and which of
+/// its jobs are parked as deadlocked.
+fn slice_heading(m: &Matrix, place: usize, slice: &SliceInfo) -> String {
+    let jobs: BTreeSet<u64> = slice.placements.iter().map(|p| p.job_id).collect();
+    let noun = if jobs.len() == 1 { "job" } else { "jobs" };
+    let parked: Vec<String> = jobs
+        .iter()
+        .filter(|j| m.parked.contains(j))
+        .map(|j| j.to_string())
+        .collect();
+    let outside = has_table(m) && !m.row_slices.contains(&slice.id);
+    let mark = if running_slice(m) == Some(slice.id) {
+        "  ▶ running".to_string()
+    } else if outside && parked.len() == jobs.len() {
+        "  (out of the rotation: its slots go to the other slices)".to_string()
+    } else if outside {
+        "  (not in the table yet)".to_string()
+    } else {
+        String::new()
+    };
+    let mut out = format!("slice {place} ({} {noun}){mark}\n", jobs.len());
+    if !parked.is_empty() {
+        let (noun, verb) = if parked.len() == 1 {
+            ("job", "is")
+        } else {
+            ("jobs", "are")
+        };
+        out.push_str(&format!(
+            "  {noun} {} {verb} DEADLOCKED: held stopped, no slots, until cancelled\n",
+            parked.join(", ")
+        ));
+    }
+    out
+}
+
+/// The widths a grid is drawn with: every cell's, and the y labels'.
+struct GridText {
+    cell_w: usize,
+    y_w: usize,
+}
+
+impl GridText {
+    fn row(&self, cells: &[String]) -> String {
+        let cell_w = self.cell_w;
+        cells
+            .iter()
+            .map(|c| format!("{c:<cell_w$}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A grid, the top row first, with its x axis and a blank line under it.
+    fn draw(&self, grid: &[Vec<String>], x_labels: &[String]) -> String {
+        let y_w = self.y_w;
+        let mut out = String::new();
+        for y in (0..grid.len()).rev() {
+            let line = format!("{y:>y_w$} | {}", self.row(&grid[y]));
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        let axis = format!("{:y_w$}   {}", "", self.row(x_labels));
+        out.push_str(axis.trim_end());
+        out.push_str("\n\n");
+        out
+    }
 }
 
 #[cfg(test)]

@@ -13,27 +13,21 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
+use crate::proc_table::all_procs;
+
 /// Make this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`).
 pub fn become_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
 }
 
-/// This process's children, from /proc: (pid, state letter).
+/// This process's children, from /proc (gang-local's one reader): (pid, state letter).
 fn children() -> Vec<(i32, char)> {
     let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| {
-        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-        let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-        let state = rest.next()?.chars().next()?;
-        let ppid: i32 = rest.next()?.parse().ok()?;
-        (ppid == me).then_some((pid, state))
-    })
-    .collect()
+    all_procs()
+        .into_iter()
+        .filter(|p| p.ppid == me)
+        .map(|p| (p.pid, p.state))
+        .collect()
 }
 
 /// Reap children that have exited, other than `owned` (pids that someone else in this

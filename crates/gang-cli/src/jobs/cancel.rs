@@ -4,7 +4,7 @@
 use gang_proto::v1::{CancelRequest, JobInfo, JobState};
 
 use crate::connect::{self, CliError};
-use crate::job_filter::{JobFilter, JobSel, States};
+use crate::jobs::job_filter::{JobFilter, JobSel, States};
 use crate::output::OutputMode;
 use crate::output::views::{CancelledView, ErrorView};
 
@@ -64,7 +64,7 @@ pub async fn cancel(master: &str, mode: OutputMode, sel: CancelSel) -> Result<i3
         None => {
             let states = sel.states.clone().unwrap_or(ACTIVE.to_vec());
             let states: Vec<i32> = states.iter().map(|s| *s as i32).collect();
-            let listed = crate::listing::list(&mut client, &states, 0).await?;
+            let listed = crate::jobs::listing::list(&mut client, &states, 0).await?;
             let mut ids: Vec<u64> = listed
                 .iter()
                 .filter(|j| sel.filter.matches(j))
@@ -108,7 +108,7 @@ pub async fn cancel(master: &str, mode: OutputMode, sel: CancelSel) -> Result<i3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_filter::parse_job_sel;
+    use crate::jobs::job_filter::parse_job_sel;
 
     fn sel(ids: &[&str]) -> Option<JobSel> {
         parse_job_sel(&ids.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()

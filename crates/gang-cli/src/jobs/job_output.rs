@@ -10,9 +10,10 @@
 use gang_proto::v1::attach_response::Event;
 use gang_proto::v1::{AttachRequest, GetJobRequest, JobInfo};
 
-use crate::attach::{self, AttachOptions, OnSignal, Signals, write_out};
 use crate::connect::{self, CliError};
-use crate::relay::{Dest, Relay};
+use crate::prun::attach::{self, AttachOptions, OnSignal, Signals, write_out};
+use crate::prun::ends;
+use crate::prun::relay::{Dest, Relay};
 
 /// `gangctl attach`'s flags.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +38,7 @@ pub async fn attach(master: &str, id: u64, flags: AttachFlags) -> Result<i32, Cl
         .map_err(|e| CliError::other(format!("cannot install signal handlers: {e}")))?;
     // Asked first so that an unknown job is an error of its own, not a broken stream.
     let job = get_job(master, id).await?;
-    if let Some(note) = attach::files_note(&job) {
+    if let Some(note) = ends::files_note(&job) {
         eprintln!("gangctl: job {id}: {note}");
     }
     // Rank 0 reads what we send only if the job was submitted to read stdin (prun
@@ -84,7 +85,7 @@ pub async fn output(master: &str, id: u64, filter: OutputFilter) -> Result<i32, 
             size - 1
         )));
     }
-    if let Some(note) = attach::files_note(&job) {
+    if let Some(note) = ends::files_note(&job) {
         eprintln!("gangctl: job {id}: {note}");
     }
     let mut client = connect::job_client(master).await?;
@@ -124,5 +125,5 @@ pub async fn output(master: &str, id: u64, filter: OutputFilter) -> Result<i32, 
         }
     }
     // The log as it is lacks what was lost: say so, and do not end with 0.
-    Ok(finished.map_or(0, |j| attach::lost_output_code("gangctl", &j, 0)))
+    Ok(finished.map_or(0, |j| ends::lost_output_code("gangctl", &j, 0)))
 }

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use gang_proto::v1::attach_response::Event;
-use gang_proto::v1::{AttachRequest, AttachResponse, CancelRequest, JobInfo, JobState};
+use gang_proto::v1::{AttachRequest, AttachResponse, CancelRequest};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -16,7 +16,8 @@ use tonic::Streaming;
 
 use crate::connect::{self, CliError};
 use crate::output::format::{deadlock_report, fmt_submesh};
-use crate::relay::{Dest, Relay};
+use crate::prun::ends::{finished_code, lost_output_code};
+use crate::prun::relay::{Dest, Relay};
 
 /// How long `prun` keeps trying to reattach after the stream broke: as long as agents
 /// keep a job's ranks without the master by default (the master's `agent_lease_ms`), so
@@ -197,97 +198,6 @@ pub fn write_out(dest: Dest, bytes: &[u8]) {
     }
 }
 
-/// prun's exit status for a job ended by its time limit (`timeout(1)`'s).
-pub const TIMEOUT_EXIT: i32 = 124;
-
-/// The exit code for a finished job, printing why it failed or was cancelled: for a
-/// failed rank, the master's reason as it is (`rank 2 on node (0,1) exited with code 3`:
-/// which rank, where, and its code or signal), unless `quiet`.
-pub fn finished_code(prog: &str, job: &JobInfo, quiet: bool) -> i32 {
-    let id = job.id;
-    let code = job.exit_code.map(clamp_exit);
-    match job.state() {
-        JobState::Cancelled => {
-            eprintln!("{prog}: job {id} cancelled: {}", or_unknown(&job.reason));
-            code.unwrap_or(143)
-        }
-        // One code whatever the ranks' signal, so scripts can tell a job that ran out of
-        // time from one that failed; 124 is what `timeout(1)` exits with.
-        JobState::Timeout => {
-            eprintln!("{prog}: job {id} timed out: {}", or_unknown(&job.reason));
-            TIMEOUT_EXIT
-        }
-        JobState::Completed => code.unwrap_or(0),
-        JobState::Failed => match code {
-            Some(c) => {
-                if !quiet {
-                    if job.reason.is_empty() {
-                        eprintln!("{prog}: job {id} failed with exit code {c}");
-                    } else {
-                        eprintln!("{prog}: {}", job.reason);
-                    }
-                }
-                c
-            }
-            None => {
-                eprintln!("{prog}: job {id} failed: {}", or_unknown(&job.reason));
-                1
-            }
-        },
-        other => {
-            eprintln!(
-                "{prog}: job {id} ended in state {}: {}",
-                other.label(),
-                or_unknown(&job.reason)
-            );
-            code.unwrap_or(1)
-        }
-    }
-}
-
-/// Say what of the job's output was lost, if anything was: a job whose output did not all
-/// arrive does not end with 0, even if every rank did (the caller's `code` otherwise).
-pub fn lost_output_code(prog: &str, job: &JobInfo, code: i32) -> i32 {
-    if job.output_lost.is_empty() {
-        return code;
-    }
-    eprintln!(
-        "{prog}: job {}: output lost: {} (the node's spool for the job was full while the master was unreachable, or the output passed the master's max_output_bytes)",
-        job.id,
-        crate::output::format::fmt_output_lost(&job.output_lost)
-    );
-    if code == 0 { 1 } else { code }
-}
-
-/// Where a job's output goes when not through the master (`prun --output/--error`), for
-/// the commands that show its output: those streams are in files on the nodes, not here.
-pub fn files_note(job: &JobInfo) -> Option<String> {
-    let spec = job.spec.as_ref()?;
-    match (spec.output.as_str(), spec.error.as_str()) {
-        ("", "") => None,
-        (o, "") => Some(format!(
-            "stdout and stderr go to files {o:?} on the ranks' nodes"
-        )),
-        ("", e) => Some(format!("stderr goes to files {e:?} on the ranks' nodes")),
-        (o, e) => Some(format!(
-            "stdout goes to files {o:?}, stderr to {e:?}, on the ranks' nodes"
-        )),
-    }
-}
-
-fn or_unknown(reason: &str) -> &str {
-    if reason.is_empty() {
-        "no reason given"
-    } else {
-        reason
-    }
-}
-
-/// Exit statuses outside 0..=255 cannot be returned as they are; they become 1.
-fn clamp_exit(code: i32) -> i32 {
-    if (0..=255).contains(&code) { code } else { 1 }
-}
-
 enum Conn {
     Live(Box<Session>),
     Connecting(JoinHandle<Result<Session, CliError>>),
@@ -372,120 +282,144 @@ impl Attacher {
 
     /// Handle one step; `Some(code)` when `prun` is done.
     fn handle(&mut self, step: Step) -> Option<i32> {
-        let job_id = self.job_id;
-        let mut broke: Option<String> = None;
         match step {
-            Step::Signal(signo) if self.on_signal == OnSignal::Detach => {
-                let prog = self.prog;
-                let code = self.finish(128 + signo);
-                eprintln!(
-                    "{prog}: detached from job {job_id}, which runs on (gangctl cancel {job_id} ends it)"
-                );
-                return Some(code);
-            }
-            Step::Signal(_) => {
-                if self.cancelling {
-                    return Some(self.finish(130));
-                }
-                self.start_cancel();
-            }
+            Step::Signal(signo) => self.on_signal(signo),
             Step::Sent => {
                 if self.pending.is_none() && !self.stdin_open {
                     self.eof_sent = true;
                 }
+                None
             }
             Step::Stdin(m) => {
-                self.pending = Some(match m {
-                    Some(StdinMsg::Data(data)) => AttachRequest {
-                        job_id,
-                        stdin: data,
-                        stdin_eof: false,
-                        no_follow: false,
-                    },
-                    Some(StdinMsg::Eof) | None => {
-                        self.stdin_open = false;
-                        AttachRequest {
-                            job_id,
-                            stdin: Vec::new(),
-                            stdin_eof: true,
-                            no_follow: false,
-                        }
-                    }
-                });
+                self.on_stdin(m);
+                None
             }
-            Step::Response(Ok(Some(resp))) => {
-                if let Conn::Live(s) = &mut self.conn
-                    && !s.answered
-                {
-                    // The stream works: the master is back (if it was lost).
-                    s.answered = true;
-                    self.backoff = FIRST_BACKOFF;
-                    if self.lost_since.take().is_some() && self.verbose {
-                        eprintln!("{}: reattached to job {job_id}", self.prog);
-                    }
-                }
-                match resp.event {
-                    Some(Event::Output(o)) => {
-                        let (dest, bytes) = self.relay.output(o.rank, o.stream, &o.data);
-                        write_out(dest, &bytes);
-                    }
-                    Some(Event::Started(job)) if self.verbose || self.said_queued() => {
-                        let at = job.submesh.map(|s| fmt_submesh(&s)).unwrap_or_default();
-                        eprintln!("{}: job {job_id} started on {at}", self.prog);
-                    }
-                    Some(Event::Finished(job)) => {
-                        // Output first: the reason is the last thing the user reads.
-                        self.finish(0);
-                        let code = finished_code(self.prog, &job, self.quiet);
-                        return Some(lost_output_code(self.prog, &job, code));
-                    }
-                    Some(Event::Deadlocked(job)) => {
-                        eprint!("{}", deadlock_report(&job));
-                    }
-                    Some(Event::Started(_)) | None => {}
-                }
-            }
+            Step::Response(Ok(Some(resp))) => self.on_response(resp),
             Step::Response(Ok(None)) => {
-                broke = Some("the stream ended before the job finished".into())
+                self.lost("the stream ended before the job finished".into())
             }
-            Step::Response(Err(status)) => match self.transient(CliError::from(status)) {
-                Ok(why) => broke = Some(why),
-                Err(code) => return Some(code),
-            },
+            Step::Response(Err(status)) => self.on_error(CliError::from(status)),
             Step::Connected(Ok(session)) => {
                 self.relay.new_session();
                 self.conn = Conn::Live(Box::new(session));
+                None
             }
-            Step::Connected(Err(e)) => match self.transient(e) {
-                Ok(why) => broke = Some(why),
-                Err(code) => return Some(code),
-            },
+            Step::Connected(Err(e)) => self.on_error(e),
             Step::Retry => {
-                let open = open_session(self.master.clone(), job_id, self.eof_sent);
+                let open = open_session(self.master.clone(), self.job_id, self.eof_sent);
                 self.conn = Conn::Connecting(tokio::spawn(open));
+                None
             }
         }
-        if let Some(why) = broke {
+    }
+
+    /// SIGINT, SIGTERM or SIGHUP: detach (`gangctl attach`), or cancel the job and leave
+    /// at the second (`prun`).
+    fn on_signal(&mut self, signo: i32) -> Option<i32> {
+        let job_id = self.job_id;
+        if self.on_signal == OnSignal::Detach {
             let prog = self.prog;
-            match self.lost_since {
-                None => {
-                    self.lost_since = Some(Instant::now());
-                    eprintln!("{prog}: lost the master ({why}); reattaching to job {job_id}");
-                }
-                Some(t) if t.elapsed() >= RECONNECT_FOR => {
-                    let secs = RECONNECT_FOR.as_secs();
-                    eprintln!(
-                        "{prog}: gave up reattaching to job {job_id} after {secs} s: {why} (the job may still run: `gangctl job {job_id}`, `gangctl output {job_id}`)"
-                    );
-                    return Some(self.finish(1));
-                }
-                Some(_) => {}
-            }
-            // Whatever was in flight on the old stream may be lost; stdin already handed
-            // over is not sent twice.
-            self.conn = Conn::Waiting(Instant::now() + self.backoff);
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            let code = self.finish(128 + signo);
+            eprintln!(
+                "{prog}: detached from job {job_id}, which runs on (gangctl cancel {job_id} ends it)"
+            );
+            return Some(code);
         }
+        if self.cancelling {
+            return Some(self.finish(130));
+        }
+        self.start_cancel();
+        None
+    }
+
+    /// A stdin message from the reader thread: the next request to send.
+    fn on_stdin(&mut self, m: Option<StdinMsg>) {
+        let job_id = self.job_id;
+        self.pending = Some(match m {
+            Some(StdinMsg::Data(data)) => AttachRequest {
+                job_id,
+                stdin: data,
+                stdin_eof: false,
+                no_follow: false,
+            },
+            Some(StdinMsg::Eof) | None => {
+                self.stdin_open = false;
+                AttachRequest {
+                    job_id,
+                    stdin: Vec::new(),
+                    stdin_eof: true,
+                    no_follow: false,
+                }
+            }
+        });
+    }
+
+    /// A message of the master: output, the job's start, end or deadlock.
+    fn on_response(&mut self, resp: AttachResponse) -> Option<i32> {
+        let job_id = self.job_id;
+        if let Conn::Live(s) = &mut self.conn
+            && !s.answered
+        {
+            // The stream works: the master is back (if it was lost).
+            s.answered = true;
+            self.backoff = FIRST_BACKOFF;
+            if self.lost_since.take().is_some() && self.verbose {
+                eprintln!("{}: reattached to job {job_id}", self.prog);
+            }
+        }
+        match resp.event {
+            Some(Event::Output(o)) => {
+                let (dest, bytes) = self.relay.output(o.rank, o.stream, &o.data);
+                write_out(dest, &bytes);
+            }
+            Some(Event::Started(job)) if self.verbose || self.said_queued() => {
+                let at = job.submesh.map(|s| fmt_submesh(&s)).unwrap_or_default();
+                eprintln!("{}: job {job_id} started on {at}", self.prog);
+            }
+            Some(Event::Finished(job)) => {
+                // Output first: the reason is the last thing the user reads.
+                self.finish(0);
+                let code = finished_code(self.prog, &job, self.quiet);
+                return Some(lost_output_code(self.prog, &job, code));
+            }
+            Some(Event::Deadlocked(job)) => {
+                eprint!("{}", deadlock_report(&job));
+            }
+            Some(Event::Started(_)) | None => {}
+        }
+        None
+    }
+
+    /// An error of the stream or of a reconnection: reattach if it may pass, else done.
+    fn on_error(&mut self, e: CliError) -> Option<i32> {
+        match self.transient(e) {
+            Ok(why) => self.lost(why),
+            Err(code) => Some(code),
+        }
+    }
+
+    /// The master is lost (`why`): reattach after a backoff, or give up past
+    /// [`RECONNECT_FOR`].
+    fn lost(&mut self, why: String) -> Option<i32> {
+        let (prog, job_id) = (self.prog, self.job_id);
+        match self.lost_since {
+            None => {
+                self.lost_since = Some(Instant::now());
+                eprintln!("{prog}: lost the master ({why}); reattaching to job {job_id}");
+            }
+            Some(t) if t.elapsed() >= RECONNECT_FOR => {
+                let secs = RECONNECT_FOR.as_secs();
+                eprintln!(
+                    "{prog}: gave up reattaching to job {job_id} after {secs} s: {why} (the job may still run: `gangctl job {job_id}`, `gangctl output {job_id}`)"
+                );
+                return Some(self.finish(1));
+            }
+            Some(_) => {}
+        }
+        // Whatever was in flight on the old stream may be lost; stdin already handed
+        // over is not sent twice.
+        self.conn = Conn::Waiting(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
         None
     }
 
@@ -526,7 +460,7 @@ impl Attacher {
 /// running. SIGHUP (the terminal or ssh session closed) is a Ctrl-C nobody typed: the
 /// job is cancelled, not left running with nobody to see its output, as srun does.
 /// SIGINT or SIGHUP ignored when prun started (`&`, `nohup`) stays ignored
-/// ([`crate::signals::ignored_at_start`]): `nohup prun ... &` outlives the login.
+/// ([`gang_local::driver::signals::ignored_at_start`]): `nohup prun ... &` outlives the login.
 pub struct Signals {
     int: Option<tokio::signal::unix::Signal>,
     term: tokio::signal::unix::Signal,
@@ -535,7 +469,7 @@ pub struct Signals {
 
 impl Signals {
     pub fn install() -> std::io::Result<Signals> {
-        use crate::signals::ignored_at_start;
+        use gang_local::driver::signals::ignored_at_start;
         use nix::sys::signal::Signal as Sig;
         let unless_ignored = |sig: Sig, kind: SignalKind| -> std::io::Result<_> {
             if ignored_at_start(sig) {
@@ -602,74 +536,5 @@ pub async fn run(opts: AttachOptions, mut signals: Signals) -> i32 {
         if let Some(code) = a.handle(step) {
             return code;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(state: JobState, exit_code: Option<i32>) -> JobInfo {
-        JobInfo {
-            id: 4,
-            state: state as i32,
-            exit_code,
-            reason: "why".into(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn lost_output_fails_a_job_that_otherwise_succeeded() {
-        let mut j = job(JobState::Completed, Some(0));
-        assert_eq!(lost_output_code("prun", &j, 0), 0);
-        j.output_lost.push(gang_proto::v1::OutputLoss {
-            rank: 1,
-            stream: gang_proto::v1::Stream::Stdout as i32,
-            bytes: 5,
-        });
-        assert_eq!(lost_output_code("prun", &j, 0), 1);
-        assert_eq!(lost_output_code("prun", &j, 3), 3);
-    }
-
-    #[test]
-    fn exit_codes() {
-        assert_eq!(
-            finished_code("prun", &job(JobState::Completed, Some(0)), true),
-            0
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Completed, None), true),
-            0
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Failed, Some(3)), true),
-            3
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Failed, Some(137)), true),
-            137
-        );
-        assert_eq!(finished_code("prun", &job(JobState::Failed, None), true), 1);
-        assert_eq!(
-            finished_code("prun", &job(JobState::Cancelled, None), true),
-            143
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Cancelled, Some(130)), true),
-            130
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Timeout, Some(143)), false),
-            124
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Failed, Some(300)), true),
-            1
-        );
-        assert_eq!(
-            finished_code("prun", &job(JobState::Failed, Some(-1)), true),
-            1
-        );
     }
 }

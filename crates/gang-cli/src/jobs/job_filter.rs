@@ -4,7 +4,7 @@
 
 use gang_proto::v1::{JobInfo, JobState};
 
-use crate::parse::{DURATION_FORMS, parse_duration};
+use crate::args::parse::{DURATION_FORMS, parse_duration};
 
 /// At most this many ids in one range: a typo such as `1-99999999` is refused rather than
 /// turned into that many lookups.

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
 
-pub use crate::gangctl_cli::Program;
+pub use crate::gangctl::cli::Program;
 
 fn command_of(prog: Program) -> clap::Command {
     match prog {
-        Program::Gangctl => crate::gangctl_cli::Cli::command(),
-        Program::Prun => crate::prun_cli::Args::command(),
+        Program::Gangctl => crate::gangctl::cli::Cli::command(),
+        Program::Prun => crate::args::prun::Args::command(),
     }
 }
 

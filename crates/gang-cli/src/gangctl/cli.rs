@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::job_filter;
+use crate::args::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
+use crate::jobs::job_filter;
 use crate::output::OutputMode;
-use crate::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
 
 /// Look at and steer the gang cluster, or start a local one.
 ///
@@ -129,8 +129,8 @@ pub enum Cmd {
         #[arg(short = 'S', long, value_name = "T", value_parser = since_now)]
         since: Option<i64>,
         /// The columns, comma-separated, as sacct's --format (JobID,Elapsed also works).
-        #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::acct::DEFAULT_FORMAT, value_parser = crate::acct::parse_format_arg)]
-        format: crate::acct::Format,
+        #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::jobs::acct::DEFAULT_FORMAT, value_parser = crate::jobs::acct::parse_format_arg)]
+        format: crate::jobs::acct::Format,
         /// At most this many jobs (0: the master's limit, 1000).
         #[arg(long, default_value_t = 0, value_name = "N")]
         limit: u32,

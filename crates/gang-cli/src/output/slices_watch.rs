@@ -9,9 +9,9 @@ use gang_proto::v1::admin_service_client::AdminServiceClient;
 use gang_proto::v1::{GetMatrixRequest, Matrix};
 use tokio::time::Instant;
 
-use crate::connect::CliError;
-use crate::matrix_view;
+use crate::error::CliError;
 use crate::output::OutputMode;
+use crate::output::matrix_view;
 use crate::output::views::MatrixView;
 
 /// The running slice is recomputed at most this often between fetches.

@@ -69,7 +69,7 @@ pub fn active() -> Result<ClientConfig, CliError> {
 }
 
 /// The master address: the flag or env value if given, else the config file's, else the
-/// local cluster a running `gangctl start` recorded ([`crate::local_master`]), else the
+/// local cluster a running `gangctl start` recorded ([`gang_local::driver::local_master`]), else the
 /// default.
 pub fn master(flag_or_env: Option<String>) -> Result<String, CliError> {
     if let Some(m) = flag_or_env {
@@ -77,7 +77,7 @@ pub fn master(flag_or_env: Option<String>) -> Result<String, CliError> {
     }
     Ok(active()?
         .master
-        .or_else(crate::local_master::read)
+        .or_else(gang_local::driver::local_master::read)
         .unwrap_or_else(|| DEFAULT_MASTER.to_string()))
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use gang_proto::v1::{IssueTokenRequest, RevokeTokensRequest, revoke_tokens_request::What};
 
-use crate::client_config;
+use crate::connect::client_config;
 use crate::connect::{self, CliError};
 use crate::output::format::fmt_time_ns;
 
