@@ -1,4 +1,4 @@
-//! The shape of a relay tree: who forwards an order to whom.
+//! The shape of the order tree: who forwards an order to whom.
 //!
 //! An order for nodes `0..n` (in the order the master lists them) is split into at most
 //! `width` contiguous subtrees; the first node of each does its part and splits the rest

@@ -9,10 +9,10 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::grid::SlotGrid;
-use crate::matrix::SliceMatrix;
 use crate::plan::JobId;
-use crate::table::SliceTable;
+use crate::time::grid::SlotGrid;
+use crate::time::matrix::SliceMatrix;
+use crate::time::table::SliceTable;
 
 #[derive(Debug, Clone)]
 pub struct Slicer {
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn versions_are_counted_for_people() {
-        let m = crate::matrix::SliceMatrix::new(crate::mesh::Shape::new(2, 2));
+        let m = crate::time::matrix::SliceMatrix::new(crate::mesh::Shape::new(2, 2));
         let mut sl = Slicer::new(Q, 0, 0, None);
         let v1 = sl
             .update(&m, &BTreeSet::new(), 1_700_000_000_000_000_000)

@@ -1,142 +1,21 @@
-//! The queue and the policy that feeds the slice matrix.
-//!
-//! Time is an argument: every call takes `now` (seconds, any epoch, never decreasing) and
-//! returns a [`Plan`]. Between calls nothing changes, so progress under time sharing is
-//! integrated exactly: with `k` slices, a job holding `m` slots runs at `m / k` of full
-//! speed, times `1 - switch_overhead` when `k > 1`.
-//!
-//! Placement (AP/Linux): the head of the queue goes into the first slice where its shape
-//! fits (against the home placements there; multiple-task slots in the way are taken
-//! back), else into a new slice while there are fewer than `mpl`, else it waits.
-//! FCFS: nothing overtakes a waiting head. EASY: the head gets a reservation (the
-//! earliest instant, slice and submesh it is guaranteed, assuming every running job ends
-//! by its requested time at the slowest rate it can have while the head waits, `1/mpl`),
-//! and a later job may start now if it ends by then or keeps off the reserved submesh.
+//! The scheduler itself: the queue, placement into the slice matrix, and progress under
+//! time sharing (see the module above for the policy).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
-use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
-use crate::alloc::{Allocator, AllocatorKind};
-use crate::matrix::{SliceChoice, SliceMatrix};
+use super::config::{Backfill, Config, JobSpec, SchedError};
 use crate::mesh::{Mesh, Shape, Submesh};
+use crate::place::Placer;
 use crate::plan::{Decision, JobId, Plan, SliceId};
-
-mod easy;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backfill {
-    #[default]
-    None,
-    Easy,
-}
-
-impl FromStr for Backfill {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(Backfill::None),
-            "easy" => Ok(Backfill::Easy),
-            _ => Err(format!(
-                "unknown backfill policy {s:?}: expected none or easy"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Backfill {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Backfill::None => "none",
-            Backfill::Easy => "easy",
-        })
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Config {
-    /// Maximum multiprogramming level: slices that may exist at once (1 = space sharing).
-    pub mpl: u32,
-    pub allocator: AllocatorKind,
-    pub backfill: Backfill,
-    /// Let running jobs take extra slots where their nodes are free in other slices.
-    pub multiple_tasks: bool,
-    /// Which slice a job goes into when it fits in several.
-    pub slice_choice: SliceChoice,
-    /// Fraction of each slot lost to switching when more than one slice exists.
-    pub switch_overhead: f64,
-    /// How many queued jobs behind the head one backfill pass examines at most.
-    pub backfill_depth: usize,
-    /// Order the queue by fair share between users (see `fair_share`); false: FCFS.
-    #[serde(default = "fair_share_by_default")]
-    pub fair_share: bool,
-}
-
-fn fair_share_by_default() -> bool {
-    true
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            mpl: 4,
-            allocator: AllocatorKind::AdaptiveScan,
-            backfill: Backfill::None,
-            multiple_tasks: true,
-            slice_choice: SliceChoice::First,
-            switch_overhead: 0.0,
-            backfill_depth: 1000,
-            fair_share: true,
-        }
-    }
-}
-
-/// A job as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobSpec {
-    pub id: JobId,
-    pub shape: Shape,
-    /// Requested run time in seconds (at full speed), if the user gave one. EASY needs it:
-    /// a job without one is never backfilled and never ends in a reservation's forecast.
-    pub estimate: Option<f64>,
-    /// Whose it is (a uid): the queue shares turns between users (`fair_share`).
-    #[serde(default)]
-    pub user: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SchedError {
-    #[error("job {0} already exists")]
-    Duplicate(JobId),
-    #[error("unknown job {0}")]
-    UnknownJob(JobId),
-    #[error("job {job} asks {shape} but the mesh is {mesh} ({allocator} does not rotate requests)")]
-    NeverFits {
-        job: JobId,
-        shape: Shape,
-        mesh: Mesh,
-        allocator: AllocatorKind,
-    },
-    #[error("job {job} cannot be put back at {submesh}: no slice has those nodes free")]
-    CannotAdopt { job: JobId, submesh: Submesh },
-    #[error("node ({x},{y}) is not on the {mesh} mesh")]
-    NoSuchNode { x: u32, y: u32, mesh: Mesh },
-    #[error("time went backwards: {now} is before {last}")]
-    TimeWentBack { now: f64, last: f64 },
-    #[error("invalid configuration: {0}")]
-    Config(String),
-}
+use crate::time::matrix::SliceMatrix;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Progress {
-    started: f64,
+pub(super) struct Progress {
+    pub(super) started: f64,
     /// Seconds of full-speed work done so far.
-    work: f64,
-    estimate: Option<f64>,
-    user: u32,
+    pub(super) work: f64,
+    pub(super) estimate: Option<f64>,
+    pub(super) user: u32,
 }
 
 /// Why a queued job waits (Slurm's pending reasons, in the terms of this scheduler).
@@ -162,19 +41,19 @@ pub struct Reservation {
 
 #[derive(Debug, Clone)]
 pub struct Scheduler {
-    cfg: Config,
-    matrix: SliceMatrix,
-    queue: VecDeque<JobSpec>,
-    progress: BTreeMap<JobId, Progress>,
-    now: f64,
-    last_reservation: Option<(JobId, f64)>,
+    pub(super) cfg: Config,
+    pub(super) matrix: SliceMatrix,
+    pub(super) queue: VecDeque<JobSpec>,
+    pub(super) progress: BTreeMap<JobId, Progress>,
+    pub(super) now: f64,
+    pub(super) last_reservation: Option<(JobId, f64)>,
     /// The head found blocked by the last pass: while no nodes are freed it stays blocked,
     /// so the next pass need not search for it again.
-    blocked_head: Option<JobId>,
+    pub(super) blocked_head: Option<JobId>,
     /// Jobs started so far, and the count when each user last had one started (fair
     /// share's turns).
-    starts: u64,
-    last_start: std::collections::HashMap<u32, u64>,
+    pub(super) starts: u64,
+    pub(super) last_start: std::collections::HashMap<u32, u64>,
 }
 
 impl Scheduler {
@@ -226,20 +105,20 @@ impl Scheduler {
         self.now
     }
 
-    fn allocator(&self) -> &'static dyn Allocator {
+    pub(super) fn placer(&self) -> &'static dyn Placer {
         self.cfg.allocator.get()
     }
 
-    /// Whether `shape` can ever run on this mesh with this allocator.
+    /// Whether `shape` can ever run on this mesh with this placer.
     pub fn validate(&self, job: JobId, shape: Shape) -> Result<(), SchedError> {
-        if shape.w > 0 && shape.h > 0 && self.allocator().can_ever_fit(self.mesh(), shape) {
+        if shape.w > 0 && shape.h > 0 && self.placer().can_ever_fit(self.mesh(), shape) {
             Ok(())
         } else {
             Err(SchedError::NeverFits {
                 job,
                 shape,
                 mesh: self.mesh(),
-                allocator: self.cfg.allocator,
+                placer: self.cfg.allocator,
             })
         }
     }
@@ -357,7 +236,7 @@ impl Scheduler {
     }
 
     /// Why each queued job waits, head first: the effective head is found once, not once
-    /// per job (with nodes out of service that search runs the allocator over the queue).
+    /// per job (with nodes out of service that search runs the placer over the queue).
     pub fn pending_all(&self) -> Vec<(JobId, Pending)> {
         let head = self.head_index();
         (0..self.queue.len())
@@ -367,9 +246,9 @@ impl Scheduler {
 
     /// [`Self::pending`] of the job at `pos` in the queue, given the effective head.
     fn pending_at(&self, pos: usize, head: Option<usize>) -> Option<Pending> {
-        let alloc = self.allocator();
+        let placer = self.placer();
         let shape = self.queue[pos].shape;
-        if self.matrix.find_in_new_slice(alloc, shape).is_none() {
+        if self.matrix.find_in_new_slice(placer, shape).is_none() {
             // Held: offline nodes keep it out of even an empty slice. Name a node whose
             // return alone would let it in, so the user knows which one to ask about.
             let off = self.matrix.offline();
@@ -382,7 +261,7 @@ impl Scheduler {
                 .find(|&(x, y)| {
                     let mut o = off.clone();
                     o.release(Submesh::new(x, y, 1, 1));
-                    alloc.find(&o, shape).is_some()
+                    placer.find(&o, shape).is_some()
                 })
                 .or(offline.first().copied());
             return Some(key.map_or(Pending::Resources, |(x, y)| Pending::Node { x, y }));
@@ -442,11 +321,17 @@ impl Scheduler {
     }
 
     /// The slowest rate any running job can have while the head waits (one slot of `k`).
-    fn min_rate(&self) -> f64 {
+    pub(super) fn min_rate(&self) -> f64 {
         self.rate_of(1, self.matrix.slices().len())
     }
 
-    fn start(&mut self, spec: &JobSpec, slice: SliceId, sm: Submesh, out: &mut Vec<Decision>) {
+    pub(super) fn start(
+        &mut self,
+        spec: &JobSpec,
+        slice: SliceId,
+        sm: Submesh,
+        out: &mut Vec<Decision>,
+    ) {
         self.matrix.start(spec.id, slice, sm, out);
         self.starts += 1;
         self.last_start.insert(spec.user, self.starts);
@@ -464,14 +349,14 @@ impl Scheduler {
     /// The queue's effective head: the first job that could run on the nodes in service.
     /// Jobs that offline nodes keep out of even an empty mesh are held, not heads: they
     /// would block everyone behind them for as long as a node is down or drained.
-    fn head_index(&self) -> Option<usize> {
+    pub(super) fn head_index(&self) -> Option<usize> {
         if self.matrix.offline().busy() == 0 {
             return (!self.queue.is_empty()).then_some(0);
         }
-        let alloc = self.allocator();
+        let placer = self.placer();
         self.queue
             .iter()
-            .position(|q| self.matrix.find_in_new_slice(alloc, q.shape).is_some())
+            .position(|q| self.matrix.find_in_new_slice(placer, q.shape).is_some())
     }
 
     fn schedule(&mut self) -> Plan {
@@ -481,24 +366,24 @@ impl Scheduler {
             for p in self.progress.values() {
                 *running.entry(p.user).or_default() += 1;
             }
-            crate::fair_share::order(
+            crate::schedule::fair_share::order(
                 &mut self.queue,
                 |j| (j.id, j.user),
                 &running,
                 &self.last_start,
             );
         }
-        let alloc = self.allocator();
+        let placer = self.placer();
         let unchanged = !self.matrix.has_fresh_space()
             && self.head_index().map(|h| self.queue[h].id) == self.blocked_head;
         if !unchanged {
             while let Some(h) = self.head_index() {
                 let head = &self.queue[h];
-                let spot = match self.matrix.find(alloc, head.shape, self.cfg.slice_choice) {
+                let spot = match self.matrix.find(placer, head.shape, self.cfg.slice_choice) {
                     Some(spot) => spot,
                     None if self.matrix.slices().len() < self.cfg.mpl as usize => {
                         // Offline nodes may keep it out of even an empty slice.
-                        match self.matrix.find_in_new_slice(alloc, head.shape) {
+                        match self.matrix.find_in_new_slice(placer, head.shape) {
                             Some(sm) => (self.matrix.open_slice(&mut out), sm),
                             None => break,
                         }
@@ -531,82 +416,5 @@ impl Scheduler {
             now: self.now,
             decisions: out,
         }
-    }
-
-    /// Every invariant of the scheduler; `Err` names the first one broken. Tests call this
-    /// after every step.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        self.matrix.check()?;
-        let k = self.matrix.slices().len();
-        if k > self.cfg.mpl as usize {
-            return Err(format!(
-                "{k} slices exceed the multiprogramming level {}",
-                self.cfg.mpl
-            ));
-        }
-        let running: Vec<JobId> = self.matrix.placements().map(|(j, _)| j).collect();
-        if running.len() != self.progress.len()
-            || running.iter().any(|j| !self.progress.contains_key(j))
-        {
-            return Err("running jobs and their progress records differ".into());
-        }
-        let mut queued = std::collections::BTreeSet::new();
-        for q in &self.queue {
-            if !queued.insert(q.id) {
-                return Err(format!("job {} is queued twice", q.id));
-            }
-            if self.progress.contains_key(&q.id) {
-                return Err(format!("job {} is both queued and running", q.id));
-            }
-            if !self.allocator().can_ever_fit(self.mesh(), q.shape) {
-                return Err(format!(
-                    "queued job {} ({}) can never fit the {} mesh",
-                    q.id,
-                    q.shape,
-                    self.mesh()
-                ));
-            }
-        }
-        if let Some(head) = self.head_index().map(|h| &self.queue[h]) {
-            if k < self.cfg.mpl as usize
-                && self
-                    .matrix
-                    .find_in_new_slice(self.allocator(), head.shape)
-                    .is_some()
-            {
-                return Err(format!(
-                    "job {} waits although only {k} of {} slices exist",
-                    head.id, self.cfg.mpl
-                ));
-            }
-            if let Some((s, sm)) =
-                self.matrix
-                    .find(self.allocator(), head.shape, SliceChoice::First)
-            {
-                return Err(format!(
-                    "job {} waits although {sm} is free in slice {s}",
-                    head.id
-                ));
-            }
-        }
-        if !self.cfg.multiple_tasks && self.matrix.placements().any(|(_, p)| !p.extra.is_empty()) {
-            return Err("a job holds extra slots although multiple tasks are off".into());
-        }
-        if self.cfg.multiple_tasks {
-            for (j, p) in self.matrix.placements() {
-                if let Some(s) = self
-                    .matrix
-                    .slices()
-                    .iter()
-                    .find(|s| s.occupancy().is_free(p.submesh))
-                {
-                    return Err(format!(
-                        "job {j} could run in slice {} too but was not given the slot",
-                        s.id
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 }

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::alloc::Allocator;
+use crate::mesh::occupancy::Occupancy;
 use crate::mesh::{Mesh, Shape, Submesh};
-use crate::occupancy::Occupancy;
+use crate::place::Placer;
 use crate::plan::{Decision, JobId, SliceId};
 
 /// Which slice a job goes into when it fits in several.
@@ -189,8 +189,8 @@ impl SliceMatrix {
     }
 
     /// Where `shape` would go in a new, empty slice (only offline nodes in the way).
-    pub fn find_in_new_slice(&self, alloc: &dyn Allocator, shape: Shape) -> Option<Submesh> {
-        alloc.find(&self.offline, shape)
+    pub fn find_in_new_slice(&self, placer: &dyn Placer, shape: Shape) -> Option<Submesh> {
+        placer.find(&self.offline, shape)
     }
 
     /// A slice with room for `shape`, and where: the first such slice in round-robin
@@ -198,7 +198,7 @@ impl SliceMatrix {
     /// the first), so that sparse slices drain and are eliminated.
     pub fn find(
         &self,
-        alloc: &dyn Allocator,
+        placer: &dyn Placer,
         shape: Shape,
         choice: SliceChoice,
     ) -> Option<(SliceId, Submesh)> {
@@ -209,7 +209,7 @@ impl SliceMatrix {
         }
         order
             .into_iter()
-            .find_map(|s| alloc.find(&self.placeable(s), shape).map(|sm| (s.id, sm)))
+            .find_map(|s| placer.find(&self.placeable(s), shape).map(|sm| (s.id, sm)))
     }
 
     /// Open an empty slice at the end of the round-robin order.

@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// Every base, both orientations, node by node: the reference the allocators answer to.
+/// Every base, both orientations, node by node: the reference the placers answer to.
 fn brute_force(occ: &Occupancy, shape: Shape, rotate: bool) -> Vec<Submesh> {
     let mesh = occ.mesh();
     let mut shapes = vec![shape];
@@ -82,27 +82,27 @@ proptest! {
         }
     }
 
-    /// Random allocate/free sequences: placements never overlap, the bitmap always equals
+    /// Random occupy/release sequences: placements never overlap, the bitmap always equals
     /// the union of live placements, and freeing everything gives back an empty mesh.
     #[test]
-    fn alloc_free_sequences_never_overlap(
-        kind in prop::sample::select(AllocatorKind::ALL.to_vec()),
+    fn occupy_release_sequences_never_overlap(
+        kind in prop::sample::select(PlacerKind::ALL.to_vec()),
         ops in proptest::collection::vec((1u32..=5, 1u32..=5, any::<bool>(), any::<prop::sample::Index>()), 1..120),
     ) {
         let mesh = Shape::new(9, 7);
-        let alloc = kind.get();
+        let placer = kind.get();
         let mut occ = Occupancy::new(mesh);
         let mut live: Vec<Submesh> = vec![];
         for (w, h, free, pick) in ops {
             if free && !live.is_empty() {
                 let sm = live.swap_remove(pick.index(live.len()));
                 occ.release(sm);
-            } else if let Some(sm) = alloc.find(&occ, Shape::new(w, h)) {
+            } else if let Some(sm) = placer.find(&occ, Shape::new(w, h)) {
                 prop_assert!(live.iter().all(|l| !l.overlaps(sm)), "{} overlaps", sm);
                 occ.occupy(sm);
                 live.push(sm);
             } else {
-                prop_assert!(brute_force(&occ, Shape::new(w, h), alloc.rotates()).is_empty());
+                prop_assert!(brute_force(&occ, Shape::new(w, h), placer.rotates()).is_empty());
             }
             prop_assert_eq!(occ.busy(), live.iter().map(|s| s.area()).sum::<u64>());
             prop_assert_eq!(occ.count_busy(), occ.busy());
@@ -159,13 +159,13 @@ fn best_fit_packs_against_busy_nodes_and_edges() {
 }
 
 #[test]
-fn allocator_names_round_trip() {
-    for k in AllocatorKind::ALL {
-        assert_eq!(k.to_string().parse::<AllocatorKind>().unwrap(), k);
+fn placer_names_round_trip() {
+    for k in PlacerKind::ALL {
+        assert_eq!(k.to_string().parse::<PlacerKind>().unwrap(), k);
     }
     assert!(
         "worst-fit"
-            .parse::<AllocatorKind>()
+            .parse::<PlacerKind>()
             .unwrap_err()
             .contains("adaptive-scan")
     );

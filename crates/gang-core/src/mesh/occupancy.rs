@@ -1,6 +1,6 @@
 //! Which nodes of one slice are busy: a bitmap, one row of 64-bit words per mesh row.
 //!
-//! Allocation and free are exact: `occupy` requires every node of the submesh to be free
+//! Occupying and releasing are exact: `occupy` requires every node of the submesh to be free
 //! and `release` requires every node to be busy, so a double free or an overlap is caught
 //! at the point it happens instead of corrupting the map. Both cost O(h * w/64).
 

@@ -1,6 +1,6 @@
-//! Submesh allocators behind one trait.
+//! Submesh placers behind one trait.
 //!
-//! An allocator only *finds* a free submesh in an [`Occupancy`]; the caller marks it busy
+//! A placer only *finds* a free submesh in an [`Occupancy`]; the caller marks it busy
 //! with [`Occupancy::occupy`] and frees it with [`Occupancy::release`]. Keeping the
 //! strategies stateless means one occupancy map can be searched by any of them (the
 //! slice matrix keeps one per slice) and free is the same exact, cheap operation for all.
@@ -17,65 +17,69 @@ pub use best_fit::BestFit;
 pub use first_fit::FirstFit;
 use serde::{Deserialize, Serialize};
 
+use crate::mesh::occupancy::Occupancy;
 use crate::mesh::{Mesh, Shape, Submesh};
-use crate::occupancy::Occupancy;
 
-pub trait Allocator: fmt::Debug + Send + Sync {
+// Old names, kept while callers move (the master, the CLI and the benches say `Allocator`).
+pub use Placer as Allocator;
+pub use PlacerKind as AllocatorKind;
+
+pub trait Placer: fmt::Debug + Send + Sync {
     fn name(&self) -> &'static str;
 
-    /// Whether the allocator tries `h x w` when `w x h` fits nowhere.
+    /// Whether the placer tries `h x w` when `w x h` fits nowhere.
     fn rotates(&self) -> bool;
 
-    /// A free submesh of `shape` (or of its rotation, for allocators that rotate).
+    /// A free submesh of `shape` (or of its rotation, for placers that rotate).
     fn find(&self, occ: &Occupancy, shape: Shape) -> Option<Submesh>;
 
-    /// Whether `shape` could be placed on an empty `mesh` by this allocator: a request
+    /// Whether `shape` could be placed on an empty `mesh` by this placer: a request
     /// that fails this would wait forever, so it is rejected when submitted.
     fn can_ever_fit(&self, mesh: Mesh, shape: Shape) -> bool {
         shape.fits_in(mesh) || (self.rotates() && shape.rotated().fits_in(mesh))
     }
 }
 
-/// The allocators by name, for configuration and command lines.
+/// The placers by name, for configuration and command lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
-pub enum AllocatorKind {
+pub enum PlacerKind {
     #[default]
     AdaptiveScan,
     FirstFit,
     BestFit,
 }
 
-impl AllocatorKind {
-    pub const ALL: [AllocatorKind; 3] = [
-        AllocatorKind::AdaptiveScan,
-        AllocatorKind::FirstFit,
-        AllocatorKind::BestFit,
+impl PlacerKind {
+    pub const ALL: [PlacerKind; 3] = [
+        PlacerKind::AdaptiveScan,
+        PlacerKind::FirstFit,
+        PlacerKind::BestFit,
     ];
 
-    pub fn get(self) -> &'static dyn Allocator {
+    pub fn get(self) -> &'static dyn Placer {
         match self {
-            AllocatorKind::AdaptiveScan => &AdaptiveScan,
-            AllocatorKind::FirstFit => &FirstFit,
-            AllocatorKind::BestFit => &BestFit,
+            PlacerKind::AdaptiveScan => &AdaptiveScan,
+            PlacerKind::FirstFit => &FirstFit,
+            PlacerKind::BestFit => &BestFit,
         }
     }
 }
 
-impl fmt::Display for AllocatorKind {
+impl fmt::Display for PlacerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.get().name())
     }
 }
 
-impl FromStr for AllocatorKind {
+impl FromStr for PlacerKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        AllocatorKind::ALL
+        PlacerKind::ALL
             .into_iter()
             .find(|k| k.get().name() == s)
             .ok_or_else(|| {
-                format!("unknown allocator {s:?}: expected adaptive-scan, first-fit or best-fit")
+                format!("unknown placer {s:?}: expected adaptive-scan, first-fit or best-fit")
             })
     }
 }

@@ -1,5 +1,7 @@
 //! Geometry of the 2D mesh: the machine, request shapes and submeshes.
 
+pub mod occupancy;
+
 use std::fmt;
 use std::str::FromStr;
 
@@ -72,9 +74,9 @@ pub enum Request {
 }
 
 impl Request {
-    /// The shape to allocate on `mesh`, or why the request can never run there.
+    /// The shape to place on `mesh`, or why the request can never run there.
     ///
-    /// An explicit shape must fit the mesh in at least one orientation (allocators that
+    /// An explicit shape must fit the mesh in at least one orientation (placers that
     /// cannot rotate check their own orientation when the job is submitted).
     pub fn resolve(self, mesh: Mesh) -> Result<Shape, ShapeError> {
         match self {
@@ -142,7 +144,7 @@ pub const MAX_ASPECT: u32 = 2;
 /// width has more area and is never preferred by rule 2 unless it is squarer, and rule 1
 /// is applied before area only as a yes/no bound.
 ///
-/// Internal fragmentation of a job is `w*h - n` nodes: they are allocated to the job but
+/// Internal fragmentation of a job is `w*h - n` nodes: they are given to the job but
 /// run no rank. The simulator counts them as busy for placement and idle for utilization.
 ///
 /// Examples: 1 -> 1x1, 2 -> 2x1, 3 -> 2x2, 5 -> 3x2, 7 -> 4x2, 8 -> 4x2, 13 -> 5x3,

@@ -3,9 +3,9 @@
 //! jobs pack against existing ones and large free areas stay whole. Ties go to the first
 //! base in row-major order. No rotation.
 
-use super::{Allocator, free_bases};
+use super::{Placer, free_bases};
+use crate::mesh::occupancy::Occupancy;
 use crate::mesh::{Shape, Submesh};
-use crate::occupancy::Occupancy;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BestFit;
@@ -31,7 +31,7 @@ fn contact(occ: &Occupancy, sm: Submesh) -> u32 {
     horizontal.chain(vertical).sum()
 }
 
-impl Allocator for BestFit {
+impl Placer for BestFit {
     fn name(&self) -> &'static str {
         "best-fit"
     }

@@ -7,9 +7,9 @@
 //! scanned again. The scan is complete: it visits every base that could be free, so it
 //! finds a free submesh whenever one exists in either orientation.
 
-use super::Allocator;
+use super::Placer;
+use crate::mesh::occupancy::Occupancy;
 use crate::mesh::{Shape, Submesh};
-use crate::occupancy::Occupancy;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AdaptiveScan;
@@ -35,7 +35,7 @@ impl AdaptiveScan {
     }
 }
 
-impl Allocator for AdaptiveScan {
+impl Placer for AdaptiveScan {
     fn name(&self) -> &'static str {
         "adaptive-scan"
     }

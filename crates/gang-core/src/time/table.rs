@@ -14,10 +14,10 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::grid::SlotGrid;
-use crate::matrix::SliceMatrix;
 use crate::mesh::Submesh;
 use crate::plan::JobId;
+use crate::time::grid::SlotGrid;
+use crate::time::matrix::SliceMatrix;
 
 /// One row of the table: the jobs of one slice (home and extra slots) and where they run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,14 +2,14 @@
 //! complement of Zhu's coverage set) and take the first in row-major order. No rotation:
 //! that is what Adaptive Scan adds over it.
 
-use super::{Allocator, free_bases};
+use super::{Placer, free_bases};
+use crate::mesh::occupancy::Occupancy;
 use crate::mesh::{Shape, Submesh};
-use crate::occupancy::Occupancy;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FirstFit;
 
-impl Allocator for FirstFit {
+impl Placer for FirstFit {
     fn name(&self) -> &'static str {
         "first-fit"
     }

@@ -1,13 +1,16 @@
 //! EASY backfilling: the head's reservation, and the jobs behind it that may start now
 //! without delaying it.
 
-use super::*;
+use super::scheduler::{Reservation, Scheduler};
+use crate::mesh::{Shape, Submesh};
+use crate::plan::{Decision, SliceId};
+use crate::time::matrix::SliceChoice;
 
 impl Scheduler {
     /// EASY: start jobs behind the blocked head where that cannot delay its reservation.
     pub(super) fn backfill(&mut self, head: usize, out: &mut Vec<Decision>) {
-        let alloc = self.allocator();
-        let rotates = alloc.rotates();
+        let placer = self.placer();
+        let rotates = placer.rotates();
         let mut reservation: Option<Option<Reservation>> = None;
         // Within a pass nodes are only taken, never freed, so a shape that found no spot
         // finds none later either, nor does any shape at least as large. `failed_any`:
@@ -33,7 +36,11 @@ impl Scheduler {
                 Some(None) => break,
                 None => {
                     // The forecast costs more than a search: make it only once some job fits.
-                    if self.matrix.find(alloc, shape, SliceChoice::First).is_none() {
+                    if self
+                        .matrix
+                        .find(placer, shape, SliceChoice::First)
+                        .is_none()
+                    {
                         failed_any.push(shape);
                         i += 1;
                         continue;
@@ -52,17 +59,17 @@ impl Scheduler {
                 continue;
             }
             let spot = if ends_in_time {
-                self.matrix.find(alloc, shape, SliceChoice::First)
+                self.matrix.find(placer, shape, SliceChoice::First)
             } else {
                 self.matrix.slices().iter().find_map(|s| {
                     if s.id != res.slice {
-                        alloc
+                        placer
                             .find(&self.matrix.placeable(s), shape)
                             .map(|sm| (s.id, sm))
                     } else {
                         let mut masked = self.matrix.placeable(s).into_owned();
                         masked.cover(res.submesh);
-                        alloc.find(&masked, shape).map(|sm| (s.id, sm))
+                        placer.find(&masked, shape).map(|sm| (s.id, sm))
                     }
                 })
             };
@@ -101,7 +108,7 @@ impl Scheduler {
     /// without a requested time.
     fn reservation(&self, head: usize) -> Option<Reservation> {
         let head = self.queue.get(head)?;
-        let alloc = self.allocator();
+        let placer = self.placer();
         let rate = self.min_rate();
         let mut ends: Vec<(f64, SliceId, Submesh)> = vec![];
         for (job, p) in self.matrix.placements() {
@@ -127,7 +134,7 @@ impl Scheduler {
                 .expect("home slice exists")
                 .1;
             occ.release(sm);
-            if let Some(submesh) = alloc.find(occ, head.shape) {
+            if let Some(submesh) = placer.find(occ, head.shape) {
                 return Some(Reservation {
                     job: head.id,
                     at,

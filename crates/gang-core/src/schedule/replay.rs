@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::mesh::{Shape, Submesh};
 use crate::plan::{Decision, JobId, Plan, SliceId};
-use crate::scheduler::{JobSpec, SchedError, Scheduler};
+use crate::schedule::{JobSpec, SchedError, Scheduler};
 
 /// One job of a workload.
 #[derive(Debug, Clone, PartialEq)]
