@@ -1,9 +1,9 @@
-//! The KTH SP2 trace on a 10x10 mesh for each allocator, MPL 1..5, with and without EASY
+//! The KTH SP2 trace on a 10x10 mesh for each placer, MPL 1..5, with and without EASY
 //! backfilling, beside the trace's recorded production figures. Prints a Markdown table
 //! (stdout) and the rows as JSON lines (stderr).
 
 use gang_benches::trace;
-use gang_core::{AllocatorKind, Backfill, Config, Shape, SliceChoice};
+use gang_core::{PlacerKind, Backfill, Config, Shape, SliceChoice};
 use gang_sim::{sim, swf};
 
 fn main() {
@@ -12,7 +12,7 @@ fn main() {
     let base = sim::workload(&t, mesh, None, &Config::default());
     let rec = sim::figures_recorded(&base);
     println!(
-        "| allocator | MPL | backfill | util | mean wait s | mean resp s | mean bsld | p95 bsld | bsld / recorded |"
+        "| placer | MPL | backfill | util | mean wait s | mean resp s | mean bsld | p95 bsld | bsld / recorded |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     println!(
@@ -25,16 +25,16 @@ fn main() {
     );
     // The grid, then beyond it: higher MPLs and the densest-slice choice.
     let mut grid = vec![];
-    for alloc in AllocatorKind::ALL {
+    for placer in PlacerKind::ALL {
         for backfill in [Backfill::None, Backfill::Easy] {
             for mpl in 1..=5 {
-                grid.push((alloc, backfill, mpl, SliceChoice::First));
+                grid.push((placer, backfill, mpl, SliceChoice::First));
             }
         }
     }
     for mpl in [5, 6, 8, 10, 16] {
         grid.push((
-            AllocatorKind::AdaptiveScan,
+            PlacerKind::AdaptiveScan,
             Backfill::Easy,
             mpl,
             SliceChoice::Densest,
@@ -42,18 +42,18 @@ fn main() {
     }
     for mpl in [6, 8, 10, 16] {
         grid.push((
-            AllocatorKind::AdaptiveScan,
+            PlacerKind::AdaptiveScan,
             Backfill::Easy,
             mpl,
             SliceChoice::First,
         ));
     }
     {
-        for (alloc, backfill, mpl, choice) in grid {
+        for (placer, backfill, mpl, choice) in grid {
             {
                 let cfg = Config {
                     mpl,
-                    allocator: alloc,
+                    allocator: placer,
                     backfill,
                     slice_choice: choice,
                     ..Config::default()
@@ -62,7 +62,7 @@ fn main() {
                 let r = sim::run(&w, &cfg, None, false).unwrap();
                 let f = &r.figures;
                 println!(
-                    "| {alloc}{} | {mpl} | {backfill} | {:.1}% | {:.0} | {:.0} | {:.1} | {:.1} | {:.3} |",
+                    "| {placer}{} | {mpl} | {backfill} | {:.1}% | {:.0} | {:.0} | {:.1} | {:.1} | {:.3} |",
                     if choice == SliceChoice::Densest {
                         ", densest slice"
                     } else {

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use gang_benches::{env_or, release_bins, two_slice_cluster};
 
-const INPUT: &str = include_str!("../../crates/gang-e2e/tests/mpi/hpccinf.txt");
+const INPUT: &str = include_str!("../../../crates/gang-e2e/tests/mpi/hpccinf.txt");
 
 /// The summary's figures this bench reports (names as hpcc prints them).
 const FIGURES: [&str; 16] = [
