@@ -5,7 +5,7 @@
 # campaign-found overflows show), only faster. Prints one line per target:
 #   fuzz TARGET: N cases, M inputs, T s, slowest case S ms; 0 crashes, 0 hangs (seed X)
 # and stops at the first failure, which names the smallest failing input and the seed
-# that replays it. Usage, from the repository root: fuzz/campaign.sh [CASES] [TARGET...]
+# that replays it. Usage, from the repository root: crates/gang-fuzz/campaign.sh [CASES] [TARGET...]
 set -eu
 cases=${1:-100000}
 [ $# -gt 0 ] && shift
