@@ -162,6 +162,172 @@ fn q_json(q: Option<v1::Quantiles>) -> serde_json::Value {
     })
 }
 
+/// A 4x4 cluster of MPL 2 with quantum `q` ms, its agents' clock `clock`.
+fn start(bins: &Path, q: u64, clock: &str) -> LocalCluster {
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bins.to_path_buf()),
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        master_args: vec![
+            "--mpl".into(),
+            "2".into(),
+            "--quantum-ms".into(),
+            q.to_string(),
+        ],
+        agent_args: vec!["--clock".into(), clock.into()],
+        ..LocalClusterOptions::default()
+    };
+    let mut c = LocalCluster::start((4, 4), opts).expect("cluster");
+    c.wait_nodes_up(Duration::from_secs(30)).unwrap();
+    c
+}
+
+/// Per run: two jobs one after the other and the same two together.
+#[derive(Default)]
+struct Pairs {
+    seq: Vec<f64>,
+    together: Vec<f64>,
+    shares: Vec<f64>,
+    seq_cpu: Vec<f64>,
+    tog_cpu: Vec<f64>,
+    seq_idle: Vec<f64>,
+    tog_idle: Vec<f64>,
+}
+
+impl Pairs {
+    async fn run(client: &mut Client, runs: usize, work: usize) -> Pairs {
+        let mut p = Pairs::default();
+        for _ in 0..runs {
+            p.one_after_the_other(client, work).await;
+            p.together(client, work).await;
+        }
+        p
+    }
+
+    /// One after the other: a single slice, never switched.
+    async fn one_after_the_other(&mut self, client: &mut Client, work: usize) {
+        let (mut alone, mut cpu_alone) = (0.0, 0.0);
+        let idle0 = idle_s();
+        for _ in 0..2 {
+            let d = tempfile::tempdir().unwrap();
+            let id = submit(client, d.path(), work).await;
+            alone += span_s(&wait_done(client, id).await);
+            cpu_alone += work_cpu_s(d.path());
+        }
+        self.seq.push(alone);
+        self.seq_cpu.push(cpu_alone);
+        self.seq_idle.push(idle_s() - idle0);
+    }
+
+    /// Together: two slices taking turns every quantum.
+    async fn together(&mut self, client: &mut Client, work: usize) {
+        let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let idle0 = idle_s();
+        let a = submit(client, da.path(), work).await;
+        let b = submit(client, db.path(), work).await;
+        let (pa, pb) = (pids(da.path()), pids(db.path()));
+        // CPU shares over a window where both surely run.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (a0, b0) = (cpu(&pa), cpu(&pb));
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        let (a1, b1) = (cpu(&pa), cpu(&pb));
+        let share_a = (a1 - a0) as f64 / ((a1 - a0) + (b1 - b0)).max(1) as f64;
+        self.shares.push(share_a);
+        let ja = wait_done(client, a).await;
+        let jb = wait_done(client, b).await;
+        let makespan = (ja.end_ns.max(jb.end_ns) - ja.start_ns.min(jb.start_ns)) as f64 / 1e9;
+        self.together.push(makespan);
+        self.tog_cpu
+            .push(work_cpu_s(da.path()) + work_cpu_s(db.path()));
+        self.tog_idle.push(idle_s() - idle0);
+    }
+}
+
+/// The master's switch statistics and the agents' clock offsets, once the last reports
+/// settled (boundaries close 1 s after their deadline).
+async fn master_figures(c: &LocalCluster) -> (v1::Stats, serde_json::Value) {
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut admin = v1::admin_service_client::AdminServiceClient::new(c.channel().await.unwrap());
+    let stats = admin
+        .get_stats(v1::GetStatsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let nodes = admin
+        .list_nodes(v1::ListNodesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    let mut off: Vec<f64> = nodes
+        .iter()
+        .map(|n| n.clock_offset_ns.abs() as f64 / 1e3)
+        .collect();
+    let (med, _) = median_p99(&mut off);
+    let err_max = nodes.iter().map(|n| n.clock_error_ns).max().unwrap_or(0);
+    let offsets = serde_json::json!({
+        "abs_offset_us_median": med, "abs_offset_us_max": off.last().copied().unwrap_or(0.0),
+        "error_bound_us_max": err_max as f64 / 1e3,
+    });
+    (stats, offsets)
+}
+
+/// One quantum's figures.
+fn result(
+    q: u64,
+    clock: &str,
+    p: &Pairs,
+    stats: v1::Stats,
+    offsets: serde_json::Value,
+) -> serde_json::Value {
+    let overheads: Vec<f64> = p
+        .together
+        .iter()
+        .zip(&p.seq)
+        .map(|(t, s)| t / s - 1.0)
+        .collect();
+    let mut o = overheads.clone();
+    let (o_med, _) = median_p99(&mut o);
+    let (seq_med, _) = median_p99(&mut p.seq.clone());
+    let (tog_med, _) = median_p99(&mut p.together.clone());
+    // Noise-robust: CPU the same work took, and CPU left idle, sliced against alone.
+    let cpu_over: Vec<f64> = p
+        .tog_cpu
+        .iter()
+        .zip(&p.seq_cpu)
+        .map(|(t, s)| t / s - 1.0)
+        .collect();
+    let (cpu_over_med, _) = median_p99(&mut cpu_over.clone());
+    let idle_extra: Vec<f64> = p
+        .tog_idle
+        .iter()
+        .zip(&p.seq_idle)
+        .zip(p.tog_cpu.iter())
+        .map(|((t, s), c)| (t - s) / c)
+        .collect();
+    let (idle_med, _) = median_p99(&mut idle_extra.clone());
+    let mut sh = p.shares.clone();
+    let (share_med, _) = median_p99(&mut sh);
+    serde_json::json!({
+        "quantum_ms": q,
+        "clock": clock,
+        "clock_offsets_true_error_on_one_host": offsets,
+        "a_overhead": {
+            "median_pct": o_med * 100.0,
+            "runs_pct": overheads.iter().map(|x| x * 100.0).collect::<Vec<_>>(),
+            "sequential_s_median": seq_med, "sliced_s_median": tog_med,
+            "work_cpu_extra_pct_median": cpu_over_med * 100.0,
+            "work_cpu_extra_pct_runs": cpu_over.iter().map(|x| x * 100.0).collect::<Vec<_>>(),
+            "idle_cpu_extra_pct_of_work_median": idle_med * 100.0,
+        },
+        "b_cpu_share_a": {"median": share_med, "runs": p.shares},
+        "c_skew": q_json(stats.skew),
+        "switch_latency": q_json(stats.switch_latency),
+        "switch_cost": q_json(stats.switch_cost),
+        "switches_reported": stats.switches_reported,
+        "switches_dropped": stats.switches_dropped,
+    })
+}
+
 fn main() {
     let runs = env_or("RUNS", 5);
     let work = env_or("WORK", 10_000_000);
@@ -178,133 +344,14 @@ fn main() {
         .chain(std::iter::once((50, "probe")))
         .collect();
     for &(q, clock) in &runs_list {
-        let opts = LocalClusterOptions {
-            bin_dir: Some(bins.clone()),
-            env: vec![("RUST_LOG".into(), "warn".into())],
-            master_args: vec![
-                "--mpl".into(),
-                "2".into(),
-                "--quantum-ms".into(),
-                q.to_string(),
-            ],
-            agent_args: vec!["--clock".into(), clock.into()],
-            ..LocalClusterOptions::default()
-        };
-        let mut c = LocalCluster::start((4, 4), opts).expect("cluster");
-        c.wait_nodes_up(Duration::from_secs(30)).unwrap();
-        let (mut seq, mut together, mut shares) = (vec![], vec![], vec![]);
-        let (mut seq_cpu, mut tog_cpu, mut seq_idle, mut tog_idle) =
-            (vec![], vec![], vec![], vec![]);
-        rt.block_on(async {
+        let c = start(&bins, q, clock);
+        let pairs = rt.block_on(async {
             let mut client = Client::new(c.channel().await.unwrap());
-            for _ in 0..runs {
-                // One after the other: a single slice, never switched.
-                let (mut alone, mut cpu_alone) = (0.0, 0.0);
-                let idle0 = idle_s();
-                for _ in 0..2 {
-                    let d = tempfile::tempdir().unwrap();
-                    let id = submit(&mut client, d.path(), work).await;
-                    alone += span_s(&wait_done(&mut client, id).await);
-                    cpu_alone += work_cpu_s(d.path());
-                }
-                seq.push(alone);
-                seq_cpu.push(cpu_alone);
-                seq_idle.push(idle_s() - idle0);
-                // Together: two slices taking turns every quantum.
-                let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-                let idle0 = idle_s();
-                let a = submit(&mut client, da.path(), work).await;
-                let b = submit(&mut client, db.path(), work).await;
-                let (pa, pb) = (pids(da.path()), pids(db.path()));
-                // CPU shares over a window where both surely run.
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                let (a0, b0) = (cpu(&pa), cpu(&pb));
-                tokio::time::sleep(Duration::from_millis(2000)).await;
-                let (a1, b1) = (cpu(&pa), cpu(&pb));
-                let share_a = (a1 - a0) as f64 / ((a1 - a0) + (b1 - b0)).max(1) as f64;
-                shares.push(share_a);
-                let ja = wait_done(&mut client, a).await;
-                let jb = wait_done(&mut client, b).await;
-                let makespan =
-                    (ja.end_ns.max(jb.end_ns) - ja.start_ns.min(jb.start_ns)) as f64 / 1e9;
-                together.push(makespan);
-                tog_cpu.push(work_cpu_s(da.path()) + work_cpu_s(db.path()));
-                tog_idle.push(idle_s() - idle0);
-            }
+            Pairs::run(&mut client, runs, work).await
         });
-        let (stats, offsets) = rt.block_on(async {
-            // Let the last reports settle (boundaries close 1 s after their deadline).
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            let mut admin =
-                v1::admin_service_client::AdminServiceClient::new(c.channel().await.unwrap());
-            let stats = admin
-                .get_stats(v1::GetStatsRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            let nodes = admin
-                .list_nodes(v1::ListNodesRequest {})
-                .await
-                .unwrap()
-                .into_inner()
-                .nodes;
-            let mut off: Vec<f64> = nodes
-                .iter()
-                .map(|n| n.clock_offset_ns.abs() as f64 / 1e3)
-                .collect();
-            let (med, _) = median_p99(&mut off);
-            let err_max = nodes.iter().map(|n| n.clock_error_ns).max().unwrap_or(0);
-            let offsets = serde_json::json!({
-                "abs_offset_us_median": med, "abs_offset_us_max": off.last().copied().unwrap_or(0.0),
-                "error_bound_us_max": err_max as f64 / 1e3,
-            });
-            (stats, offsets)
-        });
+        let (stats, offsets) = rt.block_on(master_figures(&c));
         c.shutdown().unwrap();
-        let overheads: Vec<f64> = together
-            .iter()
-            .zip(&seq)
-            .map(|(t, s)| t / s - 1.0)
-            .collect();
-        let mut o = overheads.clone();
-        let (o_med, _) = median_p99(&mut o);
-        let (seq_med, _) = median_p99(&mut seq.clone());
-        let (tog_med, _) = median_p99(&mut together.clone());
-        // Noise-robust: CPU the same work took, and CPU left idle, sliced against alone.
-        let cpu_over: Vec<f64> = tog_cpu
-            .iter()
-            .zip(&seq_cpu)
-            .map(|(t, s)| t / s - 1.0)
-            .collect();
-        let (cpu_over_med, _) = median_p99(&mut cpu_over.clone());
-        let idle_extra: Vec<f64> = tog_idle
-            .iter()
-            .zip(&seq_idle)
-            .zip(tog_cpu.iter())
-            .map(|((t, s), c)| (t - s) / c)
-            .collect();
-        let (idle_med, _) = median_p99(&mut idle_extra.clone());
-        let mut sh = shares.clone();
-        let (share_med, _) = median_p99(&mut sh);
-        let r = serde_json::json!({
-            "quantum_ms": q,
-            "clock": clock,
-            "clock_offsets_true_error_on_one_host": offsets,
-            "a_overhead": {
-                "median_pct": o_med * 100.0,
-                "runs_pct": overheads.iter().map(|x| x * 100.0).collect::<Vec<_>>(),
-                "sequential_s_median": seq_med, "sliced_s_median": tog_med,
-                "work_cpu_extra_pct_median": cpu_over_med * 100.0,
-                "work_cpu_extra_pct_runs": cpu_over.iter().map(|x| x * 100.0).collect::<Vec<_>>(),
-                "idle_cpu_extra_pct_of_work_median": idle_med * 100.0,
-            },
-            "b_cpu_share_a": {"median": share_med, "runs": shares},
-            "c_skew": q_json(stats.skew),
-            "switch_latency": q_json(stats.switch_latency),
-            "switch_cost": q_json(stats.switch_cost),
-            "switches_reported": stats.switches_reported,
-            "switches_dropped": stats.switches_dropped,
-        });
+        let r = result(q, clock, &pairs, stats, offsets);
         eprintln!("{r}");
         results.push(r);
     }

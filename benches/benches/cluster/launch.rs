@@ -31,18 +31,11 @@ fn pct(xs: &mut [f64]) -> serde_json::Value {
     serde_json::json!({"median_ms": median, "p95_ms": p95, "p99_ms": p99, "min_ms": xs[0], "runs": xs.len()})
 }
 
-fn main() {
-    let runs = env_or("RUNS", 60);
-    let per_client = env_or("SUBMITS", 100);
-    let bins = release_bins();
-    let opts = LocalClusterOptions {
-        bin_dir: Some(bins.clone()),
-        env: vec![("RUST_LOG".into(), "warn".into())],
-        ..LocalClusterOptions::default()
-    };
-    let c = LocalCluster::start((4, 4), opts).expect("cluster");
-    let prun = bins.join("prun");
+/// How the runs reach the master: through its Unix socket (a local user), and through its
+/// TLS port with a token (a remote user), each as the environment of a client.
+type Transports = [(&'static str, Vec<(&'static str, String)>); 2];
 
+fn transports(c: &LocalCluster, bins: &std::path::Path, home: &std::path::Path) -> Transports {
     // A token for the remote (TLS) runs, issued over the socket as `gangctl token` does.
     let token = Command::new(bins.join("gangctl"))
         .args(["token", "--ttl", "1h"])
@@ -55,10 +48,9 @@ fn main() {
         String::from_utf8_lossy(&token.stderr)
     );
     let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
-    let home = tempfile::tempdir().unwrap();
     let tls_url = c.master_tls_addr().expect("the master's TLS port");
     let ca = c.ca();
-    let transports: [(&str, Vec<(&str, String)>); 2] = [
+    [
         (
             "unix_socket",
             vec![("GANG_MASTER", c.master_addr().to_string())],
@@ -70,12 +62,18 @@ fn main() {
                 ("GANG_CA", ca.display().to_string()),
                 ("GANG_TOKEN", token),
                 // No client config or saved token of the user running the bench.
-                ("HOME", home.path().display().to_string()),
+                ("HOME", home.display().to_string()),
             ],
         ),
-    ];
+    ]
+}
 
-    // (1) launch latency, shapes and transports interleaved so noise hits them alike.
+/// (1) launch latency, shapes and transports interleaved so noise hits them alike.
+fn launch_latency(
+    prun: &std::path::Path,
+    transports: &Transports,
+    runs: usize,
+) -> Vec<serde_json::Value> {
     let shapes = ["1x1", "2x2", "4x4"];
     let cases: Vec<(usize, usize)> = (0..shapes.len())
         .flat_map(|s| (0..transports.len()).map(move |t| (s, t)))
@@ -84,32 +82,14 @@ fn main() {
     let mut to_exit: Vec<Vec<f64>> = vec![vec![]; cases.len()];
     for i in 0..runs + 5 {
         for (k, &(s, t)) in cases.iter().enumerate() {
-            let shape = shapes[s];
-            let t0 = now_ns();
-            let start = Instant::now();
-            let out = Command::new(&prun)
-                .args(["-n", shape, "--label", "--", "date", "+%s%N"])
-                .envs(transports[t].1.iter().map(|(k, v)| (k, v)))
-                .output()
-                .unwrap();
-            let total = start.elapsed().as_secs_f64() * 1e3;
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let last = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| l.split(": ").nth(1)?.trim().parse::<i128>().ok())
-                .max()
-                .expect("ranks printed their start time");
+            let (running, exit) = one_launch(prun, shapes[s], &transports[t].1);
             if i >= 5 {
-                to_running[k].push((last - t0) as f64 / 1e6);
-                to_exit[k].push(total);
+                to_running[k].push(running);
+                to_exit[k].push(exit);
             }
         }
     }
-    let launch: Vec<_> = cases
+    cases
         .iter()
         .enumerate()
         .map(|(k, &(s, t))| {
@@ -117,13 +97,38 @@ fn main() {
                 "prun_start_to_all_ranks_running": pct(&mut to_running[k]),
                 "prun_start_to_exit": pct(&mut to_exit[k])})
         })
-        .collect();
+        .collect()
+}
 
-    // (2) submission rate with every node drained: jobs are accepted and queued only.
-    let gangctl = bins.join("gangctl");
+/// One `prun` of `shape`: milliseconds from its spawn to the last rank running, and to
+/// its exit.
+fn one_launch(prun: &std::path::Path, shape: &str, env: &[(&str, String)]) -> (f64, f64) {
+    let t0 = now_ns();
+    let start = Instant::now();
+    let out = Command::new(prun)
+        .args(["-n", shape, "--label", "--", "date", "+%s%N"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let total = start.elapsed().as_secs_f64() * 1e3;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1)?.trim().parse::<i128>().ok())
+        .max()
+        .expect("ranks printed their start time");
+    ((last - t0) as f64 / 1e6, total)
+}
+
+/// Every node drained: jobs are accepted and queued only.
+fn drain_all(gangctl: &std::path::Path, c: &LocalCluster) {
     for y in 0..4 {
         for x in 0..4 {
-            let st = Command::new(&gangctl)
+            let st = Command::new(gangctl)
                 .args(["drain", &format!("{x},{y}")])
                 .env("GANG_MASTER", c.master_addr())
                 .output()
@@ -131,12 +136,15 @@ fn main() {
             assert!(st.status.success());
         }
     }
-    let clients = 4;
+}
+
+/// Jobs a second submitted by `prun --detach` from `clients` parallel clients.
+fn prun_rate(prun: &std::path::Path, master: &str, clients: usize, per_client: usize) -> f64 {
     let t = Instant::now();
     let handles: Vec<_> = (0..clients)
         .map(|_| {
-            let prun = prun.clone();
-            let master = c.master_addr().to_string();
+            let prun = prun.to_path_buf();
+            let master = master.to_string();
             std::thread::spawn(move || {
                 for _ in 0..per_client {
                     let out = Command::new(&prun)
@@ -152,12 +160,14 @@ fn main() {
     for h in handles {
         h.join().unwrap();
     }
-    let prun_rate = (clients * per_client) as f64 / t.elapsed().as_secs_f64();
+    (clients * per_client) as f64 / t.elapsed().as_secs_f64()
+}
 
-    let api_clients = 8;
-    let api_each = per_client * 4;
+/// Jobs a second submitted by the gRPC Submit call from `api_clients` concurrent clients
+/// (what a portal does).
+fn api_rate(c: &LocalCluster, api_clients: usize, api_each: usize) -> f64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let api_rate = rt.block_on(async {
+    rt.block_on(async {
         let ch = c.channel().await.unwrap();
         let t = Instant::now();
         let tasks: Vec<_> = (0..api_clients)
@@ -186,7 +196,31 @@ fn main() {
             t.await.unwrap();
         }
         (api_clients * api_each) as f64 / t.elapsed().as_secs_f64()
-    });
+    })
+}
+
+fn main() {
+    let runs = env_or("RUNS", 60);
+    let per_client = env_or("SUBMITS", 100);
+    let bins = release_bins();
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bins.clone()),
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        ..LocalClusterOptions::default()
+    };
+    let c = LocalCluster::start((4, 4), opts).expect("cluster");
+    let prun = bins.join("prun");
+    let home = tempfile::tempdir().unwrap();
+    let transports = transports(&c, &bins, home.path());
+    let launch = launch_latency(&prun, &transports, runs);
+
+    // (2) submission rate with every node drained: jobs are accepted and queued only.
+    drain_all(&bins.join("gangctl"), &c);
+    let clients = 4;
+    let prun_rate = prun_rate(&prun, c.master_addr(), clients, per_client);
+    let api_clients = 8;
+    let api_each = per_client * 4;
+    let api_rate = api_rate(&c, api_clients, api_each);
     c.shutdown().unwrap();
     let out = serde_json::json!({
         "bench": "launch", "mesh": "4x4", "launch": launch,

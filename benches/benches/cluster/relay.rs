@@ -242,6 +242,67 @@ fn line(name: &str, s: &serde_json::Value) {
     );
 }
 
+/// The mesh of `case` (1x1: one rank cats the file; 4x4: 16 ranks each `dd` a sixteenth)
+/// and the `prun` arguments that run it.
+fn case_args(case: &str, mib: u64, file_arg: &str) -> ((u32, u32), Vec<String>) {
+    match case {
+        "1x1" => (
+            (1, 1),
+            vec![
+                "-n".into(),
+                "1x1".into(),
+                "--".into(),
+                "cat".into(),
+                file_arg.into(),
+            ],
+        ),
+        "4x4" => {
+            let slice = mib / 16;
+            let script = format!(
+                "exec dd if=\"$1\" bs=1M skip=$((GANG_RANK*{slice})) count={slice} status=none"
+            );
+            (
+                (4, 4),
+                vec![
+                    "-n".into(),
+                    "4x4".into(),
+                    "--".into(),
+                    "sh".into(),
+                    "-c".into(),
+                    script,
+                    "sh".into(),
+                    file_arg.into(),
+                ],
+            )
+        }
+        other => panic!("RELAY_CASES: unknown case {other:?} (1x1 or 4x4)"),
+    }
+}
+
+/// Prints the table and the JSON line.
+fn report(
+    mib: u64,
+    bytes: u64,
+    base: &Path,
+    summaries: &[(String, serde_json::Value)],
+    results: serde_json::Map<String, serde_json::Value>,
+) {
+    println!(
+        "relay of {mib} MiB ({bytes} bytes) through prun vs cat; stdout read and discarded by the bench"
+    );
+    for (name, s) in summaries {
+        line(name, s);
+    }
+    let out = serde_json::json!({
+        "bench": "relay",
+        "bytes": bytes,
+        "unit": "MB/s = 1e6 bytes/s; p99 is the rate of the p99 (nearest-rank) run time",
+        "file_dir": base.display().to_string(),
+        "cases": results,
+    });
+    println!("{out}");
+}
+
 fn main() {
     let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "prun"]);
     let runs: usize = env_or("RELAY_RUNS", 5);
@@ -274,38 +335,7 @@ fn main() {
     let mut results = serde_json::Map::new();
     let mut summaries = vec![];
     for case in cases.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (mesh, prun_args): ((u32, u32), Vec<String>) = match case {
-            "1x1" => (
-                (1, 1),
-                vec![
-                    "-n".into(),
-                    "1x1".into(),
-                    "--".into(),
-                    "cat".into(),
-                    file_arg.clone(),
-                ],
-            ),
-            "4x4" => {
-                let slice = mib / 16;
-                let script = format!(
-                    "exec dd if=\"$1\" bs=1M skip=$((GANG_RANK*{slice})) count={slice} status=none"
-                );
-                (
-                    (4, 4),
-                    vec![
-                        "-n".into(),
-                        "4x4".into(),
-                        "--".into(),
-                        "sh".into(),
-                        "-c".into(),
-                        script,
-                        "sh".into(),
-                        file_arg.clone(),
-                    ],
-                )
-            }
-            other => panic!("RELAY_CASES: unknown case {other:?} (1x1 or 4x4)"),
-        };
+        let (mesh, prun_args) = case_args(case, mib, &file_arg);
         let cdir = tmp.path().join(format!("config-{case}"));
         std::fs::create_dir_all(&cdir).expect("config dir");
         let mut c = cluster(&bins, &cdir, mesh, max_output);
@@ -356,18 +386,5 @@ fn main() {
         );
     }
     drop(tmp); // the file and the clusters' configs
-    println!(
-        "relay of {mib} MiB ({bytes} bytes) through prun vs cat; stdout read and discarded by the bench"
-    );
-    for (name, s) in &summaries {
-        line(name, s);
-    }
-    let out = serde_json::json!({
-        "bench": "relay",
-        "bytes": bytes,
-        "unit": "MB/s = 1e6 bytes/s; p99 is the rate of the p99 (nearest-rank) run time",
-        "file_dir": base.display().to_string(),
-        "cases": results,
-    });
-    println!("{out}");
+    report(mib, bytes, &base, &summaries, results);
 }

@@ -3,7 +3,7 @@
 //! (stdout) and the rows as JSON lines (stderr).
 
 use gang_benches::trace;
-use gang_core::{PlacerKind, Backfill, Config, Shape, SliceChoice};
+use gang_core::{Backfill, Config, PlacerKind, Shape, SliceChoice};
 use gang_sim::{sim, swf};
 
 fn main() {

@@ -109,19 +109,19 @@ async fn nodes_up(socket: &Path) -> usize {
     }
 }
 
-fn failover(
-    rt: &tokio::runtime::Runtime,
+/// The 2x2 cluster on etcd the failover rounds run on: MPL 2, 100 ms quanta, the master's
+/// etcd lease `lease` seconds, a standby's agent port ready.
+fn failover_cluster(
     etcd: &EtcdCluster,
-    rounds: usize,
+    dir: &std::path::Path,
     lease: &str,
-) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let b_agents = free_port();
+    b_agents: std::net::SocketAddr,
+) -> LocalCluster {
     let extra: Vec<String> = [
         "--etcd-lease-s",
         lease,
         "--output-dir",
-        &dir.path().join("out").display().to_string(),
+        &dir.join("out").display().to_string(),
         "--mpl",
         "2",
         "--quantum-ms",
@@ -130,7 +130,7 @@ fn failover(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut c = LocalCluster::start(
+    LocalCluster::start(
         (2, 2),
         options(
             PathBuf::from(etcd.url("bench/failover")),
@@ -138,7 +138,38 @@ fn failover(
             vec![b_agents],
         ),
     )
-    .expect("cluster");
+    .expect("cluster")
+}
+
+/// Turns a second in the 2 s before each kill, between the kill and a master serving,
+/// and in the 2 s after.
+fn turns_per_second(ts: &[Instant], windows: &[(Instant, Instant)]) -> serde_json::Value {
+    let (mut before, mut during, mut after) = (vec![], vec![], vec![]);
+    for &(kill, served) in windows {
+        before.push(per_second(ts, kill - Duration::from_secs(2), kill));
+        during.push(per_second(ts, kill, served));
+        after.push(per_second(ts, served, served + Duration::from_secs(2)));
+    }
+    let (b50, b99) = median_p99(&mut before);
+    let (d50, d99) = median_p99(&mut during);
+    let (a50, a99) = median_p99(&mut after);
+    let lowest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    serde_json::json!({
+        "before": {"median": b50, "p99": b99},
+        "during": {"median": d50, "p99": d99, "lowest": lowest(&during)},
+        "after": {"median": a50, "p99": a99},
+    })
+}
+
+fn failover(
+    rt: &tokio::runtime::Runtime,
+    etcd: &EtcdCluster,
+    rounds: usize,
+    lease: &str,
+) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let b_agents = free_port();
+    let mut c = failover_cluster(etcd, dir.path(), lease, b_agents);
     let a_agents = c.agents_addr().unwrap();
     let spawn =
         |c: &LocalCluster, n: usize, agents| standby(c, dir.path(), &format!("m{n}"), agents);
@@ -203,16 +234,7 @@ fn failover(
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let ts = sampler.join().unwrap();
-    let (mut before, mut during, mut after) = (vec![], vec![], vec![]);
-    for &(kill, served) in &windows {
-        before.push(per_second(&ts, kill - Duration::from_secs(2), kill));
-        during.push(per_second(&ts, kill, served));
-        after.push(per_second(&ts, served, served + Duration::from_secs(2)));
-    }
-    let (b50, b99) = median_p99(&mut before);
-    let (d50, d99) = median_p99(&mut during);
-    let (a50, a99) = median_p99(&mut after);
-    let lowest = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let turns = turns_per_second(&ts, &windows);
     for mut s in [Some(standby), leader].into_iter().flatten() {
         s.kill();
     }
@@ -223,11 +245,7 @@ fn failover(
         "lease_s": lease,
         "kill_to_serving_ms": {"median": s50, "p99": s99},
         "kill_to_every_agent_back_ms": {"median": u50, "p99": u99},
-        "turns_per_second": {
-            "before": {"median": b50, "p99": b99},
-            "during": {"median": d50, "p99": d99, "lowest": lowest(&during)},
-            "after": {"median": a50, "p99": a99},
-        },
+        "turns_per_second": turns,
     })
 }
 

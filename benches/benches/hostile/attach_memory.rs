@@ -19,26 +19,8 @@ use gang_benches::{env_or, prebuilt_release_bins, status_kb};
 use gang_local::{LocalCluster, LocalClusterOptions};
 use gang_proto::v1;
 
-fn main() {
-    let streams: usize = env_or("ATTACH_STREAMS", 100);
-    let log_mib: u64 = env_or("ATTACH_LOG_MIB", 1024);
-    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "prun", "gangctl"]);
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let config = dir.path().join("master.toml");
-    std::fs::write(
-        &config,
-        format!("[limits]\nmax_output_bytes = {}\n", (2 * log_mib) << 20),
-    )
-    .expect("write the master's config");
-    let opts = LocalClusterOptions {
-        bin_dir: Some(bins.clone()),
-        master_args: vec!["--config".into(), config.display().to_string()],
-        env: vec![("RUST_LOG".into(), "warn".into())],
-        ..LocalClusterOptions::default()
-    };
-    let mut c = LocalCluster::start((1, 1), opts).expect("cluster");
-    let pid = c.master_pid().expect("the master runs");
-    let bytes = log_mib << 20;
+/// A job of `bytes` zeros to stdout, run to its end: the log the streams attach to.
+fn write_log(bins: &std::path::Path, c: &LocalCluster, bytes: u64) {
     let out = Command::new(bins.join("prun"))
         .args([
             "-n",
@@ -58,21 +40,30 @@ fn main() {
         "the job writing the log failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log_bytes = std::fs::read_dir(c.dir())
+}
+
+/// The bytes of every job's output log in the cluster's directory.
+fn log_bytes_on_disk(c: &LocalCluster) -> u64 {
+    std::fs::read_dir(c.dir())
         .expect("the cluster's directory")
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".output"))
         .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
         .filter_map(|f| f.metadata().ok())
         .map(|m| m.len())
-        .sum::<u64>();
-    let (rss_before, hwm_before) = (status_kb(pid, "VmRSS:"), status_kb(pid, "VmHWM:"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let open = rt.block_on(async {
+        .sum::<u64>()
+}
+
+/// `streams` Attach streams to job 1, each past its first message and then left unread.
+fn open_streams(
+    rt: &tokio::runtime::Runtime,
+    c: &LocalCluster,
+    streams: usize,
+) -> Vec<(
+    v1::job_service_client::JobServiceClient<gang_proto::client::MasterChannel>,
+    tonic::Streaming<v1::AttachResponse>,
+)> {
+    rt.block_on(async {
         let mut open = vec![];
         for _ in 0..streams {
             let mut client =
@@ -94,9 +85,12 @@ fn main() {
             open.push((client, s));
         }
         open
-    });
-    // The relays fill what they may, then block on their streams: wait until the RSS has
-    // not grown (by more than 1 MiB) for 3 s.
+    })
+}
+
+/// The output relays fill what they may, then block on their streams: wait until the
+/// RSS has not grown (by more than 1 MiB) for 3 s. The highest RSS seen.
+fn settled_rss(pid: u32) -> u64 {
     let (mut peak, mut since) = (status_kb(pid, "VmRSS:"), Instant::now());
     let deadline = Instant::now() + Duration::from_secs(300);
     while since.elapsed() < Duration::from_secs(3) && Instant::now() < deadline {
@@ -107,6 +101,39 @@ fn main() {
         }
         peak = peak.max(now);
     }
+    peak
+}
+
+fn main() {
+    let streams: usize = env_or("ATTACH_STREAMS", 100);
+    let log_mib: u64 = env_or("ATTACH_LOG_MIB", 1024);
+    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "prun", "gangctl"]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("master.toml");
+    std::fs::write(
+        &config,
+        format!("[limits]\nmax_output_bytes = {}\n", (2 * log_mib) << 20),
+    )
+    .expect("write the master's config");
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bins.clone()),
+        master_args: vec!["--config".into(), config.display().to_string()],
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        ..LocalClusterOptions::default()
+    };
+    let mut c = LocalCluster::start((1, 1), opts).expect("cluster");
+    let pid = c.master_pid().expect("the master runs");
+    let bytes = log_mib << 20;
+    write_log(&bins, &c, bytes);
+    let log_bytes = log_bytes_on_disk(&c);
+    let (rss_before, hwm_before) = (status_kb(pid, "VmRSS:"), status_kb(pid, "VmHWM:"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let open = open_streams(&rt, &c, streams);
+    let peak = settled_rss(pid);
     let (rss_during, hwm_during) = (status_kb(pid, "VmRSS:"), status_kb(pid, "VmHWM:"));
     drop(open);
     let line = serde_json::json!({

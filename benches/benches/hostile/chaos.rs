@@ -139,17 +139,64 @@ fn nodes_up(rt: &tokio::runtime::Runtime, socket: &std::path::Path) -> usize {
     .unwrap_or(0)
 }
 
-fn main() {
-    let rounds: usize = env_or("ROUNDS", 10);
-    let pause = Duration::from_secs(env_or("PAUSE_S", 3));
-    let long_pause = Duration::from_secs(env_or("LONG_PAUSE_S", 12));
-    let outage = Duration::from_secs(env_or("OUTAGE_S", 10));
-    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl"]);
-    let etcd = EtcdCluster::start(3).expect("etcd");
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("output");
-    let b_agents = free_port();
-    let mut c = LocalCluster::start(
+/// A master kept by its unit, the socket it serves on, and the agent port it listens on.
+type Master = (Standby, PathBuf, std::net::SocketAddr);
+
+fn sockets(ms: &[Master]) -> Vec<PathBuf> {
+    ms.iter().map(|m| m.1.clone()).collect()
+}
+
+fn leading(rt: &tokio::runtime::Runtime, ms: &[Master]) -> usize {
+    leader(rt, &sockets(ms)).expect("a leader")
+}
+
+/// The bench's settings from the environment.
+struct Settings {
+    rounds: usize,
+    pause: Duration,
+    long_pause: Duration,
+    outage: Duration,
+    kinds: Vec<&'static str>,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            rounds: env_or("ROUNDS", 10),
+            pause: Duration::from_secs(env_or("PAUSE_S", 3)),
+            long_pause: Duration::from_secs(env_or("LONG_PAUSE_S", 12)),
+            outage: Duration::from_secs(env_or("OUTAGE_S", 10)),
+            kinds: chosen_kinds(),
+        }
+    }
+}
+
+/// KINDS (comma-separated) runs only those, in turn: to look at one kind of moment.
+fn chosen_kinds() -> Vec<&'static str> {
+    let all_kinds = ["failover", "pause", "long_pause", "outage"];
+    let chosen = std::env::var("KINDS").unwrap_or_default();
+    if chosen.is_empty() {
+        return all_kinds.to_vec();
+    }
+    chosen
+        .split(',')
+        .map(|k| {
+            *all_kinds
+                .iter()
+                .find(|a| **a == k.trim())
+                .unwrap_or_else(|| panic!("KINDS: {k:?} is none of {all_kinds:?}"))
+        })
+        .collect()
+}
+
+/// The 2x2 cluster on etcd, its output under `out`, a standby's agent port ready.
+fn start_cluster(
+    bins: PathBuf,
+    etcd: &EtcdCluster,
+    out: &std::path::Path,
+    b_agents: std::net::SocketAddr,
+) -> LocalCluster {
+    LocalCluster::start(
         (2, 2),
         LocalClusterOptions {
             bin_dir: Some(bins),
@@ -168,14 +215,22 @@ fn main() {
             ..LocalClusterOptions::default()
         },
     )
-    .expect("a cluster on etcd");
+    .expect("a cluster on etcd")
+}
+
+/// Every master is kept by its unit (started again when it steps down): the cluster's
+/// own, which nothing would restart, hands over to the second at once (a clean stop
+/// gives its lease up) and is replaced by one that is kept. Returns once the second
+/// leads with every agent.
+fn kept_masters(
+    rt: &tokio::runtime::Runtime,
+    c: &mut LocalCluster,
+    dir: &std::path::Path,
+    b_agents: std::net::SocketAddr,
+) -> Vec<Master> {
     let a_agents = c.agents_addr().unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    // Every master is kept by its unit (started again when it steps down): the cluster's
-    // own, which nothing would restart, hands over to the second at once (a clean stop
-    // gives its lease up) and is replaced by one that is kept.
-    let second = standby(&c, dir.path(), "m1", b_agents);
-    wait_file(&dir.path().join("m1.log"), Duration::from_secs(60));
+    let second = standby(c, dir, "m1", b_agents);
+    wait_file(&dir.join("m1.log"), Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&second.log)
         .unwrap_or_default()
@@ -188,19 +243,16 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     c.stop_master(Signal::SIGTERM).unwrap();
-    let first = standby(&c, dir.path(), "m0", a_agents);
-    let mut masters: Vec<(Standby, PathBuf, std::net::SocketAddr)> = vec![];
+    let first = standby(c, dir, "m0", a_agents);
+    let mut masters: Vec<Master> = vec![];
     for (s, a) in [(second, b_agents), (first, a_agents)] {
         let sock = s.socket.clone();
         masters.push((s, sock, a));
     }
-    let sockets = |ms: &Vec<(Standby, PathBuf, std::net::SocketAddr)>| -> Vec<PathBuf> {
-        ms.iter().map(|m| m.1.clone()).collect()
-    };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let l = leader(&rt, &sockets(&masters));
-        if l.is_some_and(|l| nodes_up(&rt, &masters[l].1) == 4) {
+        let l = leader(rt, &sockets(&masters));
+        if l.is_some_and(|l| nodes_up(rt, &masters[l].1) == 4) {
             break;
         }
         assert!(
@@ -210,107 +262,102 @@ fn main() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let released = dir.path().join("release");
-    // Each line names its rank: `R I`, then `R done N`.
-    let long = format!(
-        "i=0; while [ ! -e {r} ]; do i=$((i+1)); echo $GANG_RANK $i; sleep 0.25; done; echo $GANG_RANK done $i",
-        r = released.display()
-    );
-    let leading = |ms: &Vec<_>| leader(&rt, &sockets(ms)).expect("a leader");
-    let l0 = leading(&masters);
-    let long_jobs: Vec<u64> = ["2x2", "2x1", "2x1"]
-        .iter()
-        .map(|shape| submit(&rt, &masters[l0].1, &["sh", "-c", &long], shape).expect("a long job"))
-        .collect();
-    // Short jobs, through whichever leads, all along.
-    let stop = Arc::new(AtomicBool::new(false));
-    // The masters' sockets of the moment (one that comes back has another).
-    let current = Arc::new(std::sync::Mutex::new(sockets(&masters)));
-    let shorts = {
-        let (stop, current) = (stop.clone(), current.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            let mut acked = vec![];
-            while !stop.load(Ordering::Relaxed) {
-                let all = current.lock().unwrap().clone();
-                if let Some(i) = leader(&rt, &all)
-                    && let Some(id) = submit(&rt, &all[i], &["true"], "1x1")
-                {
-                    acked.push(id);
-                }
-                std::thread::sleep(Duration::from_secs(2));
+    masters
+}
+
+/// Short jobs, through whichever leads, all along: a thread submitting a 1x1 job every
+/// 2 s to the masters' sockets of the moment (`current`: one that comes back has another)
+/// until `stop`; it returns the ids acknowledged.
+fn short_jobs(
+    stop: Arc<AtomicBool>,
+    current: Arc<std::sync::Mutex<Vec<PathBuf>>>,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mut acked = vec![];
+        while !stop.load(Ordering::Relaxed) {
+            let all = current.lock().unwrap().clone();
+            if let Some(i) = leader(&rt, &all)
+                && let Some(id) = submit(&rt, &all[i], &["true"], "1x1")
+            {
+                acked.push(id);
             }
-            acked
-        })
-    };
-    std::thread::sleep(Duration::from_secs(5));
-    // KINDS (comma-separated) runs only those, in turn: to look at one kind of moment.
-    let all_kinds = ["failover", "pause", "long_pause", "outage"];
-    let chosen = std::env::var("KINDS").unwrap_or_default();
-    let kinds: Vec<&str> = if chosen.is_empty() {
-        all_kinds.to_vec()
-    } else {
-        chosen
-            .split(',')
-            .map(|k| {
-                *all_kinds
-                    .iter()
-                    .find(|a| **a == k.trim())
-                    .unwrap_or_else(|| panic!("KINDS: {k:?} is none of {all_kinds:?}"))
-            })
-            .collect()
-    };
-    let mut serving_ms = vec![];
-    let mut all_up_ms = vec![];
-    let mut running_after = vec![];
-    let mut n = 2;
-    for round in 0..rounds {
-        let kind = kinds[round % kinds.len()];
-        let l = leading(&masters);
-        let t = Instant::now();
-        // A pause runs beside the measure: it ends SIGCONT after its time, while clients
-        // look for a master that serves (for a long pause, the other one).
-        let mut paused = None;
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        acked
+    })
+}
+
+/// The cluster and its masters as the rounds disturb them.
+struct Chaos<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    c: &'a LocalCluster,
+    dir: &'a std::path::Path,
+    masters: Vec<Master>,
+    /// The next master's name number.
+    n: usize,
+}
+
+impl Chaos<'_> {
+    /// A master kept by its unit, named `m<n>`, on agent port `agents`.
+    fn start_master(&mut self, agents: std::net::SocketAddr) {
+        let s = standby(self.c, self.dir, &format!("m{}", self.n), agents);
+        self.n += 1;
+        let sock = s.socket.clone();
+        self.masters.push((s, sock, agents));
+    }
+
+    /// The bad moment `kind` to the leader `l` (or both masters). A pause runs beside the
+    /// measure: it ends SIGCONT after its time, while clients look for a master that
+    /// serves (for a long pause, the other one); its thread is returned.
+    fn disturb(
+        &mut self,
+        l: usize,
+        kind: &str,
+        set: &Settings,
+    ) -> Option<std::thread::JoinHandle<()>> {
         match kind {
             "pause" | "long_pause" => {
-                let d = if kind == "pause" { pause } else { long_pause };
-                let pid = masters[l].0.child.pid().expect("the leader runs");
+                let d = if kind == "pause" {
+                    set.pause
+                } else {
+                    set.long_pause
+                };
+                let pid = self.masters[l].0.child.pid().expect("the leader runs");
                 kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
-                paused = Some(std::thread::spawn(move || {
+                return Some(std::thread::spawn(move || {
                     std::thread::sleep(d);
                     kill(Pid::from_raw(pid as i32), Signal::SIGCONT).unwrap();
                 }));
             }
             "failover" => {
-                let (mut m, _, agents) = masters.remove(l);
+                let (mut m, _, agents) = self.masters.remove(l);
                 m.kill();
                 // The killed one comes back as the standby.
-                let s = standby(&c, dir.path(), &format!("m{n}"), agents);
-                n += 1;
-                let sock = s.socket.clone();
-                masters.push((s, sock, agents));
+                self.start_master(agents);
             }
             _ => {
                 // No master at all for a while: both killed, then both started again.
                 let mut agents = vec![];
-                for (mut m, _, a) in masters.drain(..) {
+                for (mut m, _, a) in self.masters.drain(..) {
                     m.kill();
                     agents.push(a);
                 }
-                std::thread::sleep(outage);
+                std::thread::sleep(set.outage);
                 for a in agents {
-                    let s = standby(&c, dir.path(), &format!("m{n}"), a);
-                    n += 1;
-                    let sock = s.socket.clone();
-                    masters.push((s, sock, a));
+                    self.start_master(a);
                 }
             }
         }
-        *current.lock().unwrap() = sockets(&masters);
-        // Serving again, and every agent back.
+        None
+    }
+
+    /// After a bad moment that began at `t`: the milliseconds until a master serves, and
+    /// until every agent is back, and the leader then.
+    fn serving_again(&self, t: Instant, round: usize, kind: &str) -> (f64, f64, usize) {
         let deadline = Instant::now() + Duration::from_secs(120);
         let l = loop {
-            if let Some(l) = leader(&rt, &sockets(&masters)) {
+            if let Some(l) = leader(self.rt, &sockets(&self.masters)) {
                 break l;
             }
             assert!(
@@ -319,144 +366,236 @@ fn main() {
             );
             std::thread::sleep(Duration::from_millis(20));
         };
-        serving_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        while nodes_up(&rt, &masters[l].1) < 4 {
+        let serving = t.elapsed().as_secs_f64() * 1e3;
+        while nodes_up(self.rt, &self.masters[l].1) < 4 {
             assert!(
                 Instant::now() < deadline,
                 "round {round} ({kind}): agents not back"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        all_up_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        (serving, t.elapsed().as_secs_f64() * 1e3, l)
+    }
+}
+
+/// How a long job ended.
+enum LongEnd {
+    /// Not completed with exit 0.
+    Lost,
+    /// Completed, every line of every rank once.
+    Whole,
+    /// Completed, but its output is not whole.
+    Broken,
+}
+
+/// Waits for long job `id` to end and checks it and its output.
+fn long_job_end(
+    rt: &tokio::runtime::Runtime,
+    socket: &std::path::Path,
+    id: u64,
+    deadline: Instant,
+) -> LongEnd {
+    let j = loop {
+        let j = state_of(rt, socket, id);
+        if j.as_ref().is_some_and(|j| {
+            !matches!(
+                j.state(),
+                v1::JobState::Running | v1::JobState::Starting | v1::JobState::Queued
+            )
+        }) {
+            break j.unwrap();
+        }
+        assert!(Instant::now() < deadline, "long job {id} did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if j.state() != v1::JobState::Completed || j.exit_code != Some(0) {
+        eprintln!("long job {id} ended {:?}: {}", j.state(), j.reason);
+        return LongEnd::Lost;
+    }
+    let text = String::from_utf8_lossy(
+        &std::process::Command::new(prebuilt_release_bins(&["gangctl"]).join("gangctl"))
+            .args(["output", &id.to_string()])
+            .env("GANG_MASTER", format!("unix:{}", socket.display()))
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    if output_whole(id, &text, (j.w * j.h) as usize) {
+        LongEnd::Whole
+    } else {
+        LongEnd::Broken
+    }
+}
+
+/// Whether each rank wrote 1..=n in order, then "done n": nothing lost, nothing twice.
+/// When not, says how, and keeps the output in a file.
+fn output_whole(id: u64, text: &str, ranks: usize) -> bool {
+    let mut seen: Vec<Vec<u64>> = vec![vec![]; ranks];
+    let mut done: Vec<Option<u64>> = vec![None; ranks];
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        let (Some(r), Some(x)) = (w.next().and_then(|r| r.parse::<usize>().ok()), w.next()) else {
+            continue;
+        };
+        if r >= ranks {
+            continue;
+        }
+        match (x, w.next()) {
+            ("done", Some(n)) => done[r] = n.parse().ok(),
+            (i, None) => seen[r].extend(i.parse::<u64>().ok()),
+            _ => {}
+        }
+    }
+    let ok = (0..ranks).all(|r| {
+        let n = seen[r].len() as u64;
+        done[r] == Some(n) && seen[r].iter().copied().eq(1..=n)
+    });
+    if !ok {
+        let summary: Vec<String> = (0..ranks)
+            .map(|r| {
+                let gaps = seen[r].windows(2).filter(|w| w[1] != w[0] + 1).count();
+                format!(
+                    "rank {r}: {} lines, first {:?}, last {:?}, {gaps} gaps, done {:?}",
+                    seen[r].len(),
+                    seen[r].first(),
+                    seen[r].last(),
+                    done[r]
+                )
+            })
+            .collect();
+        let keep = std::env::temp_dir().join(format!("chaos-long-job-{id}.out"));
+        let _ = std::fs::write(&keep, text);
+        let breaks: Vec<String> = (0..ranks)
+            .flat_map(|r| {
+                seen[r]
+                    .windows(2)
+                    .filter(|w| w[1] != w[0] + 1)
+                    .map(move |w| format!("rank {r}: {} then {}", w[0], w[1]))
+            })
+            .take(8)
+            .collect();
+        eprintln!(
+            "long job {id}: its output is not whole: {}; out of order: {breaks:?}; kept in {}",
+            summary.join("; "),
+            keep.display()
+        );
+    }
+    ok
+}
+
+/// The rounds' measures.
+#[derive(Default)]
+struct Measures {
+    serving_ms: Vec<f64>,
+    all_up_ms: Vec<f64>,
+    running_after: Vec<usize>,
+}
+
+/// ROUNDS bad moments in turn, each measured: serving again, every agent back, and how
+/// many long jobs still run.
+fn rounds(
+    ch: &mut Chaos,
+    set: &Settings,
+    long_jobs: &[u64],
+    current: &std::sync::Mutex<Vec<PathBuf>>,
+) -> Measures {
+    let mut m = Measures::default();
+    for round in 0..set.rounds {
+        let kind = set.kinds[round % set.kinds.len()];
+        let l = leading(ch.rt, &ch.masters);
+        let t = Instant::now();
+        let paused = ch.disturb(l, kind, set);
+        *current.lock().unwrap() = sockets(&ch.masters);
+        let (serving, all_up, l) = ch.serving_again(t, round, kind);
+        m.serving_ms.push(serving);
+        m.all_up_ms.push(all_up);
         if let Some(p) = paused {
             p.join().unwrap();
         }
         let running = long_jobs
             .iter()
             .filter(|&&id| {
-                state_of(&rt, &masters[l].1, id).is_some_and(|j| j.state() == v1::JobState::Running)
+                state_of(ch.rt, &ch.masters[l].1, id)
+                    .is_some_and(|j| j.state() == v1::JobState::Running)
             })
             .count();
-        running_after.push(running);
+        m.running_after.push(running);
         eprintln!(
             "round {round} ({kind}): serving after {:.0} ms, every agent after {:.0} ms, {running} of 3 long jobs running",
-            serving_ms[round], all_up_ms[round]
+            m.serving_ms[round], m.all_up_ms[round]
         );
         std::thread::sleep(Duration::from_secs(3));
     }
+    m
+}
+
+fn main() {
+    let set = Settings::from_env();
+    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl"]);
+    let etcd = EtcdCluster::start(3).expect("etcd");
+    let dir = tempfile::tempdir().unwrap();
+    let b_agents = free_port();
+    let mut c = start_cluster(bins, &etcd, &dir.path().join("output"), b_agents);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let masters = kept_masters(&rt, &mut c, dir.path(), b_agents);
+    let released = dir.path().join("release");
+    // Each line names its rank: `R I`, then `R done N`.
+    let long = format!(
+        "i=0; while [ ! -e {r} ]; do i=$((i+1)); echo $GANG_RANK $i; sleep 0.25; done; echo $GANG_RANK done $i",
+        r = released.display()
+    );
+    let l0 = leading(&rt, &masters);
+    let long_jobs: Vec<u64> = ["2x2", "2x1", "2x1"]
+        .iter()
+        .map(|shape| submit(&rt, &masters[l0].1, &["sh", "-c", &long], shape).expect("a long job"))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let current = Arc::new(std::sync::Mutex::new(sockets(&masters)));
+    let shorts = short_jobs(stop.clone(), current.clone());
+    std::thread::sleep(Duration::from_secs(5));
+    let mut ch = Chaos {
+        rt: &rt,
+        c: &c,
+        dir: dir.path(),
+        masters,
+        n: 2,
+    };
+    let mut m = rounds(&mut ch, &set, &long_jobs, &current);
+    let mut masters = ch.masters;
     stop.store(true, Ordering::Relaxed);
     let acked = shorts.join().unwrap();
     std::fs::write(&released, b"").unwrap();
-    let l = leading(&masters);
-    let socket = masters[l].1.clone();
+    let socket = masters[leading(&rt, &masters)].1.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let mut lost_long = 0;
-    let mut whole = 0;
+    let (mut lost_long, mut whole) = (0, 0);
     for &id in &long_jobs {
-        let j = loop {
-            let j = state_of(&rt, &socket, id);
-            if j.as_ref().is_some_and(|j| {
-                !matches!(
-                    j.state(),
-                    v1::JobState::Running | v1::JobState::Starting | v1::JobState::Queued
-                )
-            }) {
-                break j.unwrap();
-            }
-            assert!(Instant::now() < deadline, "long job {id} did not end");
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        if j.state() != v1::JobState::Completed || j.exit_code != Some(0) {
-            lost_long += 1;
-            eprintln!("long job {id} ended {:?}: {}", j.state(), j.reason);
-            continue;
-        }
-        let text = String::from_utf8_lossy(
-            &std::process::Command::new(prebuilt_release_bins(&["gangctl"]).join("gangctl"))
-                .args(["output", &id.to_string()])
-                .env("GANG_MASTER", format!("unix:{}", socket.display()))
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .into_owned();
-        // Each rank: 1..=n in order, then "done n": nothing lost, nothing twice.
-        let ranks = (j.w * j.h) as usize;
-        let mut seen: Vec<Vec<u64>> = vec![vec![]; ranks];
-        let mut done: Vec<Option<u64>> = vec![None; ranks];
-        for line in text.lines() {
-            let mut w = line.split_whitespace();
-            let (Some(r), Some(x)) = (w.next().and_then(|r| r.parse::<usize>().ok()), w.next())
-            else {
-                continue;
-            };
-            if r >= ranks {
-                continue;
-            }
-            match (x, w.next()) {
-                ("done", Some(n)) => done[r] = n.parse().ok(),
-                (i, None) => seen[r].extend(i.parse::<u64>().ok()),
-                _ => {}
-            }
-        }
-        let ok = (0..ranks).all(|r| {
-            let n = seen[r].len() as u64;
-            done[r] == Some(n) && seen[r].iter().copied().eq(1..=n)
-        });
-        if ok {
-            whole += 1;
-        } else {
-            let summary: Vec<String> = (0..ranks)
-                .map(|r| {
-                    let gaps = seen[r].windows(2).filter(|w| w[1] != w[0] + 1).count();
-                    format!(
-                        "rank {r}: {} lines, first {:?}, last {:?}, {gaps} gaps, done {:?}",
-                        seen[r].len(),
-                        seen[r].first(),
-                        seen[r].last(),
-                        done[r]
-                    )
-                })
-                .collect();
-            let keep = std::env::temp_dir().join(format!("chaos-long-job-{id}.out"));
-            let _ = std::fs::write(&keep, &text);
-            let breaks: Vec<String> = (0..ranks)
-                .flat_map(|r| {
-                    seen[r]
-                        .windows(2)
-                        .filter(|w| w[1] != w[0] + 1)
-                        .map(move |w| format!("rank {r}: {} then {}", w[0], w[1]))
-                })
-                .take(8)
-                .collect();
-            eprintln!(
-                "long job {id}: its output is not whole: {}; out of order: {breaks:?}; kept in {}",
-                summary.join("; "),
-                keep.display()
-            );
+        match long_job_end(&rt, &socket, id, deadline) {
+            LongEnd::Lost => lost_long += 1,
+            LongEnd::Whole => whole += 1,
+            LongEnd::Broken => {}
         }
     }
-    let mut short_lost = 0;
-    for &id in &acked {
-        let done = state_of(&rt, &socket, id).is_some_and(|j| j.state() == v1::JobState::Completed);
-        if !done {
-            short_lost += 1;
-        }
-    }
-    let (s50, s99) = median_p99(&mut serving_ms);
-    let (u50, u99) = median_p99(&mut all_up_ms);
+    let short_lost = acked
+        .iter()
+        .filter(|&&id| {
+            !state_of(&rt, &socket, id).is_some_and(|j| j.state() == v1::JobState::Completed)
+        })
+        .count();
+    let (s50, s99) = median_p99(&mut m.serving_ms);
+    let (u50, u99) = median_p99(&mut m.all_up_ms);
     println!(
         "{}",
         serde_json::json!({
             "bench": "chaos",
-            "rounds": rounds,
-            "kinds": kinds,
-            "pause_s": pause.as_secs(),
-            "long_pause_s": long_pause.as_secs(),
-            "outage_s": outage.as_secs(),
+            "rounds": set.rounds,
+            "kinds": set.kinds,
+            "pause_s": set.pause.as_secs(),
+            "long_pause_s": set.long_pause.as_secs(),
+            "outage_s": set.outage.as_secs(),
             "serving_again_ms": {"median": s50, "p99": s99},
             "every_agent_back_ms": {"median": u50, "p99": u99},
-            "long_jobs_running_after_each_round": running_after,
+            "long_jobs_running_after_each_round": m.running_after,
             "long_jobs": long_jobs.len(),
             "long_jobs_lost": lost_long,
             "long_jobs_ended_whole": whole,

@@ -137,52 +137,37 @@ fn listings(bins: &std::path::Path, c: &LocalCluster) -> (f64, usize) {
     (t.elapsed().as_secs_f64(), rows)
 }
 
-fn main() {
-    let idle = Duration::from_secs(env_or("HOSTILE_IDLE_S", 10));
-    let gets: usize = env_or("HOSTILE_GETS", 200);
-    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl"]);
-    let opts = LocalClusterOptions {
-        bin_dir: Some(bins.clone()),
-        env: vec![("RUST_LOG".into(), "warn".into())],
-        allow_root_jobs: true,
-        ..LocalClusterOptions::default()
-    };
-    let mut c = LocalCluster::start((2, 2), opts).expect("cluster");
-    let pid = c.master_pid().expect("the master runs");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let mut cl = rt.block_on(client(&c));
-    // The victim: a 1x1 job that runs through every phase.
-    let victim = rt
-        .block_on(
-            cl.submit(v1::SubmitRequest {
-                spec: Some(v1::JobSpec {
-                    shape: "1x1".into(),
-                    argv: [
-                        "sh",
-                        "-c",
-                        "for i in $(seq 1 600); do echo $i; sleep 0.1; done",
-                    ]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
-                    cwd: "/tmp".into(),
-                    ..Default::default()
-                }),
+type Client = JobServiceClient<MasterChannel>;
+
+/// The victim: a 1x1 job that runs through every phase. Its id.
+fn submit_victim(rt: &tokio::runtime::Runtime, cl: &mut Client) -> u64 {
+    rt.block_on(
+        cl.submit(v1::SubmitRequest {
+            spec: Some(v1::JobSpec {
+                shape: "1x1".into(),
+                argv: [
+                    "sh",
+                    "-c",
+                    "for i in $(seq 1 600); do echo $i; sleep 0.1; done",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+                cwd: "/tmp".into(),
                 ..Default::default()
             }),
-        )
-        .expect("the victim's job")
-        .into_inner()
-        .job
-        .expect("a job")
-        .id;
-    std::thread::sleep(Duration::from_secs(2));
-    let before_get = get_latency(&rt, &c, victim, gets);
-    let before_cpu = idle_cpu(pid, idle);
-    let before_rss = status_kb(pid, "VmHWM:");
-    let (before_batches, before_p99, _) = batches(&c);
+            ..Default::default()
+        }),
+    )
+    .expect("the victim's job")
+    .into_inner()
+    .job
+    .expect("a job")
+    .id
+}
 
-    // 1. The large array.
+/// 1. The large array: milliseconds to submit it.
+fn submit_large_array(rt: &tokio::runtime::Runtime, cl: &mut Client) -> f64 {
     let t = Instant::now();
     let big_argv = vec![
         "sh".into(),
@@ -196,8 +181,12 @@ fn main() {
         String::new(),
     )))
     .expect("the large array");
-    let big_ms = t.elapsed().as_secs_f64() * 1e3;
-    // 2. Five held arrays and one depending on them all.
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// 2. Five held arrays and one depending on them all: milliseconds to submit them, and
+/// the dependent array's id.
+fn submit_dependency_mix(rt: &tokio::runtime::Runtime, cl: &mut Client) -> (f64, u64) {
     let mut firsts = vec![];
     let t = Instant::now();
     for _ in 0..5 {
@@ -222,7 +211,34 @@ fn main() {
         .job
         .expect("a job")
         .id;
-    let deps_ms = t.elapsed().as_secs_f64() * 1e3;
+    (t.elapsed().as_secs_f64() * 1e3, dependent)
+}
+
+fn main() {
+    let idle = Duration::from_secs(env_or("HOSTILE_IDLE_S", 10));
+    let gets: usize = env_or("HOSTILE_GETS", 200);
+    let bins = prebuilt_release_bins(&["gang-master", "gang-agent", "gangctl"]);
+    let opts = LocalClusterOptions {
+        bin_dir: Some(bins.clone()),
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        allow_root_jobs: true,
+        ..LocalClusterOptions::default()
+    };
+    let mut c = LocalCluster::start((2, 2), opts).expect("cluster");
+    let pid = c.master_pid().expect("the master runs");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut cl = rt.block_on(client(&c));
+    let victim = submit_victim(&rt, &mut cl);
+    std::thread::sleep(Duration::from_secs(2));
+    let before_get = get_latency(&rt, &c, victim, gets);
+    let before_cpu = idle_cpu(pid, idle);
+    let before_rss = status_kb(pid, "VmHWM:");
+    let (before_batches, before_p99, _) = batches(&c);
+
+    // 1. The large array.
+    let big_ms = submit_large_array(&rt, &mut cl);
+    // 2. Five held arrays and one depending on them all.
+    let (deps_ms, dependent) = submit_dependency_mix(&rt, &mut cl);
     let after_cpu = idle_cpu(pid, idle);
     let after_get = get_latency(&rt, &c, dependent + 500, gets);
     // 3. Everyone lists everything.

@@ -90,11 +90,115 @@ fn prun(bins: &Path, c: &LocalCluster, args: &[&str]) -> Command {
     cmd
 }
 
+/// (1) launch: `prun` against `mpiexec.hydra`, to every rank past MPI_Init and to exit.
+fn launch_figures(
+    bins: &Path,
+    c: &LocalCluster,
+    shape: &str,
+    ranks: usize,
+    mpi: &str,
+    runs: usize,
+) -> serde_json::Value {
+    let n = ranks.to_string();
+    let (mut p_init, mut p_total, mut h_init, mut h_total) = (vec![], vec![], vec![], vec![]);
+    launch(&mut prun(bins, c, &["-n", shape, "--", mpi, "init"]), ranks);
+    for _ in 0..runs {
+        let (i, t) = launch(&mut prun(bins, c, &["-n", shape, "--", mpi, "init"]), ranks);
+        p_init.push(i);
+        p_total.push(t);
+        let mut hydra = Command::new("mpiexec.hydra");
+        hydra.args(["-n", &n, mpi, "init"]);
+        let (i, t) = launch(&mut hydra, ranks);
+        h_init.push(i);
+        h_total.push(t);
+    }
+    let (pm, _) = median_p99(&mut p_init.clone());
+    let (hm, _) = median_p99(&mut h_init.clone());
+    serde_json::json!({
+        "prun_to_all_past_mpi_init": ms(&mut p_init),
+        "prun_to_exit": ms(&mut p_total),
+        "mpiexec_hydra_to_all_past_mpi_init": ms(&mut h_init),
+        "mpiexec_hydra_to_exit": ms(&mut h_total),
+        "prun_over_hydra_median": pm / hm,
+    })
+}
+
+/// The other slice's job: every node busy computing until cancelled. Its id.
+fn hog(bins: &Path, c: &LocalCluster) -> String {
+    let h = prun(
+        bins,
+        c,
+        &[
+            "-n",
+            "2x2",
+            "--detach",
+            "--",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(h.status.success(), "{}", String::from_utf8_lossy(&h.stderr));
+    String::from_utf8_lossy(&h.stdout).trim().to_string()
+}
+
+fn cancel(bins: &Path, c: &LocalCluster, id: &str) {
+    let st = Command::new(bins.join("gangctl"))
+        .args(["cancel", id])
+        .env("GANG_MASTER", c.master_addr())
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+/// (3) `what` (pingpong, allreduce) for `seconds`, `repeats` times, beside a hog in the
+/// other slice when switching is on: the medians over the repeats.
+fn switching_case(
+    bins: &Path,
+    c: &LocalCluster,
+    switched: bool,
+    mpi: &str,
+    what: &str,
+    seconds: f64,
+    repeats: usize,
+) -> serde_json::Value {
+    let secs = seconds.to_string();
+    let mut rows = Vec::new();
+    for _ in 0..repeats {
+        let hog = switched.then(|| hog(bins, c));
+        rows.push(timed(&mut prun(
+            bins,
+            c,
+            &["-n", "2x1", "--", mpi, what, &secs],
+        )));
+        if let Some(id) = &hog {
+            cancel(bins, c, id);
+        }
+    }
+    let field = |k: &str| {
+        let mut xs: Vec<f64> = rows.iter().filter_map(|r| r[k].as_f64()).collect();
+        median_p99(&mut xs).0
+    };
+    serde_json::json!({
+        "median_us": field("median_us"),
+        "p99_us": field("p99_us"),
+        "mean_us": field("mean_us"),
+        "max_us": field("max_us"),
+        "ops_per_s": field("n") / seconds,
+        "repeats": rows.len(),
+    })
+}
+
 fn main() {
     let runs = env_or("RUNS", 20);
     let fences = env_or("FENCES", 50).to_string();
     let seconds = env_or("RUN_SECONDS", 2.0f64);
-    let secs = seconds.to_string();
     let repeats = env_or("REPEATS", 3);
     let bins = release_bins();
     let mpi = build_c("mpicc.mpich", "mpibench", &[]);
@@ -107,36 +211,9 @@ fn main() {
     // (1) launch and (2) fence, at 4 and 16 ranks.
     for (mesh, shape, ranks) in [((2, 2), "2x2", 4usize), ((4, 4), "4x4", 16)] {
         let c = cluster(&bins, mesh, &[]);
-        let n = ranks.to_string();
-        let (mut p_init, mut p_total, mut h_init, mut h_total) = (vec![], vec![], vec![], vec![]);
-        launch(
-            &mut prun(&bins, &c, &["-n", shape, "--", mpi, "init"]),
-            ranks,
-        );
-        for _ in 0..runs {
-            let (i, t) = launch(
-                &mut prun(&bins, &c, &["-n", shape, "--", mpi, "init"]),
-                ranks,
-            );
-            p_init.push(i);
-            p_total.push(t);
-            let mut hydra = Command::new("mpiexec.hydra");
-            hydra.args(["-n", &n, mpi, "init"]);
-            let (i, t) = launch(&mut hydra, ranks);
-            h_init.push(i);
-            h_total.push(t);
-        }
-        let (pm, _) = median_p99(&mut p_init.clone());
-        let (hm, _) = median_p99(&mut h_init.clone());
         out.insert(
             format!("launch_{ranks}_ranks"),
-            serde_json::json!({
-                "prun_to_all_past_mpi_init": ms(&mut p_init),
-                "prun_to_exit": ms(&mut p_total),
-                "mpiexec_hydra_to_all_past_mpi_init": ms(&mut h_init),
-                "mpiexec_hydra_to_exit": ms(&mut h_total),
-                "prun_over_hydra_median": pm / hm,
-            }),
+            launch_figures(&bins, &c, shape, ranks, mpi, runs),
         );
         for (space, arg) in [("one_card_per_rank", "card"), ("growing", "grow")] {
             let f = timed(&mut prun(
@@ -160,63 +237,8 @@ fn main() {
         };
         let mut cases = serde_json::Map::new();
         for what in ["pingpong", "allreduce"] {
-            let mut rows = Vec::new();
-            for _ in 0..repeats {
-                // The other slice's job: every node busy computing until we are done.
-                let hog = quantum.map(|_| {
-                    prun(
-                        &bins,
-                        &c,
-                        &[
-                            "-n",
-                            "2x2",
-                            "--detach",
-                            "--",
-                            "sh",
-                            "-c",
-                            "while :; do :; done",
-                        ],
-                    )
-                    .output()
-                    .unwrap()
-                });
-                if let Some(h) = &hog {
-                    assert!(h.status.success(), "{}", String::from_utf8_lossy(&h.stderr));
-                }
-                rows.push(timed(&mut prun(
-                    &bins,
-                    &c,
-                    &["-n", "2x1", "--", mpi, what, &secs],
-                )));
-                if let Some(h) = &hog {
-                    let id = String::from_utf8_lossy(&h.stdout).trim().to_string();
-                    let st = Command::new(bins.join("gangctl"))
-                        .args(["cancel", &id])
-                        .env("GANG_MASTER", c.master_addr())
-                        .output()
-                        .unwrap();
-                    assert!(
-                        st.status.success(),
-                        "{}",
-                        String::from_utf8_lossy(&st.stderr)
-                    );
-                }
-            }
-            let field = |k: &str| {
-                let mut xs: Vec<f64> = rows.iter().filter_map(|r| r[k].as_f64()).collect();
-                median_p99(&mut xs).0
-            };
-            cases.insert(
-                what.into(),
-                serde_json::json!({
-                    "median_us": field("median_us"),
-                    "p99_us": field("p99_us"),
-                    "mean_us": field("mean_us"),
-                    "max_us": field("max_us"),
-                    "ops_per_s": field("n") / seconds,
-                    "repeats": rows.len(),
-                }),
-            );
+            let case = switching_case(&bins, &c, quantum.is_some(), mpi, what, seconds, repeats);
+            cases.insert(what.into(), case);
         }
         switching.insert(name, cases.into());
         c.shutdown().unwrap();

@@ -1,7 +1,7 @@
 //! The halo exchange example (`gang-msg`) on a real 2x2 loopback cluster, time to
 //! solution: alone, and as one of two copies sharing the mesh in two slices (gang
 //! switching at QUANTUM_MS, 40 ms by default as in SCore-D's figures), with the messaging
-//! library's flush at each switch on (the shim) and off (plain SIGSTOP/SIGCONT). Each
+//! library's flush at each switch on (the library quiesces) and off (plain SIGSTOP/SIGCONT). Each
 //! program checks its result against a serial recomputation.
 //!
 //! Goal (issue #10): shared, each copy finishes within 5% of twice its solo time.
@@ -57,25 +57,25 @@ fn main() {
     let c = two_slice_cluster(&bins, quantum_ms);
     let prun = bins.join("prun");
     let master = c.master_addr().to_string();
-    let (mut solo, mut shim, mut plain) = (vec![], vec![], vec![]);
+    let (mut solo, mut flushed, mut plain) = (vec![], vec![], vec![]);
     // Warm-up, then the three cases interleaved so noise hits them alike.
     run(&prun, &master, &halo, iters / 10, true);
     for _ in 0..runs {
         solo.push(run(&prun, &master, &halo, iters, true));
-        shim.push(pair(&prun, &master, &halo, iters, true));
+        flushed.push(pair(&prun, &master, &halo, iters, true));
         plain.push(pair(&prun, &master, &halo, iters, false));
     }
     c.shutdown().unwrap();
     let (solo_median, _) = median_p99(&mut solo.clone());
-    let (shim_median, _) = median_p99(&mut shim.clone());
+    let (flushed_median, _) = median_p99(&mut flushed.clone());
     let (plain_median, _) = median_p99(&mut plain.clone());
     let out = serde_json::json!({
         "bench": "msg_halo", "mesh": "2x2", "mpl": 2, "quantum_ms": quantum_ms,
         "iterations": iters,
         "solo": stats(&mut solo),
-        "shared_with_flush": stats(&mut shim),
+        "shared_with_flush": stats(&mut flushed),
         "shared_without_flush": stats(&mut plain),
-        "shared_with_flush_over_twice_solo": shim_median / (2.0 * solo_median),
+        "shared_with_flush_over_twice_solo": flushed_median / (2.0 * solo_median),
         "shared_without_flush_over_twice_solo": plain_median / (2.0 * solo_median),
         "goal": "shared <= 1.05 x twice solo",
     });

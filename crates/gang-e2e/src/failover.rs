@@ -285,8 +285,7 @@ pub fn kills_under_submissions(
     // The job that ran through it all: the new leader says it runs, its rank is the one
     // started before the first kill.
     let lead = leader.as_ref().expect("a leader");
-    out.running_undisturbed =
-        start_time(pid) == Some(started) && runs(rt, &lead.socket, running);
+    out.running_undisturbed = start_time(pid) == Some(started) && runs(rt, &lead.socket, running);
     for s in [Some(next), leader].iter_mut().flatten() {
         s.kill();
     }

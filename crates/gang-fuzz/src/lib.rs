@@ -48,7 +48,8 @@ pub fn corpus_dir(target: &str) -> PathBuf {
 /// A target's seeds, in file-name order.
 pub fn seeds(target: &str) -> Arc<Vec<Vec<u8>>> {
     let dir = corpus_dir(target);
-    let regenerate = "the corpus is in the repository; crates/gang-fuzz/README.md says how to regenerate it";
+    let regenerate =
+        "the corpus is in the repository; crates/gang-fuzz/README.md says how to regenerate it";
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("fuzz corpus {}: {e} ({regenerate})", dir.display()))
         .map(|e| e.expect("corpus directory entry").path())
