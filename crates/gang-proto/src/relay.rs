@@ -1,8 +1,8 @@
 //! Carrying a signed order of the order tree down one subtree (`NodeRelay`), as the master
 //! and every agent that forwards do it: call the subtree's head with the whole range; if it
 //! cannot be reached, refuses, or does not answer within its bound, report it unreachable
-//! and let the next node of the range head the rest. A dead or slow interior agent so costs its
-//! subtree one bound, per dead head, and no more.
+//! and let the next node of the range head the rest. A dead or slow interior agent so
+//! costs its subtree one bound, per dead head, and no more.
 //!
 //! Each head is given its subtree's bound (`gang_core::tree::route::subtree_bound`), so one
 //! dead agent on a path costs only its own subtree, never its parent's.

@@ -1,3 +1,5 @@
+//! The placers against a brute-force search of every base, and their names.
+
 use proptest::prelude::*;
 
 use super::*;

@@ -1,5 +1,6 @@
-//! The master's relay key: orders that reach an agent through other agents carry its
-//! signature, so a node that forwards an order (or any node at all) cannot forge one.
+//! The master's order key: orders that reach an agent down the order tree (through other
+//! agents) carry its signature, so a node that forwards an order (or any node at all)
+//! cannot forge one.
 //!
 //! The key is Ed25519, derived from the master's TLS private key (so it survives a restart
 //! of the master, which agents need not re-learn until they register again, and is as
@@ -9,29 +10,33 @@
 use ring::digest::{SHA256, digest};
 use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 
-/// Domain separation: this derivation's seed is used for nothing else.
+/// Domain separation: this derivation's seed is used for nothing else. The words are the
+/// key's old name and stay: changing them would change every master's key.
 const CONTEXT: &[u8] = b"gang relay key v1\0";
 
+/// Old name, kept while callers move.
+pub type RelaySigner = OrderSigner;
+
 /// The master's signing half.
-pub struct RelaySigner {
+pub struct OrderSigner {
     pair: Ed25519KeyPair,
 }
 
-impl std::fmt::Debug for RelaySigner {
+impl std::fmt::Debug for OrderSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RelaySigner")
+        f.debug_struct("OrderSigner")
             .field("public", &self.public_key())
             .finish()
     }
 }
 
-impl RelaySigner {
+impl OrderSigner {
     /// Derived from the master's private key (its PEM text: any type of key).
-    pub fn from_master_key(key_pem: &[u8]) -> RelaySigner {
+    pub fn from_master_key(key_pem: &[u8]) -> OrderSigner {
         let seed = digest(&SHA256, &[CONTEXT, key_pem].concat());
         let pair = Ed25519KeyPair::from_seed_unchecked(seed.as_ref())
             .expect("a 32-byte seed is a valid Ed25519 seed");
-        RelaySigner { pair }
+        OrderSigner { pair }
     }
 
     /// The public key an agent checks signatures with (32 bytes).
@@ -57,9 +62,9 @@ mod tests {
 
     #[test]
     fn a_signature_holds_for_its_message_and_key_only() {
-        let a = RelaySigner::from_master_key(b"key A");
-        let again = RelaySigner::from_master_key(b"key A");
-        let b = RelaySigner::from_master_key(b"key B");
+        let a = OrderSigner::from_master_key(b"key A");
+        let again = OrderSigner::from_master_key(b"key A");
+        let b = OrderSigner::from_master_key(b"key B");
         assert_eq!(a.public_key(), again.public_key(), "derived, not random");
         assert_ne!(a.public_key(), b.public_key());
         assert_eq!(a.public_key().len(), 32);
