@@ -1,5 +1,5 @@
 //! The size of a cluster's history in etcd: JOBS finished jobs (default 1,000,000) saved
-//! through the master's etcd store as its batches save them (100 to a transaction, each row
+//! through the master's etcd store as its rounds save them (100 to a transaction, each row
 //! a realistic finished 2x2 job), on a real 3-member etcd on loopback. Ended jobs are
 //! archived a thousand to a key as they go (`etcd_archive`); at the end the history is
 //! compacted and every member defragmented, and each member's database size is read.

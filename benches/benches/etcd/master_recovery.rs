@@ -1,6 +1,6 @@
 //! A master's recovery of a long history, as at every start and every takeover: JOBS
 //! finished jobs (default 1,000,000, each a realistic 2x2 job's row) and 100 queued ones,
-//! rebuilt into the master's state in one batch (`reactor::on_recover`, saved to a real
+//! rebuilt into the master's state in one round (`reactor::on_recover`, saved to a real
 //! SQLite file), RUNS times. The rows are decoded beforehand: this is the state's part of a
 //! takeover, after the store's.
 //!

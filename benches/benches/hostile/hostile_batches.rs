@@ -1,5 +1,6 @@
-//! The master's batches under one user's hostile requests (issue "Jobs outlive the master's
-//! bad moments, and no user can cause one"): a real master (release binaries, a 2x2
+//! The master's rounds (what its reactor applies and saves together; the bench and its
+//! JSON keys keep the old word, batch) under one user's hostile requests (issue "Jobs
+//! outlive the master's bad moments, and no user can cause one"): a real master (release binaries, a 2x2
 //! cluster, default limits) running a victim's job, sent in turn
 //! - a held array of 1,001 tasks, each with a 256 KiB command line and a 1 MiB
 //!   environment (inside the limits);
@@ -8,7 +9,7 @@
 //! - 8 concurrent `gangctl jobs --all` of the whole history (every page).
 //!
 //! Printed side by side with the same figures before the requests: the master's longest
-//! batch and its p99 (from its `gang_master_batch_seconds` histogram), its peak RSS,
+//! round and its p99 (from its `gang_master_batch_seconds` histogram), its peak RSS,
 //! its CPU while idle, GetJob's latency (median, p99 over `HOSTILE_GETS`), the listings'
 //! time, and whether the victim's job completed.
 //!
@@ -27,8 +28,9 @@ use gang_proto::client::{self, MasterChannel, Target};
 use gang_proto::v1;
 use gang_proto::v1::job_service_client::JobServiceClient;
 
-/// The master's batch histogram: (count, p99 in ms, sum in s), and its longest batch (ms).
-fn batches(c: &LocalCluster) -> (u64, f64, f64) {
+/// The master's round histogram (`gang_master_batch_seconds`): (count, p99 in ms, sum in
+/// s), and its longest round (ms).
+fn rounds(c: &LocalCluster) -> (u64, f64, f64) {
     let text = gang_local::http_get(c.metrics_addr(), "/metrics");
     let mut buckets: Vec<(f64, u64)> = Vec::new();
     let mut count = 0;
@@ -233,7 +235,7 @@ fn main() {
     let before_get = get_latency(&rt, &c, victim, gets);
     let before_cpu = idle_cpu(pid, idle);
     let before_rss = status_kb(pid, "VmHWM:");
-    let (before_batches, before_p99, _) = batches(&c);
+    let (before_batches, before_p99, _) = rounds(&c);
 
     // 1. The large array.
     let big_ms = submit_large_array(&rt, &mut cl);
@@ -243,7 +245,7 @@ fn main() {
     let after_get = get_latency(&rt, &c, dependent + 500, gets);
     // 3. Everyone lists everything.
     let (listing_s, rows) = listings(&bins, &c);
-    let (after_batches, after_p99, max_ms) = batches(&c);
+    let (after_batches, after_p99, max_ms) = rounds(&c);
     let peak_rss = status_kb(pid, "VmHWM:");
     let victim_state = rt
         .block_on(cl.get_job(v1::GetJobRequest { job_id: victim }))
