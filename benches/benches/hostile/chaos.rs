@@ -35,6 +35,8 @@ use gang_proto::v1::job_service_client::JobServiceClient;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+// The crate root is this file, so its modules would sit beside it among the other benches.
+#[path = "chaos/output.rs"]
 mod output;
 use output::output_whole;
 
@@ -523,12 +525,13 @@ fn main() {
             LongEnd::Broken => {}
         }
     }
-    let short_lost = acked
-        .iter()
-        .filter(|&&id| {
-            !state_of(&rt, &socket, id).is_some_and(|j| j.state() == v1::JobState::Completed)
-        })
-        .count();
+    let mut short_lost = 0;
+    for &id in &acked {
+        let done = state_of(&rt, &socket, id).is_some_and(|j| j.state() == v1::JobState::Completed);
+        if !done {
+            short_lost += 1;
+        }
+    }
     let (s50, s99) = median_p99(&mut m.serving_ms);
     let (u50, u99) = median_p99(&mut m.all_up_ms);
     println!(

@@ -168,7 +168,7 @@ fn submit_victim(rt: &tokio::runtime::Runtime, cl: &mut Client) -> u64 {
     .id
 }
 
-/// 1. The large array: milliseconds to submit it.
+/// Phase 1, the large array: milliseconds to submit it.
 fn submit_large_array(rt: &tokio::runtime::Runtime, cl: &mut Client) -> f64 {
     let t = Instant::now();
     let big_argv = vec![
@@ -186,7 +186,7 @@ fn submit_large_array(rt: &tokio::runtime::Runtime, cl: &mut Client) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-/// 2. Five held arrays and one depending on them all: milliseconds to submit them, and
+/// Phase 2, five held arrays and one depending on them all: milliseconds to submit them and
 /// the dependent array's id.
 fn submit_dependency_mix(rt: &tokio::runtime::Runtime, cl: &mut Client) -> (f64, u64) {
     let mut firsts = vec![];

@@ -16,9 +16,9 @@
 //! key's Ed25519 from `ring`.
 
 pub mod names;
+pub mod order_key;
 pub mod peer;
 pub mod pki;
-pub mod order_key;
 pub mod token;
 pub mod users;
 
