@@ -1,4 +1,4 @@
-/* The MPI side of benches/benches/mpi.rs, built with mpicc.mpich.
+/* The MPI side of benches/benches/mpi/mpi.rs, built with mpicc.mpich.
  *   init            each rank prints "INIT <rank> <CLOCK_REALTIME ns>" right after MPI_Init
  *   pingpong S      ranks 0 and 1 bounce 8 bytes for S seconds; rank 0 times each round trip
  *   allreduce S     every rank sums one double for S seconds; rank 0 times each call

@@ -1,4 +1,4 @@
-/* The PMI fence of benches/benches/mpi.rs, through Slurm's libpmi2 (a client nobody here
+/* The PMI fence of benches/benches/mpi/mpi.rs, through Slurm's libpmi2 (a client nobody here
  * wrote): N rounds of a put and a fence; rank 0 prints one JSON line of the fence times
  * in microseconds (median, p99, mean, max). Each rank puts what MPICH 4 puts at MPI_Init,
  * one key with a 450-byte business card, new each round (so every fence carries the

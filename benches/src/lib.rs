@@ -151,9 +151,9 @@ pub fn fragmented(mesh: Shape, target: f64, rng: &mut fastrand::Rng) -> Occupanc
     occ
 }
 
-/// Allocation requests on a 32x32 mesh at 80% occupancy: (occupancy, request) pairs with
+/// Placement requests on a 32x32 mesh at 80% occupancy: (occupancy, request) pairs with
 /// requests of 1..=8 a side, about half of which can be placed.
-pub fn alloc_cases(n: usize, seed: u64) -> Vec<(Occupancy, Shape)> {
+pub fn placement_cases(n: usize, seed: u64) -> Vec<(Occupancy, Shape)> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mesh = Shape::new(32, 32);
     (0..n)

@@ -1,6 +1,6 @@
 //! Link the OpenPMIx server library when pkg-config finds it (Debian: libpmix-dev), and
-//! compile the C shim against it; otherwise build the crate's stand-in, whose every call
-//! says PMIx is not built in. `GANG_NO_PMIX=1` forces the stand-in (to check that build).
+//! compile the C server (`src/server.c`) against it; otherwise build the crate's stand-in,
+//! whose every call says PMIx is not built in. `GANG_NO_PMIX=1` forces the stand-in (to check that build).
 
 /// What to watch so that installing (or removing) the library reruns this script: Debian's
 /// package database changes with every install, and pkg-config's directories gain a `.pc`
@@ -20,7 +20,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(gang_pmix)");
     println!("cargo::rerun-if-env-changed=GANG_NO_PMIX");
     println!("cargo::rerun-if-env-changed=PKG_CONFIG_PATH");
-    println!("cargo::rerun-if-changed=src/shim.c");
+    println!("cargo::rerun-if-changed=src/server.c");
     // Only paths that exist: a missing one would make Cargo rerun this on every build.
     for path in WATCH.iter().filter(|p| std::path::Path::new(p).exists()) {
         println!("cargo::rerun-if-changed={path}");
@@ -45,10 +45,13 @@ fn main() {
         }
     };
     let mut build = cc::Build::new();
-    build.file("src/shim.c").warnings(true).extra_warnings(true);
+    build
+        .file("src/server.c")
+        .warnings(true)
+        .extra_warnings(true);
     for dir in &lib.include_paths {
         build.include(dir);
     }
-    build.compile("gang_pmix_shim");
+    build.compile("gang_pmix_server");
     println!("cargo::rustc-cfg=gang_pmix");
 }

@@ -8,17 +8,22 @@
 //! - [`token`]: signed, expiring tokens the master issues to users it identified locally;
 //!   each names its user (looked up again at every use) and has an id to be revoked by.
 //! - [`users`]: Unix users and their groups.
-//! - [`relay_key`]: the master's signature on orders agents relay to each other.
+//! - [`order_key`]: the master's signature on the orders agents forward down the order
+//!   tree.
 //!
 //! No cryptography is written here: certificates come from `rcgen`, parsing from
-//! `x509-parser`, tokens from `jsonwebtoken` (HS256), randomness and the relay key's Ed25519 from `ring`.
+//! `x509-parser`, tokens from `jsonwebtoken` (HS256), randomness and the order
+//! key's Ed25519 from `ring`.
 
 pub mod names;
+pub mod order_key;
 pub mod peer;
 pub mod pki;
-pub mod relay_key;
 pub mod token;
 pub mod users;
+
+// old path, kept while callers move
+pub use order_key as relay_key;
 
 pub use names::PeerName;
 pub use users::Identity;

@@ -3,57 +3,54 @@
 //! No I/O, no clock, no async: time comes in as an argument and decisions go out as
 //! [`plan::Plan`] data. The master daemon and the trace simulator drive the same code.
 //!
-//! - [`mesh`]: the 2D mesh, request shapes, submeshes, and the rule turning a node count
-//!   into a shape.
-//! - [`occupancy`]: the busy-node bitmap of one slice; exact allocate and free.
-//! - [`alloc`]: Adaptive Scan, First Fit and Best Fit behind the [`alloc::Allocator`] trait.
-//! - [`matrix`]: the slice (Ousterhout) matrix with single and multiple tasks.
-//! - [`scheduler`]: the queue (FCFS, EASY backfilling), progress under time sharing, and
-//!   [`scheduler::Scheduler::check_invariants`], which every test runs after every step.
-//! - [`grid`]: the slot grid, the one place that knows which slot an instant is in.
-//! - [`table`]: slice tables, which row runs at instant `t` (the gang executor's schedule).
-//! - [`slicer`]: the slice-table planner (which table the master publishes, and when it
-//!   takes effect) and run-time accounting under the tables.
-//! - [`gang_mode`]: how a job is switched out of its slots.
-//! - [`deadlock`]: exact deadlock detection over the messaging library's counters, and
-//!   the per-job deadlock policy and context mode words.
-//! - [`quantile`]: nearest-rank quantiles for every reported p50/p99.
-//! - [`clock`]: clock offset estimation from four-timestamp probes.
-//! - [`fanout`]: the relay tree's shape (who forwards an order to whom).
-//! - [`dependency`]: job dependencies (`afterok:12`) and their verdicts; [`array`]: job
-//!   array index lists (`1-100%10`).
-//! - [`output_pattern`]: `prun --output/--error` file name patterns (`%j`, `%r`, `%n`).
+//! - [`mesh`]: the 2D mesh, request shapes, submeshes, the rule turning a node count into
+//!   a shape, and [`mesh::occupancy`], the busy-node bitmap of one slice.
+//! - [`place`]: the placers (Adaptive Scan, First Fit, Best Fit) behind [`place::Placer`].
+//! - [`time`]: the slice (Ousterhout) matrix, the slot grid, slice tables and their
+//!   planner, gang modes, and clock offset estimation.
+//! - [`schedule`]: the queue (FCFS, EASY backfilling, fair share), progress under time
+//!   sharing and [`Scheduler::check_invariants`], which every test runs after every step;
+//!   dependencies, job arrays, steps inside an allocation, and workload replay.
+//! - [`job`]: deadlock detection and a job's deadlock and context words; output file
+//!   name patterns.
+//! - [`tree`]: the order tree's shape and the bound of a subtree.
+//! - [`plan`]: decisions as data; [`quantile`]: nearest-rank quantiles for every p50/p99.
 
-pub mod alloc;
-pub mod array;
-pub mod clock;
-pub mod deadlock;
-pub mod dependency;
-pub mod fair_share;
-pub mod fanout;
-pub mod gang_mode;
-pub mod grid;
-pub mod matrix;
+pub mod job;
 pub mod mesh;
-pub mod occupancy;
-pub mod output_pattern;
+pub mod place;
 pub mod plan;
 pub mod quantile;
-pub mod replay;
-pub mod scheduler;
-pub mod slicer;
-pub mod steps;
-pub mod table;
+pub mod schedule;
+pub mod time;
+pub mod tree;
 
-pub use alloc::{Allocator, AllocatorKind};
-pub use deadlock::{DeadlockPolicy, MsgContext};
-pub use gang_mode::GangMode;
-pub use grid::SlotGrid;
-pub use matrix::{Placement, Role, SliceChoice, SliceMatrix};
+// old path, kept while callers move
+pub use job::{deadlock, output_pattern};
+// old path, kept while callers move
+pub use mesh::occupancy;
+// old path, kept while callers move
+pub use place as alloc;
+// old path, kept while callers move
+pub use schedule as scheduler;
+// old path, kept while callers move
+pub use schedule::{array, dependency, fair_share, replay, steps};
+// old path, kept while callers move
+pub use time::{clock, gang_mode, grid, matrix, slicer, table};
+// old path, kept while callers move
+pub use tree::fanout;
+
+// old name, kept while callers move
+pub use job::deadlock::{DeadlockPolicy, MsgContext};
+pub use mesh::occupancy::Occupancy;
 pub use mesh::{Mesh, Request, Shape, ShapeError, Submesh, shape_for_count};
-pub use occupancy::Occupancy;
+pub use place::AllocatorKind;
+pub use place::{Placer, PlacerKind};
 pub use plan::{Decision, JobId, Plan, SliceId};
-pub use replay::{Interval, IntervalTracker, Outcome, WorkloadJob, replay};
-pub use scheduler::{Backfill, Config, JobSpec, Pending, SchedError, Scheduler};
-pub use slicer::Slicer;
-pub use table::SliceTable;
+pub use schedule::replay::{Interval, IntervalTracker, Outcome, WorkloadJob, replay};
+pub use schedule::{Backfill, Config, JobSpec, Pending, SchedError, Scheduler};
+pub use time::gang_mode::GangMode;
+pub use time::grid::SlotGrid;
+pub use time::matrix::{Placement, Role, SliceChoice, SliceMatrix};
+pub use time::slicer::Slicer;
+pub use time::table::SliceTable;

@@ -1,5 +1,5 @@
 //! Fuzz target `request`: the job shape a user writes (`"4x2"`, `"8"`), parsed as the
-//! master parses `JobSpec.shape`. See fuzz/README.md.
+//! master parses `JobSpec.shape`. See crates/gang-fuzz/README.md.
 
 use gang_core::{Request, Shape};
 use proptest::prelude::*;
@@ -69,7 +69,7 @@ fn fuzz_request() {
 
 /// Regenerate the seeds: `cargo test -p gang-core --test fuzz -- --ignored`.
 #[test]
-#[ignore = "writes fuzz/corpus/request"]
+#[ignore = "writes crates/gang-fuzz/corpus/request"]
 fn write_fuzz_corpus() {
     let seeds = [
         ("shape", "4x2"),

@@ -211,12 +211,7 @@ pub fn kills_under_submissions(
     let dir = tempfile::tempdir().unwrap();
     let b_agents = free_port();
     opts.standby_agent_ports = vec![b_agents];
-    // Every held job stays queued: more than one user may have by default.
-    let limits = dir.path().join("limits.toml");
-    std::fs::write(&limits, "[limits]\nmax_queued_per_user = 1000000\n").unwrap();
-    opts.master_args.push("--config".into());
-    opts.master_args.push(limits.display().to_string());
-    let mut c = LocalCluster::start((2, 2), opts).expect("a cluster on etcd");
+    let mut c = cluster_holding_every_job(opts, dir.path());
     let a_agents = c.agents_addr().unwrap();
     let a_socket = PathBuf::from(c.master_addr().trim_start_matches("unix:"));
     let busy_dir = dir.path().join("busy");
@@ -246,16 +241,7 @@ pub fn kills_under_submissions(
         });
         let acked = Arc::new(AtomicUsize::new(0));
         let t0 = Instant::now();
-        let tasks: Vec<_> = (0..CLIENTS)
-            .map(|k| {
-                rt.spawn(submit_through(
-                    sockets.clone(),
-                    per_client,
-                    format!("r{round}c{k}"),
-                    acked.clone(),
-                ))
-            })
-            .collect();
+        let tasks = spawn_clients(rt, &sockets, CLIENTS, per_client, round, &acked);
         let half = CLIENTS * per_client / 2;
         crate::wait_for(
             NO_MASTER_FOR,
@@ -274,36 +260,14 @@ pub fn kills_under_submissions(
         };
         let serving = wait_file(&next.ready, Duration::from_secs(60));
         out.kill_to_serving_ms.push(serving.as_secs_f64() * 1e3);
-        let mut ids: Vec<u64> = rt.block_on(async {
-            let mut all = vec![];
-            for t in tasks {
-                match tokio::time::timeout(NO_MASTER_FOR, t).await {
-                    Ok(Ok(Ok(mine))) => all.extend(mine),
-                    Ok(Ok(Err(why))) => panic!("{why}"),
-                    Ok(Err(e)) => panic!("a client failed: {e}"),
-                    Err(_) => panic!("a client still submits after {NO_MASTER_FOR:?}"),
-                }
-            }
-            all
-        });
+        let mut ids = acknowledged_ids(rt, tasks);
         let submitted = t0.elapsed();
         out.acknowledged += ids.len();
         ids.sort_unstable();
         let n = ids.len();
         ids.dedup();
         out.doubled += n - ids.len();
-        let listed: BTreeSet<u64> = rt.block_on(async {
-            let mut cl = any_master(std::slice::from_ref(&next.socket))
-                .await
-                .expect("the new leader answers");
-            let jobs = gang_cli::listing::list(&mut cl, &[], 0)
-                .await
-                .expect("listed");
-            jobs.iter()
-                .filter(|j| j.id != running)
-                .map(|j| j.id)
-                .collect()
-        });
+        let listed = listed_ids(rt, &next.socket, running);
         out.lost += ids.iter().filter(|id| !listed.contains(id)).count();
         // Jobs beyond those acknowledged (a retry that made a second job) are doubles too.
         out.doubled += listed.len().saturating_sub(before + ids.len());
@@ -321,19 +285,90 @@ pub fn kills_under_submissions(
     // The job that ran through it all: the new leader says it runs, its rank is the one
     // started before the first kill.
     let lead = leader.as_ref().expect("a leader");
-    out.running_undisturbed = start_time(pid) == Some(started)
-        && rt.block_on(async {
-            let mut cl = any_master(std::slice::from_ref(&lead.socket))
-                .await
-                .expect("the leader answers");
-            cl.get_job(v1::GetJobRequest { job_id: running })
-                .await
-                .is_ok_and(|r| r.into_inner().state() == v1::JobState::Running)
-        });
+    out.running_undisturbed = start_time(pid) == Some(started) && runs(rt, &lead.socket, running);
     for s in [Some(next), leader].iter_mut().flatten() {
         s.kill();
     }
     out
+}
+
+/// A 2x2 cluster on etcd whose master keeps every job a user queues (more than one user
+/// may have by default), so no submission of the test is refused.
+fn cluster_holding_every_job(mut opts: LocalClusterOptions, dir: &Path) -> LocalCluster {
+    let limits = dir.join("limits.toml");
+    std::fs::write(&limits, "[limits]\nmax_queued_per_user = 1000000\n").unwrap();
+    opts.master_args.push("--config".into());
+    opts.master_args.push(limits.display().to_string());
+    LocalCluster::start((2, 2), opts).expect("a cluster on etcd")
+}
+
+/// `clients` clients submitting `per_client` jobs each through whichever of `sockets`
+/// answers, counting acknowledgements in `acked`.
+fn spawn_clients(
+    rt: &tokio::runtime::Runtime,
+    sockets: &[PathBuf],
+    clients: usize,
+    per_client: usize,
+    round: usize,
+    acked: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Result<Vec<u64>, String>>> {
+    (0..clients)
+        .map(|k| {
+            rt.spawn(submit_through(
+                sockets.to_vec(),
+                per_client,
+                format!("r{round}c{k}"),
+                acked.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// The ids the clients were told, once every client has finished its submissions.
+fn acknowledged_ids(
+    rt: &tokio::runtime::Runtime,
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<u64>, String>>>,
+) -> Vec<u64> {
+    rt.block_on(async {
+        let mut all = vec![];
+        for t in tasks {
+            match tokio::time::timeout(NO_MASTER_FOR, t).await {
+                Ok(Ok(Ok(mine))) => all.extend(mine),
+                Ok(Ok(Err(why))) => panic!("{why}"),
+                Ok(Err(e)) => panic!("a client failed: {e}"),
+                Err(_) => panic!("a client still submits after {NO_MASTER_FOR:?}"),
+            }
+        }
+        all
+    })
+}
+
+/// The jobs the master at `socket` lists, but the one running through it all.
+fn listed_ids(rt: &tokio::runtime::Runtime, socket: &Path, running: u64) -> BTreeSet<u64> {
+    rt.block_on(async {
+        let mut cl = any_master(&[socket.to_path_buf()])
+            .await
+            .expect("the new leader answers");
+        let jobs = gang_cli::listing::list(&mut cl, &[], 0)
+            .await
+            .expect("listed");
+        jobs.iter()
+            .filter(|j| j.id != running)
+            .map(|j| j.id)
+            .collect()
+    })
+}
+
+/// Whether the master at `socket` says job `id` runs.
+fn runs(rt: &tokio::runtime::Runtime, socket: &Path, id: u64) -> bool {
+    rt.block_on(async {
+        let mut cl = any_master(&[socket.to_path_buf()])
+            .await
+            .expect("the leader answers");
+        cl.get_job(v1::GetJobRequest { job_id: id })
+            .await
+            .is_ok_and(|r| r.into_inner().state() == v1::JobState::Running)
+    })
 }
 
 /// A job's row as the master saves it (numbered `id`, in `state`: "queued", "completed"...),

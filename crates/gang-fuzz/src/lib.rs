@@ -1,10 +1,11 @@
-//! What the fuzz targets share (`fuzz/README.md` lists the targets and how to run a long
-//! campaign).
+//! What the fuzz targets share (this crate's README lists the targets and how to run a
+//! long campaign).
 //!
 //! A target is a `#[test]` that calls [`run`] with a strategy and a check. Its inputs are
-//! the seeds in `fuzz/corpus/<target>/`, mutated the way coverage-guided fuzzers mutate
-//! (bit flips, interesting bytes, truncation, insertion, deletion, duplication, splicing
-//! two seeds, fragments of the text syntaxes), mixed with fresh random inputs. Each input
+//! the seeds in `crates/gang-fuzz/corpus/<target>/`, mutated the way coverage-guided
+//! fuzzers mutate (bit flips, interesting bytes, truncation, insertion, deletion,
+//! duplication, splicing two seeds, fragments of the text syntaxes), mixed with fresh
+//! random inputs. Each input
 //! is checked on a worker thread under a time bound, so a hang fails the test instead of
 //! stalling it. A failure is shrunk by proptest to a small input, which [`run`] prints with
 //! the seed that replays the run.
@@ -35,9 +36,9 @@ pub const MAX_INPUT: usize = 64 << 10;
 /// Corpus files named so are inputs that once failed: regenerating a corpus keeps them.
 pub const REGRESSION_PREFIX: &str = "regress-";
 
-/// `fuzz/corpus` at the root of the repository.
+/// `corpus/` beside this crate (`crates/gang-fuzz/corpus`).
 pub fn corpus_root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/corpus"))
 }
 
 pub fn corpus_dir(target: &str) -> PathBuf {
@@ -47,7 +48,8 @@ pub fn corpus_dir(target: &str) -> PathBuf {
 /// A target's seeds, in file-name order.
 pub fn seeds(target: &str) -> Arc<Vec<Vec<u8>>> {
     let dir = corpus_dir(target);
-    let regenerate = "the corpus is in the repository; fuzz/README.md says how to regenerate it";
+    let regenerate =
+        "the corpus is in the repository; crates/gang-fuzz/README.md says how to regenerate it";
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("fuzz corpus {}: {e} ({regenerate})", dir.display()))
         .map(|e| e.expect("corpus directory entry").path())

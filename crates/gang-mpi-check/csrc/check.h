@@ -1,7 +1,7 @@
 /* What the wrappers share: the rank's state page and the accounting rules.
  *
  * The master flags a job when every rank is blocked, the job's posted and delivered
- * counts are equal, and nothing changed between two checks (crates/gang-core/src/
+ * counts are equal, and nothing changed between two checks (crates/gang-core/src/job/
  * deadlock.rs). For that to be exact with MPI, whose buffers we cannot see:
  *  - a send is posted before the PMPI call (so a message is never delivered before it
  *    is posted, and a rank never blocks before its sends are counted);

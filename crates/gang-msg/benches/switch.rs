@@ -8,7 +8,7 @@
 //!   switch that quiesced in time.
 //! - `inflight_at_boundary`: ranks stream 64 KiB messages around the ring;
 //!   bytes written by some rank's transport and not yet read by its peer when
-//!   every rank is stopped at the boundary, with the shim's flush on and off.
+//!   every rank is stopped at the boundary, with the library's flush on and off.
 //! - `pingpong`: one-way latency of 8-byte messages, blocking receive vs
 //!   spin-then-block (50 us).
 //!

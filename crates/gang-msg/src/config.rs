@@ -77,25 +77,7 @@ impl Config {
                 reason: format!("rank {rank} is not below size {size}"),
             });
         }
-        let part = match var(env::PART) {
-            Some(p) => Part::parse(&p).ok_or(Error::Env {
-                var: env::PART,
-                reason: format!("{p:?} is not x0,y0,w,h"),
-            })?,
-            // No rectangle given: a row of `size` cells.
-            None => Part {
-                x0: 0,
-                y0: 0,
-                w: size as u32,
-                h: 1,
-            },
-        };
-        if (part.w as usize) * (part.h as usize) < size {
-            return Err(Error::Env {
-                var: env::PART,
-                reason: format!("{}x{} holds fewer than {size} ranks", part.w, part.h),
-            });
-        }
+        let part = part_from_env(size)?;
         let dir = var(env::MSG_DIR).map(PathBuf::from);
         if dir.is_none() && !standalone {
             return Err(Error::Env {
@@ -103,51 +85,10 @@ impl Config {
                 reason: "not set (the agent creates it for every rank)".into(),
             });
         }
-        let state_fd = match var(env::STATE_FD) {
-            None => None,
-            Some(v) => {
-                Some(
-                    v.parse::<i32>()
-                        .ok()
-                        .filter(|fd| *fd >= 0)
-                        .ok_or_else(|| Error::Env {
-                            var: env::STATE_FD,
-                            reason: format!("{v:?} is not a descriptor number"),
-                        })?,
-                )
-            }
-        };
-        let context = match var(env::MSG_CONTEXT).as_deref() {
-            None | Some("resident") => ContextMode::Resident,
-            Some("save-restore") => ContextMode::SaveRestore,
-            Some(v) => {
-                return Err(Error::Env {
-                    var: env::MSG_CONTEXT,
-                    reason: format!("{v:?} is not resident or save-restore"),
-                });
-            }
-        };
-        let flush = match var(env::MSG_FLUSH).as_deref() {
-            None | Some("on") | Some("1") => true,
-            Some("off") | Some("0") => false,
-            Some(v) => {
-                return Err(Error::Env {
-                    var: env::MSG_FLUSH,
-                    reason: format!("{v:?} is not on or off"),
-                });
-            }
-        };
-        let transport = match var(env::MSG_TRANSPORT).as_deref() {
-            None | Some("auto") => Transport::Auto,
-            Some("tcp") => Transport::Tcp,
-            Some("unix") => Transport::Unix,
-            Some(v) => {
-                return Err(Error::Env {
-                    var: env::MSG_TRANSPORT,
-                    reason: format!("{v:?} is not auto, tcp or unix"),
-                });
-            }
-        };
+        let state_fd = state_fd_from_env()?;
+        let context = context_from_env()?;
+        let flush = flush_from_env()?;
+        let transport = transport_from_env()?;
         Ok(Config {
             job_id: var(env::JOB_ID).unwrap_or_else(|| "0".into()),
             rank,
@@ -171,4 +112,87 @@ impl Config {
             },
         })
     }
+}
+
+/// `GANG_PART`: the rank's rectangle of the job's part, which must hold every rank.
+fn part_from_env(size: usize) -> Result<Part, Error> {
+    let part = match var(env::PART) {
+        Some(p) => Part::parse(&p).ok_or(Error::Env {
+            var: env::PART,
+            reason: format!("{p:?} is not x0,y0,w,h"),
+        })?,
+        // No rectangle given: a row of `size` cells.
+        None => Part {
+            x0: 0,
+            y0: 0,
+            w: size as u32,
+            h: 1,
+        },
+    };
+    if (part.w as usize) * (part.h as usize) < size {
+        return Err(Error::Env {
+            var: env::PART,
+            reason: format!("{}x{} holds fewer than {size} ranks", part.w, part.h),
+        });
+    }
+    Ok(part)
+}
+
+/// `GANG_STATE_FD`: the state page's descriptor, when the agent passed one.
+fn state_fd_from_env() -> Result<Option<i32>, Error> {
+    Ok(match var(env::STATE_FD) {
+        None => None,
+        Some(v) => Some(
+            v.parse::<i32>()
+                .ok()
+                .filter(|fd| *fd >= 0)
+                .ok_or_else(|| Error::Env {
+                    var: env::STATE_FD,
+                    reason: format!("{v:?} is not a descriptor number"),
+                })?,
+        ),
+    })
+}
+
+/// `GANG_MSG_CONTEXT`: resident (the default) or save-restore.
+fn context_from_env() -> Result<ContextMode, Error> {
+    Ok(match var(env::MSG_CONTEXT).as_deref() {
+        None | Some("resident") => ContextMode::Resident,
+        Some("save-restore") => ContextMode::SaveRestore,
+        Some(v) => {
+            return Err(Error::Env {
+                var: env::MSG_CONTEXT,
+                reason: format!("{v:?} is not resident or save-restore"),
+            });
+        }
+    })
+}
+
+/// `GANG_MSG_FLUSH`: on (the default) or off.
+fn flush_from_env() -> Result<bool, Error> {
+    Ok(match var(env::MSG_FLUSH).as_deref() {
+        None | Some("on") | Some("1") => true,
+        Some("off") | Some("0") => false,
+        Some(v) => {
+            return Err(Error::Env {
+                var: env::MSG_FLUSH,
+                reason: format!("{v:?} is not on or off"),
+            });
+        }
+    })
+}
+
+/// `GANG_MSG_TRANSPORT`: auto (the default), tcp or unix.
+fn transport_from_env() -> Result<Transport, Error> {
+    Ok(match var(env::MSG_TRANSPORT).as_deref() {
+        None | Some("auto") => Transport::Auto,
+        Some("tcp") => Transport::Tcp,
+        Some("unix") => Transport::Unix,
+        Some(v) => {
+            return Err(Error::Env {
+                var: env::MSG_TRANSPORT,
+                reason: format!("{v:?} is not auto, tcp or unix"),
+            });
+        }
+    })
 }

@@ -1,3 +1,5 @@
+//! What the library can fail with, each error naming what went wrong.
+
 use std::io;
 
 /// Everything the library can fail with, each naming what went wrong.

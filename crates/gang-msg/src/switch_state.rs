@@ -1,6 +1,6 @@
 //! The state a rank keeps across a switch-out boundary: the phase of its quiesce, the
 //! horizon of what must be flushed, and the context copied out in save-restore mode.
-//! `quiesce.rs` moves it from phase to phase; `progress.rs` reads it to know what it may
+//! `quiesce.rs` moves it from phase to phase; `progress/` reads it to know what it may
 //! inject.
 
 use std::collections::VecDeque;

@@ -62,7 +62,7 @@ fn switched(program: &str, w: u32, h: u32, context: &str, tcp: bool) -> Outcome 
         }
         if rec.all_quiesced() {
             fully += 1;
-            // The point of the shim: nothing on the wire at the boundary. The
+            // The point of the library: nothing on the wire at the boundary. The
             // kernel's socket queues say so, not the ranks' byte counters, which
             // a stop may catch one write behind (common/wire.rs).
             assert_eq!(

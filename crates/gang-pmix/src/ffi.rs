@@ -1,4 +1,4 @@
-//! Every call into the C shim (`shim.c`) and every callback it makes back: the only
+//! Every call into the C server (`server.c`) and every callback it makes back: the only
 //! `unsafe` of the crate. Blocking calls here are made on the server's own thread
 //! (`lib.rs`), never on a caller's.
 
@@ -64,14 +64,14 @@ unsafe extern "C" {
 
 const ERRLEN: usize = 512;
 
-/// Run a shim call that reports failures in an error buffer.
+/// Run a call into server.c that reports failures in an error buffer.
 fn call(f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), Error> {
     let mut err = [0 as c_char; ERRLEN];
     let rc = f(err.as_mut_ptr(), ERRLEN);
     if rc == 0 {
         return Ok(());
     }
-    // SAFETY: the shim writes a NUL-terminated string within ERRLEN (snprintf), or
+    // SAFETY: server.c writes a NUL-terminated string within ERRLEN (snprintf), or
     // nothing, and the buffer starts zeroed.
     let what = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
     Err(Error::Pmix(if what.is_empty() {
@@ -158,7 +158,7 @@ pub fn start(init: &Init<'_>, host: Arc<dyn Host>) -> Result<(), Error> {
     let ctx = Box::into_raw(Box::new(host)) as *mut c_void;
     call(|err, len| {
         // SAFETY: valid C strings for the call's duration (the library copies them);
-        // ctx lives for the process; the callbacks match the shim's typedefs.
+        // ctx lives for the process; the callbacks match server.c's typedefs.
         unsafe {
             gp_init(
                 tmpdir.as_ptr(),
@@ -182,7 +182,7 @@ pub fn start(init: &Init<'_>, host: Arc<dyn Host>) -> Result<(), Error> {
 pub fn take_listener(port: u16, inner: &impl AsRawFd) -> Result<OwnedFd, Error> {
     let mut fd: c_int = -1;
     call(|err, len| {
-        // SAFETY: plain descriptors; the shim writes fd only on success.
+        // SAFETY: plain descriptors; server.c writes fd only on success.
         unsafe { gp_gate_listener(c_int::from(port), inner.as_raw_fd(), &mut fd, err, len) }
     })?;
     // SAFETY: on success fd is a new descriptor (F_DUPFD_CLOEXEC) owned by nobody else.
@@ -193,7 +193,7 @@ pub fn register_job(job: &Job<'_>) -> Result<(), Error> {
     let nspace = cstring(job.nspace)?;
     let nodes = std::ffi::CString::new(job.nodes.join(","))
         .map_err(|_| Error::BadName("a node name contains NUL".into()))?;
-    // SAFETY: valid C strings for the call's duration; the shim blocks until the
+    // SAFETY: valid C strings for the call's duration; server.c blocks until the
     // library has copied what it keeps.
     call(|err, len| unsafe {
         gp_register_job(
@@ -216,8 +216,8 @@ pub fn register_client(nspace: &str, rank: u32, uid: u32, gid: u32) -> Result<()
 pub fn setup_fork(nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Error> {
     let nspace = cstring(nspace)?;
     let mut env: *mut *mut c_char = std::ptr::null_mut();
-    // SAFETY: the shim sets env to a NULL-terminated array of "K=V" strings (or
-    // NULL), which is read here and then freed by the shim's own free.
+    // SAFETY: server.c sets env to a NULL-terminated array of "K=V" strings (or
+    // NULL), which is read here and then freed by server.c's own free.
     call(|err, len| unsafe { gp_setup_fork(nspace.as_ptr(), rank, &mut env, err, len) })?;
     let mut vars = Vec::new();
     if !env.is_null() {
@@ -242,7 +242,7 @@ pub fn setup_fork(nspace: &str, rank: u32) -> Result<Vec<(String, String)>, Erro
 
 pub fn deregister(nspace: &str, rank: u32) {
     if let Ok(nspace) = cstring(nspace) {
-        // SAFETY: a valid C string; the shim blocks until the library is done.
+        // SAFETY: a valid C string; server.c blocks until the library is done.
         unsafe { gp_deregister(nspace.as_ptr(), rank) }
     }
 }
@@ -253,7 +253,7 @@ pub fn fence_done(req: *mut c_void, result: Result<&[u8], ()>) {
         Ok(d) => (0, d.as_ptr() as *const c_char, d.len()),
         Err(()) => (-1, std::ptr::null(), 0),
     };
-    // SAFETY: req came from the shim's fence_nb and is completed once (FenceDone
+    // SAFETY: req came from server.c's fence_nb and is completed once (FenceDone
     // nulls it); data is copied before the call returns.
     unsafe { gp_fence_done(req, status, data, len) }
 }

@@ -13,7 +13,7 @@
 //! - **The gate owns the listener** (`gate.rs`): only a complete handshake of a
 //!   registered rank, from a socket of that rank's user, reaches the library.
 //!
-//! `unsafe` lives in `ffi.rs` only: the calls into the C shim (`shim.c`) and the
+//! `unsafe` lives in `ffi.rs` only: the calls into the C server (`server.c`) and the
 //! callbacks it makes back. Built without the library (pkg-config finds no `pmix`, or
 //! `GANG_NO_PMIX=1`), [`Server::start`] fails with [`Error::NotBuilt`] and nothing else
 //! changes.
@@ -110,7 +110,7 @@ pub struct FenceDone {
     req: *mut std::ffi::c_void,
 }
 
-// SAFETY: the request is a heap block the shim allocated for this fence alone; the
+// SAFETY: the request is a heap block server.c allocated for this fence alone; the
 // library's callback it holds may be called from any thread (the library moves the
 // completion onto its own progress thread).
 unsafe impl Send for FenceDone {}

@@ -5,7 +5,7 @@
 /// Job output moves through buffers of up to 1 MiB (the agent's pushes, the master's log
 /// reads, `prun`'s messages). Under glibc's defaults each was returned to the kernel when
 /// freed, so every message paid for fresh zeroed pages: a third of `prun`'s CPU and a
-/// fifth of the agent's when relaying (`benches/benches/relay.rs`; the same tuning by
+/// fifth of the agent's when relaying (`benches/benches/cluster/relay.rs`; the same tuning by
 /// `GLIBC_TUNABLES` made a 512 MiB relay 1.35x faster). Allocations below 4 MiB now come
 /// from the heap, and up to 64 MiB of free heap is kept. Call once, first thing in `main`.
 pub fn keep_freed_memory() {

@@ -1,46 +1,22 @@
-//! Carrying a signed relay order down one subtree (`NodeRelay`), as the master and every
-//! agent that forwards do it: call the subtree's head with the whole range; if it cannot
-//! be reached, refuses, or does not answer within its bound, report it unreachable and let
-//! the next node of the range head the rest. A dead or slow interior agent so costs its
-//! subtree one bound, per dead head, and no more.
+//! Carrying a signed order of the order tree down one subtree (`NodeRelay`), as the master
+//! and every agent that forwards do it: call the subtree's head with the whole range; if it
+//! cannot be reached, refuses, or does not answer within its bound, report it unreachable
+//! and let the next node of the range head the rest. A dead or slow interior agent so
+//! costs its subtree one bound, per dead head, and no more.
 //!
-//! The bound of a subtree of depth d (`gang_core::fanout::depth`) is `hop × (2^d − 1)`:
-//! its head may wait out one dead head below it and route around it (twice the bound of
-//! depth d − 1) and still answer within its own, so one dead agent on a path costs only
-//! its own subtree, never its parent's.
+//! Each head is given its subtree's bound (`gang_core::tree::route::subtree_bound`), so one
+//! dead agent on a path costs only its own subtree, never its parent's.
 
 use std::ops::Range;
-use std::time::Duration;
 
-use gang_core::fanout;
 use tonic::transport::Channel;
 
 use crate::v1::node_relay_client::NodeRelayClient;
 use crate::v1::{RelayOutcome, RelayRequest};
 
-/// One signed order and where its nodes listen, as a forwarder holds it.
-#[derive(Debug, Clone)]
-pub struct Route {
-    pub order: Vec<u8>,
-    pub signature: Vec<u8>,
-    /// Every node of the order, unpacked.
-    pub nodes: Vec<(u32, u32)>,
-    /// Where `nodes[base..]` listen (the forwarder knows no more than its own range).
-    pub base: usize,
-    pub addresses: Vec<String>,
-    pub width: u32,
-    pub hop_timeout_ms: u32,
-    /// Who forwards (for messages): "the master", "node (3,1)".
-    pub from: String,
-}
-
-impl Route {
-    /// How long a subtree of `n` nodes may take to answer.
-    pub fn bound(&self, n: usize) -> Duration {
-        let depth = fanout::depth(n, self.width as usize).min(20);
-        Duration::from_millis(u64::from(self.hop_timeout_ms)) * ((1u32 << depth) - 1)
-    }
-}
+// The pure part (the order as a forwarder holds it, and a subtree's bound) is in
+// gang-core; old path, kept while callers move.
+pub use gang_core::tree::Route;
 
 /// The outcomes of `range` (its head first, unless it was routed around).
 /// `parent_address`: where the forwarder listens (the heads' fence parent).

@@ -1,5 +1,5 @@
 //! Fuzz target `target`: master addresses as clients take them (`--master`, `GANG_MASTER`,
-//! the client config). See fuzz/README.md.
+//! the client config). See crates/gang-fuzz/README.md.
 
 use gang_proto::client::Target;
 use proptest::prelude::*;
@@ -46,7 +46,7 @@ fn fuzz_target() {
 
 /// Regenerate the seeds: `cargo test -p gang-proto --test fuzz -- --ignored`.
 #[test]
-#[ignore = "writes fuzz/corpus/target"]
+#[ignore = "writes crates/gang-fuzz/corpus/target"]
 fn write_fuzz_corpus() {
     let seeds = [
         ("unix", "unix:/run/gang/master.sock"),

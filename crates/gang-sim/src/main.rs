@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use gang_core::{AllocatorKind, Backfill, Config, Request, Shape, SliceChoice};
+use gang_core::{Backfill, Config, PlacerKind, Request, Shape, SliceChoice};
 use gang_sim::{report, sim, swf};
 
 /// Replay a Standard Workload Format trace (`.swf` or `.swf.gz`) on a 2D mesh in virtual
-/// time, through the same allocator, slice matrix and queue as the master.
+/// time, through the same placer, slice matrix and queue as the master.
 ///
 /// Prints one JSON object with the figures on stdout and a summary table on stderr.
 #[derive(Parser, Debug)]
@@ -21,8 +21,9 @@ struct Args {
     /// Mesh size WxH. Default: the most nearly square mesh with at least MaxProcs nodes.
     #[arg(long, value_parser = parse_mesh)]
     mesh: Option<Shape>,
-    #[arg(long, default_value = "adaptive-scan", value_parser = ["adaptive-scan", "first-fit", "best-fit"])]
-    allocator: String,
+    /// The placer. `--allocator`, its old name, is still accepted for one release.
+    #[arg(long, alias = "allocator", default_value = "adaptive-scan", value_parser = ["adaptive-scan", "first-fit", "best-fit"])]
+    placer: String,
     /// Maximum multiprogramming level: slices in the matrix at once (1 = space sharing only).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     mpl: u32,
@@ -76,10 +77,7 @@ fn main() -> anyhow::Result<()> {
     }
     let cfg = Config {
         mpl: a.mpl,
-        allocator: a
-            .allocator
-            .parse::<AllocatorKind>()
-            .map_err(anyhow::Error::msg)?,
+        allocator: a.placer.parse::<PlacerKind>().map_err(anyhow::Error::msg)?,
         backfill: a.backfill.parse::<Backfill>().map_err(anyhow::Error::msg)?,
         multiple_tasks: !a.no_multiple_tasks,
         slice_choice: a

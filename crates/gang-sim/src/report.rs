@@ -26,7 +26,7 @@ pub fn summary(r: &Report) -> String {
         "mesh {} ({} nodes), {}, MPL {}, backfill {}, multiple tasks {}, switch overhead {}",
         r.mesh,
         r.nodes,
-        r.allocator,
+        r.placer,
         r.mpl,
         r.backfill,
         if r.multiple_tasks { "on" } else { "off" },

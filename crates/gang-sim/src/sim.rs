@@ -74,7 +74,7 @@ pub fn workload(swf: &Swf, mesh: Option<Shape>, limit: Option<usize>, cfg: &Conf
         .filter(|&p| p > 0)
         .unwrap_or(largest);
     let mesh = mesh.unwrap_or_else(|| default_mesh(machine_procs));
-    let alloc = cfg.allocator.get();
+    let placer = cfg.allocator.get();
     let mut skipped = Skipped {
         malformed: swf.bad_lines.len(),
         ..Skipped::default()
@@ -91,7 +91,7 @@ pub fn workload(swf: &Swf, mesh: Option<Shape>, limit: Option<usize>, cfg: &Conf
             continue;
         };
         let shape = match shape_for_count(procs, mesh) {
-            Ok(s) if alloc.can_ever_fit(mesh, s) => s,
+            Ok(s) if placer.can_ever_fit(mesh, s) => s,
             _ => {
                 skipped.too_large += 1;
                 if skipped.too_large_examples.len() < 10 {
@@ -133,7 +133,7 @@ pub fn workload(swf: &Swf, mesh: Option<Shape>, limit: Option<usize>, cfg: &Conf
 pub struct Figures {
     pub jobs: usize,
     /// Processor-seconds of work over node-seconds available from the first submission to
-    /// the last completion (nodes allocated but unused by rounding count as idle).
+    /// the last completion (nodes held but unused by rounding count as idle).
     pub utilization: f64,
     pub mean_wait_s: f64,
     pub mean_response_s: f64,
@@ -182,6 +182,9 @@ fn figures(rows: impl Iterator<Item = (f64, f64, f64, f64, u64)>, nodes: u64) ->
 pub struct Report {
     pub mesh: String,
     pub nodes: u64,
+    /// The placer (`adaptive-scan`, `first-fit`, `best-fit`).
+    pub placer: String,
+    /// Old name of `placer`, still emitted for one release (see the README, Renamed).
     pub allocator: String,
     pub mpl: u32,
     pub backfill: String,
@@ -193,9 +196,9 @@ pub struct Report {
     pub max_slices_used: usize,
     /// Time-weighted mean number of slices while any job ran.
     pub mean_slices: f64,
-    /// Nodes allocated (whole submeshes) times run time, over node-seconds available.
+    /// Nodes held (whole submeshes) times run time, over node-seconds available.
     pub occupancy: f64,
-    /// Share of allocated node-seconds lost to rounding counts up to shapes.
+    /// Share of held node-seconds lost to rounding counts up to shapes.
     pub internal_fragmentation: f64,
     pub skipped: Skipped,
     /// The same figures from the trace's own wait times, on the same jobs.
@@ -236,61 +239,114 @@ pub struct PlacementLine {
 pub fn run(
     w: &Workload,
     cfg: &Config,
-    mut placements: Option<&mut dyn Write>,
+    placements: Option<&mut dyn Write>,
     check: bool,
 ) -> anyhow::Result<Report> {
     let t0 = Instant::now();
     let mut sched = Scheduler::new(w.mesh, cfg.clone())?;
-    let mut tracker = IntervalTracker::default();
-    let (mut max_slices, mut slice_time, mut busy_time) = (0usize, 0.0, 0.0);
-    // Slices in force since the previous step: (since, count).
-    let mut last: Option<(f64, usize)> = None;
-    let mut io_err: Option<std::io::Error> = None;
+    let mut slices = SliceUse::default();
+    let mut writer = PlacementWriter {
+        out: placements,
+        tracker: IntervalTracker::default(),
+        err: None,
+    };
     let mut broken: Option<String> = None;
     let outcomes: Vec<Outcome> = replay(&mut sched, &w.jobs, |s, plan| {
-        let k = s.matrix().slices().len();
-        if let Some((t, k_before)) = last
-            && k_before > 0
-        {
-            slice_time += k_before as f64 * (plan.now - t);
-            busy_time += plan.now - t;
-        }
-        last = Some((plan.now, k));
-        max_slices = max_slices.max(k);
+        slices.observe(plan.now, s.matrix().slices().len());
         if check && broken.is_none() {
             broken = s
                 .check_invariants()
                 .err()
                 .map(|e| format!("at t={}: {e}", plan.now));
         }
-        if let Some(out) = placements.as_deref_mut() {
-            tracker.apply(plan, |interval| {
-                let line = PlacementLine {
-                    interval,
-                    swf_job: w.meta[&interval.job].swf_job,
-                };
-                if io_err.is_none()
-                    && let Err(e) = serde_json::to_writer(&mut *out, &line)
-                        .map_err(std::io::Error::from)
-                        .and_then(|_| out.write_all(b"\n"))
-                {
-                    io_err = Some(e);
-                }
-            });
-        }
+        writer.apply(plan, w);
     })?;
     if let Some(e) = broken {
         anyhow::bail!("invariant broken {e}");
     }
-    if let Some(e) = io_err {
-        return Err(anyhow::Error::new(e).context("writing placements"));
+    writer.finish()?;
+    let mut report = report(w, cfg, &outcomes, &slices);
+    report.sim_seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// How many slices were in force over the replay.
+#[derive(Debug, Default)]
+struct SliceUse {
+    max: usize,
+    /// Slices times seconds, and seconds, while any slice existed.
+    slice_time: f64,
+    busy_time: f64,
+    /// Slices in force since the previous step: (since, count).
+    last: Option<(f64, usize)>,
+}
+
+impl SliceUse {
+    /// `k` slices exist from `now` on.
+    fn observe(&mut self, now: f64, k: usize) {
+        if let Some((t, k_before)) = self.last
+            && k_before > 0
+        {
+            self.slice_time += k_before as f64 * (now - t);
+            self.busy_time += now - t;
+        }
+        self.last = Some((now, k));
+        self.max = self.max.max(k);
     }
-    if let Some(out) = placements {
-        out.flush()?;
+
+    /// Time-weighted mean number of slices while any job ran.
+    fn mean(&self) -> f64 {
+        if self.busy_time > 0.0 {
+            self.slice_time / self.busy_time
+        } else {
+            0.0
+        }
     }
+}
+
+/// Writes `--placements` lines as the replay goes, keeping the first error for its end
+/// (the replay's callback cannot fail).
+struct PlacementWriter<'a> {
+    out: Option<&'a mut dyn Write>,
+    tracker: IntervalTracker,
+    err: Option<std::io::Error>,
+}
+
+impl PlacementWriter<'_> {
+    fn apply(&mut self, plan: &gang_core::Plan, w: &Workload) {
+        let Some(out) = self.out.as_deref_mut() else {
+            return;
+        };
+        let err = &mut self.err;
+        self.tracker.apply(plan, |interval| {
+            let line = PlacementLine {
+                interval,
+                swf_job: w.meta[&interval.job].swf_job,
+            };
+            if err.is_none()
+                && let Err(e) = serde_json::to_writer(&mut *out, &line)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| out.write_all(b"\n"))
+            {
+                *err = Some(e);
+            }
+        });
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        if let Some(e) = self.err {
+            return Err(anyhow::Error::new(e).context("writing placements"));
+        }
+        if let Some(out) = self.out {
+            out.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// The report of a finished replay (`sim_seconds` is left for the caller to set).
+fn report(w: &Workload, cfg: &Config, outcomes: &[Outcome], slices: &SliceUse) -> Report {
     let nodes = w.mesh.area();
-    let by_id: std::collections::HashMap<JobId, &WorkloadJob> =
-        w.jobs.iter().map(|j| (j.id, j)).collect();
     let figures = figures(
         outcomes.iter().map(|o| {
             let m = &w.meta[&o.job];
@@ -298,15 +354,16 @@ pub fn run(
         }),
         nodes,
     );
-    let (mut alloc_work, mut used_work) = (0.0, 0.0);
+    // Node-seconds the jobs held (whole submeshes) and used (their processor counts).
+    let (mut held_work, mut used_work) = (0.0, 0.0);
     for j in &w.jobs {
-        alloc_work += j.shape.area() as f64 * j.runtime;
+        held_work += j.shape.area() as f64 * j.runtime;
         used_work += w.meta[&j.id].procs as f64 * j.runtime;
     }
-    let recorded = figures_recorded(w);
-    Ok(Report {
+    Report {
         mesh: w.mesh.to_string(),
         nodes,
+        placer: cfg.allocator.to_string(),
         allocator: cfg.allocator.to_string(),
         mpl: cfg.mpl,
         backfill: cfg.backfill.to_string(),
@@ -314,45 +371,48 @@ pub fn run(
         slice_choice: cfg.slice_choice.to_string(),
         switch_overhead: cfg.switch_overhead,
         occupancy: if figures.makespan_s > 0.0 {
-            alloc_work / (nodes as f64 * figures.makespan_s)
+            held_work / (nodes as f64 * figures.makespan_s)
         } else {
             0.0
         },
-        internal_fragmentation: if alloc_work > 0.0 {
-            1.0 - used_work / alloc_work
+        internal_fragmentation: if held_work > 0.0 {
+            1.0 - used_work / held_work
         } else {
             0.0
         },
         figures,
-        max_slices_used: max_slices,
-        mean_slices: if busy_time > 0.0 {
-            slice_time / busy_time
-        } else {
-            0.0
-        },
+        max_slices_used: slices.max,
+        mean_slices: slices.mean(),
         skipped: w.skipped.clone(),
-        recorded,
+        recorded: figures_recorded(w),
         recorded_machine_procs: w.machine_procs,
-        sim_seconds: t0.elapsed().as_secs_f64(),
-        outcomes: outcomes
-            .iter()
-            .map(|o| {
-                let m = &w.meta[&o.job];
-                let shape = by_id[&o.job].shape;
-                JobOutcome {
-                    job: o.job.0,
-                    submit: o.submit,
-                    start: o.start,
-                    end: o.end,
-                    runtime: m.runtime,
-                    procs: m.procs,
-                    w: shape.w,
-                    h: shape.h,
-                    recorded_wait: m.recorded_wait,
-                }
-            })
-            .collect(),
-    })
+        sim_seconds: 0.0,
+        outcomes: job_outcomes(w, outcomes),
+    }
+}
+
+/// Per job, in completion order, for `--outcomes`.
+fn job_outcomes(w: &Workload, outcomes: &[Outcome]) -> Vec<JobOutcome> {
+    let by_id: std::collections::HashMap<JobId, &WorkloadJob> =
+        w.jobs.iter().map(|j| (j.id, j)).collect();
+    outcomes
+        .iter()
+        .map(|o| {
+            let m = &w.meta[&o.job];
+            let shape = by_id[&o.job].shape;
+            JobOutcome {
+                job: o.job.0,
+                submit: o.submit,
+                start: o.start,
+                end: o.end,
+                runtime: m.runtime,
+                procs: m.procs,
+                w: shape.w,
+                h: shape.h,
+                recorded_wait: m.recorded_wait,
+            }
+        })
+        .collect()
 }
 
 /// What the traced site achieved on the same jobs (those with a recorded wait time).

@@ -233,7 +233,7 @@ fn gzip_input_and_bad_options_are_handled() {
         vec!["--mesh", "0x4"],
         vec!["--mesh", "12"],
         vec!["--mpl", "0"],
-        vec!["--allocator", "worst-fit"],
+        vec!["--placer", "worst-fit"],
         vec!["--switch-overhead", "1.5"],
     ] {
         let mut args = vec![trace.to_str().unwrap()];
@@ -257,21 +257,21 @@ fn kth() -> PathBuf {
     p
 }
 
-/// A real trace under every allocator with all invariants checked after every step, and
+/// A real trace under every placer with all invariants checked after every step, and
 /// the placements checked independently.
 #[test]
-fn kth_prefix_keeps_every_invariant_under_each_allocator() {
+fn kth_prefix_keeps_every_invariant_under_each_placer() {
     let dir = tempfile::tempdir().unwrap();
-    for alloc in ["adaptive-scan", "first-fit", "best-fit"] {
-        let placements = dir.path().join(format!("{alloc}.jsonl"));
+    for placer in ["adaptive-scan", "first-fit", "best-fit"] {
+        let placements = dir.path().join(format!("{placer}.jsonl"));
         let r = json(&sim(&[
             kth().to_str().unwrap(),
             "--jobs",
             "1500",
             "--mpl",
             "3",
-            "--allocator",
-            alloc,
+            "--placer",
+            placer,
             "--check",
             "-q",
             "--placements",

@@ -1,5 +1,5 @@
 //! Fuzz target `swf`: trace files as `gang-sim` reads them, plain and gzip-compressed. See
-//! fuzz/README.md.
+//! crates/gang-fuzz/README.md.
 //!
 //! Every input is parsed strictly and leniently (`skip_bad`); the two must agree, every
 //! job taken must satisfy what the simulator relies on, and the same bytes gzip-compressed
@@ -150,7 +150,7 @@ const ARCHIVE: &str = "; Version: 2.2\n\
 
 /// Regenerate the seeds: `cargo test -p gang-sim --test fuzz -- --ignored`.
 #[test]
-#[ignore = "writes fuzz/corpus/swf"]
+#[ignore = "writes crates/gang-fuzz/corpus/swf"]
 fn write_fuzz_corpus() {
     let text: &[(&str, String)] = &[
         ("sample.swf", SAMPLE.into()),

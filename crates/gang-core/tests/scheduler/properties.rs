@@ -31,7 +31,7 @@ fn workload() -> impl Strategy<Value = (Shape, Vec<WorkloadJob>)> {
 fn config() -> impl Strategy<Value = Config> {
     (
         1u32..=4,
-        prop::sample::select(AllocatorKind::ALL.to_vec()),
+        prop::sample::select(PlacerKind::ALL.to_vec()),
         prop::sample::select(vec![Backfill::None, Backfill::Easy]),
         any::<bool>(),
         prop::sample::select(vec![0.0, 0.05]),

@@ -44,7 +44,7 @@ pub mod env {
     /// microseconds (default 1000): covers the agent's SIGSTOP arriving a little
     /// after the boundary. In stop mode the rank runs again only long after it.
     pub const MSG_GRACE_US: &str = "GANG_MSG_GRACE_US";
-    /// `on` (default) or `off`: whether the shim quiesces at boundaries at all.
+    /// `on` (default) or `off`: whether the library quiesces at boundaries at all.
     pub const MSG_FLUSH: &str = "GANG_MSG_FLUSH";
     /// `tcp` forces TCP between every pair; `unix` never opens a TCP listener.
     pub const MSG_TRANSPORT: &str = "GANG_MSG_TRANSPORT";
