@@ -11,7 +11,7 @@ use std::time::Instant;
 use gang_benches::{env_or, median_p99};
 use gang_core::Shape;
 use gang_master::config::MasterConfig;
-use gang_master::state::{MasterState, Now, Persisted, batch, reactor};
+use gang_master::state::{MasterState, Now, Persisted, reactor, round};
 
 fn main() {
     let jobs: u64 = env_or("JOBS", 1_000_000);

@@ -180,7 +180,7 @@ fn a_standby_takes_over_from_its_warm_copy_equal_to_a_full_read() {
     assert_same(&taken, &full);
     assert_eq!(taken.drained, vec![(3, 1)]);
     let fifth = taken.jobs.iter().nth(4).unwrap();
-    assert_eq!(format!("{:?}", fifth.state), "Failed");
+    assert_eq!(format!("{:?}", fifth.state()), "Failed");
 }
 
 /// With TLS to etcd, members asking for a client certificate, the store works as over
