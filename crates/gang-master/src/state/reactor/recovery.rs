@@ -26,6 +26,8 @@ struct Restoring {
     placed: Vec<JobId>,
     /// Queued jobs, queued once every job is back (gates read other jobs).
     queued: Vec<JobSpec>,
+    // Boxed as the job table keeps them (`JobTable::restore`): moved in, never copied.
+    #[allow(clippy::vec_box)]
     restored: Vec<Box<Job>>,
     /// When adopted ranks not reported back are lost (live ns).
     adopt_due: i64,
