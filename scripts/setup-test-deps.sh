@@ -52,7 +52,7 @@ python3-mpi4py
 # pkg-config: how crates/gang-pmix/build.rs finds libpmix-dev (the agent's build reruns
 #   when packages are installed: it watches /var/lib/dpkg/status).
 # hpcc: HPC Challenge (linked with Open MPI) run under prun --mpi pmix
-#   (crates/gang-e2e/tests/mpi/openmpi.rs, benches/benches/hpcc.rs).
+#   (crates/gang-e2e/tests/mpi/openmpi.rs, benches/benches/mpi/hpcc.rs).
 # python3, python3-venv: a venv with grpcio from PyPI (scripts/setup-python-api-test.sh) for
 #   the README's Python API examples (crates/gang-e2e/tests/python_api.rs).
 # curl: gRPC-Web and CORS preflights spoken as a browser's fetch does

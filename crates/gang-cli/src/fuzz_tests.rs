@@ -1,7 +1,7 @@
 //! Fuzz targets `cli_duration`, `cli_node`, `cli_mesh`: the small syntaxes of the command
 //! line (`prun --time`, `gangctl drain X,Y`, `gangctl start --mesh WxH`). What parses
 //! prints back to text that parses to the same value; what does not is refused with the
-//! message clap shows. See fuzz/README.md.
+//! message clap shows. See crates/gang-fuzz/README.md.
 
 use proptest::prelude::*;
 
@@ -83,7 +83,7 @@ fn fuzz_cli_mesh() {
 
 /// Regenerate the seeds: `cargo test -p gang-cli --lib write_fuzz_corpus -- --ignored`.
 #[test]
-#[ignore = "writes fuzz/corpus/cli_*"]
+#[ignore = "writes crates/gang-fuzz/corpus/cli_*"]
 fn write_fuzz_corpus() {
     let targets: [(&str, &[&str]); 3] = [
         (

@@ -104,7 +104,7 @@ fn switched(program: &str, w: u32, h: u32, context: &str, tcp: bool) -> Outcome 
     // Enough boundaries every rank quiesced for to judge the wire at. How many of
     // them quiesce is a figure of the machine's load (half of them with two CPU
     // hogs beside this suite on 2 cores; all but a few when quiet): the bench
-    // (benches/switch.rs) reports it.
+    // (gang-msg's benches/switch.rs) reports it.
     assert!(
         fully * 5 >= driven,
         "{program} {context}: only {fully} of {driven} boundaries fully quiesced"

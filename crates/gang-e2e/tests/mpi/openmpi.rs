@@ -214,7 +214,7 @@ fn an_open_mpi_job_of_an_ordinary_user_finds_its_peers_without_pmix_errors() {
 /// (`/usr/share/doc/hpcc/examples/_hpccinf.txt`) with HPL's N cut from 1000 to 500 and
 /// NB from 80 to 50. The sizes of the other tests follow from N (their memory is HPL's,
 /// 8 N^2 bytes): MPI RandomAccess, the longest, takes about 2 s here instead of 9, and
-/// the whole run about 6 s alone (benches/benches/hpcc.rs reads it too).
+/// the whole run about 6 s alone (benches/benches/mpi/hpcc.rs reads it too).
 pub const HPCC_INPUT: &str = include_str!("hpccinf.txt");
 
 #[test]

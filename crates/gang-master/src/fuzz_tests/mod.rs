@@ -1,4 +1,4 @@
-//! Fuzz targets of the master's service edge (fuzz/README.md lists them all). Every request
+//! Fuzz targets of the master's service edge (crates/gang-fuzz/README.md lists them all). Every request
 //! message the master's gRPC services decode comes from arbitrary bytes (mutated corpus
 //! seeds, fresh bytes, and encodings of messages built from what the fixture knows) and
 //! goes where the service sends it: through `service::convert` into the reactor of a master
@@ -221,7 +221,7 @@ fn fixture_is_as_documented() {
 }
 
 #[test]
-#[ignore = "writes fuzz/corpus/proto_*"]
+#[ignore = "writes crates/gang-fuzz/corpus/proto_*"]
 fn write_fuzz_corpus() {
     corpus::submit_seeds();
     corpus::client_seeds();
