@@ -53,7 +53,7 @@ fn main() {
             {
                 let cfg = Config {
                     mpl,
-                    allocator: placer,
+                    placer,
                     backfill,
                     slice_choice: choice,
                     ..Config::default()

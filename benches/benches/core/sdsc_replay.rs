@@ -34,7 +34,7 @@ fn main() {
     let (median, _) = median_p99(&mut secs);
     let out = serde_json::json!({
         "bench": "sdsc_replay", "trace_jobs": jobs, "runs": all, "median_s": median, "max_s": max,
-        "config": {"mpl": cfg.mpl, "backfill": cfg.backfill.to_string(), "placer": cfg.allocator.to_string(), "allocator": cfg.allocator.to_string()},
+        "config": {"mpl": cfg.mpl, "backfill": cfg.backfill.to_string(), "placer": cfg.placer.to_string(), "allocator": cfg.placer.to_string()},
     });
     println!("{}", serde_json::to_string_pretty(&out).unwrap());
 }

@@ -19,8 +19,8 @@ use gang_benches::{env_or, median_p99, release_bins};
 use gang_e2e::etcd_cluster::{EtcdCluster, free_port};
 use gang_e2e::failover::{Standby, standby, wait_file};
 use gang_local::{LocalCluster, LocalClusterOptions};
-use gang_master::state::round::Commit;
 use gang_master::state::effects::Save;
+use gang_master::state::round::Commit;
 use nix::sys::signal::Signal;
 
 fn release_leader(rt: &tokio::runtime::Runtime, etcd: &EtcdCluster) {

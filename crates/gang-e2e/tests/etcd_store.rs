@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use gang_e2e::etcd_cluster::EtcdCluster;
 use gang_e2e::failover::saved_job;
-use gang_master::state::round::Commit;
 use gang_master::state::effects::Save;
+use gang_master::state::round::Commit;
 use gang_master::store_etcd::{EtcdStore, Loaded};
 
 fn runtime() -> tokio::runtime::Runtime {

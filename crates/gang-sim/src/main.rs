@@ -77,7 +77,7 @@ fn main() -> anyhow::Result<()> {
     }
     let cfg = Config {
         mpl: a.mpl,
-        allocator: a.placer.parse::<PlacerKind>().map_err(anyhow::Error::msg)?,
+        placer: a.placer.parse::<PlacerKind>().map_err(anyhow::Error::msg)?,
         backfill: a.backfill.parse::<Backfill>().map_err(anyhow::Error::msg)?,
         multiple_tasks: !a.no_multiple_tasks,
         slice_choice: a

@@ -74,7 +74,7 @@ pub fn workload(swf: &Swf, mesh: Option<Shape>, limit: Option<usize>, cfg: &Conf
         .filter(|&p| p > 0)
         .unwrap_or(largest);
     let mesh = mesh.unwrap_or_else(|| default_mesh(machine_procs));
-    let placer = cfg.allocator.get();
+    let placer = cfg.placer.get();
     let mut skipped = Skipped {
         malformed: swf.bad_lines.len(),
         ..Skipped::default()
@@ -363,8 +363,8 @@ fn report(w: &Workload, cfg: &Config, outcomes: &[Outcome], slices: &SliceUse) -
     Report {
         mesh: w.mesh.to_string(),
         nodes,
-        placer: cfg.allocator.to_string(),
-        allocator: cfg.allocator.to_string(),
+        placer: cfg.placer.to_string(),
+        allocator: cfg.placer.to_string(),
         mpl: cfg.mpl,
         backfill: cfg.backfill.to_string(),
         multiple_tasks: cfg.multiple_tasks,

@@ -46,7 +46,7 @@ pub struct Config {
     pub mpl: u32,
     /// The placer. The field keeps its old name, `allocator`, while the master moves to
     /// `PlacerKind` (it builds this struct by field name).
-    pub allocator: PlacerKind,
+    pub placer: PlacerKind,
     pub backfill: Backfill,
     /// Let running jobs take extra slots where their nodes are free in other slices.
     pub multiple_tasks: bool,
@@ -69,7 +69,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             mpl: 4,
-            allocator: PlacerKind::AdaptiveScan,
+            placer: PlacerKind::AdaptiveScan,
             backfill: Backfill::None,
             multiple_tasks: true,
             slice_choice: SliceChoice::First,

@@ -106,7 +106,7 @@ impl Scheduler {
     }
 
     pub(super) fn placer(&self) -> &'static dyn Placer {
-        self.cfg.allocator.get()
+        self.cfg.placer.get()
     }
 
     /// Whether `shape` can ever run on this mesh with this placer.
@@ -118,7 +118,7 @@ impl Scheduler {
                 job,
                 shape,
                 mesh: self.mesh(),
-                placer: self.cfg.allocator,
+                placer: self.cfg.placer,
             })
         }
     }

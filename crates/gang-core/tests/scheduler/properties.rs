@@ -38,9 +38,9 @@ fn config() -> impl Strategy<Value = Config> {
         prop::sample::select(vec![SliceChoice::First, SliceChoice::Densest]),
     )
         .prop_map(
-            |(mpl, allocator, backfill, multiple_tasks, switch_overhead, slice_choice)| Config {
+            |(mpl, placer, backfill, multiple_tasks, switch_overhead, slice_choice)| Config {
                 mpl,
-                allocator,
+                placer,
                 backfill,
                 multiple_tasks,
                 slice_choice,
@@ -62,7 +62,7 @@ proptest! {
         let jobs: Vec<WorkloadJob> = jobs
             .into_iter()
             .map(|mut j| {
-                if !cfg.allocator.get().can_ever_fit(mesh, j.shape) {
+                if !cfg.placer.get().can_ever_fit(mesh, j.shape) {
                     j.shape = j.shape.rotated();
                 }
                 j

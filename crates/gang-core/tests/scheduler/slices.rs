@@ -238,7 +238,7 @@ fn bad_requests_are_refused_with_the_reason() {
     let mut h = Harness::new(
         s(4, 2),
         Config {
-            allocator: PlacerKind::FirstFit,
+            placer: PlacerKind::FirstFit,
             ..Config::default()
         },
     );

@@ -17,7 +17,7 @@ mod liveness;
 
 use std::path::PathBuf;
 
-use gang_core::{AllocatorKind, Backfill, DeadlockPolicy, GangMode, Request, Shape};
+use gang_core::{Backfill, DeadlockPolicy, GangMode, PlacerKind, Request, Shape};
 use serde::{Deserialize, Serialize};
 
 pub use fanout::{DEFAULT_FANOUT_WIDTH, DEFAULT_HOP_TIMEOUT_MS, Fanout};
@@ -92,7 +92,7 @@ pub struct MasterConfig {
     pub mesh: Shape,
     pub mpl: u32,
     /// The placer: where a job's rectangle goes (config key `placer`, once `allocator`).
-    pub allocator: AllocatorKind,
+    pub placer: PlacerKind,
     pub backfill: Backfill,
     /// Order the queue by fair share between users (gang-core's `fair_share`); false:
     /// FCFS.
@@ -144,7 +144,7 @@ impl MasterConfig {
             limits: Limits::default(),
             mesh,
             mpl: 1,
-            allocator: AllocatorKind::AdaptiveScan,
+            placer: PlacerKind::AdaptiveScan,
             backfill: Backfill::Easy,
             fair_share: true,
             heartbeat_ms: 200,

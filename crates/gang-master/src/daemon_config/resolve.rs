@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use gang_auth::pki::TlsFiles;
-use gang_core::{AllocatorKind, Backfill, DeadlockPolicy, GangMode, Shape};
+use gang_core::{Backfill, DeadlockPolicy, GangMode, PlacerKind, Shape};
 
 use crate::config::{
     AuthPolicy, DEFAULT_AGENT_LEASE_MS, DEFAULT_CLOCK_PROBE_MAX_MS, DEFAULT_HEARTBEAT_MS,
@@ -76,7 +76,7 @@ fn master_config(s: &Settings, mesh: Shape) -> anyhow::Result<MasterConfig> {
     Ok(MasterConfig {
         mesh,
         mpl: s.mpl,
-        allocator: parsed::<AllocatorKind>(&s.placer)?.unwrap_or_default(),
+        placer: parsed::<PlacerKind>(&s.placer)?.unwrap_or_default(),
         backfill: s.backfill.parse::<Backfill>().map_err(anyhow::Error::msg)?,
         fair_share: match s.queue_order.as_str() {
             "fair-share" => true,

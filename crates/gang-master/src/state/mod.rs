@@ -147,7 +147,7 @@ impl MasterState {
     pub fn new(cfg: MasterConfig, persisted: &Persisted) -> Result<Self> {
         let core_cfg = CoreConfig {
             mpl: cfg.mpl,
-            allocator: cfg.allocator,
+            placer: cfg.placer,
             backfill: cfg.backfill,
             fair_share: cfg.fair_share,
             ..CoreConfig::default()
