@@ -24,22 +24,22 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::ClientTlsConfig;
 use tracing::{info, warn};
 
-use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::error::Coord;
 use crate::guard::Guard;
 use crate::launch::LaunchPolicy;
-use crate::lease;
+use crate::master_link::lease;
+use crate::master_link::registry_client::{self, RegistryClient};
+use crate::master_link::session_thread::{SessionParts, SessionThread};
 use crate::msg::MsgHub;
 use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
-use crate::peers::PeerPool;
-use crate::registry_client::{self, RegistryClient};
-use crate::relay::Relayer;
+use crate::rt::clock::{self, Clock, ClockMode};
 use crate::service::AgentService;
-use crate::session_thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
 use crate::tls::{NodeTls, only_the_cluster, only_the_master};
+use crate::tree::orders::Relayer;
+use crate::tree::peers::PeerPool;
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -254,8 +254,8 @@ fn serve(
     };
     let relay = tonic::service::interceptor::InterceptedService::new(
         NodeRelayServer::new(relayer)
-            .max_decoding_message_size(crate::peers::MAX_MESSAGE)
-            .max_encoding_message_size(crate::peers::MAX_MESSAGE),
+            .max_decoding_message_size(crate::tree::peers::MAX_MESSAGE)
+            .max_encoding_message_size(crate::tree::peers::MAX_MESSAGE),
         move |request: tonic::Request<()>| {
             only_the_cluster(coord, &request)?;
             vet(&vetting, &request)?;
@@ -474,6 +474,24 @@ pub fn advertised_address(addr: SocketAddr) -> String {
         Ok(host) if !host.trim().is_empty() => format!("{}:{}", host.trim(), addr.port()),
         _ => addr.to_string(),
     }
+}
+
+/// Start every node; on the first that cannot start, stop those started and say which.
+pub async fn start_all(cfgs: Vec<AgentConfig>) -> anyhow::Result<Vec<AgentHandle>> {
+    let mut agents = Vec::with_capacity(cfgs.len());
+    for cfg in cfgs {
+        let coord = cfg.coord;
+        match start(cfg).await {
+            Ok(a) => agents.push(a),
+            Err(e) => {
+                for a in agents {
+                    a.shutdown().await;
+                }
+                return Err(e.context(format!("emulated node {coord}")));
+            }
+        }
+    }
+    Ok(agents)
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use clap::{ArgAction, Parser, ValueEnum};
 use gang_auth::pki::TlsFiles;
 use serde::Deserialize;
 
-use crate::clock::ClockMode;
-use crate::env_policy::DROPPED_ENV;
 use crate::error::Coord;
+use crate::launch::env_policy::DROPPED_ENV;
+use crate::rt::clock::ClockMode;
 use crate::switch::RT_PRIORITY;
 use crate::switch::freezer::FreezerSetting;
 
@@ -233,7 +233,7 @@ impl AgentConfig {
             kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
             log_format: LogFormat::Human,
             clock: ClockMode::Probe,
-            clock_probe_max: crate::clock::DEFAULT_MAX_PERIOD,
+            clock_probe_max: crate::rt::clock::DEFAULT_MAX_PERIOD,
             freezer: FreezerSetting::Auto,
             rt_priority: RT_PRIORITY,
             switch_spin: Duration::ZERO,
@@ -330,7 +330,7 @@ impl Flags {
         let probe_max_ms = self
             .clock_probe_max_ms
             .or(file.clock_probe_max_ms)
-            .unwrap_or(crate::clock::DEFAULT_MAX_PERIOD.as_millis() as u32);
+            .unwrap_or(crate::rt::clock::DEFAULT_MAX_PERIOD.as_millis() as u32);
         if probe_max_ms < 1000 {
             return Err(ConfigError::ClockProbeMax(probe_max_ms));
         }

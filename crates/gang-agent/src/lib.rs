@@ -29,38 +29,25 @@
 //! and the lease its stopping, as functions.
 
 pub mod agent;
-pub mod clock;
 pub mod config;
-pub mod env_policy;
+#[cfg(feature = "emulate")]
+pub mod emulate;
 pub mod error;
-pub mod fleet;
 pub mod guard;
 pub mod launch;
-pub mod lease;
-pub mod master_channel;
-pub mod mpi_check;
-pub mod mpi_program;
+pub mod master_link;
+pub mod mpi;
 pub mod msg;
 pub mod node;
 pub mod notify;
 pub mod output;
-pub mod peers;
-pub mod pmi;
-pub mod pmix;
-pub mod rank_files;
 pub mod ranks;
-pub mod registry_client;
-pub mod relay;
-pub mod relay_key;
 pub mod request;
-pub mod rt_budget;
-pub mod rt_priority;
+pub mod rt;
 pub mod service;
-pub mod session_thread;
 pub mod switch;
 pub mod tls;
-pub mod trusted_dir;
-pub mod usage;
+pub mod tree;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -68,3 +55,8 @@ mod fuzz_tests;
 pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, Flags, LogFormat};
 pub use error::{AgentError, Coord};
+
+// old path, kept while callers move
+pub use rt::clock;
+// old path, kept while callers move
+pub use master_link::registry_client;

@@ -111,8 +111,8 @@ impl NodeTls {
     }
 
     /// What relaying to other agents needs (`relay::Relayer`).
-    pub fn peer_tls(&self) -> crate::peers::PeerTls {
-        crate::peers::PeerTls {
+    pub fn peer_tls(&self) -> crate::tree::peers::PeerTls {
+        crate::tree::peers::PeerTls {
             ca: self.ca.clone(),
             identity: self.identity.clone(),
         }

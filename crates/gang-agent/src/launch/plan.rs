@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::env_policy::valid_env_name;
 use crate::error::{AgentError, Coord};
+use crate::launch::env_policy::valid_env_name;
 use crate::msg::MsgLaunch;
 use crate::request::{Mpi, RankRequest};
 

@@ -18,11 +18,11 @@ use tracing::{info, warn};
 
 use super::command::Pipes;
 use crate::error::Coord;
+use crate::launch::usage::RankUsage;
 use crate::msg::MsgHub;
 use crate::output::{Outbox, pump};
 use crate::ranks::{RankKey, Ranks, signal_group};
 use crate::switch::Switcher;
-use crate::usage::RankUsage;
 
 /// How long an exited rank's pipes may stay open (held by a process that escaped its
 /// group) before the agent stops reading them and reports the exit anyway.

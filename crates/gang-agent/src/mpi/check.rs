@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use gang_mpi_check::Impl;
 
-use crate::mpi_program::ProgramMpi;
+use crate::mpi::program::ProgramMpi;
 use crate::request::Mpi;
 
 /// The implementation whose build a rank gets. Under `auto` the program says; a script
@@ -58,7 +58,7 @@ pub fn preload(
         libs.push(lib.display().to_string());
     }
     if pmi {
-        match crate::pmi::progress_shim::installed(msg_base) {
+        match crate::mpi::pmi::progress_preload::installed(msg_base) {
             Ok(lib) => libs.push(lib.display().to_string()),
             Err(e) => tracing::warn!("the rank runs without the PMI progress shim: {e}"),
         }
@@ -84,7 +84,7 @@ fn installed(msg_base: &Path, imp: Impl) -> Result<PathBuf, String> {
     {
         return Ok(p.clone());
     }
-    crate::trusted_dir::own_base(msg_base)?;
+    crate::mpi::trusted_dir::own_base(msg_base)?;
     let path =
         gang_mpi_check::install(&msg_base.join("mpi-check"), imp).map_err(|e| e.to_string())?;
     cache.insert(key, path.clone());
@@ -96,7 +96,7 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use super::*;
-    use crate::mpi_program::Unseen;
+    use crate::mpi::program::Unseen;
 
     #[test]
     fn the_choice_and_under_auto_the_program_choose_the_build() {

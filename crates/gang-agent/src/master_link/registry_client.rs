@@ -22,14 +22,14 @@ use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
-use crate::clock::realtime_ns;
-use crate::lease::{Lease, Liveness};
+use crate::master_link::lease::{Lease, Liveness};
 use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
+use crate::rt::clock::realtime_ns;
 
 pub type RegistryClient = AgentRegistryClient<MasterChannel>;
-pub use crate::master_channel::MasterChannel;
+pub use crate::master_link::channel::MasterChannel;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);

@@ -1,4 +1,4 @@
-//! The PMI progress shim (`shim/pmi_progress.c`, built into the agent by `build.rs`),
+//! The PMI progress shim (`preload/pmi_progress.c`, built into the agent by `build.rs`),
 //! preloaded into every rank served the simple PMI protocol: once the rank's MPI library
 //! closes its UCX endpoints (MPICH 4.0's `MPI_Finalize`), a read of the PMI socket
 //! progresses the rank's UCX workers while it waits. Without it a rank waiting in
@@ -27,7 +27,7 @@ pub fn installed(msg_base: &Path) -> Result<PathBuf, String> {
     {
         return Ok(p.clone());
     }
-    crate::trusted_dir::own_base(msg_base)?;
+    crate::mpi::trusted_dir::own_base(msg_base)?;
     let path =
         gang_mpi_check::install_library(&msg_base.join("preload"), "gang_pmi_progress", SHIM)
             .map_err(|e| e.to_string())?;
