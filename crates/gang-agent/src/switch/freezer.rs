@@ -60,6 +60,17 @@ impl<'de> serde::Deserialize<'de> for FreezerSetting {
     }
 }
 
+/// As it is written: `auto`, `off` or the path (what `from_str` reads back).
+impl serde::Serialize for FreezerSetting {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            FreezerSetting::Auto => s.serialize_str("auto"),
+            FreezerSetting::Off => s.serialize_str("off"),
+            FreezerSetting::Path(p) => p.serialize(s),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// cgroup v1 freezer controller: `freezer.state` FROZEN / THAWED.
