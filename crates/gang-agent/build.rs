@@ -1,4 +1,4 @@
-//! Build the PMI progress shim (`preload/pmi_progress.c`, see `pmi::progress_shim`) as a
+//! Build the PMI progress library (`preload/pmi_progress.c`, see `pmi::progress_preload`) as a
 //! shared object in OUT_DIR: the agent embeds it and preloads it into the ranks it serves
 //! the simple PMI protocol. Plain C with no headers but libc's: the C compiler Rust links
 //! with is all it needs.

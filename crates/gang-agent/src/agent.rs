@@ -38,7 +38,7 @@ use crate::rt::clock::{self, Clock, ClockMode};
 use crate::service::AgentService;
 use crate::switch::{SwitchOptions, Switcher, report};
 use crate::tls::{NodeTls, only_the_cluster, only_the_master};
-use crate::tree::orders::Relayer;
+use crate::tree::orders::OrderTree;
 use crate::tree::peers::PeerPool;
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
@@ -120,7 +120,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         })?;
     let session_tls = tls.client();
     // An emulated node's one connection is driven by the process's session runtime, so
-    // that its heartbeats do not queue behind the launches and relays of a thousand nodes.
+    // that its heartbeats do not queue behind the launches and order-tree forwards of a thousand nodes.
     let client = {
         let _driven_by = cfg.emulate.then(|| emulated_sessions().enter());
         registry_client::connect(&cfg.master, tls.client())
@@ -163,8 +163,8 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let address = advertised_address(addr);
     let peers = Arc::new(PeerPool::new(tls.peer_tls()));
     node.msg.set_peers(Arc::clone(&peers));
-    let relayer = Relayer::new(Arc::clone(&node), peers, address.clone());
-    let (stop_server, server) = serve(server, listener, &node, cfg.coord, relayer);
+    let order_tree = OrderTree::new(Arc::clone(&node), peers, address.clone());
+    let (stop_server, server) = serve(server, listener, &node, cfg.coord, order_tree);
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
@@ -210,7 +210,7 @@ fn serve(
     listener: TcpListener,
     node: &Arc<Node>,
     coord: Coord,
-    relayer: Relayer,
+    order_tree: OrderTree,
 ) -> (
     oneshot::Sender<()>,
     JoinHandle<Result<(), tonic::transport::Error>>,
@@ -252,8 +252,8 @@ fn serve(
             Ok(request)
         })
     };
-    let relay = tonic::service::interceptor::InterceptedService::new(
-        NodeRelayServer::new(relayer)
+    let order_tree = tonic::service::interceptor::InterceptedService::new(
+        NodeRelayServer::new(order_tree)
             .max_decoding_message_size(crate::tree::peers::MAX_MESSAGE)
             .max_encoding_message_size(crate::tree::peers::MAX_MESSAGE),
         move |request: tonic::Request<()>| {
@@ -264,7 +264,7 @@ fn serve(
     );
     let server = server
         .add_service(service)
-        .add_service(relay)
+        .add_service(order_tree)
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });
@@ -283,7 +283,7 @@ fn raise_fd_limit() {
 }
 
 /// The agent's listener: connections not yet vetted by a certificate the agent serves,
-/// from one address and in all, and vetted ones (the master's, and the relay tree's).
+/// from one address and in all, and vetted ones (the master's, and the order tree's).
 const LISTENER_LIMITS: gang_listen::VettingLimits = gang_listen::VettingLimits {
     per_address: 64,
     total: 256,
@@ -382,7 +382,7 @@ impl Tasks {
             ))
         });
         let reports = tokio::spawn(report::run_reports(
-            move |batch| registry_client::report_switches(client.clone(), batch),
+            move |report| registry_client::report_switches(client.clone(), report),
             switch,
         ));
         Ok(Tasks {

@@ -217,7 +217,7 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Whether ranks may run as root.
     pub allow_root: bool,
-    /// Ranks are played, not run (`launch/emulated.rs`).
+    /// Ranks are played, not run (`emulate/played.rs`).
     pub emulate: bool,
     /// Variables the environment policy drops that this node passes on all the same.
     pub env_allow: BTreeSet<String>,

@@ -34,8 +34,8 @@ pub struct Node {
     pub msg: Arc<MsgHub>,
     /// When the master was last heard from (`lease`): its answers, and its launches.
     pub lease: Arc<crate::master_link::lease::Lease>,
-    /// The master's key for orders relayed through other agents (set at registration).
-    pub relay_key: crate::tree::key::RelayKey,
+    /// The master's key for orders that come down the order tree (set at registration).
+    pub order_key: crate::tree::key::OrderKey,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -74,7 +74,7 @@ impl Node {
             switch,
             clock,
             lease: crate::master_link::lease::Lease::new(),
-            relay_key: Default::default(),
+            order_key: Default::default(),
             parts,
         })
     }

@@ -2,7 +2,7 @@
 //! fleets far larger than the machine. Each node is a whole agent as `agent::start` makes
 //! it (its own NodeAgent server and port, certificate, registry session, switch thread,
 //! outbox), sharing only the process and its runtime; its ranks are played
-//! (`launch/emulated.rs`). What a node would take of the host is left out: the clock is
+//! (`emulate/played.rs`). What a node would take of the host is left out: the clock is
 //! the host's (they all share it), no thread runs at real-time priority, no rank guard.
 
 use std::path::{Path, PathBuf};

@@ -25,7 +25,7 @@ pub struct LaunchPolicy {
     pub allow_root: bool,
     /// Variables of `env_policy::DROPPED_ENV` to pass on all the same.
     pub env_allow: BTreeSet<String>,
-    /// An emulated node (`--emulate`): ranks are played by tasks (`emulated.rs`), no
+    /// An emulated node (`--emulate`): ranks are played by tasks (`emulate/played.rs`), no
     /// process is started.
     pub emulate: bool,
 }

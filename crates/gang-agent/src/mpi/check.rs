@@ -37,9 +37,9 @@ static INSTALLED: Mutex<Option<HashMap<(PathBuf, Impl), PathBuf>>> = Mutex::new(
 
 /// The `LD_PRELOAD` to add to the rank's environment: the `check` build (None: without
 /// `--mpi-check`), then, for a rank served the simple PMI protocol (`pmi`), the PMI
-/// progress shim (`pmi::progress_shim`), then the job's own where `env_allow` keeps that.
-/// An error naming what is missing when the checking library cannot be provided; a shim
-/// that cannot be is left out, with a warning.
+/// progress library (`pmi::progress_preload`), then the job's own where `env_allow` keeps that.
+/// An error naming what is missing when the checking library cannot be provided; a progress
+/// library that cannot be is left out, with a warning.
 pub fn preload(
     msg_base: &Path,
     check: Option<Impl>,
@@ -60,7 +60,7 @@ pub fn preload(
     if pmi {
         match crate::mpi::pmi::progress_preload::installed(msg_base) {
             Ok(lib) => libs.push(lib.display().to_string()),
-            Err(e) => tracing::warn!("the rank runs without the PMI progress shim: {e}"),
+            Err(e) => tracing::warn!("the rank runs without the PMI progress library: {e}"),
         }
     }
     if libs.is_empty() {
@@ -139,7 +139,7 @@ mod tests {
             assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o644);
         }
         assert_eq!(std::fs::metadata(&base).unwrap().mode() & 0o777, 0o711);
-        // A rank served PMI gets the progress shim, after the checking library.
+        // A rank served PMI gets the progress library, after the checking library.
         let (_, v) = preload(&base, None, true, &env, &none).unwrap().unwrap();
         assert!(v.contains("/preload/libgang_pmi_progress-"), "{v}");
         let (_, v) = preload(&base, Some(Impl::Mpich), true, &env, &none)

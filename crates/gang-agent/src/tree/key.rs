@@ -1,19 +1,20 @@
-//! The master's relay key as this agent holds it: set at each registration, read by every
-//! relayed order (`relay`). A leaf: `node` keeps one, `relay` reads it.
+//! The master's order key (the wire's `relay_key`) as this agent holds it: set at each
+//! registration, read by every order that comes down the order tree (`orders`). A leaf:
+//! `node` keeps one, `orders` reads it.
 
 use std::sync::{Arc, Mutex};
 
-/// The master's relay key, as its registration gave it (none before, or from a master
-/// that relays nothing).
+/// The master's order key, as its registration gave it (none before, or from a master
+/// that sends no order down the tree).
 #[derive(Debug, Default)]
-pub struct RelayKey(Mutex<Option<Arc<[u8]>>>);
+pub struct OrderKey(Mutex<Option<Arc<[u8]>>>);
 
-impl RelayKey {
+impl OrderKey {
     pub fn set(&self, key: &[u8]) {
-        *self.0.lock().expect("relay key lock") = (!key.is_empty()).then(|| Arc::from(key));
+        *self.0.lock().expect("order key lock") = (!key.is_empty()).then(|| Arc::from(key));
     }
 
     pub fn get(&self) -> Option<Arc<[u8]>> {
-        self.0.lock().expect("relay key lock").clone()
+        self.0.lock().expect("order key lock").clone()
     }
 }
