@@ -69,7 +69,7 @@ pub struct Flags {
     #[arg(long, action = ArgAction::SetTrue)]
     pub allow_root: bool,
     /// A test tool for fleets larger than the machine: play ranks instead of running them
-    /// (no process is started; see the agent README, "Emulated nodes"). The clock is then
+    /// (no process is started; see docs/internals/agent.md, "Emulated nodes"). The clock is then
     /// the host's and no thread runs at real-time priority.
     #[arg(long, action = ArgAction::SetTrue)]
     pub emulate: bool,

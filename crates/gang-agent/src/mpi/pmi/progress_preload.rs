@@ -3,7 +3,7 @@
 //! closes its UCX endpoints (MPICH 4.0's `MPI_Finalize`), a read of the PMI socket
 //! progresses the rank's UCX workers while it waits. Without it a rank waiting in
 //! finalize's PMI barrier never answers a peer's flush, and that peer waits forever: the
-//! C file says how, and the agent's README ("Fences") what showed it.
+//! C file says how, and docs/internals/agent.md ("Fences") what showed it.
 //!
 //! Written once, mode 0644, to `<msg base>/preload/` (a directory of the agent's user in a
 //! base only it writes, as `mpi::check`'s libraries): no path a job's user could swap it
