@@ -29,17 +29,17 @@ use crate::error::Coord;
 use crate::guard::Guard;
 use crate::launch::LaunchPolicy;
 use crate::master_link::lease;
-use crate::master_link::registry_client::{self, RegistryClient};
-use crate::master_link::session_thread::{SessionParts, SessionThread};
 use crate::msg::MsgHub;
 use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
+use crate::peers::PeerPool;
 use crate::rt::clock::{self, Clock, ClockMode};
 use crate::service::AgentService;
+use crate::session::registry_client::{self, RegistryClient};
+use crate::session::thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
 use crate::tls::{NodeTls, only_the_cluster, only_the_master};
 use crate::tree::orders::OrderTree;
-use crate::tree::peers::PeerPool;
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -254,8 +254,8 @@ fn serve(
     };
     let order_tree = tonic::service::interceptor::InterceptedService::new(
         NodeRelayServer::new(order_tree)
-            .max_decoding_message_size(crate::tree::peers::MAX_MESSAGE)
-            .max_encoding_message_size(crate::tree::peers::MAX_MESSAGE),
+            .max_decoding_message_size(crate::peers::MAX_MESSAGE)
+            .max_encoding_message_size(crate::peers::MAX_MESSAGE),
         move |request: tonic::Request<()>| {
             only_the_cluster(coord, &request)?;
             vet(&vetting, &request)?;

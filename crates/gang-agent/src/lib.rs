@@ -11,7 +11,7 @@
 //!   ^  Launch (+ gang mode),         │        │ output, exit
 //!   │  Signal, Stdin, SetTable       │        v
 //!   │  (mTLS; tls::only_the_master)  │
-//!   ├── AgentRegistry <── master_link::registry_client <── output (outbox)
+//!   ├── AgentRegistry <── session::registry_client <── output (outbox)
 //!   │   (mTLS, master.gang)          ├──> master_link::lease (last answer) ──> node.stop_all
 //!   │                                │
 //!   │                                └──> switch::Switcher ──(ArcSwap plan)──> switch thread (SIGSTOP/CONT, nice, freezer)
@@ -23,17 +23,19 @@
 //!                                  └──NodeRelay──> subtree heads (gang_core::fanout)
 //! ```
 //!
-//! Folders by subsystem: `master_link` (channel, registry session, lease), `tree` (the
-//! order tree and the channels to other agents), `launch` (a rank from request to exit
-//! report), `switch` (time slicing), `msg` (the messaging library's side and the jobs'
-//! key-value spaces), `mpi` (PMI, PMIx, MPI detection and checking), `output` (the
-//! outbox), `rt` (the master clock, real-time threads), `emulate` (the emulated fleet, a
-//! test tool behind the default feature `emulate`).
+//! Folders by subsystem: `master_link` (channel, lease, order key), `session` (the
+//! registry session and the uplink), `tree` (the order tree), `peers` (channels to other
+//! agents), `launch` (a rank from request to exit report), `switch` (time slicing), `msg`
+//! (the messaging library's side and the jobs' key-value spaces), `mpi` (PMI, PMIx, MPI
+//! detection and checking), `output` (the outbox), `rt` (the master clock, real-time
+//! threads), `emulate` (the emulated fleet, a test tool behind the default feature
+//! `emulate`).
 //!
-//! Module dependencies run one way: `agent` -> {`service`, `tree`, `master_link`} ->
-//! `node` -> {`launch`, `switch`, `rt::clock`}, `launch` -> `switch` -> `rt::clock`, which
-//! imports nothing of the agent, nor does `master_link::lease`; `agent` hands the clock
-//! and the switch reporter their RPCs, and the lease its stopping, as functions.
+//! Module dependencies run one way: `agent` -> {`service`, `tree`, `session`} -> `node`
+//! -> {`launch`, `switch`, `master_link`, `rt::clock`}, `launch` -> `switch` ->
+//! `rt::clock`, which imports nothing of the agent, nor does `master_link::lease`;
+//! `agent` hands the clock and the switch reporter their RPCs, and the lease its stopping,
+//! as functions.
 
 pub mod agent;
 pub mod config;
@@ -48,10 +50,12 @@ pub mod msg;
 pub mod node;
 pub mod notify;
 pub mod output;
+pub mod peers;
 pub mod ranks;
 pub mod request;
 pub mod rt;
 pub mod service;
+pub mod session;
 pub mod switch;
 pub mod tls;
 pub mod tree;
@@ -66,4 +70,4 @@ pub use error::{AgentError, Coord};
 // old path, kept while callers move
 pub use rt::clock;
 // old path, kept while callers move
-pub use master_link::registry_client;
+pub use session::registry_client;

@@ -35,7 +35,7 @@ pub struct Node {
     /// When the master was last heard from (`lease`): its answers, and its launches.
     pub lease: Arc<crate::master_link::lease::Lease>,
     /// The master's key for orders that come down the order tree (set at registration).
-    pub order_key: crate::tree::key::OrderKey,
+    pub order_key: crate::master_link::order_key::OrderKey,
     /// What a launch works with.
     parts: NodeParts,
 }

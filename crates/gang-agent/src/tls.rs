@@ -111,8 +111,8 @@ impl NodeTls {
     }
 
     /// What the order tree needs to reach other agents (`tree::orders::OrderTree`).
-    pub fn peer_tls(&self) -> crate::tree::peers::PeerTls {
-        crate::tree::peers::PeerTls {
+    pub fn peer_tls(&self) -> crate::peers::PeerTls {
+        crate::peers::PeerTls {
             ca: self.ca.clone(),
             identity: self.identity.clone(),
         }

@@ -1,9 +1,8 @@
-//! The agent's link to its master: the channel to whichever master leads (`channel`),
-//! the registry session and the uplink (`registry_client`), the session on a real-time
-//! thread of its own (`session_thread`), and the lease that stops this node's ranks when
-//! the master has been silent for too long (`lease`).
+//! What the agent holds of its master, below everything that talks to it: the channel to
+//! whichever master leads (`channel`), the lease that stops this node's ranks when the
+//! master has been silent for too long (`lease`), and the master's key for orders that
+//! come down the order tree (`order_key`). The RPC loops that use them are `session`.
 
 pub mod channel;
 pub mod lease;
-pub mod registry_client;
-pub mod session_thread;
+pub mod order_key;

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::error::Coord;
-use crate::tree::peers::PeerPool;
+use crate::peers::PeerPool;
 
 pub type Space = BTreeMap<String, String>;
 type Answer = Result<Arc<Done>, FenceError>;
@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(tree.node_of(2), Coord { x: 2, y: 0 });
         let record = Arc::new(Record(Mutex::new(vec![])));
         let up: Arc<dyn Upward> = record.clone();
-        let peers = Arc::new(PeerPool::new(crate::tree::peers::PeerTls {
+        let peers = Arc::new(PeerPool::new(crate::peers::PeerTls {
             ca: tonic::transport::Certificate::from_pem(""),
             identity: tonic::transport::Identity::from_pem("", ""),
         }));

@@ -106,7 +106,7 @@ impl MsgHub {
     }
 
     /// The channels to other agents: fences among a job's agents go there.
-    pub fn set_peers(&self, peers: Arc<crate::tree::peers::PeerPool>) {
+    pub fn set_peers(&self, peers: Arc<crate::peers::PeerPool>) {
         self.spaces.set_peers(peers);
     }
 

@@ -15,8 +15,8 @@ use tracing::debug;
 
 use super::fence_tree::{Arrival, Done, FenceError, FenceTrees, Space, Tree, Upward};
 use crate::error::Coord;
+use crate::peers::PeerPool;
 use crate::ranks::RankKey;
-use crate::tree::peers::PeerPool;
 
 /// The master's registry (the type `registry_client` uses; named here so this module
 /// stays below `node` in the import graph).

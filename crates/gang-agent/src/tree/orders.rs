@@ -36,8 +36,8 @@ use tracing::warn;
 use crate::error::{AgentError, Coord};
 use crate::msg::fence_tree::FenceError;
 use crate::node::Node;
+use crate::peers::PeerPool;
 use crate::service::rank_request;
-use crate::tree::peers::PeerPool;
 
 /// Bounds on what an order may ask (a node cannot be asked to fan out to thousands).
 pub const MAX_WIDTH: u32 = 256;

@@ -23,8 +23,8 @@ use tonic::transport::ClientTlsConfig;
 use tracing::error;
 
 use crate::master_link::lease::Lease;
-use crate::master_link::registry_client;
 use crate::node::Node;
+use crate::session::registry_client;
 
 /// The session thread, stopped by `stop` (or when dropped, without waiting).
 #[derive(Debug)]
