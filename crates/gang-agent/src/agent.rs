@@ -73,7 +73,7 @@ struct Tasks {
 /// Where the registry session runs.
 #[derive(Debug)]
 enum Session {
-    /// On a thread of its own with its own connection (`session_thread`): a real node.
+    /// On a thread of its own with its own connection (`session::thread`): a real node.
     Thread(SessionThread),
     /// On the process's session runtime, over the uplink's connection (which that runtime
     /// drives): an emulated node, whose second connection would only cost the master a
@@ -83,7 +83,7 @@ enum Session {
 
 /// The runtime of every emulated node's registry session in this process: one thread,
 /// started with the first node, for the life of the process. (A real node gives its
-/// session a thread and a connection of its own: `session_thread`.)
+/// session a thread and a connection of its own: `session::thread`.)
 fn emulated_sessions() -> &'static tokio::runtime::Handle {
     static SESSIONS: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
     SESSIONS.get_or_init(|| {

@@ -1,6 +1,6 @@
 //! The master's order key (the wire's `relay_key`) as this agent holds it: set at each
-//! registration, read by every order that comes down the order tree (`orders`). A leaf:
-//! `node` keeps one, `orders` reads it.
+//! registration, read by every order that comes down the order tree (`tree::orders`). A leaf:
+//! `node` keeps one, `tree::orders` reads it.
 
 use std::sync::{Arc, Mutex};
 

@@ -110,7 +110,7 @@ fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
 /// Every answer of the master is reported to `lease`.
 ///
 /// Orders that come with a registration run on `main`, the agent's runtime: the session
-/// runs on a thread of its own (`session_thread`), which only talks to the master.
+/// runs on a thread of its own (`session::thread`), which only talks to the master.
 pub async fn run_session(
     client: RegistryClient,
     node: Arc<Node>,

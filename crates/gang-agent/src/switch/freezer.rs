@@ -364,7 +364,7 @@ fn remove_ranks(dir: &Path, kind: Kind) {
 }
 
 /// Whether `name` is an agent's directory (`agent-X-Y-PID[.N]`) whose process is gone
-/// (here and in the accounting hierarchy, `usage.rs`).
+/// (here and in the accounting hierarchy, `launch/usage.rs`).
 pub fn dead_agents_dir(name: &str) -> bool {
     let pid = name
         .strip_prefix("agent-")
