@@ -24,22 +24,22 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::ClientTlsConfig;
 use tracing::{info, warn};
 
-use crate::clock::{self, Clock, ClockMode};
 use crate::config::AgentConfig;
 use crate::error::Coord;
 use crate::guard::Guard;
 use crate::launch::LaunchPolicy;
-use crate::lease;
+use crate::master_link::lease;
 use crate::msg::MsgHub;
 use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
 use crate::peers::PeerPool;
-use crate::registry_client::{self, RegistryClient};
-use crate::relay::Relayer;
+use crate::rt::clock::{self, Clock, ClockMode};
 use crate::service::AgentService;
-use crate::session_thread::{SessionParts, SessionThread};
+use crate::session::registry_client::{self, RegistryClient};
+use crate::session::thread::{SessionParts, SessionThread};
 use crate::switch::{SwitchOptions, Switcher, report};
 use crate::tls::{NodeTls, only_the_cluster, only_the_master};
+use crate::tree::orders::OrderTree;
 
 /// How long shutdown waits for SIGKILLed ranks to be reaped.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -73,7 +73,7 @@ struct Tasks {
 /// Where the registry session runs.
 #[derive(Debug)]
 enum Session {
-    /// On a thread of its own with its own connection (`session_thread`): a real node.
+    /// On a thread of its own with its own connection (`session::thread`): a real node.
     Thread(SessionThread),
     /// On the process's session runtime, over the uplink's connection (which that runtime
     /// drives): an emulated node, whose second connection would only cost the master a
@@ -83,7 +83,7 @@ enum Session {
 
 /// The runtime of every emulated node's registry session in this process: one thread,
 /// started with the first node, for the life of the process. (A real node gives its
-/// session a thread and a connection of its own: `session_thread`.)
+/// session a thread and a connection of its own: `session::thread`.)
 fn emulated_sessions() -> &'static tokio::runtime::Handle {
     static SESSIONS: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
     SESSIONS.get_or_init(|| {
@@ -120,7 +120,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
         })?;
     let session_tls = tls.client();
     // An emulated node's one connection is driven by the process's session runtime, so
-    // that its heartbeats do not queue behind the launches and relays of a thousand nodes.
+    // that its heartbeats do not queue behind the launches and order-tree forwards of a thousand nodes.
     let client = {
         let _driven_by = cfg.emulate.then(|| emulated_sessions().enter());
         registry_client::connect(&cfg.master, tls.client())
@@ -163,8 +163,8 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let address = advertised_address(addr);
     let peers = Arc::new(PeerPool::new(tls.peer_tls()));
     node.msg.set_peers(Arc::clone(&peers));
-    let relayer = Relayer::new(Arc::clone(&node), peers, address.clone());
-    let (stop_server, server) = serve(server, listener, &node, cfg.coord, relayer);
+    let order_tree = OrderTree::new(Arc::clone(&node), peers, address.clone());
+    let (stop_server, server) = serve(server, listener, &node, cfg.coord, order_tree);
     if let Some(path) = &cfg.ready_file {
         write_ready_file(path, addr)
             .with_context(|| format!("cannot write the ready file {}", path.display()))?;
@@ -210,7 +210,7 @@ fn serve(
     listener: TcpListener,
     node: &Arc<Node>,
     coord: Coord,
-    relayer: Relayer,
+    order_tree: OrderTree,
 ) -> (
     oneshot::Sender<()>,
     JoinHandle<Result<(), tonic::transport::Error>>,
@@ -252,8 +252,8 @@ fn serve(
             Ok(request)
         })
     };
-    let relay = tonic::service::interceptor::InterceptedService::new(
-        NodeRelayServer::new(relayer)
+    let order_tree = tonic::service::interceptor::InterceptedService::new(
+        NodeRelayServer::new(order_tree)
             .max_decoding_message_size(crate::peers::MAX_MESSAGE)
             .max_encoding_message_size(crate::peers::MAX_MESSAGE),
         move |request: tonic::Request<()>| {
@@ -264,7 +264,7 @@ fn serve(
     );
     let server = server
         .add_service(service)
-        .add_service(relay)
+        .add_service(order_tree)
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });
@@ -283,7 +283,7 @@ fn raise_fd_limit() {
 }
 
 /// The agent's listener: connections not yet vetted by a certificate the agent serves,
-/// from one address and in all, and vetted ones (the master's, and the relay tree's).
+/// from one address and in all, and vetted ones (the master's, and the order tree's).
 const LISTENER_LIMITS: gang_listen::VettingLimits = gang_listen::VettingLimits {
     per_address: 64,
     total: 256,
@@ -382,7 +382,7 @@ impl Tasks {
             ))
         });
         let reports = tokio::spawn(report::run_reports(
-            move |batch| registry_client::report_switches(client.clone(), batch),
+            move |report| registry_client::report_switches(client.clone(), report),
             switch,
         ));
         Ok(Tasks {
@@ -474,6 +474,24 @@ pub fn advertised_address(addr: SocketAddr) -> String {
         Ok(host) if !host.trim().is_empty() => format!("{}:{}", host.trim(), addr.port()),
         _ => addr.to_string(),
     }
+}
+
+/// Start every node; on the first that cannot start, stop those started and say which.
+pub async fn start_all(cfgs: Vec<AgentConfig>) -> anyhow::Result<Vec<AgentHandle>> {
+    let mut agents = Vec::with_capacity(cfgs.len());
+    for cfg in cfgs {
+        let coord = cfg.coord;
+        match start(cfg).await {
+            Ok(a) => agents.push(a),
+            Err(e) => {
+                for a in agents {
+                    a.shutdown().await;
+                }
+                return Err(e.context(format!("emulated node {coord}")));
+            }
+        }
+    }
+    Ok(agents)
 }
 
 #[cfg(test)]

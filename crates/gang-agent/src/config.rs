@@ -1,5 +1,6 @@
 //! Configuration: defaults in code, then a TOML file (`--config`), then the environment
-//! (`GANG_MASTER`) and flags, each layer overriding the one before.
+//! (`GANG_AGENT_*`, and `GANG_MASTER` through its flag) and flags, each layer overriding
+//! the one before (merged by `figment` in `layers`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -8,11 +9,11 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
 use gang_auth::pki::TlsFiles;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::clock::ClockMode;
-use crate::env_policy::DROPPED_ENV;
 use crate::error::Coord;
+use crate::launch::env_policy::DROPPED_ENV;
+use crate::rt::clock::ClockMode;
 use crate::switch::RT_PRIORITY;
 use crate::switch::freezer::FreezerSetting;
 
@@ -20,7 +21,7 @@ use crate::switch::freezer::FreezerSetting;
 pub const DEFAULT_KILL_GRACE_MS: u32 = 2000;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:0";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -68,7 +69,7 @@ pub struct Flags {
     #[arg(long, action = ArgAction::SetTrue)]
     pub allow_root: bool,
     /// A test tool for fleets larger than the machine: play ranks instead of running them
-    /// (no process is started; see the agent README, "Emulated nodes"). The clock is then
+    /// (no process is started; see docs/internals/agent.md, "Emulated nodes"). The clock is then
     /// the host's and no thread runs at real-time priority.
     #[arg(long, action = ArgAction::SetTrue)]
     pub emulate: bool,
@@ -125,30 +126,51 @@ pub struct Flags {
     pub output_spool_mb: Option<u32>,
 }
 
-/// The `--config` file. Unknown keys are errors: a misspelt key silently ignored is a
-/// node that registers at the wrong coordinate.
-#[derive(Debug, Default, Deserialize)]
+/// The `--config` file, and each layer of settings (`layers`): a key a layer does not
+/// set is absent from it, so that the layer below shows through. Unknown keys are errors:
+/// a misspelt key silently ignored is a node that registers at the wrong coordinate.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub x: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub y: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ready_file: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_ca: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_root: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub env_allow: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kill_grace_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub clock_probe_max_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub freezer: Option<FreezerSetting>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rt_priority: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub switch_spin_us: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub msg_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub spool_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub output_spool_mb: Option<u32>,
 }
 
@@ -161,6 +183,8 @@ pub enum ConfigError {
     },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    #[error("environment {ENV_PREFIX}*: {0}")]
+    Env(String),
     #[error("missing {0}: give it as a flag or in the --config file")]
     Missing(&'static str),
     #[error("rt_priority {0} is out of range (0-99)")]
@@ -193,7 +217,7 @@ pub struct AgentConfig {
     pub tls: TlsFiles,
     /// Whether ranks may run as root.
     pub allow_root: bool,
-    /// Ranks are played, not run (`launch/emulated.rs`).
+    /// Ranks are played, not run (`emulate/played.rs`).
     pub emulate: bool,
     /// Variables the environment policy drops that this node passes on all the same.
     pub env_allow: BTreeSet<String>,
@@ -233,7 +257,7 @@ impl AgentConfig {
             kill_grace: Duration::from_millis(u64::from(DEFAULT_KILL_GRACE_MS)),
             log_format: LogFormat::Human,
             clock: ClockMode::Probe,
-            clock_probe_max: crate::clock::DEFAULT_MAX_PERIOD,
+            clock_probe_max: crate::rt::clock::DEFAULT_MAX_PERIOD,
             freezer: FreezerSetting::Auto,
             rt_priority: RT_PRIORITY,
             switch_spin: Duration::ZERO,
@@ -298,114 +322,6 @@ fn parse_block(s: &str) -> Result<(u32, u32), String> {
     Ok((w, h))
 }
 
-impl Flags {
-    /// Layer the flags over the config file (if any) over the defaults.
-    pub fn resolve(self) -> Result<AgentConfig, ConfigError> {
-        let file = match &self.config {
-            Some(path) => FileConfig::load(path)?,
-            None => FileConfig::default(),
-        };
-        self.resolve_with(file)
-    }
-
-    pub fn resolve_with(self, file: FileConfig) -> Result<AgentConfig, ConfigError> {
-        let master = self
-            .master
-            .or(file.master)
-            .ok_or(ConfigError::Missing("--master (or GANG_MASTER)"))?;
-        let x = self.x.or(file.x).ok_or(ConfigError::Missing("--x"))?;
-        let y = self.y.or(file.y).ok_or(ConfigError::Missing("--y"))?;
-        let listen = match self.listen.or(file.listen) {
-            Some(a) => a,
-            None => DEFAULT_LISTEN.parse().expect("literal"),
-        };
-        let grace = self
-            .kill_grace_ms
-            .or(file.kill_grace_ms)
-            .unwrap_or(DEFAULT_KILL_GRACE_MS);
-        let rt_priority = self.rt_priority.or(file.rt_priority).unwrap_or(RT_PRIORITY);
-        if !(0..=99).contains(&rt_priority) {
-            return Err(ConfigError::RtPriority(rt_priority));
-        }
-        let probe_max_ms = self
-            .clock_probe_max_ms
-            .or(file.clock_probe_max_ms)
-            .unwrap_or(crate::clock::DEFAULT_MAX_PERIOD.as_millis() as u32);
-        if probe_max_ms < 1000 {
-            return Err(ConfigError::ClockProbeMax(probe_max_ms));
-        }
-        let clock_probe_max = Duration::from_millis(u64::from(probe_max_ms));
-        let spin_us = self.switch_spin_us.or(file.switch_spin_us).unwrap_or(0);
-        if spin_us > 5000 {
-            return Err(ConfigError::SwitchSpin(spin_us));
-        }
-        let tls = match (
-            self.tls_ca.or(file.tls_ca),
-            self.tls_cert.or(file.tls_cert),
-            self.tls_key.or(file.tls_key),
-        ) {
-            (Some(ca), Some(cert), Some(key)) => TlsFiles { ca, cert, key },
-            (ca, cert, key) => {
-                let missing: Vec<&str> = [
-                    ("tls_ca", ca.is_none()),
-                    ("tls_cert", cert.is_none()),
-                    ("tls_key", key.is_none()),
-                ]
-                .into_iter()
-                .filter_map(|(name, missing)| missing.then_some(name))
-                .collect();
-                return Err(ConfigError::MissingTls {
-                    missing: missing.join(", "),
-                    x,
-                    y,
-                });
-            }
-        };
-        let env_allow = if self.env_allow.is_empty() {
-            file.env_allow.unwrap_or_default()
-        } else {
-            self.env_allow
-        };
-        // A misspelt name would silently keep dropping the variable it meant.
-        if let Some(name) = env_allow
-            .iter()
-            .find(|n| !DROPPED_ENV.contains(&n.as_str()))
-        {
-            return Err(ConfigError::EnvAllow { name: name.clone() });
-        }
-        Ok(AgentConfig {
-            master: normalize_master(&master)?,
-            coord: Coord { x, y },
-            listen,
-            ready_file: self.ready_file.or(file.ready_file),
-            tls,
-            allow_root: self.allow_root || file.allow_root.unwrap_or(false),
-            emulate: self.emulate,
-            env_allow: env_allow.into_iter().collect(),
-            kill_grace: Duration::from_millis(u64::from(grace)),
-            log_format: self.log_format.or(file.log_format).unwrap_or_default(),
-            clock: self.clock.or(file.clock).unwrap_or_default(),
-            clock_probe_max,
-            freezer: self.freezer.or(file.freezer).unwrap_or_default(),
-            rt_priority,
-            switch_spin: Duration::from_micros(u64::from(spin_us)),
-            guard_exe: None,
-            msg_dir: self
-                .msg_dir
-                .or(file.msg_dir)
-                .unwrap_or_else(|| crate::msg::default_base(nix::unistd::geteuid().as_raw())),
-            spool_dir: self
-                .spool_dir
-                .or(file.spool_dir)
-                .unwrap_or_else(|| default_spool_dir(nix::unistd::geteuid().as_raw())),
-            spool_cap: self
-                .output_spool_mb
-                .or(file.output_spool_mb)
-                .map_or(crate::output::SPOOL_CAP, |mb| u64::from(mb) << 20),
-        })
-    }
-}
-
 /// Where output is spooled by default: on disk (the spool may be large, and it must not
 /// take the node's memory), the agent's own.
 pub fn default_spool_dir(agent_uid: u32) -> PathBuf {
@@ -456,6 +372,10 @@ fn normalize_one(address: &str) -> Result<String, ConfigError> {
         other => Err(bad(format!("unsupported scheme {other:?} (use https)"))),
     }
 }
+
+mod layers;
+
+pub use layers::ENV_PREFIX;
 
 #[cfg(test)]
 mod tests;

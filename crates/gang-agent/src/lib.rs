@@ -4,63 +4,61 @@
 //! table at the same instants as every other agent (on the master clock, no message per
 //! switch). It speaks only mutual TLS, takes orders only from the master's certificate
 //! (`tls`), and keeps its ranks running and switching while the master is silent, for
-//! the master's lease (`lease`). See the crate README for the invariants.
+//! the master's lease (`master_link::lease`). See the crate README for the invariants.
 //!
 //! ```text
 //! master ──NodeAgent──> service ──> node ──> launch ──> ranks (as the submitter)
 //!   ^  Launch (+ gang mode),         │        │ output, exit
 //!   │  Signal, Stdin, SetTable       │        v
 //!   │  (mTLS; tls::only_the_master)  │
-//!   ├── AgentRegistry <── registry_client <── output (outbox)
-//!   │   (mTLS, master.gang)          ├──> lease (last answer) ──> node.stop_all
+//!   ├── AgentRegistry <── session::registry_client <── output (outbox)
+//!   │   (mTLS, master.gang)          ├──> master_link::lease (last answer) ──> node.stop_all
 //!   │                                │
 //!   │                                └──> switch::Switcher ──(ArcSwap plan)──> switch thread (SIGSTOP/CONT, nice, freezer)
 //!   │                                     tables + ranks with their launch modes   ^     │
-//!   ├── ClockProbe <── probe_clock ── clock::run_probes (offset, error: atomics) ──┘     │
+//!   ├── ClockProbe <── probe_clock ── rt::clock::run_probes (offset, error) ───────┘     │
 //!   └── ReportSwitches <── report_switches <── switch::report <── ring <─────────────────┘
 //!
-//! master or node ──NodeRelay──> relay (master's signature checked) ──> node (own part)
+//! master or node ──NodeRelay──> tree::orders (master's signature checked) ──> node (own part)
 //!                                  └──NodeRelay──> subtree heads (gang_core::fanout)
 //! ```
 //!
-//! Module dependencies run one way: `agent` -> {`service`, `relay`, `registry_client`} -> `node` ->
-//! {`launch`, `switch`, `clock`}, `launch` -> `switch` -> `clock`, which imports nothing of
-//! the agent, nor does `lease`; `agent` hands the clock and the switch reporter their RPCs,
-//! and the lease its stopping, as functions.
+//! Folders by subsystem: `master_link` (channel, lease, order key), `session` (the
+//! registry session and the uplink), `tree` (the order tree), `peers` (channels to other
+//! agents), `launch` (a rank from request to exit report), `switch` (time slicing), `msg`
+//! (the messaging library's side and the jobs' key-value spaces), `mpi` (PMI, PMIx, MPI
+//! detection and checking), `output` (the outbox), `rt` (the master clock, real-time
+//! threads), `emulate` (the emulated fleet, a test tool behind the default feature
+//! `emulate`).
+//!
+//! Module dependencies run one way: `agent` -> {`service`, `tree`, `session`} -> `node`
+//! -> {`launch`, `switch`, `master_link`, `rt::clock`}, `launch` -> `switch` ->
+//! `rt::clock`, which imports nothing of the agent, nor does `master_link::lease`;
+//! `agent` hands the clock and the switch reporter their RPCs, and the lease its stopping,
+//! as functions.
 
 pub mod agent;
-pub mod clock;
 pub mod config;
-pub mod env_policy;
+#[cfg(feature = "emulate")]
+pub mod emulate;
 pub mod error;
-pub mod fleet;
 pub mod guard;
 pub mod launch;
-pub mod lease;
-pub mod master_channel;
-pub mod mpi_check;
-pub mod mpi_program;
+pub mod master_link;
+pub mod mpi;
 pub mod msg;
 pub mod node;
 pub mod notify;
 pub mod output;
 pub mod peers;
-pub mod pmi;
-pub mod pmix;
-pub mod rank_files;
 pub mod ranks;
-pub mod registry_client;
-pub mod relay;
-pub mod relay_key;
 pub mod request;
-pub mod rt_budget;
-pub mod rt_priority;
+pub mod rt;
 pub mod service;
-pub mod session_thread;
+pub mod session;
 pub mod switch;
 pub mod tls;
-pub mod trusted_dir;
-pub mod usage;
+pub mod tree;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -68,3 +66,8 @@ mod fuzz_tests;
 pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, Flags, LogFormat};
 pub use error::{AgentError, Coord};
+
+// old path, kept while callers move
+pub use rt::clock;
+// old path, kept while callers move
+pub use session::registry_client;

@@ -25,7 +25,16 @@ fn main() -> ExitCode {
     let block = flags.emulate_nodes;
     let cfgs = match flags.resolve() {
         // Emulated nodes start no process: no guard.
-        Ok(cfg) if cfg.emulate => gang_agent::fleet::node_configs(&cfg, block.unwrap_or((1, 1))),
+        #[cfg(feature = "emulate")]
+        Ok(cfg) if cfg.emulate => {
+            gang_agent::emulate::fleet::node_configs(&cfg, block.unwrap_or((1, 1)))
+        }
+        #[cfg(not(feature = "emulate"))]
+        Ok(cfg) if cfg.emulate => {
+            let _ = block;
+            eprintln!("gang-agent: --emulate: this agent was built without the emulate feature");
+            return ExitCode::from(2);
+        }
         Ok(mut cfg) => {
             // Ranks' process groups outlive a killed agent unless its guard kills them.
             cfg.guard_exe = std::env::current_exe().ok();
@@ -80,7 +89,7 @@ async fn run(cfgs: Vec<AgentConfig>) -> ExitCode {
     let (coord, master, n) = (cfgs[0].coord, cfgs[0].master.clone(), cfgs.len());
     let ready_file = cfgs[0].ready_file.clone();
     let emulated = cfgs[0].emulate;
-    let agents = match gang_agent::fleet::start(cfgs).await {
+    let agents = match gang_agent::agent::start_all(cfgs).await {
         Ok(agents) => agents,
         Err(e) => {
             notify::status(&format!("cannot start: {e:#}"));

@@ -9,7 +9,6 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::clock::Clock;
 use crate::error::{AgentError, Coord};
 use crate::launch::{self, LaunchPolicy, NodeFacts, NodeParts};
 use crate::msg::MsgHub;
@@ -17,6 +16,7 @@ use crate::msg::fence_tree::Tree;
 use crate::output::Outbox;
 use crate::ranks::{Ranks, StdinMsg, StdinTarget};
 use crate::request::RankRequest;
+use crate::rt::clock::Clock;
 use crate::switch::Switcher;
 
 #[derive(Debug)]
@@ -33,9 +33,9 @@ pub struct Node {
     /// The ranks' messaging-library directories, fences and activity.
     pub msg: Arc<MsgHub>,
     /// When the master was last heard from (`lease`): its answers, and its launches.
-    pub lease: Arc<crate::lease::Lease>,
-    /// The master's key for orders relayed through other agents (set at registration).
-    pub relay_key: crate::relay_key::RelayKey,
+    pub lease: Arc<crate::master_link::lease::Lease>,
+    /// The master's key for orders that come down the order tree (set at registration).
+    pub order_key: crate::master_link::order_key::OrderKey,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -73,8 +73,8 @@ impl Node {
             kill_grace,
             switch,
             clock,
-            lease: crate::lease::Lease::new(),
-            relay_key: Default::default(),
+            lease: crate::master_link::lease::Lease::new(),
+            order_key: Default::default(),
             parts,
         })
     }
@@ -95,7 +95,7 @@ impl Node {
             self.msg.join_fence_tree(key, tree);
         }
         let started = if self.parts.facts.policy.emulate {
-            launch::emulated::start(plan, &self.parts)
+            play(plan, &self.parts)
         } else {
             launch::start(plan, &self.parts).await
         };
@@ -178,4 +178,19 @@ impl Node {
         }
         reaped
     }
+}
+
+/// An emulated node's rank: played, not started (`emulate`, a test tool).
+#[cfg(feature = "emulate")]
+fn play(plan: launch::LaunchPlan, parts: &launch::NodeParts) -> Result<u32, AgentError> {
+    crate::emulate::played::start(plan, parts)
+}
+
+/// Without the `emulate` feature no node is emulated: `main` refuses `--emulate`.
+#[cfg(not(feature = "emulate"))]
+fn play(plan: launch::LaunchPlan, _: &launch::NodeParts) -> Result<u32, AgentError> {
+    Err(AgentError::InvalidArgument {
+        node: plan.node,
+        what: "this agent was built without the emulate feature".into(),
+    })
 }

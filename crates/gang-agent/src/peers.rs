@@ -1,5 +1,5 @@
-//! Channels to other agents (mutual TLS, each verified by its node's name): what relays
-//! and fences among a job's agents travel on. One lazy channel per (node, address), kept.
+//! Channels to other agents (mutual TLS, each verified by its node's name): what the
+//! order tree and fences among a job's agents travel on. One lazy channel per (node, address), kept.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -46,7 +46,12 @@ impl PeerPool {
     }
 
     /// A client of node (x,y)'s agent at `address`.
-    pub fn relay(&self, x: u32, y: u32, address: &str) -> Result<NodeRelayClient<Channel>, String> {
+    pub fn tree_client(
+        &self,
+        x: u32,
+        y: u32,
+        address: &str,
+    ) -> Result<NodeRelayClient<Channel>, String> {
         let mut channels = self.channels.lock().expect("peer pool lock");
         let key = (x, y, address.to_owned());
         let channel = match channels.get(&key) {

@@ -97,7 +97,7 @@ impl NodeAgent for AgentService {
         &self,
         request: Request<LaunchRequest>,
     ) -> Result<Response<LaunchResponse>, Status> {
-        // The master calls: that is an answer for the fence (quiet liveness: it counts a
+        // The master calls: that is an answer for the lease (quiet liveness: it counts a
         // busy node's silence from this placement).
         self.node.lease.heard(tokio::time::Instant::now());
         let req = rank_request(request.into_inner());

@@ -110,7 +110,7 @@ impl NodeTls {
             .timeout(HANDSHAKE_TIMEOUT)
     }
 
-    /// What relaying to other agents needs (`relay::Relayer`).
+    /// What the order tree needs to reach other agents (`tree::orders::OrderTree`).
     pub fn peer_tls(&self) -> crate::peers::PeerTls {
         crate::peers::PeerTls {
             ca: self.ca.clone(),
@@ -207,8 +207,8 @@ pub fn only_the_master(node: Coord, request: &Request<()>) -> Result<(), Status>
     )
 }
 
-/// The NodeRelay interceptor: the master or another node (a relayed order is taken only
-/// with the master's signature, checked by `relay`); never a user.
+/// The NodeRelay interceptor: the master or another node (an order from the tree is taken only
+/// with the master's signature, checked by `tree::orders`); never a user.
 pub fn only_the_cluster(node: Coord, request: &Request<()>) -> Result<(), Status> {
     admit(
         node,

@@ -127,7 +127,7 @@ async fn rank_gets_gang_env_exactly_and_its_cwd() {
         "PMI_SIZE",
         "PMI_JOBID",
         "PMI_APPNUM",
-        // The PMI progress shim (a rank served PMI): checked below.
+        // The PMI progress library (a rank served PMI): checked below.
         "LD_PRELOAD",
         "PWD",
         "OLDPWD",

@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 const X: u32 = 2;
 const Y: u32 = 3;
 const PERIOD: Duration = Duration::from_millis(HEARTBEAT_MS as u64);
-/// How late after its deadline the fence may fall and a SIGTERMed `sleep` be reaped, on a
+/// How late after its deadline the lease may run out and a SIGTERMed `sleep` be reaped, on a
 /// loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(1000);
 

@@ -299,7 +299,7 @@ async fn the_environment_policy() {
     client.launch(req).await.unwrap();
     let out = output_after_exit(&registry, 60).await;
     let env: BTreeMap<&str, &str> = out.lines().filter_map(|l| l.split_once('=')).collect();
-    // The user's is dropped; the agent's own (the PMI progress shim) is all there is.
+    // The user's is dropped; the agent's own (the PMI progress library) is all there is.
     let preload = env.get("LD_PRELOAD").copied().unwrap_or_default();
     assert!(
         !preload.contains("hook.so") && preload.contains("/preload/libgang_pmi_progress-"),

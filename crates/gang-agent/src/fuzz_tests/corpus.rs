@@ -8,7 +8,7 @@ use gang_proto::v1::{self, LaunchRequest, NodeTable, SignalRequest, StdinRequest
 use prost::Message;
 
 use super::ctl::framed;
-use crate::pmi::v2::frame;
+use crate::mpi::pmi::v2::frame;
 
 fn named(seeds: Vec<(&str, Vec<u8>)>, ext: &str) -> Vec<(String, Vec<u8>)> {
     seeds

@@ -11,9 +11,9 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::now;
-use crate::pmi::v1::{self, word};
-use crate::pmi::v2::{self, Command};
-use crate::pmi::{
+use crate::mpi::pmi::v1::{self, word};
+use crate::mpi::pmi::v2::{self, Command};
+use crate::mpi::pmi::{
     KEYLEN_MAX, LINE_MAX, PUTS_MAX_BYTES, PmiJob, Session, Step, Turn, VALLEN_MAX, Wire,
     on_v1_line, parse, read_line,
 };

@@ -16,10 +16,10 @@ use proptest::prelude::*;
 use prost::Message;
 use tonic::{Code, Status};
 
-use crate::env_policy::valid_env_name;
 use crate::error::{AgentError, Coord};
+use crate::launch::env_policy::valid_env_name;
 use crate::launch::plan::{LaunchPolicy, MAX_RANKS, NodeFacts, RunAs, plan};
-use crate::mpi_program::{ProgramMpi, Unseen};
+use crate::mpi::program::{ProgramMpi, Unseen};
 use crate::ranks::RankKey;
 use crate::service::rank_request;
 use crate::switch::plan::{TargetInfo, build};
@@ -257,7 +257,7 @@ fn launch(bytes: Vec<u8>) -> Result<u64, TestCaseError> {
                     if let Some(pmix) = m.pmix.filter(|_| r.size <= 64) {
                         // What the registration builds from it (the node map).
                         let l = &pmix.launch;
-                        let names = crate::pmix::node_names(l.part, l.size, NODE, l.key.rank);
+                        let names = crate::mpi::pmix::node_names(l.part, l.size, NODE, l.key.rank);
                         prop_assert_eq!(names.len(), r.size as usize);
                     }
                 }

@@ -22,9 +22,9 @@ use tracing::{debug, info};
 use super::failure::Failure;
 use super::lookup::Found;
 use super::plan::{LaunchPlan, RunAs};
-use crate::env_policy::{self, PMI_ENV};
 use crate::error::Coord;
-use crate::rank_files::RankFiles;
+use crate::launch::env_policy::{self, PMI_ENV};
+use crate::launch::rank_files::RankFiles;
 use crate::ranks::{RankKey, StdinMsg};
 use crate::switch::freezer;
 
@@ -188,7 +188,7 @@ pub fn rank_env(spec: &RankSpec<'_>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec
         .env
         .iter()
-        .filter(|(k, _)| crate::env_policy::job_may_set(k))
+        .filter(|(k, _)| crate::launch::env_policy::job_may_set(k))
         // A PMI connection of the submitting shell's (prun run inside another launcher)
         // is not the rank's: the agent sets its own, or none (`--mpi none`).
         .filter(|(k, _)| !PMI_ENV.contains(&k.as_str()))
@@ -261,13 +261,13 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
             }
-            crate::usage::enter(&usage_procs)?;
+            crate::launch::usage::enter(&usage_procs)?;
             // Nothing of the agent's reaches the rank but what it is given: descriptors
             // the agent inherited without close-on-exec (its starter's pipes) would
             // otherwise be the rank's too.
             close_on_exec_from(3)?;
             for fd in kept.into_iter().flatten() {
-                crate::pmi::inherit(fd)?;
+                crate::mpi::pmi::inherit(fd)?;
             }
             if let Some(c) = &credentials {
                 c.assume()?;

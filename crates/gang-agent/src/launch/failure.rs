@@ -8,7 +8,7 @@ use std::io;
 use super::mpi::MpiRefusal;
 use super::plan::{LaunchPlan, RunAs};
 use crate::error::AgentError;
-use crate::rank_files::FileError;
+use crate::launch::rank_files::FileError;
 use crate::ranks::ReserveError;
 
 #[derive(Debug)]

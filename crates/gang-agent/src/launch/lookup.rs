@@ -16,10 +16,10 @@ use super::as_user::with_fs_identity;
 use super::failure::Failure;
 use super::mpi::{MpiPlan, serve};
 use super::plan::{LaunchPlan, NodeFacts, SearchPath};
-use crate::env_policy::DEFAULT_PATH;
-use crate::mpi_check;
-use crate::mpi_program::{self, ProgramMpi};
-use crate::rank_files::RankFiles;
+use crate::launch::env_policy::DEFAULT_PATH;
+use crate::launch::rank_files::RankFiles;
+use crate::mpi::check as mpi_check;
+use crate::mpi::program::{self as mpi_program, ProgramMpi};
 use crate::request::Mpi;
 
 /// What the node has for a plan.

@@ -26,15 +26,17 @@
 
 mod as_user;
 pub mod command;
-pub mod emulated;
+pub mod env_policy;
 mod failure;
 mod lookup;
 pub mod mpi;
-mod parts;
+pub(crate) mod parts;
 pub mod plan;
+pub mod rank_files;
 mod rollback;
 mod start;
 pub mod supervisor;
+pub mod usage;
 
 pub use parts::{NodeParts, UsageCell};
 pub use plan::{LaunchPlan, LaunchPolicy, NodeFacts, plan};

@@ -14,10 +14,10 @@
 use gang_mpi_check::Impl;
 
 use super::plan::{LaunchPlan, NodeFacts, RunAs};
-use crate::mpi_check;
-use crate::mpi_program::ProgramMpi;
-use crate::pmi::PmiJob;
-use crate::pmix::{PmixLaunch, open_mpi_defaults};
+use crate::mpi::check as mpi_check;
+use crate::mpi::pmi::PmiJob;
+use crate::mpi::pmix::{PmixLaunch, open_mpi_defaults};
+use crate::mpi::program::ProgramMpi;
 use crate::request::Mpi;
 
 /// What a rank is served for MPI.
@@ -143,7 +143,7 @@ mod tests {
     use super::*;
     use crate::error::Coord;
     use crate::launch::plan::{LaunchPolicy, plan};
-    use crate::mpi_program::Unseen;
+    use crate::mpi::program::Unseen;
     use crate::ranks::RankKey;
     use crate::request::{RankRequest, Submitter};
 

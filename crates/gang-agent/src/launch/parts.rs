@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use super::plan::NodeFacts;
+use crate::launch::usage::UsageBase;
 use crate::msg::MsgHub;
 use crate::output::Outbox;
 use crate::ranks::Ranks;
 use crate::switch::Switcher;
-use crate::usage::UsageBase;
 
 #[derive(Debug, Clone)]
 pub struct NodeParts {

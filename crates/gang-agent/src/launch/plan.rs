@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::env_policy::valid_env_name;
 use crate::error::{AgentError, Coord};
+use crate::launch::env_policy::valid_env_name;
 use crate::msg::MsgLaunch;
 use crate::request::{Mpi, RankRequest};
 
@@ -25,7 +25,7 @@ pub struct LaunchPolicy {
     pub allow_root: bool,
     /// Variables of `env_policy::DROPPED_ENV` to pass on all the same.
     pub env_allow: BTreeSet<String>,
-    /// An emulated node (`--emulate`): ranks are played by tasks (`emulated.rs`), no
+    /// An emulated node (`--emulate`): ranks are played by tasks (`emulate/played.rs`), no
     /// process is started.
     pub emulate: bool,
 }
@@ -123,41 +123,68 @@ pub struct LaunchPlan {
 pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentError> {
     let node = facts.node;
     let invalid = |what: String| AgentError::InvalidArgument { node, what };
+    check_program(&req).map_err(invalid)?;
+    check_job_shape(&req).map_err(invalid)?;
+    check_cwd_env_and_files(&req).map_err(invalid)?;
+    let run_as = credentials(&req, facts)?;
+    if req.mpi == Mpi::Pmix && !facts.pmix_built {
+        return Err(invalid(format!(
+            "--mpi pmix: {}",
+            gang_pmix::Error::NotBuilt
+        )));
+    }
+    let search = search_path(&req);
+    let msg = msg_launch(&req, node, &run_as);
+    Ok(LaunchPlan {
+        search,
+        node,
+        run_as,
+        msg,
+        req,
+    })
+}
+
+/// The program to run: an argv whose strings can go to `execve`, and a batch script's
+/// path slot after its interpreter.
+fn check_program(req: &RankRequest) -> Result<(), String> {
     match req.argv.first() {
-        None => return Err(invalid("empty argv: nothing to run".into())),
-        Some(argv0) if argv0.is_empty() => return Err(invalid("argv[0] is empty".into())),
+        None => return Err("empty argv: nothing to run".into()),
+        Some(argv0) if argv0.is_empty() => return Err("argv[0] is empty".into()),
         Some(_) => {}
     }
     if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
-        return Err(invalid(format!("argv[{i}] contains a NUL byte")));
+        return Err(format!("argv[{i}] contains a NUL byte"));
     }
     if let Some((_, at)) = &req.script
         && (*at == 0 || *at > req.argv.len())
     {
-        return Err(invalid(format!(
+        return Err(format!(
             "a batch script's path cannot go at argv[{at}] of {} (after the interpreter)",
             req.argv.len()
-        )));
+        ));
     }
+    Ok(())
+}
+
+/// The job as the request states it: its size, this rank within it, its namespace and
+/// the rectangle that must hold its ranks.
+fn check_job_shape(req: &RankRequest) -> Result<(), String> {
     if req.size == 0 || req.size > MAX_RANKS {
-        return Err(invalid(format!(
-            "job size {} is outside 1..={MAX_RANKS}",
-            req.size
-        )));
+        return Err(format!("job size {} is outside 1..={MAX_RANKS}", req.size));
     }
     if req.key.rank >= req.size {
-        return Err(invalid(format!(
+        return Err(format!(
             "rank {} of a job of {} ranks",
             req.key.rank, req.size
-        )));
+        ));
     }
     // It goes into ranks' environments and is PMIx's namespace (at most 255 bytes).
     let ns_ok = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.');
     if req.namespace.len() > MAX_NAMESPACE || !req.namespace.bytes().all(ns_ok) {
-        return Err(invalid(format!(
+        return Err(format!(
             "namespace {:?}: at most {MAX_NAMESPACE} letters, digits, '-', '_' or '.'",
             req.namespace.chars().take(64).collect::<String>()
-        )));
+        ));
     }
     if let Some(p) = req.part {
         let fits = p.w > 0
@@ -166,28 +193,34 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
             && p.y.checked_add(p.h).is_some()
             && p.area() >= u64::from(req.size);
         if !fits {
-            return Err(invalid(format!(
+            return Err(format!(
                 "the job's rectangle {}x{} at ({},{}) cannot hold its {} ranks",
                 p.w, p.h, p.x, p.y, req.size
-            )));
+            ));
         }
     }
+    Ok(())
+}
+
+/// What the rank starts in: an absolute working directory, an environment `execve` can
+/// take, and output file patterns that can become paths.
+fn check_cwd_env_and_files(req: &RankRequest) -> Result<(), String> {
     if req.cwd.contains('\0') {
-        return Err(invalid(format!(
+        return Err(format!(
             "working directory {:?} contains a NUL byte",
             req.cwd
-        )));
+        ));
     }
     if !Path::new(&req.cwd).is_absolute() {
-        return Err(invalid(format!(
+        return Err(format!(
             "working directory {:?} is not an absolute path",
             req.cwd
-        )));
+        ));
     }
     if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
-        return Err(invalid(format!(
+        return Err(format!(
             "environment variable name {name:?} is not valid (empty, or contains '=' or NUL)"
-        )));
+        ));
     }
     if let Some(name) = req
         .env
@@ -195,19 +228,23 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
         .find(|(_, v)| v.contains('\0'))
         .map(|(k, _)| k)
     {
-        return Err(invalid(format!(
+        return Err(format!(
             "environment variable {name}'s value contains a NUL byte"
-        )));
+        ));
     }
     for (what, pattern) in [("--output", &req.output), ("--error", &req.error)] {
         if pattern.contains('\0') {
-            return Err(invalid(format!(
-                "{what} pattern {pattern:?} contains a NUL byte"
-            )));
+            return Err(format!("{what} pattern {pattern:?} contains a NUL byte"));
         }
     }
+    Ok(())
+}
+
+/// The submitter's credentials as this node will run them, or the node's refusal.
+fn credentials(req: &RankRequest, facts: &NodeFacts) -> Result<RunAs, AgentError> {
+    let node = facts.node;
     let who = &req.submitter;
-    let run_as = run_as(
+    run_as(
         facts.agent_uid,
         facts.policy.allow_root,
         who.uid,
@@ -221,19 +258,17 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
             wanted: who.uid,
             agent,
         },
-    })?;
-    if req.mpi == Mpi::Pmix && !facts.pmix_built {
-        return Err(invalid(format!(
-            "--mpi pmix: {}",
-            gang_pmix::Error::NotBuilt
-        )));
-    }
-    let search = search_path(&req);
-    let rank_uid = match &run_as {
+    })
+}
+
+/// The messaging library's view of the rank: its key, its owner, the job's rectangle
+/// (a job with none is this node alone), its context and batch script.
+fn msg_launch(req: &RankRequest, node: Coord, run_as: &RunAs) -> MsgLaunch {
+    let rank_uid = match run_as {
         RunAs::User { uid, gid, .. } => Some((*uid, *gid)),
         RunAs::Agent => None,
     };
-    let msg = MsgLaunch {
+    MsgLaunch {
         key: req.key,
         uid: rank_uid,
         part: match req.part {
@@ -242,14 +277,7 @@ pub fn plan(req: RankRequest, facts: &NodeFacts) -> Result<LaunchPlan, AgentErro
         },
         context: req.msg_context.as_str(),
         script: req.script.as_ref().map(|(text, _)| text.clone()),
-    };
-    Ok(LaunchPlan {
-        search,
-        node,
-        run_as,
-        msg,
-        req,
-    })
+    }
 }
 
 fn search_path(req: &RankRequest) -> SearchPath {

@@ -17,10 +17,10 @@ use super::mpi::MpiPlan;
 use super::parts::NodeParts;
 use super::plan::LaunchPlan;
 use super::supervisor::Supervisor;
-use crate::pmi::PmiJob;
+use crate::launch::usage::RankUsage;
+use crate::mpi::pmi::PmiJob;
 use crate::ranks::RankKey;
 use crate::switch::Prepared;
-use crate::usage::RankUsage;
 
 /// What the launch holds. The messaging directory and the PMIx registration are
 /// recorded as soon as they are tried: their undo takes away whatever of them a failure
@@ -75,7 +75,7 @@ impl<'a> Rollback<'a> {
         // inherits the other as PMI_FD.
         let pmi_fd = match &mpi.pmi {
             Some(job) => {
-                let (agent_end, rank_end) = crate::pmi::socketpair().map_err(|e| {
+                let (agent_end, rank_end) = crate::mpi::pmi::socketpair().map_err(|e| {
                     Failure::Start(io::Error::other(format!(
                         "cannot make the PMI socketpair: {e}"
                     )))
@@ -213,7 +213,7 @@ impl Drop for Rollback<'_> {
 /// The agent's end of the rank's PMI socketpair, ready to serve; None (the rank runs
 /// without a PMI server) if it cannot be.
 fn serve_pmi(job: &PmiJob, agent_end: OwnedFd) -> Option<UnixStream> {
-    crate::pmi::agent_stream(agent_end)
+    crate::mpi::pmi::agent_stream(agent_end)
         .inspect_err(|e| {
             warn!(
                 job_id = job.key.job_id,

@@ -18,11 +18,11 @@ use tracing::{info, warn};
 
 use super::command::Pipes;
 use crate::error::Coord;
+use crate::launch::usage::{RankUsage, Usage as Used};
 use crate::msg::MsgHub;
 use crate::output::{Outbox, pump};
 use crate::ranks::{RankKey, Ranks, signal_group};
 use crate::switch::Switcher;
-use crate::usage::RankUsage;
 
 /// How long an exited rank's pipes may stay open (held by a process that escaped its
 /// group) before the agent stops reading them and reports the exit anyway.
@@ -57,13 +57,41 @@ impl Supervisor {
     pub async fn supervise(
         self,
         key: RankKey,
-        mut child: Child,
+        child: Child,
         pgid: Pid,
         pipes: Pipes,
         usage: Option<RankUsage>,
     ) {
-        // Read both pipes concurrently: a rank blocked writing a full stderr pipe while we
-        // wait on its stdout would never finish.
+        let mut pumps = self.start_pumps(key, pipes);
+        let how = self.reap(key, child, pgid).await;
+        let abort = self.msg.pmi_finished(key).await;
+        // Ended by the agent on its PMI abort: reported with the code the rank gave.
+        let how = match &abort {
+            Some(a) => How::Code(a.code),
+            None => how,
+        };
+        let abort = abort.map(|a| a.what);
+        let used = self.sweep(key, pgid, usage);
+        drain(key, &mut pumps).await;
+        info!(job_id = key.job_id, rank = key.rank, ?how, "rank exited");
+        self.outbox.push_exit(RankExit {
+            job_id: key.job_id,
+            rank: key.rank,
+            x: self.node.x,
+            y: self.node.y,
+            how: Some(how),
+            abort,
+            cpu_user_ns: used.cpu_user_ns,
+            cpu_system_ns: used.cpu_system_ns,
+            mem_peak_bytes: used.mem_peak_bytes,
+            // The outbox fills in what the rank produced.
+            ..Default::default()
+        });
+    }
+
+    /// Read both pipes concurrently: a rank blocked writing a full stderr pipe while we
+    /// wait on its stdout would never finish.
+    fn start_pumps(&self, key: RankKey, pipes: Pipes) -> Vec<JoinHandle<()>> {
         let mut pumps: Vec<JoinHandle<()>> = Vec::with_capacity(2);
         if let Some(pipe) = pipes.stdout {
             let outbox = Arc::clone(&self.outbox);
@@ -77,11 +105,15 @@ impl Supervisor {
                 pump(pipe, key, Stream::Stderr, &outbox).await;
             }));
         }
+        pumps
+    }
 
-        let how = match child.wait().await {
+    /// Wait for the rank's exit; should the wait itself fail, kill its group and wait
+    /// again, so that the child is gone and reaped before moving on.
+    async fn reap(&self, key: RankKey, mut child: Child, pgid: Pid) -> How {
+        match child.wait().await {
             Ok(status) => how_of(status),
             Err(e) => {
-                // Should not happen; make sure the child is gone and reaped before moving on.
                 warn!(
                     job_id = key.job_id,
                     rank = key.rank,
@@ -95,14 +127,11 @@ impl Supervisor {
                     }
                 }
             }
-        };
-        let abort = self.msg.pmi_finished(key).await;
-        // Ended by the agent on its PMI abort: reported with the code the rank gave.
-        let how = match &abort {
-            Some(a) => How::Code(a.code),
-            None => how,
-        };
-        let abort = abort.map(|a| a.what);
+        }
+    }
+
+    /// Forget the ended rank, kill what is left of its group and read what it used.
+    fn sweep(&self, key: RankKey, pgid: Pid, usage: Option<RankUsage>) -> Used {
         self.ranks.mark_exited(key);
         self.msg.remove(key);
         // No longer switched; its freezer cgroup (if any) is thawed so what is left can die.
@@ -119,41 +148,30 @@ impl Supervisor {
         if let Some(u) = usage {
             tokio::spawn(u.remove());
         }
+        used
+    }
+}
 
-        let drained = tokio::time::timeout(PIPE_DRAIN, async {
-            for p in &mut pumps {
-                let _ = p.await;
-            }
-        })
-        .await;
-        if drained.is_err() {
-            warn!(
-                job_id = key.job_id,
-                rank = key.rank,
-                "output pipes still open {PIPE_DRAIN:?} after exit (a process left the rank's group?): reporting the exit anyway"
-            );
-            for p in &pumps {
-                p.abort();
-            }
-            // Wait for the aborted readers to be gone, so that nothing of theirs can be
-            // queued after the exit.
-            for p in &mut pumps {
-                let _ = p.await;
-            }
+/// Wait for the output readers, at most `PIPE_DRAIN`; then abort them and wait until they
+/// are gone, so that nothing of theirs can be queued after the exit.
+async fn drain(key: RankKey, pumps: &mut [JoinHandle<()>]) {
+    let drained = tokio::time::timeout(PIPE_DRAIN, async {
+        for p in pumps.iter_mut() {
+            let _ = p.await;
         }
-        info!(job_id = key.job_id, rank = key.rank, ?how, "rank exited");
-        self.outbox.push_exit(RankExit {
-            job_id: key.job_id,
-            rank: key.rank,
-            x: self.node.x,
-            y: self.node.y,
-            how: Some(how),
-            abort,
-            cpu_user_ns: used.cpu_user_ns,
-            cpu_system_ns: used.cpu_system_ns,
-            mem_peak_bytes: used.mem_peak_bytes,
-            // The outbox fills in what the rank produced.
-            ..Default::default()
-        });
+    })
+    .await;
+    if drained.is_err() {
+        warn!(
+            job_id = key.job_id,
+            rank = key.rank,
+            "output pipes still open {PIPE_DRAIN:?} after exit (a process left the rank's group?): reporting the exit anyway"
+        );
+        for p in pumps.iter() {
+            p.abort();
+        }
+        for p in pumps.iter_mut() {
+            let _ = p.await;
+        }
     }
 }

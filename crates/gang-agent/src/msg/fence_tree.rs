@@ -336,7 +336,7 @@ impl FenceTrees {
                 puts: space.clone().into_iter().collect(),
                 known_epoch,
             };
-            let result = match peers.relay(node.x, node.y, address) {
+            let result = match peers.tree_client(node.x, node.y, address) {
                 Ok(mut c) => c.fence_up(req).await,
                 Err(e) => return Err(FenceError::Parent(e)),
             };

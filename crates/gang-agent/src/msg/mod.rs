@@ -31,11 +31,11 @@ use tokio::net::UnixStream;
 pub use pages::{default_base, memory_dir};
 pub use space::RegistryClient;
 
-use crate::clock::Clock;
 use crate::error::Coord;
-use crate::pmi::{Abort, PmiJob};
-use crate::pmix::PmixLaunch;
+use crate::mpi::pmi::{Abort, PmiJob};
+use crate::mpi::pmix::PmixLaunch;
 use crate::ranks::RankKey;
+use crate::rt::clock::Clock;
 use crate::switch::MsgPages;
 use control::Controls;
 use mpi::MpiServers;

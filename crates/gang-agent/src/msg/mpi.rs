@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::space::Spaces;
 use crate::error::Coord;
-use crate::pmi::{Abort, PmiJob};
-use crate::pmix::{PmixLaunch, PmixNode};
+use crate::mpi::pmi::{Abort, PmiJob};
+use crate::mpi::pmix::{PmixLaunch, PmixNode};
 use crate::ranks::RankKey;
 
 /// How long an exited rank's PMI server may take to read the rest of what it sent.
@@ -45,7 +45,12 @@ impl MpiServers {
     /// Serve the rank's PMI socket (the agent's end of its socketpair).
     pub fn start_pmi(&self, spaces: &Arc<Spaces>, stream: UnixStream, job: PmiJob, pgid: Pid) {
         let key = job.key;
-        let task = tokio::spawn(crate::pmi::serve(Arc::clone(spaces), stream, job, pgid));
+        let task = tokio::spawn(crate::mpi::pmi::serve(
+            Arc::clone(spaces),
+            stream,
+            job,
+            pgid,
+        ));
         if let Some(old) = self.pmi.lock().unwrap().insert(key, task) {
             old.abort();
         }

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use gang_msg::abi::{StatePage, TablePage, files};
 use gang_proto::v1::RankActivity;
 
-use crate::clock::{Clock, monotonic_ns};
 use crate::error::Coord;
 use crate::ranks::RankKey;
+use crate::rt::clock::{Clock, monotonic_ns};
 use crate::switch::MsgPages;
 
 /// A batch script's name in its rank's directory.

@@ -20,7 +20,7 @@ use crate::ranks::RankKey;
 
 /// The master's registry (the type `registry_client` uses; named here so this module
 /// stays below `node` in the import graph).
-pub type RegistryClient = AgentRegistryClient<crate::master_channel::MasterChannel>;
+pub type RegistryClient = AgentRegistryClient<crate::master_link::channel::MasterChannel>;
 
 /// A rank's copy of its job's key-value space, and the fence it is as of (shared with the
 /// rank's server until a fence changes it: on an emulated fleet, a thousand nodes' copies
@@ -242,7 +242,7 @@ fn master_away(code: tonic::Code) -> bool {
     matches!(code, Unavailable | DeadlineExceeded | Cancelled | Unknown)
 }
 
-impl crate::pmi::Fencer for Spaces {
+impl crate::mpi::pmi::Fencer for Spaces {
     async fn fence(
         &self,
         key: RankKey,

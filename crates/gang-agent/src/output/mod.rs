@@ -3,7 +3,7 @@
 //!
 //! One queue gives the ordering invariant for free: a rank's supervisor queues its exit only
 //! after both of its pipes are drained, so every chunk of its output is ahead of the exit
-//! and reaches the master first. Output is batched (a push carries at most `BATCH_BYTES`;
+//! and reaches the master first. Output is gathered into pushes (a push carries at most `PUSH_BYTES`;
 //! it goes when that much waits, when its oldest chunk is 20 ms old, or at once when an
 //! exit waits behind it).
 //!
@@ -37,10 +37,10 @@ pub use spool::Spools;
 use crate::ranks::RankKey;
 
 /// The most one push carries.
-pub const BATCH_BYTES: usize = 1024 * 1024;
+pub const PUSH_BYTES: usize = 1024 * 1024;
 /// How much a pump reads from a pipe at once.
 pub const READ_BYTES: usize = 64 * 1024;
-pub const BATCH_DELAY: Duration = Duration::from_millis(20);
+pub const PUSH_DELAY: Duration = Duration::from_millis(20);
 /// Output bytes of one rank held in memory before its pipes are left unread.
 pub const RANK_WINDOW: usize = 4 * 1024 * 1024;
 /// A push unanswered this long means the master is not taking output: spool instead of
@@ -109,7 +109,7 @@ enum Item {
 /// What the sender should deliver next.
 #[derive(Debug)]
 pub enum Outgoing {
-    /// One batch per job, in queue order.
+    /// One push per job, in queue order.
     Output(Vec<OutputBatch>),
     Exit(RankExit),
 }
@@ -313,15 +313,15 @@ impl Outbox {
                         return Outgoing::Exit(exit);
                     }
                     Some(Item::Output { at, .. }) => {
-                        let due = *at + BATCH_DELAY;
+                        let due = *at + PUSH_DELAY;
                         // An exit waiting behind the output: its rank is finished, so there
                         // is nothing to wait for.
-                        if st.output_bytes >= BATCH_BYTES || st.exits > 0 || Instant::now() >= due {
+                        if st.output_bytes >= PUSH_BYTES || st.exits > 0 || Instant::now() >= due {
                             st.hand_out();
-                            let batches = st.take_batches();
+                            let pushes = st.take_pushes();
                             drop(st);
                             self.room.notify_waiters();
-                            return Outgoing::Output(batches);
+                            return Outgoing::Output(pushes);
                         }
                         Some(due)
                     }
@@ -441,13 +441,13 @@ impl State {
         }
     }
 
-    /// Take up to about `BATCH_BYTES` of output from the front of the queue (stopping at
-    /// an exit), grouped into one batch per job. Adjacent chunks of the same rank and
+    /// Take up to about `PUSH_BYTES` of output from the front of the queue (stopping at
+    /// an exit), grouped into one push per job. Adjacent chunks of the same rank and
     /// stream are merged; order within each stream is kept.
-    fn take_batches(&mut self) -> Vec<OutputBatch> {
-        let mut batches: Vec<OutputBatch> = Vec::new();
+    fn take_pushes(&mut self) -> Vec<OutputBatch> {
+        let mut pushes: Vec<OutputBatch> = Vec::new();
         let mut taken = 0usize;
-        while taken < BATCH_BYTES && matches!(self.queue.front(), Some(Item::Output { .. })) {
+        while taken < PUSH_BYTES && matches!(self.queue.front(), Some(Item::Output { .. })) {
             let Some(Item::Output {
                 key,
                 stream,
@@ -470,17 +470,17 @@ impl State {
                 self.per_rank.remove(&key);
             }
             let Some(data) = data else { continue };
-            let batch = match batches.iter_mut().position(|b| b.job_id == key.job_id) {
-                Some(i) => &mut batches[i],
+            let push = match pushes.iter_mut().position(|b| b.job_id == key.job_id) {
+                Some(i) => &mut pushes[i],
                 None => {
-                    batches.push(OutputBatch {
+                    pushes.push(OutputBatch {
                         job_id: key.job_id,
                         chunks: Vec::new(),
                     });
-                    batches.last_mut().expect("just pushed")
+                    pushes.last_mut().expect("just pushed")
                 }
             };
-            match batch.chunks.last_mut() {
+            match push.chunks.last_mut() {
                 // Only contiguous bytes merge: a gap (output lost) keeps its offset.
                 Some(last)
                     if last.rank == key.rank
@@ -489,7 +489,7 @@ impl State {
                 {
                     last.data.extend_from_slice(&data);
                 }
-                _ => batch.chunks.push(Output {
+                _ => push.chunks.push(Output {
                     rank: key.rank,
                     stream: stream as i32,
                     data,
@@ -497,7 +497,7 @@ impl State {
                 }),
             }
         }
-        batches
+        pushes
     }
 
     /// A chunk's bytes, taken out of memory or read back from the spool (`None`, counted

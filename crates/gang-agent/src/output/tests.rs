@@ -1,4 +1,4 @@
-//! The outbox's behaviour in virtual time: batching, order, the window, the spool, losses.
+//! The outbox's behaviour in virtual time: gathering into pushes, order, the window, the spool, losses.
 
 use super::*;
 use gang_proto::v1::rank_exit::How;
@@ -19,18 +19,18 @@ fn exit(job_id: u64, rank: u32) -> RankExit {
 }
 
 #[tokio::test(start_paused = true)]
-async fn small_output_waits_for_the_batch_delay() {
+async fn small_output_waits_for_the_push_delay() {
     let outbox = Outbox::new();
     let t0 = Instant::now();
     outbox.push_output(key(1, 0), Stream::Stdout, b"a".to_vec());
     outbox.push_output(key(1, 0), Stream::Stdout, b"b".to_vec());
     outbox.push_output(key(1, 0), Stream::Stderr, b"c".to_vec());
-    let Outgoing::Output(batches) = outbox.next().await else {
+    let Outgoing::Output(pushes) = outbox.next().await else {
         panic!("expected output");
     };
-    assert!(t0.elapsed() >= BATCH_DELAY);
-    assert_eq!(batches.len(), 1);
-    let chunks = &batches[0].chunks;
+    assert!(t0.elapsed() >= PUSH_DELAY);
+    assert_eq!(pushes.len(), 1);
+    let chunks = &pushes[0].chunks;
     assert_eq!(chunks.len(), 2);
     assert_eq!(chunks[0].data, b"ab");
     assert_eq!(chunks[1].data, b"c");
@@ -40,10 +40,10 @@ async fn small_output_waits_for_the_batch_delay() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn full_batch_goes_at_once_and_exit_comes_after_output() {
+async fn full_push_goes_at_once_and_exit_comes_after_output() {
     let outbox = Outbox::new();
     let t0 = Instant::now();
-    outbox.push_output(key(1, 0), Stream::Stdout, vec![b'x'; BATCH_BYTES]);
+    outbox.push_output(key(1, 0), Stream::Stdout, vec![b'x'; PUSH_BYTES]);
     outbox.push_output(key(2, 0), Stream::Stdout, b"y".to_vec());
     outbox.push_exit(exit(2, 0));
     let Outgoing::Output(first) = outbox.next().await else {
@@ -77,8 +77,8 @@ fn windowed(window: usize, spool: Option<&std::path::Path>, cap: u64) -> Outbox 
     })
 }
 
-fn text(batches: &[OutputBatch]) -> Vec<u8> {
-    batches
+fn text(pushes: &[OutputBatch]) -> Vec<u8> {
+    pushes
         .iter()
         .flat_map(|b| &b.chunks)
         .flat_map(|c| c.data.clone())
@@ -100,10 +100,10 @@ async fn a_rank_at_its_window_waits_for_the_sender_and_loses_nothing() {
         futures_poll(waiting.as_mut()).is_pending(),
         "at the window the pump waits"
     );
-    let Outgoing::Output(batches) = outbox.next().await else {
+    let Outgoing::Output(pushes) = outbox.next().await else {
         panic!("expected output");
     };
-    assert_eq!(text(&batches), b"01234567");
+    assert_eq!(text(&pushes), b"01234567");
     waiting.await; // room again
     outbox.done();
     assert_eq!(outbox.lost_bytes(k), (0, 0));

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use gang_core::GangMode;
 use gang_msg::abi::{StatePage, TablePage};
 
-use crate::clock::realtime_ns;
 use crate::ranks::RankKey;
+use crate::rt::clock::realtime_ns;
 use crate::switch::freezer::RankCgroup;
 use crate::switch::plan::Method;
 

@@ -60,6 +60,17 @@ impl<'de> serde::Deserialize<'de> for FreezerSetting {
     }
 }
 
+/// As it is written: `auto`, `off` or the path (what `from_str` reads back).
+impl serde::Serialize for FreezerSetting {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            FreezerSetting::Auto => s.serialize_str("auto"),
+            FreezerSetting::Off => s.serialize_str("off"),
+            FreezerSetting::Path(p) => p.serialize(s),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// cgroup v1 freezer controller: `freezer.state` FROZEN / THAWED.
@@ -353,7 +364,7 @@ fn remove_ranks(dir: &Path, kind: Kind) {
 }
 
 /// Whether `name` is an agent's directory (`agent-X-Y-PID[.N]`) whose process is gone
-/// (here and in the accounting hierarchy, `usage.rs`).
+/// (here and in the accounting hierarchy, `launch/usage.rs`).
 pub fn dead_agents_dir(name: &str) -> bool {
     let pid = name
         .strip_prefix("agent-")

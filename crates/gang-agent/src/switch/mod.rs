@@ -30,9 +30,9 @@ use gang_core::GangMode;
 use gang_proto::v1::NodeTable;
 use tracing::{info, warn};
 
-use crate::clock::Clock;
 use crate::error::Coord;
 use crate::ranks::RankKey;
+use crate::rt::clock::Clock;
 pub use actions::MsgPages;
 use actions::Target;
 use freezer::{Cleanup, FreezerBase, FreezerSetting, RankCgroup};

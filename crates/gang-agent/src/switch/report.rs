@@ -1,5 +1,5 @@
 //! Sending the switch records to the master: every `PERIOD` the ring is drained into a
-//! bounded buffer and sent as one `ReportSwitches` batch with the count of records lost.
+//! bounded buffer and sent as one `ReportSwitches` message with the count of records lost.
 //! While the master is unreachable the buffer keeps the newest `BUFFER_CAP` records and
 //! counts the rest as dropped. The switch thread is never waited on. Sending is the
 //! caller's (`registry_client::report_switches`), so the switch path depends on no RPC
@@ -21,7 +21,7 @@ pub const PERIOD: Duration = Duration::from_millis(250);
 /// Records kept while the master cannot be reached.
 pub const BUFFER_CAP: usize = 4096;
 /// Records per message.
-pub const BATCH: usize = 1024;
+pub const PER_REPORT: usize = 1024;
 /// At most one warning about failing actions this often.
 const ERROR_WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -65,25 +65,25 @@ impl Pending {
             && self.msg_unflushed == 0
     }
 
-    /// The next message: up to `BATCH` records and the drop count.
-    pub fn batch(&self, x: u32, y: u32) -> SwitchReport {
+    /// The next message: up to `PER_REPORT` records and the drop count.
+    pub fn next_report(&self, x: u32, y: u32) -> SwitchReport {
         SwitchReport {
             x,
             y,
-            records: self.records.iter().take(BATCH).cloned().collect(),
+            records: self.records.iter().take(PER_REPORT).cloned().collect(),
             dropped: self.dropped,
             msg_flushed: self.msg_flushed,
             msg_unflushed: self.msg_unflushed,
         }
     }
 
-    /// The master took `batch` (the last one `batch` returned; nothing was added since).
-    pub fn sent(&mut self, batch: &SwitchReport) {
-        let n = batch.records.len().min(self.records.len());
+    /// The master took `report` (the last one `report` returned; nothing was added since).
+    pub fn sent(&mut self, report: &SwitchReport) {
+        let n = report.records.len().min(self.records.len());
         self.records.drain(..n);
-        self.dropped -= batch.dropped.min(self.dropped);
-        self.msg_flushed -= batch.msg_flushed.min(self.msg_flushed);
-        self.msg_unflushed -= batch.msg_unflushed.min(self.msg_unflushed);
+        self.dropped -= report.dropped.min(self.dropped);
+        self.msg_flushed -= report.msg_flushed.min(self.msg_flushed);
+        self.msg_unflushed -= report.msg_unflushed.min(self.msg_unflushed);
     }
 }
 
@@ -124,10 +124,10 @@ where
         if pending.is_empty() {
             continue;
         }
-        let batch = pending.batch(node.x, node.y);
-        match send(batch.clone()).await {
+        let report = pending.next_report(node.x, node.y);
+        match send(report.clone()).await {
             Ok(_) => {
-                pending.sent(&batch);
+                pending.sent(&report);
                 refused = false;
             }
             Err(s) if matches!(s.code(), Code::Unimplemented | Code::InvalidArgument) => {
@@ -139,10 +139,10 @@ where
                     );
                     refused = true;
                 }
-                pending.dropped += batch.records.len() as u64;
+                pending.dropped += report.records.len() as u64;
                 pending.sent(&SwitchReport {
                     dropped: 0,
-                    ..batch
+                    ..report
                 });
             }
             Err(s) => debug!(
@@ -177,7 +177,7 @@ mod tests {
         p.add((0..10).map(rec), 3, 4);
         assert_eq!(p.len(), 4);
         assert_eq!(p.dropped, 3 + 6);
-        let b = p.batch(1, 2);
+        let b = p.next_report(1, 2);
         assert_eq!(
             b.records.iter().map(|r| r.slot).collect::<Vec<_>>(),
             vec![6, 7, 8, 9]
@@ -190,11 +190,11 @@ mod tests {
     }
 
     #[test]
-    fn batches_are_bounded() {
+    fn reports_are_bounded() {
         let mut p = Pending::default();
-        p.add((0..(BATCH as i64 + 5)).map(rec), 0, BUFFER_CAP);
-        let b = p.batch(0, 0);
-        assert_eq!(b.records.len(), BATCH);
+        p.add((0..(PER_REPORT as i64 + 5)).map(rec), 0, BUFFER_CAP);
+        let b = p.next_report(0, 0);
+        assert_eq!(b.records.len(), PER_REPORT);
         p.sent(&b);
         assert_eq!(p.len(), 5);
     }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
-use crate::clock::{Clock, realtime_ns};
+use crate::rt::clock::{Clock, realtime_ns};
 use crate::switch::actions::{Acts, Target};
 use crate::switch::plan::{Plan, Want};
 use crate::switch::ring::{Record, Ring};
@@ -164,7 +164,7 @@ fn drain(fd: &OwnedFd) {
 
 /// Ask for SCHED_FIFO at `priority` (0: do not ask); logs the outcome.
 fn set_realtime(priority: i32, shared: &Shared) {
-    if crate::rt_priority::request_fifo("switch thread", priority) {
+    if crate::rt::priority::request_fifo("switch thread", priority) {
         shared.realtime.store(true, Ordering::Relaxed);
     }
 }

@@ -39,7 +39,7 @@ use tonic::{Request, Response, Status};
 /// Generous: conditions normally hold within milliseconds; this only bounds a failure.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 pub const HEARTBEAT_MS: u32 = 50;
-/// Long enough that no test is fenced unless it means to be.
+/// Long enough that no test's lease runs out unless it means to.
 pub const NODE_TIMEOUT_MS: u32 = 60_000;
 
 /// A cluster's certificates in a temporary directory: a CA, the master, the nodes of a

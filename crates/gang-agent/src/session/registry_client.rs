@@ -1,6 +1,6 @@
 //! The agent's side of the master's AgentRegistry: the session (Register, then Heartbeat
 //! until the master is lost or forgets us, then Register again) and the uplink (deliver
-//! the outbox: output batches and exit reports, each retried until acknowledged).
+//! the outbox: output pushes and exit reports, each retried until acknowledged).
 //!
 //! The two run as separate tasks on one lazily connected channel (with the clock probes,
 //! `clock::run_probes`, and the switch reports, `switch::report`), so a master restart
@@ -22,14 +22,14 @@ use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
 
-use crate::clock::realtime_ns;
-use crate::lease::{Lease, Liveness};
+use crate::master_link::lease::{Lease, Liveness};
 use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
+use crate::rt::clock::realtime_ns;
 
 pub type RegistryClient = AgentRegistryClient<MasterChannel>;
-pub use crate::master_channel::MasterChannel;
+pub use crate::master_link::channel::MasterChannel;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -110,7 +110,7 @@ fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
 /// Every answer of the master is reported to `lease`.
 ///
 /// Orders that come with a registration run on `main`, the agent's runtime: the session
-/// runs on a thread of its own (`session_thread`), which only talks to the master.
+/// runs on a thread of its own (`session::thread`), which only talks to the master.
 pub async fn run_session(
     client: RegistryClient,
     node: Arc<Node>,
@@ -175,7 +175,7 @@ async fn register(
             }
         }
     };
-    node.relay_key.set(&resp.relay_key);
+    node.order_key.set(&resp.relay_key);
     node.clock.ask_probe_max(resp.clock_probe_max_ms);
     let heartbeat = match resp.heartbeat_ms {
         0 => DEFAULT_HEARTBEAT,
@@ -320,12 +320,12 @@ fn connection_refused(status: &tonic::Status) -> bool {
 pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
     loop {
         match node.outbox.next().await {
-            Outgoing::Output(batches) => {
-                for batch in batches {
-                    let job_id = batch.job_id;
+            Outgoing::Output(pushes) => {
+                for push in pushes {
+                    let job_id = push.job_id;
                     deliver("output", job_id, || {
-                        let (mut client, batch) = (client.clone(), batch.clone());
-                        async move { client.push_output(batch).await }
+                        let (mut client, push) = (client.clone(), push.clone());
+                        async move { client.push_output(push).await }
                     })
                     .await;
                 }
@@ -372,12 +372,12 @@ pub async fn probe_clock(mut client: RegistryClient) -> Result<Probe, String> {
     })
 }
 
-/// Send one batch of switch records (`switch::report::run_reports` calls it).
+/// Send one report of switch records (`switch::report::run_reports` calls it).
 pub async fn report_switches(
     mut client: RegistryClient,
-    batch: SwitchReport,
+    report: SwitchReport,
 ) -> Result<(), Status> {
-    client.report_switches(batch).await.map(|_| ())
+    client.report_switches(report).await.map(|_| ())
 }
 
 /// Answers that will not change by asking again: the master understood the request and

@@ -1,5 +1,5 @@
 //! The messaging base, where the agent installs the libraries ranks preload
-//! (`mpi_check`, `pmi::progress_shim`): it must be the agent's own, since whoever can
+//! (`mpi::check`, `pmi::progress_preload`): it must be the agent's own, since whoever can
 //! rename entries in it could swap a library every rank loads.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -24,8 +24,8 @@ pub fn request_fifo(who: &str, priority: i32) -> bool {
     };
     let mut r = set();
     if r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-        // Root, refused: a cgroup without a real-time budget (crate::rt_budget).
-        match crate::rt_budget::grant() {
+        // Root, refused: a cgroup without a real-time budget (crate::rt::budget).
+        match crate::rt::budget::grant() {
             Ok(changed) if !changed.is_empty() => {
                 for (dir, us) in &changed {
                     info!(

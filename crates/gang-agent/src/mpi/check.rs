@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use gang_mpi_check::Impl;
 
-use crate::mpi_program::ProgramMpi;
+use crate::mpi::program::ProgramMpi;
 use crate::request::Mpi;
 
 /// The implementation whose build a rank gets. Under `auto` the program says; a script
@@ -37,9 +37,9 @@ static INSTALLED: Mutex<Option<HashMap<(PathBuf, Impl), PathBuf>>> = Mutex::new(
 
 /// The `LD_PRELOAD` to add to the rank's environment: the `check` build (None: without
 /// `--mpi-check`), then, for a rank served the simple PMI protocol (`pmi`), the PMI
-/// progress shim (`pmi::progress_shim`), then the job's own where `env_allow` keeps that.
-/// An error naming what is missing when the checking library cannot be provided; a shim
-/// that cannot be is left out, with a warning.
+/// progress library (`pmi::progress_preload`), then the job's own where `env_allow` keeps that.
+/// An error naming what is missing when the checking library cannot be provided; a progress
+/// library that cannot be is left out, with a warning.
 pub fn preload(
     msg_base: &Path,
     check: Option<Impl>,
@@ -58,9 +58,9 @@ pub fn preload(
         libs.push(lib.display().to_string());
     }
     if pmi {
-        match crate::pmi::progress_shim::installed(msg_base) {
+        match crate::mpi::pmi::progress_preload::installed(msg_base) {
             Ok(lib) => libs.push(lib.display().to_string()),
-            Err(e) => tracing::warn!("the rank runs without the PMI progress shim: {e}"),
+            Err(e) => tracing::warn!("the rank runs without the PMI progress library: {e}"),
         }
     }
     if libs.is_empty() {
@@ -84,7 +84,7 @@ fn installed(msg_base: &Path, imp: Impl) -> Result<PathBuf, String> {
     {
         return Ok(p.clone());
     }
-    crate::trusted_dir::own_base(msg_base)?;
+    crate::mpi::trusted_dir::own_base(msg_base)?;
     let path =
         gang_mpi_check::install(&msg_base.join("mpi-check"), imp).map_err(|e| e.to_string())?;
     cache.insert(key, path.clone());
@@ -96,7 +96,7 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use super::*;
-    use crate::mpi_program::Unseen;
+    use crate::mpi::program::Unseen;
 
     #[test]
     fn the_choice_and_under_auto_the_program_choose_the_build() {
@@ -139,7 +139,7 @@ mod tests {
             assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o644);
         }
         assert_eq!(std::fs::metadata(&base).unwrap().mode() & 0o777, 0o711);
-        // A rank served PMI gets the progress shim, after the checking library.
+        // A rank served PMI gets the progress library, after the checking library.
         let (_, v) = preload(&base, None, true, &env, &none).unwrap().unwrap();
         assert!(v.contains("/preload/libgang_pmi_progress-"), "{v}");
         let (_, v) = preload(&base, Some(Impl::Mpich), true, &env, &none)

@@ -15,7 +15,7 @@
 //! once every rank of the job arrived, with everything any rank put; gets then answer
 //! from that space. Both wires share that state ([`Session`]).
 
-pub(crate) mod progress_shim;
+pub(crate) mod progress_preload;
 pub(crate) mod v1;
 pub(crate) mod v2;
 

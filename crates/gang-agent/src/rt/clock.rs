@@ -38,7 +38,9 @@ pub const WINDOW: usize = 16;
 const KICK_THRESHOLD_NS: i64 = 100_000;
 
 /// Where the master clock comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ClockMode {
     /// Probe the master (NTP-style, over gRPC).

@@ -22,9 +22,9 @@ use tokio::sync::oneshot;
 use tonic::transport::ClientTlsConfig;
 use tracing::error;
 
-use crate::lease::Lease;
+use crate::master_link::lease::Lease;
 use crate::node::Node;
-use crate::registry_client;
+use crate::session::registry_client;
 
 /// The session thread, stopped by `stop` (or when dropped, without waiting).
 #[derive(Debug)]
@@ -75,7 +75,7 @@ fn run(
     main: tokio::runtime::Handle,
     stopped: oneshot::Receiver<()>,
 ) {
-    crate::rt_priority::request_fifo("session thread (heartbeats)", priority);
+    crate::rt::priority::request_fifo("session thread (heartbeats)", priority);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -304,7 +304,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn answers_in_time_keep_it_up_and_no_timeout_means_no_fence() {
+    async fn answers_in_time_keep_it_up_and_no_timeout_means_no_stop() {
         let (lease, falls, task) = start();
         lease.registered(Instant::now(), terms(Some(T), P));
         // Heartbeats answered every period for a long while.
@@ -325,7 +325,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_master_that_is_down_holds_the_fence_until_a_call_goes_unanswered() {
+    async fn a_master_that_is_down_holds_the_lease_until_a_call_goes_unanswered() {
         let (lease, falls, task) = start();
         let t0 = Instant::now();
         lease.registered(t0, terms(Some(T), P));

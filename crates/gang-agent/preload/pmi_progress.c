@@ -1,4 +1,4 @@
-/* Preloaded into ranks the agent serves the simple PMI protocol (`pmi::progress_shim`).
+/* Preloaded into ranks the agent serves the simple PMI protocol (`pmi::progress_preload`).
  *
  * MPICH 4.0 (ch4:ucx) ends MPI_Finalize by closing every UCX endpoint in flush mode, then
  * waiting in a PMI barrier, then destroying its UCX workers. Over UCX's TCP transport a

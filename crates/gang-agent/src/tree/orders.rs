@@ -1,4 +1,4 @@
-//! NodeRelay: orders of the master for many nodes (a job's launch and signal, slice
+//! The order tree (wire service NodeRelay): orders of the master for many nodes (a job's launch and signal, slice
 //! tables), carried down a tree of agents (`gang_core::fanout`). An agent checks the
 //! master's signature on the order, starts forwarding the rest of its range to its
 //! subtrees, does its own part, and answers with every outcome of its range.
@@ -9,12 +9,12 @@
 //! twice (through the slow head and around it): launching a rank that is already here
 //! counts as done, signals and tables are idempotent.
 //!
-//! Trust: any node may call Relay (the interceptor admits the master and node
+//! Trust: any node may call NodeRelay.Relay (the interceptor admits the master and node
 //! certificates), but only the master's signature makes an order; an order carries its
 //! expiry (against replays) and lists the nodes, while the addresses, which only route,
 //! travel unsigned (a wrong one fails the TLS check of the node's name). An interior node
 //! can still drop or misreport its subtree's outcomes: the master's heartbeats and exit
-//! reports, not the relay's answers, are what keep its state honest.
+//! reports, not the order tree's answers, are what keep its state honest.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -39,13 +39,13 @@ use crate::node::Node;
 use crate::peers::PeerPool;
 use crate::service::rank_request;
 
-/// Bounds on what a relay may ask (a node cannot be asked to fan out to thousands).
+/// Bounds on what an order may ask (a node cannot be asked to fan out to thousands).
 pub const MAX_WIDTH: u32 = 256;
 pub const MAX_NODES: usize = 1 << 20;
 const HOP_TIMEOUT_MS: Range<u32> = 100..600_001;
 
 #[derive(Clone)]
-pub struct Relayer(Arc<Inner>);
+pub struct OrderTree(Arc<Inner>);
 
 struct Inner {
     node: Arc<Node>,
@@ -58,16 +58,16 @@ struct Inner {
 /// A checked order, shared by the tasks that forward it.
 struct Checked {
     route: Route,
-    /// The fence parent of this node's rank in a relayed launch.
+    /// The fence parent of this node's rank in a launch that came down the tree.
     parent_address: String,
     /// The range this node heads.
     range: Range<usize>,
     order: RelayOrder,
 }
 
-impl Relayer {
+impl OrderTree {
     pub fn new(node: Arc<Node>, peers: Arc<PeerPool>, address: String) -> Self {
-        Relayer(Arc::new(Inner {
+        OrderTree(Arc::new(Inner {
             node,
             peers,
             address,
@@ -80,7 +80,7 @@ impl Relayer {
         let node = &self.0.node;
         let refuse =
             |what: String| Status::invalid_argument(format!("node {}: {what}", node.coord));
-        let Some(key) = node.relay_key.get() else {
+        let Some(key) = node.order_key.get() else {
             return Err(Status::failed_precondition(format!(
                 "node {}: no relay key (not registered with a master that relays)",
                 node.coord
@@ -152,7 +152,7 @@ impl Relayer {
             }
             Some(_) => {}
         }
-        // Proof the master was alive when it signed this: a busy node's fence counts it.
+        // Proof the master was alive when it signed this: a busy node's lease counts it.
         node.lease.heard(tokio::time::Instant::now());
         Ok(Checked {
             parent_address: request.parent_address,
@@ -228,7 +228,7 @@ fn rank_in(part: &gang_proto::v1::Submesh, x: u32, y: u32) -> Option<u32> {
 }
 
 #[tonic::async_trait]
-impl NodeRelay for Relayer {
+impl NodeRelay for OrderTree {
     async fn relay(
         &self,
         request: Request<RelayRequest>,
@@ -242,7 +242,10 @@ impl NodeRelay for Relayer {
                 let (me, c) = (self.clone(), Arc::clone(&c));
                 tokio::spawn(async move {
                     let parent = me.0.address.clone();
-                    relay::forward(&c.route, r, &parent, |x, y, a| me.0.peers.relay(x, y, a)).await
+                    relay::forward(&c.route, r, &parent, |x, y, a| {
+                        me.0.peers.tree_client(x, y, a)
+                    })
+                    .await
                 })
             })
             .collect();
@@ -250,7 +253,7 @@ impl NodeRelay for Relayer {
         for f in forwards {
             match f.await {
                 Ok(mut o) => outcomes.append(&mut o),
-                Err(e) => warn!("a relay forward failed: {e}"),
+                Err(e) => warn!("forwarding an order down the tree failed: {e}"),
             }
         }
         Ok(Response::new(RelayResponse { outcomes }))

@@ -2,15 +2,14 @@
 //! fleets far larger than the machine. Each node is a whole agent as `agent::start` makes
 //! it (its own NodeAgent server and port, certificate, registry session, switch thread,
 //! outbox), sharing only the process and its runtime; its ranks are played
-//! (`launch/emulated.rs`). What a node would take of the host is left out: the clock is
+//! (`emulate/played.rs`). What a node would take of the host is left out: the clock is
 //! the host's (they all share it), no thread runs at real-time priority, no rank guard.
 
 use std::path::{Path, PathBuf};
 
-use crate::agent::AgentHandle;
-use crate::clock::ClockMode;
 use crate::config::AgentConfig;
 use crate::error::Coord;
+use crate::rt::clock::ClockMode;
 
 /// The configurations of the `block` (W, H) of nodes from `base.coord`: `{x}` and `{y}` in
 /// the certificate and key paths name each node's files.
@@ -41,24 +40,6 @@ fn per_node(template: &Path, x: u32, y: u32) -> PathBuf {
             .replace("{x}", &x.to_string())
             .replace("{y}", &y.to_string()),
     )
-}
-
-/// Start every node; on the first that cannot start, stop those started and say which.
-pub async fn start(cfgs: Vec<AgentConfig>) -> anyhow::Result<Vec<AgentHandle>> {
-    let mut agents = Vec::with_capacity(cfgs.len());
-    for cfg in cfgs {
-        let coord = cfg.coord;
-        match crate::agent::start(cfg).await {
-            Ok(a) => agents.push(a),
-            Err(e) => {
-                for a in agents {
-                    a.shutdown().await;
-                }
-                return Err(e.context(format!("emulated node {coord}")));
-            }
-        }
-    }
-    Ok(agents)
 }
 
 #[cfg(test)]

@@ -26,9 +26,9 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use super::parts::NodeParts;
-use super::plan::LaunchPlan;
 use crate::error::AgentError;
+use crate::launch::parts::NodeParts;
+use crate::launch::plan::LaunchPlan;
 use crate::ranks::{RankKey, ReserveError};
 
 /// The longest a simulated `sleep` may ask (a day): longer is refused as a typo.

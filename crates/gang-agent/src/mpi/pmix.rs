@@ -28,7 +28,7 @@ use nix::unistd::Pid;
 use tracing::{debug, info, warn};
 
 use crate::error::Coord;
-use crate::pmi::{Abort, Fencer};
+use crate::mpi::pmi::{Abort, Fencer};
 use crate::ranks::RankKey;
 
 /// The longest a PMIx registration is waited for. It takes milliseconds; a loaded 2-core

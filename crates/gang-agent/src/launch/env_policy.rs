@@ -2,7 +2,7 @@
 //! process load code or write files are dropped (unless the agent's `env_allow` keeps
 //! them), the account variables are filled in from this node's password entry, and the
 //! GANG_* and PMI_* names are the agent's, but for the messaging library's tuning knobs.
-//! `launch::rank_env` puts it together; the crate README has the table.
+//! `launch::rank_env` puts it together; docs/internals/agent.md ("Environment") has the table.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -14,7 +14,7 @@ use tracing::warn;
 /// among others, for setuid programs: `sysdeps/generic/unsecvars.h`). The request's
 /// environment is typically the submitting shell's, copied whole, so a preload meant for
 /// one desktop session would otherwise be injected into every process of every rank on
-/// every node. The crate README has the table, with what is kept and why.
+/// every node. docs/internals/agent.md ("Environment") has the table, with what is kept and why.
 pub const DROPPED_ENV: &[&str] = &[
     "LD_PRELOAD",
     "LD_AUDIT",
