@@ -48,7 +48,9 @@ async fn submit(c: &mut JobServiceClient<MasterChannel>, shape: &str, argv: &[&s
 }
 
 async fn jobs_in(c: &mut JobServiceClient<MasterChannel>) -> Vec<v1::JobInfo> {
-    gang_cli::listing::list(c, &[], 0).await.expect("ListJobs")
+    gang_cli::jobs::listing::list(c, &[], 0)
+        .await
+        .expect("ListJobs")
 }
 
 fn count(jobs: &[v1::JobInfo], state: v1::JobState) -> usize {

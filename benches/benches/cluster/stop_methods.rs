@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gang_agent::Coord;
-use gang_agent::clock::{Clock, ClockMode, realtime_ns};
 use gang_agent::ranks::RankKey;
+use gang_agent::rt::clock::{Clock, ClockMode, realtime_ns};
 use gang_agent::switch::freezer::FreezerSetting;
 use gang_agent::switch::ring::Record;
 use gang_agent::switch::{SwitchOptions, Switcher};

@@ -162,7 +162,7 @@ fn main() {
         .build()
         .unwrap();
     let (mut store, _) = rt
-        .block_on(gang_master::store_etcd::EtcdStore::open(
+        .block_on(gang_master::persistence::etcd::EtcdStore::open(
             &target,
             "bench".into(),
             2,
@@ -197,7 +197,7 @@ fn main() {
     release_leader(&rt, &etcd);
     let takeover = rt.block_on(async {
         let t = Instant::now();
-        let (_store, loaded) = gang_master::store_etcd::EtcdStore::open(
+        let (_store, loaded) = gang_master::persistence::etcd::EtcdStore::open(
             &target,
             "bench-2".into(),
             2,

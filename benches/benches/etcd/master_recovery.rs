@@ -25,7 +25,7 @@ fn main() {
     for run in 0..runs {
         let db = dir.path().join(format!("state-{run}.db"));
         let cfg = MasterConfig::for_test(Shape::new(14, 14), db.clone());
-        let mut store = gang_master::store::Store::open(&db).unwrap();
+        let mut store = gang_master::persistence::sqlite::Store::open(&db).unwrap();
         let mut st = MasterState::new(cfg, &Persisted::default()).unwrap();
         let recs = records.clone();
         let now = Now {

@@ -20,7 +20,7 @@
 //!   └── ReportSwitches <── report_switches <── switch::report <── ring <─────────────────┘
 //!
 //! master or node ──NodeRelay──> tree::orders (master's signature checked) ──> node (own part)
-//!                                  └──NodeRelay──> subtree heads (gang_core::fanout)
+//!                                  └──NodeRelay──> subtree heads (gang_core::tree::fanout)
 //! ```
 //!
 //! Folders by subsystem: `master_link` (channel, lease, order key), `session` (the
@@ -66,8 +66,3 @@ mod fuzz_tests;
 pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, Flags, LogFormat};
 pub use error::{AgentError, Coord};
-
-// old path, kept while callers move
-pub use rt::clock;
-// old path, kept while callers move
-pub use session::registry_client;

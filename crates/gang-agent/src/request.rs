@@ -88,7 +88,7 @@ pub struct RankRequest {
     pub script: Option<(String, usize)>,
 }
 
-/// A job's fence tree as the master set it (`gang_core::fanout::links` over its ranks).
+/// A job's fence tree as the master set it (`gang_core::tree::fanout::links` over its ranks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FenceSpec {
     pub width: u32,

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use clap::Parser;
-use gang_agent::clock::ClockMode;
 use gang_agent::config::FileConfig;
+use gang_agent::rt::clock::ClockMode;
 use gang_agent::switch::freezer::FreezerSetting;
 use gang_agent::{Coord, Flags, LogFormat};
 

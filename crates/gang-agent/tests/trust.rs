@@ -160,7 +160,8 @@ async fn the_master_is_verified_by_its_name() {
     })
     .await;
     let tls = NodeTls::load(&impostor.pki.node(X, Y), gang_agent::Coord { x: X, y: Y }).unwrap();
-    let mut client = gang_agent::registry_client::connect(&impostor.url(), tls.client()).unwrap();
+    let mut client =
+        gang_agent::session::registry_client::connect(&impostor.url(), tls.client()).unwrap();
     let e = client
         .register(RegisterRequest {
             x: X,

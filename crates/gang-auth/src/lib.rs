@@ -22,8 +22,5 @@ pub mod pki;
 pub mod token;
 pub mod users;
 
-// old path, kept while callers move
-pub use order_key as relay_key;
-
 pub use names::PeerName;
 pub use users::Identity;

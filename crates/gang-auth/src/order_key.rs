@@ -14,9 +14,6 @@ use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 /// key's old name and stay: changing them would change every master's key.
 const CONTEXT: &[u8] = b"gang relay key v1\0";
 
-/// Old name, kept while callers move.
-pub type RelaySigner = OrderSigner;
-
 /// The master's signing half.
 pub struct OrderSigner {
     pair: Ed25519KeyPair,

@@ -35,8 +35,3 @@ pub mod timeouts;
 mod fuzz_tests;
 
 pub use connect::CliError;
-
-// old path, kept while callers move
-pub use connect::client_config;
-// old path, kept while callers move
-pub use jobs::listing;

@@ -25,26 +25,9 @@ pub mod schedule;
 pub mod time;
 pub mod tree;
 
-// old path, kept while callers move
-pub use job::{deadlock, output_pattern};
-// old path, kept while callers move
-pub use mesh::occupancy;
-// old path, kept while callers move
-pub use place as alloc;
-// old path, kept while callers move
-pub use schedule as scheduler;
-// old path, kept while callers move
-pub use schedule::{array, dependency, fair_share, replay, steps};
-// old path, kept while callers move
-pub use time::{clock, gang_mode, grid, matrix, slicer, table};
-// old path, kept while callers move
-pub use tree::fanout;
-
-// old name, kept while callers move
 pub use job::deadlock::{DeadlockPolicy, MsgContext};
 pub use mesh::occupancy::Occupancy;
 pub use mesh::{Mesh, Request, Shape, ShapeError, Submesh, shape_for_count};
-pub use place::AllocatorKind;
 pub use place::{Placer, PlacerKind};
 pub use plan::{Decision, JobId, Plan, SliceId};
 pub use schedule::replay::{Interval, IntervalTracker, Outcome, WorkloadJob, replay};

@@ -349,7 +349,7 @@ fn listed_ids(rt: &tokio::runtime::Runtime, socket: &Path, running: u64) -> BTre
         let mut cl = any_master(&[socket.to_path_buf()])
             .await
             .expect("the new leader answers");
-        let jobs = gang_cli::listing::list(&mut cl, &[], 0)
+        let jobs = gang_cli::jobs::listing::list(&mut cl, &[], 0)
             .await
             .expect("listed");
         jobs.iter()

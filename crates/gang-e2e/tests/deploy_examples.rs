@@ -7,6 +7,6 @@ use std::path::Path;
 #[test]
 fn the_example_client_config_parses() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/client.toml");
-    let c = gang_cli::client_config::load(&p).unwrap();
+    let c = gang_cli::connect::client_config::load(&p).unwrap();
     assert_eq!(c.master.as_deref(), Some("http://master.example:7470"));
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use gang_e2e::etcd_cluster::EtcdCluster;
 use gang_e2e::failover::saved_job;
+use gang_master::persistence::etcd::{EtcdStore, Loaded};
 use gang_master::state::effects::Save;
 use gang_master::state::round::Commit;
-use gang_master::store_etcd::{EtcdStore, Loaded};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -171,7 +171,7 @@ fn a_standby_takes_over_from_its_warm_copy_equal_to_a_full_read() {
     );
     let full = rt.block_on(async {
         let e = gang_etcd::Etcd::connect(&etcd.endpoints(), Duration::from_secs(3)).unwrap();
-        gang_master::warm_copy::read_all(&e, &target.prefix)
+        gang_master::persistence::warm_copy::read_all(&e, &target.prefix)
             .await
             .unwrap()
             .into_loaded()

@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use gang_auth::names::node_dns;
+use gang_auth::order_key::OrderSigner;
 use gang_auth::pki::TlsPem;
-use gang_auth::relay_key::RelaySigner;
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::node_relay_client::NodeRelayClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -31,14 +31,14 @@ pub struct AgentPool {
     tls: TlsPem,
     channels: Mutex<Channels>,
     /// Signs orders relayed through agents (its public half goes out at registration).
-    pub signer: RelaySigner,
+    pub signer: OrderSigner,
     pub fanout: Fanout,
 }
 
 impl AgentPool {
     pub fn new(tls: TlsPem, fanout: Fanout) -> Self {
         AgentPool {
-            signer: RelaySigner::from_master_key(tls.key.as_bytes()),
+            signer: OrderSigner::from_master_key(tls.key.as_bytes()),
             tls,
             channels: Mutex::new(Channels::new(usize::MAX)),
             fanout,

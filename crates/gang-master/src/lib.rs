@@ -26,12 +26,5 @@ pub mod switch_stats;
 pub mod unix_socket;
 pub mod web;
 
-// old path, kept while callers move
-pub use persistence::sqlite as store;
-// old path, kept while callers move
-pub use persistence::etcd as store_etcd;
-// old path, kept while callers move
-pub use persistence::warm_copy;
-
 #[cfg(test)]
 mod fuzz_tests;

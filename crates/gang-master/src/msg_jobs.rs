@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gang_core::deadlock::{Activity, DeadlockCheck, Verdict};
+use gang_core::job::deadlock::{Activity, DeadlockCheck, Verdict};
 
 /// A deadlock the master found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -149,7 +149,7 @@ fn state_database_of_another_mesh_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     {
-        let store = gang_master::store::Store::open(&db).unwrap();
+        let store = gang_master::persistence::sqlite::Store::open(&db).unwrap();
         store.set_mesh("2x2").unwrap();
     }
     let mut args = vec!["--mesh", "4x4", "--state", db.to_str().unwrap()];

@@ -14,9 +14,8 @@ use tonic::transport::Channel;
 use crate::v1::node_relay_client::NodeRelayClient;
 use crate::v1::{RelayOutcome, RelayRequest};
 
-// The pure part (the order as a forwarder holds it, and a subtree's bound) is in
-// gang-core; old path, kept while callers move.
-pub use gang_core::tree::Route;
+// The pure part (the order as a forwarder holds it, and a subtree's bound) is gang-core's.
+use gang_core::tree::Route;
 
 /// The outcomes of `range` (its head first, unless it was routed around).
 /// `parent_address`: where the forwarder listens (the heads' fence parent).

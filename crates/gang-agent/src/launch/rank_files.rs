@@ -18,7 +18,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use gang_core::output_pattern;
+use gang_core::job::output_pattern;
 
 /// One file a rank's stream goes to, ready for the forked child (nothing to allocate).
 #[derive(Debug, Clone)]

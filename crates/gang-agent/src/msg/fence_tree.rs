@@ -1,6 +1,6 @@
 //! Fences gathered among a job's agents, not at the master (issue "10,000 nodes on one
 //! master"): each rank's agent waits for its own rank and for its children in the job's
-//! tree (`gang_core::fanout::links` over the ranks, rank r on the r-th node of the part),
+//! tree (`gang_core::tree::fanout::links` over the ranks, rank r on the r-th node of the part),
 //! sends what they all put to its parent (`NodeRelay.FenceUp`), and answers them with the
 //! whole space its parent answers; rank 0's agent, the root, answers once everything is
 //! in, and tells the master only that the fence completed.
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gang_core::Submesh;
-use gang_core::fanout;
+use gang_core::tree::fanout;
 use gang_proto::v1::FenceUpRequest;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};

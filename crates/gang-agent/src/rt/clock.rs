@@ -3,8 +3,8 @@
 //! With `clock = "probe"` (the default) an async task probes the master with NTP-style
 //! four-timestamp probes (`AgentRegistry.ClockProbe`): a burst of probes 20 ms apart at
 //! start, then one every `PERIOD`, doubling up to `clock_probe_max_ms` while the estimate
-//! stays put (`gang_core::clock::ProbePacer`), keeping the minimum-round-trip
-//! sample of the last `WINDOW` (`gang_core::clock::ClockEstimator`). Until the first probe
+//! stays put (`gang_core::time::clock::ProbePacer`), keeping the minimum-round-trip
+//! sample of the last `WINDOW` (`gang_core::time::clock::ClockEstimator`). Until the first probe
 //! is answered the offset is 0 (the host clock), and the log says so. With
 //! `clock = "host"` the host clock is trusted (chrony or PTP discipline it): offset 0,
 //! error 0, `clock_from_host` in heartbeats.
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
-use gang_core::clock::{Added, ClockEstimator, Probe, ProbePacer, Probed};
+use gang_core::time::clock::{Added, ClockEstimator, Probe, ProbePacer, Probed};
 use serde::Deserialize;
 use tracing::{debug, info, warn};
 
@@ -31,7 +31,7 @@ pub const PERIOD: Duration = Duration::from_secs(1);
 /// (`clock_probe_max_ms`). Measured on a 1,024-node emulated fleet, a probe every second
 /// from every agent was most of what an idle master still did (README, "Emulated fleets");
 /// clocks 100 ppm apart (a poor oscillator) drift 0.8 ms in 8 s, and a clock that drifts
-/// faster keeps the period shorter (`gang_core::clock::ProbePacer`).
+/// faster keeps the period shorter (`gang_core::time::clock::ProbePacer`).
 pub const DEFAULT_MAX_PERIOD: Duration = Duration::from_secs(8);
 pub const WINDOW: usize = 16;
 /// Wake the switch thread when the offset moves by more than this (it re-arms its timer).

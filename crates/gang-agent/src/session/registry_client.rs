@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gang_core::clock::Probe;
+use gang_core::time::clock::Probe;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
 use gang_proto::v1::{ClockProbeRequest, HeartbeatRequest, RankRef, RegisterRequest, SwitchReport};
 use tonic::transport::{ClientTlsConfig, Endpoint};

@@ -1,5 +1,5 @@
 //! The order tree (wire service NodeRelay): orders of the master for many nodes (a job's launch and signal, slice
-//! tables), carried down a tree of agents (`gang_core::fanout`). An agent checks the
+//! tables), carried down a tree of agents (`gang_core::tree::fanout`). An agent checks the
 //! master's signature on the order, starts forwarding the rest of its range to its
 //! subtrees, does its own part, and answers with every outcome of its range.
 //!
@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use gang_auth::PeerName;
 use gang_auth::peer::peer_name;
-use gang_core::fanout;
-use gang_proto::relay::{self, Route};
+use gang_core::tree::Route;
+use gang_core::tree::fanout;
+use gang_proto::relay;
 use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
@@ -86,7 +87,7 @@ impl OrderTree {
                 node.coord
             )));
         };
-        if !gang_auth::relay_key::verify(&key, &request.order, &request.signature) {
+        if !gang_auth::order_key::verify(&key, &request.order, &request.signature) {
             warn!("refused a relay order not signed by the master");
             return Err(Status::permission_denied(format!(
                 "node {}: the relay order is not signed by the master",

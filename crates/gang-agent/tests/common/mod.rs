@@ -262,12 +262,12 @@ impl AgentRegistry for Recorder {
         &self,
         request: Request<ClockProbeRequest>,
     ) -> Result<Response<ClockProbeResponse>, Status> {
-        let t2_ns = gang_agent::clock::realtime_ns() + self.0.options.clock_ahead_ns;
+        let t2_ns = gang_agent::rt::clock::realtime_ns() + self.0.options.clock_ahead_ns;
         self.0.probes_at.lock().unwrap().push(Instant::now());
         Ok(Response::new(ClockProbeResponse {
             t1_ns: request.into_inner().t1_ns,
             t2_ns,
-            t3_ns: gang_agent::clock::realtime_ns() + self.0.options.clock_ahead_ns,
+            t3_ns: gang_agent::rt::clock::realtime_ns() + self.0.options.clock_ahead_ns,
         }))
     }
 

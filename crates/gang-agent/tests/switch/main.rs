@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use gang_agent::AgentHandle;
-use gang_agent::clock::{ClockMode, realtime_ns};
+use gang_agent::rt::clock::{ClockMode, realtime_ns};
 use gang_proto::v1::node_agent_client::NodeAgentClient;
 use gang_proto::v1::rank_exit::How;
 use gang_proto::v1::{GangMode, NodeTable, SignalRequest, SwitchRecord};

@@ -165,18 +165,18 @@ pub struct Args {
 
 /// A --dependency, refused here as the master would refuse it.
 pub fn parse_dependency(s: &str) -> Result<String, String> {
-    gang_core::dependency::parse(s)?;
+    gang_core::schedule::dependency::parse(s)?;
     Ok(s.to_string())
 }
 
 /// An --array, refused here as the master would (the task count's limit is the master's).
 pub fn parse_array(s: &str) -> Result<String, String> {
-    gang_core::array::parse(s, gang_core::array::MAX_INDEX as usize + 1)?;
+    gang_core::schedule::array::parse(s, gang_core::schedule::array::MAX_INDEX as usize + 1)?;
     Ok(s.to_string())
 }
 
 /// An --output/--error pattern, refused here as the master would refuse it.
 pub fn parse_pattern(s: &str) -> Result<String, String> {
-    gang_core::output_pattern::validate(s)?;
+    gang_core::job::output_pattern::validate(s)?;
     Ok(s.to_string())
 }

@@ -20,10 +20,6 @@ use serde::{Deserialize, Serialize};
 use crate::mesh::occupancy::Occupancy;
 use crate::mesh::{Mesh, Shape, Submesh};
 
-// Old names, kept while callers move (the master, the CLI and the benches say `Allocator`).
-pub use Placer as Allocator;
-pub use PlacerKind as AllocatorKind;
-
 pub trait Placer: fmt::Debug + Send + Sync {
     fn name(&self) -> &'static str;
 

@@ -219,7 +219,7 @@ pub(crate) fn disk_full_refuses_submissions_keeps_answering_and_loses_nothing() 
                 .get_job(v1::GetJobRequest { job_id: id })
                 .await
                 .map(|r| r.into_inner().state == stored[&id]);
-            let b = gang_cli::listing::list(&mut jobs, &[], 0)
+            let b = gang_cli::jobs::listing::list(&mut jobs, &[], 0)
                 .await
                 .map(|all| all.len() == stored.len())
                 .map_err(|e| match e {

@@ -75,7 +75,7 @@ fn spec(shape: &str, argv: &[&str], name: &str, env: &[(&str, &str)]) -> v1::Job
 async fn list_all(
     c: &mut JobServiceClient<MasterChannel>,
 ) -> Result<Vec<v1::JobInfo>, gang_cli::connect::CliError> {
-    gang_cli::listing::list(c, &[], 0).await
+    gang_cli::jobs::listing::list(c, &[], 0).await
 }
 
 // ---------------------------------------------------------------- processes

@@ -157,7 +157,7 @@ fn agents_and_certificates() {
         let node_key = std::fs::read(&node_00.key).unwrap();
         for signature in [
             vec![0u8; 64],
-            gang_auth::relay_key::RelaySigner::from_master_key(&node_key).sign(&order),
+            gang_auth::order_key::OrderSigner::from_master_key(&node_key).sign(&order),
         ] {
             let forged = RelayRequest {
                 order: order.clone(),

@@ -71,7 +71,7 @@ impl Actor {
             if fanout.relays(orders.len()) {
                 relays::launch_job(agents, metrics, tx, &self.cluster_id, orders, fence_width);
             } else {
-                // Flat: every rank's fence parent is rank 0 (`gang_core::fanout::links`).
+                // Flat: every rank's fence parent is rank 0 (`gang_core::tree::fanout::links`).
                 let root = orders
                     .first()
                     .map(|(_, a, _)| a.clone())

@@ -1,4 +1,4 @@
-//! Orders for many agents, down the order tree (`gang_core::fanout`, `gang_proto::relay`):
+//! Orders for many agents, down the order tree (`gang_core::tree::fanout`, `gang_proto::relay`):
 //! a job's launch, its signal, a round's slice tables. The master signs the order once
 //! and calls at most `fanout.width` agents; their answers carry every node's outcome,
 //! which comes back to the actor as the same commands a direct call gives.
@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gang_core::JobId;
-use gang_core::fanout;
-use gang_proto::relay::{self, Route};
+use gang_core::tree::Route;
+use gang_core::tree::fanout;
+use gang_proto::relay;
 use gang_proto::v1::{self, RelayOrder, RelayOutcome, relay_order::Work};
 use prost::Message;
 use tokio::sync::mpsc;

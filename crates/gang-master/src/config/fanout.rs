@@ -2,7 +2,7 @@
 //! its per-level timeout, and where a job's fences are gathered.
 
 /// The order tree: the master calls at most `width` agents for one order, each of which
-/// forwards to at most `width` more (`gang_core::fanout`); 0 calls every agent itself.
+/// forwards to at most `width` more (`gang_core::tree::fanout`); 0 calls every agent itself.
 /// An order for at most `width` nodes goes flat either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fanout {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gang_core::array::ArraySpec;
-use gang_core::dependency::Dep;
+use gang_core::schedule::array::ArraySpec;
+use gang_core::schedule::dependency::Dep;
 use gang_core::{DeadlockPolicy, GangMode, JobId, MsgContext, Submesh};
 use serde::{Deserialize, Serialize};
 
@@ -101,7 +101,7 @@ impl State {
 }
 
 /// Where a job's ranks write their stdout and stderr, as file name patterns (see
-/// `gang_core::output_pattern`): the agents expand and open them, so the master only
+/// `gang_core::job::output_pattern`): the agents expand and open them, so the master only
 /// checks and carries them. Empty: the stream is piped to the master and relayed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputFiles {

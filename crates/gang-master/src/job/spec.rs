@@ -159,7 +159,7 @@ impl ArrayTask {
 
     /// The array's output patterns with this task's `%A` and `%a`.
     pub fn output_files(self, array: &OutputFiles) -> OutputFiles {
-        use gang_core::output_pattern::expand_array;
+        use gang_core::job::output_pattern::expand_array;
         if self.count == 0 {
             return array.clone();
         }

@@ -353,7 +353,7 @@ mod tests {
         let mut job = new_job("1x1", 1000, 0);
         job.argv = vec!["./solver".into(), "x".repeat(200_000)];
         job.env.insert("BIG".into(), "y".repeat(800_000));
-        job.at_submit.array = Some(gang_core::array::parse("0-99", 1000).unwrap());
+        job.at_submit.array = Some(gang_core::schedule::array::parse("0-99", 1000).unwrap());
         job.at_submit.hold = true;
         let now = Now {
             mono_ns: 1,

@@ -1,7 +1,7 @@
 //! Protobuf at the edge: requests become domain commands, domain answers become replies,
 //! and every error becomes a `Status` through the one map below.
 
-use gang_core::deadlock::Activity;
+use gang_core::job::deadlock::Activity;
 use gang_core::{GangMode, JobId, SchedError};
 use gang_proto::v1;
 use tonic::Status;
@@ -71,7 +71,7 @@ fn invalid(what: String) -> MasterError {
 fn output_files(output: &str, error: &str) -> Result<crate::job::OutputFiles, MasterError> {
     for (field, pattern) in [("output", output), ("error", error)] {
         if !pattern.is_empty() {
-            gang_core::output_pattern::validate(pattern)
+            gang_core::job::output_pattern::validate(pattern)
                 .map_err(|e| invalid(format!("spec.{field}: {e}")))?;
         }
     }
@@ -146,7 +146,7 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         mpi_check: spec.mpi_check,
         output_files: output_files(&spec.output, &spec.error)?,
         at_submit: at_submit(spec.hold, &spec.array)?,
-        dependency: gang_core::dependency::parse(&spec.dependency)
+        dependency: gang_core::schedule::dependency::parse(&spec.dependency)
             .map_err(|e| invalid(format!("spec.dependency: {e}")))?,
         name: spec.name,
         script: (!spec.script.is_empty()).then_some(crate::job::BatchScript {
@@ -232,8 +232,11 @@ fn at_submit(hold: bool, array: &str) -> Result<crate::job::AtSubmit, MasterErro
         array: match array.trim() {
             "" => None,
             a => Some(
-                gang_core::array::parse(a, gang_core::array::MAX_INDEX as usize + 1)
-                    .map_err(|e| invalid(format!("spec.array: {e}")))?,
+                gang_core::schedule::array::parse(
+                    a,
+                    gang_core::schedule::array::MAX_INDEX as usize + 1,
+                )
+                .map_err(|e| invalid(format!("spec.array: {e}")))?,
             ),
         },
     })

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use gang_core::JobId;
-use gang_core::deadlock::Activity;
+use gang_core::job::deadlock::Activity;
 
 use crate::job::State;
 use crate::state::views::Coord;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gang_core::deadlock::Activity;
+use gang_core::job::deadlock::Activity;
 use gang_core::{GangMode, JobId, Shape, SlotGrid};
 
 use crate::config::MasterConfig;

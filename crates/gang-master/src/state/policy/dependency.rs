@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use gang_core::JobId;
-use gang_core::dependency::{self, Dep, Upstream, Verdict};
+use gang_core::schedule::dependency::{self, Dep, Upstream, Verdict};
 
 use super::Gate;
 use crate::job::{Job, State};

@@ -18,7 +18,7 @@ pub mod time_limit;
 
 use std::collections::HashMap;
 
-use gang_core::dependency::{Dep, Upstream};
+use gang_core::schedule::dependency::{Dep, Upstream};
 use gang_core::{JobId, JobSpec, Shape};
 
 use crate::error::{MasterError, Result};

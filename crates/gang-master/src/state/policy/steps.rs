@@ -4,7 +4,7 @@
 //! (one rank, on its first node) if it has one, and the steps its owner starts in it. A step
 //! is a job of its own (id, ranks, output, accounting) that never meets the scheduler's
 //! queue or matrix: it takes free nodes of its allocation's rectangle at once
-//! (`gang_core::steps::place`), or waits for them in submission order, and runs in its
+//! (`gang_core::schedule::steps::place`), or waits for them in submission order, and runs in its
 //! allocation's slots (its ranks' agents switch it with the allocation).
 //!
 //! Invariants (checked by `sanity`): a step's allocation is placed while the step is live;
@@ -112,7 +112,7 @@ impl MasterState {
             area.shape()
         } else {
             let request = new.shape.parse::<Request>()?;
-            gang_core::steps::resolve(request, alloc.0, area.shape())
+            gang_core::schedule::steps::resolve(request, alloc.0, area.shape())
                 .map_err(|e| MasterError::Invalid(e.to_string()))?
         };
         // Switched as its allocation is: the agents switch it in the allocation's slots.
@@ -172,7 +172,7 @@ impl MasterState {
             busy.extend(&down);
             let shape = self.jobs.get(step).map(|j| j.size_shape()).expect("listed");
             // In order: a later step does not pass one that waits for more nodes.
-            let Some(at) = gang_core::steps::place(area, &busy, shape) else {
+            let Some(at) = gang_core::schedule::steps::place(area, &busy, shape) else {
                 return;
             };
             if let Some(j) = self.jobs.get_mut(step) {

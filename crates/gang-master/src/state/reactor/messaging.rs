@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use gang_core::JobId;
-use gang_core::deadlock::{Activity, Verdict};
+use gang_core::job::deadlock::{Activity, Verdict};
 use tracing::warn;
 
 use crate::error::{MasterError, Result};

@@ -111,7 +111,7 @@ impl MasterState {
             let patterns = [&new.output_files.output, &new.output_files.error];
             if patterns
                 .iter()
-                .any(|p| gang_core::output_pattern::has_array_escapes(p))
+                .any(|p| gang_core::job::output_pattern::has_array_escapes(p))
             {
                 return Err(MasterError::Invalid(
                     "spec.output: %A and %a are a job array's id and task index; this job \

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gang_core::deadlock::Activity;
+use gang_core::job::deadlock::Activity;
 use gang_core::{DeadlockPolicy, JobId};
 
 use crate::error::MasterError;

@@ -147,7 +147,7 @@ fn queued_bytes_are_bounded_per_user_an_array_counting_once() {
     };
     // 1,001 tasks of 1.25 MiB each: one copy.
     let mut array = big(true);
-    array.at_submit.array = Some(gang_core::array::parse("0-1000", 2000).unwrap());
+    array.at_submit.array = Some(gang_core::schedule::array::parse("0-1000", 2000).unwrap());
     w.step(|st, fx, now| on_submit(st, fx, now, array)).unwrap();
     let one = w.st.queued.of(1000).1;
     assert!(one > 5 << 18 && one < 3 << 19, "{one}");

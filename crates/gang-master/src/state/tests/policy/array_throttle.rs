@@ -14,7 +14,7 @@ fn arrays_make_one_job_per_task_and_keep_to_their_limit() {
         &[
             RegisterAll,
             SubmitWith("1x1", |j| {
-                j.at_submit.array = Some(gang_core::array::parse("1-5%2", 100).unwrap());
+                j.at_submit.array = Some(gang_core::schedule::array::parse("1-5%2", 100).unwrap());
                 j.output_files.output = "out-%A_%a.%r".into();
             }),
             State(1, Starting),

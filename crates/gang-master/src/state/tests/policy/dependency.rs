@@ -116,7 +116,7 @@ fn bad_dependencies_and_arrays_are_refused_with_the_limit() {
             .to_string()
     };
     let e = refused(&mut w, |j| {
-        j.dependency = gang_core::dependency::parse("afterok:7").unwrap()
+        j.dependency = gang_core::schedule::dependency::parse("afterok:7").unwrap()
     });
     assert!(e.contains("afterok:7: there is no job 7 of yours"), "{e}");
     // Another user's job: refused in the same words (nothing of it is told).
@@ -128,7 +128,8 @@ fn bad_dependencies_and_arrays_are_refused_with_the_limit() {
     };
     let e = {
         let mut j = new_job("1x1", 1000, 0);
-        j.dependency = gang_core::dependency::parse(&format!("afterok:{theirs}")).unwrap();
+        j.dependency =
+            gang_core::schedule::dependency::parse(&format!("afterok:{theirs}")).unwrap();
         w.step(|st, fx, now| reactor::on_submit(st, fx, now, j))
             .map(|_| ())
             .unwrap_err()
@@ -139,7 +140,7 @@ fn bad_dependencies_and_arrays_are_refused_with_the_limit() {
         format!("spec.dependency: afterok:{theirs}: there is no job {theirs} of yours")
     );
     let e = refused(&mut w, |j| {
-        j.at_submit.array = Some(gang_core::array::parse("1-2000", 5000).unwrap())
+        j.at_submit.array = Some(gang_core::schedule::array::parse("1-2000", 5000).unwrap())
     });
     assert!(
         e.contains("2000 tasks; the limit is 1001 (max_array_tasks)"),

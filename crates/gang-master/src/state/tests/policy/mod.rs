@@ -16,11 +16,19 @@ pub(super) fn world(mpl: u32) -> World {
 pub(super) fn deps(s: &'static str) -> fn(&mut NewJob) {
     // One function per dependency string used below (a fn pointer holds no data).
     match s {
-        "afterok:1" => |j| j.dependency = gang_core::dependency::parse("afterok:1").unwrap(),
-        "afternotok:1" => |j| j.dependency = gang_core::dependency::parse("afternotok:1").unwrap(),
-        "afterany:2" => |j| j.dependency = gang_core::dependency::parse("afterany:2").unwrap(),
-        "afterok:2" => |j| j.dependency = gang_core::dependency::parse("afterok:2").unwrap(),
-        "after:3" => |j| j.dependency = gang_core::dependency::parse("after:3").unwrap(),
+        "afterok:1" => {
+            |j| j.dependency = gang_core::schedule::dependency::parse("afterok:1").unwrap()
+        }
+        "afternotok:1" => {
+            |j| j.dependency = gang_core::schedule::dependency::parse("afternotok:1").unwrap()
+        }
+        "afterany:2" => {
+            |j| j.dependency = gang_core::schedule::dependency::parse("afterany:2").unwrap()
+        }
+        "afterok:2" => {
+            |j| j.dependency = gang_core::schedule::dependency::parse("afterok:2").unwrap()
+        }
+        "after:3" => |j| j.dependency = gang_core::schedule::dependency::parse("after:3").unwrap(),
         _ => unreachable!("add it above"),
     }
 }
