@@ -11,12 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::msg_jobs::JobMessaging;
 
-mod read_back;
+pub mod read_back;
 mod spec;
-mod transition;
-pub use read_back::{attach_spec, fail_read_back};
+pub mod transition;
 pub use spec::*;
-pub use transition::{BadTransition, allowed as transition_allowed};
 
 /// What the agents serve a job's ranks for MPI libraries to find their peers.
 ///
@@ -97,6 +95,19 @@ impl State {
     /// Placed on the mesh (its ranks are being launched, or run).
     pub fn is_placed(self) -> bool {
         matches!(self, State::Starting | State::Running)
+    }
+
+    /// The state as errors and pending reasons say it.
+    pub fn word(self) -> &'static str {
+        match self {
+            State::Queued => "queued",
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Completed => "completed",
+            State::Failed => "failed",
+            State::Cancelled => "cancelled",
+            State::Timeout => "timed out",
+        }
     }
 }
 

@@ -294,7 +294,7 @@ mod tests {
         let loaded = m.into_loaded();
         assert_eq!(loaded.specs[&4].argv, ["./big", "input"]);
         let mut jobs: Vec<SavedJob> = loaded.jobs.into_iter().collect();
-        crate::job::attach_spec(&mut jobs[0], &loaded.specs);
+        crate::job::read_back::attach_spec(&mut jobs[0], &loaded.specs);
         assert_eq!(jobs[0].argv, ["./big", "input"]);
     }
 

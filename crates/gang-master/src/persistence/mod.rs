@@ -60,7 +60,7 @@ pub struct Initial {
     pub drained: Vec<(u32, u32)>,
 }
 
-/// Saved jobs with their arrays' specs put back (`job::attach_spec`), each job not ended
+/// Saved jobs with their arrays' specs put back (`job::read_back::attach_spec`), each job not ended
 /// checked as read back (`check_read_back`): a row a store's other writer forged or broke
 /// is failed, never run.
 fn attached(
@@ -70,12 +70,12 @@ fn attached(
 ) -> Box<dyn Iterator<Item = SavedJob> + Send> {
     let mut users = std::collections::HashMap::new();
     Box::new(records.map(move |mut r| {
-        crate::job::attach_spec(&mut r, &specs);
+        crate::job::read_back::attach_spec(&mut r, &specs);
         if !r.state().is_final()
             && let Err(why) = check_read_back(&r, allow_root, &mut users)
         {
             tracing::error!(job = %r.id, "a saved job is refused: {why}");
-            crate::job::fail_read_back(
+            crate::job::read_back::fail_read_back(
                 &mut r,
                 format!("refused when the master read it back: {why}"),
             );

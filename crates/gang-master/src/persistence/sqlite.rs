@@ -379,14 +379,14 @@ mod tests {
         let mut jobs = store.load_jobs().unwrap();
         assert_eq!(jobs.len(), 100);
         for j in &mut jobs {
-            crate::job::attach_spec(j, &specs);
+            crate::job::read_back::attach_spec(j, &specs);
             assert_eq!(j.argv[1].len(), 200_000);
             assert_eq!(j.env["BIG"].len(), 800_000);
         }
         // A task row whose spec is gone is not run with the placeholder.
         let mut orphan = jobs[5].clone();
         orphan.spec_of = Some(gang_core::JobId(77));
-        crate::job::attach_spec(&mut orphan, &Default::default());
+        crate::job::read_back::attach_spec(&mut orphan, &Default::default());
         assert_eq!(orphan.state(), crate::job::State::Failed);
         assert!(
             orphan.reason.contains("spec of array 77 is missing"),

@@ -43,8 +43,10 @@ use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
 
 use crate::config::MasterConfig;
 use crate::error::Result;
-pub use reactor::nodes::Node;
+use crate::job::State;
+use effects::{Effect, Effects, Save};
 pub use records::jobs::JobTable;
+pub use records::node_table::Node;
 use records::node_table::NodeTable;
 
 /// The instant a round is handled at, read once by the actor.
@@ -102,7 +104,7 @@ pub struct MasterState {
     /// What each user has queued (see `queued`), kept with its own undo journal.
     queued: records::queued::Queued,
     /// Who waits on what, and which gated jobs to look at again (see `gates`).
-    gates: policy::dependency::GateIndex,
+    gates: records::gate_index::GateIndex,
 }
 
 /// Move a job's record to `to` through the transition table (`job::transition`); a move the
@@ -242,5 +244,31 @@ impl MasterState {
     fn coord(&self, i: usize) -> (u32, u32) {
         let w = self.cfg.mesh.w;
         (i as u32 % w, i as u32 / w)
+    }
+}
+
+impl MasterState {
+    /// Persist a job and announce it (both take effect with the round), and count it in
+    /// its owner's queued jobs while it is queued.
+    pub(in crate::state) fn save(&mut self, fx: &mut Effects, now: Now, id: JobId) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        let queued = job.record.state() == State::Queued;
+        if queued != job.charged {
+            let (uid, spec) = (job.record.owner.uid, job.record.spec.clone());
+            if queued {
+                self.queued.charge(uid, &spec);
+            } else {
+                self.queued.uncharge(uid, &spec);
+            }
+            self.jobs.get_mut(id).expect("present").charged = queued;
+        }
+        self.job_changed(id);
+        let job = self.jobs.get(id).expect("present");
+        fx.emit(Effect::Save(Save::Job(Box::new(
+            job.persisted(self.home_slice(id)),
+        ))));
+        fx.emit(Effect::JobChanged(Box::new(self.job_view(job, now))));
     }
 }

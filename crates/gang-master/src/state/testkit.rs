@@ -334,7 +334,7 @@ impl World {
             .values()
             .cloned()
             .map(|mut r| {
-                crate::job::attach_spec(&mut r, &fx.specs);
+                crate::job::read_back::attach_spec(&mut r, &fx.specs);
                 r
             })
             .collect();

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use gang_core::JobId;
 
-use super::Gate;
+use super::gate::Gate;
 use crate::job::{Job, State};
 use crate::state::MasterState;
 

@@ -3,64 +3,13 @@
 //! id ([`Named`]) until one of them changes, and who waits on what ([`GateIndex`]), so that
 //! a round looks only at the gated jobs something changed for.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
-
 use gang_core::JobId;
 use gang_core::schedule::dependency::{self, Dep, Upstream, Verdict};
 
-use super::Gate;
+use super::gate::Gate;
 use crate::job::{Job, State};
 use crate::state::MasterState;
-
-/// What gates are judged from, kept between rounds so that a round looks only at what
-/// changed: who waits on what (an id a dependency names: a job, or an array's first task),
-/// which gated jobs to look at again, and what the jobs each named id stands for are now.
-#[derive(Debug, Default)]
-pub(in crate::state) struct GateIndex {
-    /// Jobs whose dependencies name each id. Never taken back with a round (a job that
-    /// never was only costs a look), and pruned as it is read.
-    dependents: HashMap<u64, Vec<JobId>>,
-    /// Gated jobs to look at again: something they wait on changed, or they are new.
-    pub(in crate::state) dirty: BTreeSet<JobId>,
-    /// The distinct states of the jobs each named id stands for, until one of them changes
-    /// (filled by readers: views find them too; only the state task takes the lock).
-    summaries: Mutex<HashMap<u64, Named>>,
-}
-
-impl GateIndex {
-    /// `job` waits on `deps`: their changes are its to look at.
-    pub(in crate::state) fn wait_on(&mut self, job: JobId, deps: &[Dep]) {
-        for d in deps {
-            let v = self.dependents.entry(d.job).or_default();
-            if !v.contains(&job) {
-                v.push(job);
-            }
-        }
-        self.dirty.insert(job);
-    }
-
-    /// A round was taken back: what was found from its changes may be wrong.
-    pub(in crate::state) fn forget_summaries(&self) {
-        self.summaries().clear();
-    }
-
-    fn summaries(&self) -> MutexGuard<'_, HashMap<u64, Named>> {
-        self.summaries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// What the jobs an id named by dependencies stands for are now: all a verdict needs (their
-/// distinct states), and what a pending reason says of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::state) struct Named {
-    classes: Vec<Upstream>,
-    /// Jobs it stands for (an array's tasks), and how many of them ended.
-    total: u32,
-    ended: u32,
-    /// The job's state, when it stands for one job.
-    single: Option<State>,
-}
+use crate::state::records::gate_index::Named;
 
 fn upstream_of(state: State) -> Upstream {
     match state {
@@ -207,11 +156,7 @@ impl MasterState {
     pub(in crate::state) fn dependency_text(&self, d: Dep) -> String {
         let named = self.upstream(d.job);
         let what = match named.single {
-            Some(state) => format!(
-                "job {} is {}",
-                d.job,
-                crate::state::reactor::messaging::state_word(state)
-            ),
+            Some(state) => format!("job {} is {}", d.job, state.word()),
             None => format!(
                 "array {}: {} of {} tasks ended",
                 d.job, named.ended, named.total

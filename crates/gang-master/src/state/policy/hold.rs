@@ -6,10 +6,9 @@ use crate::error::{MasterError, Result};
 use crate::job::{Hold, Job, State};
 use crate::state::effects::Effects;
 use crate::state::events::Caller;
-use crate::state::reactor::messaging::state_word;
 use crate::state::{MasterState, Now};
 
-use super::Gate;
+use super::gate::Gate;
 
 /// A hold keeps a job out of the queue whatever else holds.
 pub(in crate::state) fn gate(job: &Job) -> Option<Gate> {
@@ -35,7 +34,7 @@ pub(in crate::state) fn check_update(job: &Job, caller: &Caller, hold: Option<bo
     match hold {
         Some(true) if state != State::Queued => Err(MasterError::NotQueued {
             job: id,
-            state: state_word(state),
+            state: state.word(),
             action: "held",
         }),
         Some(false) if job.record.hold.as_ref().is_some_and(|h| h.admin) && !caller.admin => {

@@ -12,38 +12,25 @@
 
 pub mod array_throttle;
 pub mod dependency;
+pub mod gate;
 pub mod hold;
 pub mod steps;
 pub mod time_limit;
 
 use std::collections::HashMap;
 
-use gang_core::schedule::dependency::{Dep, Upstream};
 use gang_core::{JobId, JobSpec, Shape};
 
 use crate::error::{MasterError, Result};
-use crate::job::{Hold, Job};
+use crate::job::Job;
 use crate::state::effects::Effects;
 use crate::state::{MasterState, Now};
 use dependency::never_text;
+pub(in crate::state) use gate::Gate;
 
 /// Gated jobs looked at in one round at most: a round's cost stays bounded however many
 /// wait; the others are looked at in the next rounds (a tick comes every 100 ms).
 const ADMIT_PER_ROUND: usize = 2048;
-
-/// Why a queued job is kept out of the core's queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::state) enum Gate {
-    Held(Hold),
-    Dependency(Dep),
-    /// Its array has this many tasks queued for nodes or running: its limit.
-    Throttled {
-        array: JobId,
-        limit: u32,
-    },
-    /// A dependency that can never hold: the job ends.
-    Never(Dep, Upstream),
-}
 
 impl MasterState {
     /// What keeps `job` out of the queue now, if anything: each policy in turn.

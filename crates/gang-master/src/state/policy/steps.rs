@@ -67,7 +67,7 @@ impl MasterState {
             )));
         }
         if !a.record.state().is_placed() || a.allocation_over() {
-            let state = crate::state::reactor::messaging::state_word(a.record.state());
+            let state = a.record.state().word();
             let state = if a.record.state().is_placed() {
                 "ending"
             } else {
@@ -269,7 +269,7 @@ impl MasterState {
         if state.is_final() {
             return Err(MasterError::AlreadyEnded {
                 job: id,
-                state: crate::state::reactor::messaging::state_word(state),
+                state: state.word(),
             });
         }
         if state == State::Queued {

@@ -42,7 +42,7 @@ impl MasterState {
             s if s.is_final() && by.is_some() => {
                 return Err(MasterError::AlreadyEnded {
                     job: id,
-                    state: crate::state::reactor::messaging::state_word(s),
+                    state: s.word(),
                 });
             }
             State::Starting | State::Running if job.cancelled.is_none() => {

@@ -17,18 +17,6 @@ use crate::state::effects::{Coord, Effect, Effects, Metric};
 use crate::state::events::FenceArrival;
 use crate::state::{MasterState, Now};
 
-pub(in crate::state) fn state_word(s: State) -> &'static str {
-    match s {
-        State::Queued => "queued",
-        State::Starting => "starting",
-        State::Running => "running",
-        State::Completed => "completed",
-        State::Failed => "failed",
-        State::Cancelled => "cancelled",
-        State::Timeout => "timed out",
-    }
-}
-
 /// Whether `node` is where `rank` of `job` runs.
 pub(in crate::state) fn runs_there(job: &Job, rank: u32, node: Coord) -> bool {
     rank < job.size() && job.node_of(rank) == Some(node)
@@ -152,7 +140,7 @@ impl MasterState {
                     "failing"
                 }
             } else {
-                state_word(job.record.state())
+                job.record.state().word()
             };
             return Err(MasterError::NotRunning { job: id, state });
         }

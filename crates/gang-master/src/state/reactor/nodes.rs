@@ -7,30 +7,12 @@ use tracing::{info, warn};
 use crate::error::{MasterError, Result};
 use crate::job::Rank;
 use crate::state::effects::{Coord, Effect, Effects, Save};
-use crate::state::events::{Caller, ClockReport, Heartbeat, Registered, Registration};
+use crate::state::events::{Caller, Heartbeat, Registered, Registration};
 use crate::state::views::NodeView;
 use crate::state::{MasterState, Now};
 
 /// A table the agent has not acknowledged is sent again after this long.
 const TABLE_RESEND_NS: i64 = 500_000_000;
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Node {
-    pub address: Option<String>,
-    pub up: bool,
-    pub drained: bool,
-    /// When it was last heard from (the master's responsive time, `Now::live_ns`).
-    pub heard_live_ns: i64,
-    /// When its last heartbeat came (wall clock, for people).
-    pub heartbeat_wall_ns: i64,
-    pub clock: ClockReport,
-    /// The newest slice table version the agent acknowledged.
-    pub table_version: u64,
-    /// The last version sent, and when (monotonic): a heartbeat behind it triggers a resend.
-    pub table_sent: Option<(u64, i64)>,
-    /// A call to it failed to reach it since it was last heard from.
-    pub unreachable: bool,
-}
 
 impl MasterState {
     pub(in crate::state) fn unknown_node(&self, (x, y): Coord) -> MasterError {

@@ -12,8 +12,6 @@ use crate::state::records::queued::spec_bytes;
 use crate::state::views::JobView;
 use crate::state::{MasterState, Now};
 
-use crate::state::reactor::messaging::state_word;
-
 pub fn on_update(
     st: &mut MasterState,
     fx: &mut Effects,
@@ -48,7 +46,7 @@ fn check(st: &MasterState, caller: &Caller, u: &JobUpdate) -> Result<()> {
     if state.is_final() {
         return Err(MasterError::AlreadyEnded {
             job: id,
-            state: state_word(state),
+            state: state.word(),
         });
     }
     time_limit::check_update(job, caller, u.time_limit_s)?;

@@ -2,7 +2,7 @@
 //! back is taken back exactly: the job table, the node table, and what each user has
 //! queued.
 
+pub mod gate_index;
 pub mod jobs;
 pub mod node_table;
 pub mod queued;
-mod save;

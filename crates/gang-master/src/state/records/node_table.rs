@@ -6,7 +6,27 @@
 
 use std::ops::{Index, IndexMut};
 
-use crate::state::reactor::nodes::Node;
+use crate::state::events::ClockReport;
+
+/// One node as the master knows it: where its agent listens, whether it is up or
+/// drained, when it was last heard, its clock and the slice table it has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Node {
+    pub address: Option<String>,
+    pub up: bool,
+    pub drained: bool,
+    /// When it was last heard from (the master's responsive time, `Now::live_ns`).
+    pub heard_live_ns: i64,
+    /// When its last heartbeat came (wall clock, for people).
+    pub heartbeat_wall_ns: i64,
+    pub clock: ClockReport,
+    /// The newest slice table version the agent acknowledged.
+    pub table_version: u64,
+    /// The last version sent, and when (monotonic): a heartbeat behind it triggers a resend.
+    pub table_sent: Option<(u64, i64)>,
+    /// A call to it failed to reach it since it was last heard from.
+    pub unreachable: bool,
+}
 
 #[derive(Debug, Default)]
 pub struct NodeTable {
