@@ -57,20 +57,5 @@ pub(crate) fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// An error and its sources, joined by ": ", a source whose message the text already holds
-/// left out (tonic's transport errors say little alone, and repeat their causes). The one
-/// printer of error chains for `gang-local` and the CLI; an `anyhow::Error` passes as
-/// `error_chain(e.as_ref())`.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let m = s.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        src = s.source();
-    }
-    out
-}
+// The one printer of error chains lives with the client, below this crate.
+pub use gang_proto::client::error_chain;

@@ -114,7 +114,10 @@ fn tuned(e: Endpoint, connect_timeout: Duration, request_timeout: Option<Duratio
         .keep_alive_while_idle(true)
 }
 
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes on one line, a cause left out when the text before already
+/// holds it (tonic and hyper repeat theirs). The one printer of error chains: the CLI and
+/// `gang-local` use it too.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {
@@ -170,7 +173,7 @@ pub async fn connect_with_request_timeout(
                 }
             }))
             .await
-            .map_err(|e| ConnectError::Unreachable(chain(&e)))?
+            .map_err(|e| ConnectError::Unreachable(error_chain(&e)))?
         }
         Target::Tls(uri) => {
             let Some(ca) = &creds.ca else {
@@ -188,11 +191,11 @@ pub async fn connect_with_request_timeout(
             }
             let e = Endpoint::from_shared(uri.clone())
                 .and_then(|e| e.tls_config(tls))
-                .map_err(|e| ConnectError::Config(format!("{uri}: {}", chain(&e))))?;
+                .map_err(|e| ConnectError::Config(format!("{uri}: {}", error_chain(&e))))?;
             tuned(e, connect_timeout, request_timeout)
                 .connect()
                 .await
-                .map_err(|e| ConnectError::Unreachable(chain(&e)))?
+                .map_err(|e| ConnectError::Unreachable(error_chain(&e)))?
         }
     };
     Ok(InterceptedService::new(channel, bearer))
