@@ -7,6 +7,7 @@
 //! Served only while waiting (from the first time the election says another leads), and
 //! stopped, its ports released, before the leader's own servers bind them.
 
+use anyhow::Context as _;
 use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
@@ -169,6 +170,40 @@ async fn serve(
     }
 }
 
+/// The standby's three listeners, bound again every second while a port is busy (a port
+/// held a moment by another process is no reason to stand by mute for good); `None` once
+/// told to stop. The socket is bound last, so a client that finds it is answered: a socket
+/// file left behind by a failed start would refuse every connection.
+async fn bind_ports(
+    cfg: &DaemonConfig,
+    mut stop: watch::Receiver<bool>,
+) -> Option<(
+    tokio::net::UnixListener,
+    tokio::net::TcpListener,
+    tokio::net::TcpListener,
+)> {
+    loop {
+        let bound = async {
+            let clients = tokio::net::TcpListener::bind(cfg.listen)
+                .await
+                .with_context(|| format!("clients' port {}", cfg.listen))?;
+            let agents = tokio::net::TcpListener::bind(cfg.agent_listen)
+                .await
+                .with_context(|| format!("agents' port {}", cfg.agent_listen))?;
+            let unix = crate::unix_socket::bind_socket(&cfg.socket)?;
+            anyhow::Ok((unix, clients, agents))
+        };
+        match bound.await {
+            Ok(all) => return Some(all),
+            Err(e) => warn!("standing by, not yet answering (trying again in 1 s): {e:#}"),
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return None,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
+}
+
 async fn try_serve(
     cfg: &DaemonConfig,
     leader: Arc<RwLock<String>>,
@@ -191,9 +226,9 @@ async fn try_serve(
             .http2_keepalive_timeout(Some(limits.keepalive_timeout))
             .layer(StreamCountLayer)
     };
-    let unix = crate::unix_socket::bind_socket(&cfg.socket)?;
-    let clients = tokio::net::TcpListener::bind(cfg.listen).await?;
-    let agents = tokio::net::TcpListener::bind(cfg.agent_listen).await?;
+    let Some((unix, clients, agents)) = bind_ports(cfg, stop.clone()).await else {
+        return Ok(());
+    };
     info!(
         socket = %cfg.socket.display(),
         clients = %cfg.listen,

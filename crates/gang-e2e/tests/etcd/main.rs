@@ -71,8 +71,10 @@ fn pair_with_lease(etcd: &EtcdCluster, prefix: &str, lease_s: &str) -> Pair {
     let standby = c
         .standby_master(b_listen, b_agents, &b_sock, &b_ready, &b_log)
         .unwrap();
-    wait_for(T, "the second master to stand by", || {
-        read(&b_log).contains("standing by").then_some(())
+    wait_showing(&b_log, "the second master to stand by, answering", || {
+        read(&b_log)
+            .contains("standing by: calls are answered")
+            .then_some(())
     });
     assert!(!b_ready.exists(), "a standby must not serve");
     let both = Masters(format!("{},unix:{}", c.master_addr(), b_sock.display()));
