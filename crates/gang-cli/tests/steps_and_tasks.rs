@@ -184,7 +184,7 @@ fn a_batch_jobs_steps_are_named_alloc_dot_step_everywhere() {
         (
             vec!["job".into(), format!("{id}-{}", id + 1)],
             2,
-            "gangctl job takes one job".into(),
+            "name one job: ID, ID.STEP, ID_TASK or `last`".into(),
         ),
         (
             vec!["output".into(), format!("{id}.x")],

@@ -85,7 +85,7 @@ pub enum Cmd {
         /// Only these jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array
         /// tasks (17_3, 17_[1,3,5-7]), or `last` (your newest job that is not a step). An
         /// id, step or task that does not exist is an error; a range skips missing ones.
-        #[arg(value_name = "JOBS|last")]
+        #[arg(value_name = "IDS|RANGES|last", value_parser = job_refs)]
         ids: Vec<String>,
         /// Also finished jobs (completed, failed, cancelled, timeout).
         #[arg(short, long)]
@@ -115,8 +115,8 @@ pub enum Cmd {
     /// (X-RANGE,Y-RANGE, as drain takes it), shape, reason, array (ARRAY_TASK),
     /// dependency, usercpu, systemcpu, totalcpu (CPU time of all the ranks' processes,
     /// from cgroups made for each rank), maxrss (the largest memory high-water mark of a
-    /// rank), maxrssnode (that rank's node, X,Y) and cputime (elapsed x nodes, a rank
-    /// each: sacct's CPUTime); "-" where not measured. As sacct's, a column may have a
+    /// rank), maxrssnode (sacct's MaxRSSNode: that rank's node, X,Y) and cputime (sacct's
+    /// CPUTime: elapsed x nodes, a rank each); "-" where not measured. As sacct's, a column may have a
     /// width: State%20 (20 characters, right justified), JobName%-10 (left justified);
     /// a longer value is cut, its last character a `+`.
     ///
@@ -128,10 +128,10 @@ pub enum Cmd {
     Acct {
         /// Only these jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array
         /// tasks (17_3, 17_[1-4]), or `last`.
-        #[arg(value_name = "JOBS|last")]
+        #[arg(value_name = "IDS|RANGES|last", value_parser = job_refs)]
         ids: Vec<String>,
-        /// Only these jobs (as JOBS), as sacct's -j; may be repeated.
-        #[arg(short = 'j', long = "jobs", value_name = "JOBS")]
+        /// Only these jobs (as above), as sacct's -j; may be repeated.
+        #[arg(short = 'j', long = "jobs", value_name = "IDS", value_parser = job_refs)]
         jobs: Vec<String>,
         /// Allocations and jobs only, without their steps (sacct's -X).
         #[arg(short = 'X', long)]
@@ -146,7 +146,8 @@ pub enum Cmd {
         /// job ids: any time].
         #[arg(short = 'S', long, value_name = "T", value_parser = since_now)]
         since: Option<i64>,
-        /// The columns, comma-separated, as sacct's --format (JobID,Elapsed also works).
+        /// The columns, comma-separated, as sacct's --format (JobID,Elapsed,CPUTime,
+        /// MaxRSSNode,State%20 also work).
         #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::jobs::acct::DEFAULT_FORMAT, value_parser = crate::jobs::acct::parse_format_arg)]
         format: crate::jobs::acct::Format,
         /// At most this many jobs (0: the master's limit, 1000).
@@ -209,7 +210,7 @@ pub enum Cmd {
     Job {
         /// The job: its id, ALLOCATION.STEP (12.1), ARRAY_TASK (17_3) or `last` (your
         /// newest job that is not a step).
-        #[arg(value_name = "JOB")]
+        #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
     },
 
@@ -228,7 +229,7 @@ pub enum Cmd {
     Cancel {
         /// Jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array tasks (17_3,
         /// 17_[1,3,5-7]).
-        #[arg(value_name = "JOBS")]
+        #[arg(value_name = "IDS|RANGES", value_parser = job_refs)]
         ids: Vec<String>,
         /// Only jobs of this user (a name or a uid).
         #[arg(short, long, value_name = "USER")]
@@ -247,7 +248,7 @@ pub enum Cmd {
     Hold {
         /// Jobs, comma-separated: ids and ranges (3,5-9), array tasks (17_3, 17_[1-4]), or
         /// `last`; ranges pick among queued jobs.
-        #[arg(value_name = "JOBS|last", required = true)]
+        #[arg(value_name = "IDS|RANGES", required = true, value_parser = job_refs)]
         ids: Vec<String>,
     },
 
@@ -256,7 +257,7 @@ pub enum Cmd {
     Release {
         /// Jobs, comma-separated: ids and ranges (3,5-9), array tasks (17_3, 17_[1-4]), or
         /// `last`; ranges pick among queued jobs.
-        #[arg(value_name = "JOBS|last", required = true)]
+        #[arg(value_name = "IDS|RANGES", required = true, value_parser = job_refs)]
         ids: Vec<String>,
     },
 
@@ -267,7 +268,7 @@ pub enum Cmd {
     )]
     Update {
         /// The job: its id, ARRAY_TASK (17_3) or `last`.
-        #[arg(value_name = "JOB")]
+        #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
         /// The new time limit (Slurm's formats, or 90s, 5m, 2h; 0: none).
         #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
@@ -366,7 +367,7 @@ pub enum Cmd {
     )]
     Attach {
         /// The job: its id, ALLOCATION.STEP (12.0), ARRAY_TASK (17_3) or `last`.
-        #[arg(value_name = "JOB")]
+        #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
         /// Prefix every output line with the rank that wrote it ("3: hello").
         #[arg(short, long)]
@@ -389,7 +390,7 @@ pub enum Cmd {
     )]
     Output {
         /// The job: its id, ALLOCATION.STEP (12.1), ARRAY_TASK (17_3) or `last`.
-        #[arg(value_name = "JOB")]
+        #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
         /// Only this rank's output (0 to the job's size - 1).
         #[arg(short, long, value_name = "N")]
@@ -485,6 +486,19 @@ pub enum CertsCmd {
         #[arg(long, default_value_t = gang_auth::pki::DEFAULT_DAYS)]
         days: i64,
     },
+}
+
+/// A job list as typed (`3,5-9`, `12.1`, `17_[1-4]`, `last`), checked as clap reads it.
+fn job_refs(s: &str) -> Result<String, String> {
+    crate::jobs::job_ref::parse_named(&[s.to_string()]).map(|_| s.to_string())
+}
+
+/// One job (`12`, `12.1`, `17_3`, `last`), checked as clap reads it.
+fn one_job(s: &str) -> Result<String, String> {
+    match crate::jobs::job_ref::parse_named(&[s.to_string()])? {
+        Some(n) if crate::jobs::resolve::names_one(&n) => Ok(s.to_string()),
+        _ => Err("name one job: ID, ID.STEP, ID_TASK or `last`".into()),
+    }
 }
 
 /// `--since`, against the clock when the command line is read.

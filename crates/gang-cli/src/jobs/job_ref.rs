@@ -121,7 +121,9 @@ fn split_outside_brackets(arg: &str) -> Result<Vec<&str>, String> {
         }
     }
     if open {
-        return Err(format!("a `[` without its `]` in {arg:?}: write 17_[1-4]"));
+        return Err(format!(
+            "a `[` without its `]` in {arg:?} (tasks go as 17_[1-4])"
+        ));
     }
     parts.push(&arg[start..]);
     Ok(parts)
@@ -334,7 +336,7 @@ mod tests {
         #[test]
         fn what_is_printed_parses_back(rs in prop::collection::vec(a_ref(), 1..6)) {
             let text = rs.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
-            prop_assert_eq!(parse_named(&[text.clone()]), Ok(Some(Named::Refs(rs))), "{}", text);
+            prop_assert_eq!(parse_named(std::slice::from_ref(&text)), Ok(Some(Named::Refs(rs))), "{}", text);
         }
 
         #[test]

@@ -86,14 +86,16 @@ async fn lookup<'a>(
     known: &'a mut HashMap<u64, JobInfo>,
     id: u64,
 ) -> Result<&'a JobInfo, CliError> {
-    if !known.contains_key(&id) {
-        let j = client
-            .get_job(GetJobRequest { job_id: id })
-            .await?
-            .into_inner();
-        known.insert(id, j);
-    }
-    Ok(&known[&id])
+    Ok(match known.entry(id) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let j = client
+                .get_job(GetJobRequest { job_id: id })
+                .await?
+                .into_inner();
+            e.insert(j)
+        }
+    })
 }
 
 /// Step `step` of allocation `alloc` (steps are numbered from 0 in their order).

@@ -37,9 +37,13 @@ enum Line<'a> {
     Waiting(Vec<&'a JobInfo>),
 }
 
+/// What queued tasks of an array share when they wait together: the array, who holds
+/// them and whether an admin, and why they wait.
+type Together<'a> = (u64, &'a str, bool, &'a str);
+
 /// What queued tasks must share to wait together: their array, who holds them, and
 /// (unless held: the master's text names each task) why they wait.
-fn waits_with(j: &JobInfo) -> Option<(u64, &str, bool, &str)> {
+fn waits_with(j: &JobInfo) -> Option<Together<'_>> {
     (j.state() == JobState::Queued && j.array_job_id != 0 && j.array_task_id.is_some()).then(|| {
         let why = if j.held_by.is_empty() {
             j.pending_reason.as_str()
@@ -53,7 +57,7 @@ fn waits_with(j: &JobInfo) -> Option<(u64, &str, bool, &str)> {
 /// The lines, in the jobs' order; a compact line where its first task was.
 fn lines(jobs: &[JobInfo]) -> Vec<Line<'_>> {
     let mut out: Vec<Line> = Vec::new();
-    let mut groups: Vec<(Option<(u64, &str, bool, &str)>, usize)> = Vec::new();
+    let mut groups: Vec<(Option<Together>, usize)> = Vec::new();
     for j in jobs {
         let key = waits_with(j);
         let at = key.and_then(|k| groups.iter().find(|g| g.0 == Some(k)).map(|g| g.1));
