@@ -57,8 +57,9 @@ fn with_job(cmd: &str, ids: Ids) -> String {
 }
 
 /// A batch job of two steps, waited to its end: what `12.0` and `12.1` name.
-fn allocation_with_steps(c: &gang_local::LocalCluster, path: &str) -> u64 {
+fn allocation_with_steps(c: &gang_local::LocalCluster, path: &str, dir: &Path) -> u64 {
     let o = cmd(GANGCTL, c)
+        .current_dir(dir)
         .env("PATH", path)
         .args([
             "submit",
@@ -94,7 +95,7 @@ fn every_gang_command_of_the_slurm_table_works() {
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap());
-    let allocation = allocation_with_steps(&c, &path);
+    let allocation = allocation_with_steps(&c, &path, dir.path());
     for cmd in cmds {
         let words: Vec<&str> = cmd.split(' ').collect();
         let named = |f: fn(&str) -> bool| words.iter().any(|w| f(w));

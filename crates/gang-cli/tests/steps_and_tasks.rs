@@ -61,7 +61,10 @@ fn first_cells(table: &str) -> Vec<String> {
 #[test]
 fn a_batch_jobs_steps_are_named_alloc_dot_step_everywhere() {
     let Some(c) = cluster((2, 2), 1) else { return };
+    // The script's output file (gang-%j.out) goes there, not into the source tree.
+    let dir = tempfile::tempdir().unwrap();
     let o = cmd_p(GANGCTL, &c)
+        .current_dir(dir.path())
         .args([
             "submit",
             "-N",
