@@ -74,13 +74,18 @@ pub enum Cmd {
     /// A queued job's SUBMESH(REASON) says why it waits, as squeue's NODELIST(REASON):
     /// (waiting for node (1,0): drained), (priority): another job is ahead of it,
     /// (resources): it is next and nothing free fits it now.
+    ///
+    /// A step is named ALLOCATION.STEP (12.1) and listed under its allocation, an array
+    /// task ARRAY_TASK (17_3); the queued tasks of an array that wait together are one
+    /// line, as squeue's: 17_[4-20%4] (their indices, and %N: at most N run at once).
     #[command(
-        after_help = "Examples:\n  gangctl jobs 12\n  gangctl jobs 3,5-9\n  gangctl jobs last\n  gangctl jobs --user alice --state running,PD\n  gangctl jobs --since 1h\n  gangctl jobs --since 2024-05-01T12:00"
+        after_help = "Examples:\n  gangctl jobs 12\n  gangctl jobs 3,5-9\n  gangctl jobs 12.1 17_3 '17_[10-20]'\n  gangctl jobs last\n  gangctl jobs --user alice --state running,PD\n  gangctl jobs --since 1h\n  gangctl jobs --since 2024-05-01T12:00"
     )]
     Jobs {
-        /// Only these jobs: ids and ranges, comma-separated (3,5-9), or `last` (your
-        /// newest job). An id that does not exist is an error; a range skips missing ids.
-        #[arg(value_name = "IDS|RANGES|last")]
+        /// Only these jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array
+        /// tasks (17_3, 17_[1,3,5-7]), or `last` (your newest job that is not a step). An
+        /// id, step or task that does not exist is an error; a range skips missing ones.
+        #[arg(value_name = "IDS|RANGES|last", value_parser = job_refs)]
         ids: Vec<String>,
         /// Also finished jobs (completed, failed, cancelled, timeout).
         #[arg(short, long)]
@@ -109,15 +114,28 @@ pub enum Cmd {
     /// scheduled in its time slices), timelimit, submit, start, end, nnodes, nodelist
     /// (X-RANGE,Y-RANGE, as drain takes it), shape, reason, array (ARRAY_TASK),
     /// dependency, usercpu, systemcpu, totalcpu (CPU time of all the ranks' processes,
-    /// from cgroups made for each rank) and maxrss (the largest memory high-water mark of
-    /// a rank); "-" where not measured.
+    /// from cgroups made for each rank), maxrss (the largest memory high-water mark of a
+    /// rank), maxrssnode (sacct's MaxRSSNode: that rank's node, X,Y) and cputime (sacct's
+    /// CPUTime: elapsed x nodes, a rank each); "-" where not measured. As sacct's, a column may have a
+    /// width: State%20 (20 characters, right justified), JobName%-10 (left justified);
+    /// a longer value is cut, its last character a `+`.
+    ///
+    /// An allocation (a batch job) is followed by its steps (12, 12.0, 12.1, ...; none
+    /// with -X); an array task is ARRAY_TASK (17_3).
     #[command(
-        after_help = "Examples:\n  gangctl acct\n  gangctl acct --since 7d --user alice\n  gangctl acct 12 -o jobid,elapsed,run,exitcode,nodelist\n  gangctl acct --state F,TO --output json"
+        after_help = "Examples:\n  gangctl acct\n  gangctl acct --since 7d --user alice\n  gangctl acct 12 -o jobid,elapsed,run,exitcode,nodelist\n  gangctl acct -j 12.1\n  gangctl acct -X -o JobID,CPUTime,MaxRSSNode,State%20\n  gangctl acct --state F,TO --output json"
     )]
     Acct {
-        /// Only these jobs: ids and ranges, comma-separated (3,5-9).
-        #[arg(value_name = "IDS|RANGES")]
+        /// Only these jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array
+        /// tasks (17_3, 17_[1-4]), or `last`.
+        #[arg(value_name = "IDS|RANGES|last", value_parser = job_refs)]
         ids: Vec<String>,
+        /// Only these jobs (as above), as sacct's -j; may be repeated.
+        #[arg(short = 'j', long = "jobs", value_name = "IDS", value_parser = job_refs)]
+        jobs: Vec<String>,
+        /// Allocations and jobs only, without their steps (sacct's -X).
+        #[arg(short = 'X', long)]
+        allocations: bool,
         /// Only jobs of this user (a name or a uid).
         #[arg(short, long, value_name = "USER")]
         user: Option<String>,
@@ -128,7 +146,8 @@ pub enum Cmd {
         /// job ids: any time].
         #[arg(short = 'S', long, value_name = "T", value_parser = since_now)]
         since: Option<i64>,
-        /// The columns, comma-separated, as sacct's --format (JobID,Elapsed also works).
+        /// The columns, comma-separated, as sacct's --format (JobID,Elapsed,CPUTime,
+        /// MaxRSSNode,State%20 also work).
         #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::jobs::acct::DEFAULT_FORMAT, value_parser = crate::jobs::acct::parse_format_arg)]
         format: crate::jobs::acct::Format,
         /// At most this many jobs (0: the master's limit, 1000).
@@ -184,11 +203,15 @@ pub enum Cmd {
         args: Vec<String>,
     },
 
-    /// Show one job (an allocation: with its steps).
+    /// Show one job (an allocation: with its steps), as scontrol show job.
+    #[command(
+        after_help = "Examples:\n  gangctl job 12\n  gangctl job 12.1\n  gangctl job 17_3\n  gangctl job last"
+    )]
     Job {
-        /// The job id.
-        #[arg(value_name = "ID")]
-        id: u64,
+        /// The job: its id, ALLOCATION.STEP (12.1), ARRAY_TASK (17_3) or `last` (your
+        /// newest job that is not a step).
+        #[arg(value_name = "ID", value_parser = one_job)]
+        id: String,
     },
 
     /// Cancel jobs (their ranks get SIGTERM, then SIGKILL after a grace), as scancel: by
@@ -198,13 +221,15 @@ pub enum Cmd {
     /// its ranks are being stopped` for a placed one. A job named by its id that has
     /// already ended is refused (`job N already completed`); the other jobs are still
     /// cancelled, and the exit status is then 1. A range skips ids that do not exist or
-    /// have ended.
+    /// have ended; so does a range of array tasks (17_[10-20] cancels those of its tasks
+    /// that are active, and no other).
     #[command(
-        after_help = "Examples:\n  gangctl cancel 12\n  gangctl cancel 71-75,80\n  gangctl cancel --user alice --state queued\n  gangctl cancel --state PD 100-200"
+        after_help = "Examples:\n  gangctl cancel 12\n  gangctl cancel 71-75,80\n  gangctl cancel 12.1\n  gangctl cancel '17_[10-20]'\n  gangctl cancel --user alice --state queued\n  gangctl cancel --state PD 100-200"
     )]
     Cancel {
-        /// Jobs: ids and ranges, comma-separated (3,5-9).
-        #[arg(value_name = "IDS|RANGES")]
+        /// Jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array tasks (17_3,
+        /// 17_[1,3,5-7]).
+        #[arg(value_name = "IDS|RANGES", value_parser = job_refs)]
         ids: Vec<String>,
         /// Only jobs of this user (a name or a uid).
         #[arg(short, long, value_name = "USER")]
@@ -217,17 +242,22 @@ pub enum Cmd {
 
     /// Hold queued jobs, as scontrol hold: they stay queued but do not start until
     /// released. Held by an admin, only an admin releases them.
-    #[command(after_help = "Examples:\n  gangctl hold 12\n  gangctl hold 20-29")]
+    #[command(
+        after_help = "Examples:\n  gangctl hold 12\n  gangctl hold 20-29\n  gangctl hold '17_[10-20]'"
+    )]
     Hold {
-        /// Jobs: ids and ranges, comma-separated (3,5-9); ranges pick among queued jobs.
-        #[arg(value_name = "IDS|RANGES", required = true)]
+        /// Jobs, comma-separated: ids and ranges (3,5-9), array tasks (17_3, 17_[1-4]), or
+        /// `last`; ranges pick among queued jobs.
+        #[arg(value_name = "IDS|RANGES", required = true, value_parser = job_refs)]
         ids: Vec<String>,
     },
 
     /// Release held jobs, as scontrol release: they are queued for nodes again.
+    #[command(after_help = "Examples:\n  gangctl release 12\n  gangctl release '17_[10-20]'")]
     Release {
-        /// Jobs: ids and ranges, comma-separated (3,5-9); ranges pick among queued jobs.
-        #[arg(value_name = "IDS|RANGES", required = true)]
+        /// Jobs, comma-separated: ids and ranges (3,5-9), array tasks (17_3, 17_[1-4]), or
+        /// `last`; ranges pick among queued jobs.
+        #[arg(value_name = "IDS|RANGES", required = true, value_parser = job_refs)]
         ids: Vec<String>,
     },
 
@@ -237,9 +267,9 @@ pub enum Cmd {
         after_help = "Examples:\n  gangctl update 12 --time-limit 30m\n  gangctl update 12 --name solver-big"
     )]
     Update {
-        /// The job id.
-        #[arg(value_name = "ID")]
-        id: u64,
+        /// The job: its id, ARRAY_TASK (17_3) or `last`.
+        #[arg(value_name = "ID", value_parser = one_job)]
+        id: String,
         /// The new time limit (Slurm's formats, or 90s, 5m, 2h; 0: none).
         #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
         time_limit: Option<u64>,
@@ -333,12 +363,12 @@ pub enum Cmd {
     /// attached; a job submitted with --detach reads /dev/null). Ctrl-C, SIGTERM or
     /// SIGHUP detach (exit 128+signal); the job runs on.
     #[command(
-        after_help = "Examples:\n  prun -n 2x2 --detach -- ./solver   # prints 12\n  gangctl attach 12\n  gangctl attach --label 12"
+        after_help = "Examples:\n  prun -n 2x2 --detach -- ./solver   # prints 12\n  gangctl attach 12\n  gangctl attach --label 12\n  gangctl attach 12.0   # step 0 of allocation 12, as sattach"
     )]
     Attach {
-        /// The job id.
-        #[arg(value_name = "ID")]
-        id: u64,
+        /// The job: its id, ALLOCATION.STEP (12.0), ARRAY_TASK (17_3) or `last`.
+        #[arg(value_name = "ID", value_parser = one_job)]
+        id: String,
         /// Prefix every output line with the rank that wrote it ("3: hello").
         #[arg(short, long)]
         label: bool,
@@ -356,12 +386,12 @@ pub enum Cmd {
     /// stdout. Streams written to files (prun --output/--error) are in those files, not
     /// here.
     #[command(
-        after_help = "Examples:\n  gangctl output 12\n  gangctl output 12 --rank 3 --stream stderr\n  gangctl output 12 --label | grep error"
+        after_help = "Examples:\n  gangctl output 12\n  gangctl output 12 --rank 3 --stream stderr\n  gangctl output 12.1\n  gangctl output 12 --label | grep error"
     )]
     Output {
-        /// The job id.
-        #[arg(value_name = "ID")]
-        id: u64,
+        /// The job: its id, ALLOCATION.STEP (12.1), ARRAY_TASK (17_3) or `last`.
+        #[arg(value_name = "ID", value_parser = one_job)]
+        id: String,
         /// Only this rank's output (0 to the job's size - 1).
         #[arg(short, long, value_name = "N")]
         rank: Option<u32>,
@@ -456,6 +486,19 @@ pub enum CertsCmd {
         #[arg(long, default_value_t = gang_auth::pki::DEFAULT_DAYS)]
         days: i64,
     },
+}
+
+/// A job list as typed (`3,5-9`, `12.1`, `17_[1-4]`, `last`), checked as clap reads it.
+fn job_refs(s: &str) -> Result<String, String> {
+    crate::jobs::job_ref::parse_named(&[s.to_string()]).map(|_| s.to_string())
+}
+
+/// One job (`12`, `12.1`, `17_3`, `last`), checked as clap reads it.
+fn one_job(s: &str) -> Result<String, String> {
+    match crate::jobs::job_ref::parse_named(&[s.to_string()])? {
+        Some(n) if crate::jobs::resolve::names_one(&n) => Ok(s.to_string()),
+        _ => Err("name one job: ID, ID.STEP, ID_TASK or `last`".into()),
+    }
 }
 
 /// `--since`, against the clock when the command line is read.

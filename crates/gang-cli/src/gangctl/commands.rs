@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use gang_auth::PeerName;
 use gang_local::driver::signals::StopSignals;
+use gang_proto::client::MasterChannel;
+use gang_proto::v1::job_service_client::JobServiceClient;
 use gang_proto::v1::{
     GetJobRequest, GetMatrixRequest, GetStatsRequest, JobInfo, JobState, ListNodesRequest,
     NodeRequest,
@@ -14,9 +16,12 @@ use super::cli::{CertsCmd, Program};
 use super::usage::bad_value;
 use crate::connect::{self, certs, tokens};
 use crate::error::CliError;
-use crate::jobs::job_filter::{self, JobFilter, JobSel, States};
+use crate::jobs::job_filter::{JobFilter, States};
+use crate::jobs::job_ref::{self, Named};
+use crate::jobs::resolve;
 use crate::output::OutputMode;
-use crate::output::views::{JobsView, MatrixView, NodeView, NodeViews, NodesView, StatsView};
+use crate::output::jobs_view::{JobsView, steps_after_allocations};
+use crate::output::views::{MatrixView, NodeView, NodeViews, NodesView, StatsView};
 use crate::prun::relay::Dest;
 
 /// `gangctl job` of an allocation lists at most this many of its steps (the newest).
@@ -37,13 +42,51 @@ pub(super) async fn start(
     }
 }
 
-/// The filter of `jobs` and `acct`; bad ids are a usage error.
-pub(super) fn job_filter(ids: &[String], user: Option<String>, since: Option<i64>) -> JobFilter {
-    let sel = job_filter::parse_job_sel(ids).unwrap_or_else(|e| bad_value(e));
-    JobFilter {
-        sel,
-        user,
-        since_ns: since,
+/// The jobs a command line names (`3,5-9`, `12.1`, `17_[1-4]`, `last`); a form it
+/// cannot read is a usage error.
+pub(super) fn named(ids: &[String]) -> Option<Named> {
+    job_ref::parse_named(ids).unwrap_or_else(|e| bad_value(e))
+}
+
+/// The one job `job`, `attach`, `output` and `update` take; more is a usage error.
+pub(super) fn one_named(cmd: &str, job: &str) -> Named {
+    match named(std::slice::from_ref(&job.to_string())) {
+        Some(n) if resolve::names_one(&n) => n,
+        _ => bad_value(format!(
+            "gangctl {cmd} takes one job: ID, ID.STEP, ID_TASK or `last`, got {job:?}"
+        )),
+    }
+}
+
+/// What `jobs` and `acct` list: the jobs named (looked up once connected), the user and
+/// time, the states, finished ones too (`all`), at most `limit` (0: the default).
+pub(super) struct Listing {
+    pub named: Option<Named>,
+    pub filter: JobFilter,
+    pub state: Option<States>,
+    pub all: bool,
+    pub limit: u32,
+}
+
+impl Listing {
+    pub fn new(
+        ids: &[String],
+        user: Option<String>,
+        since: Option<i64>,
+        state: Option<States>,
+        limit: u32,
+    ) -> Listing {
+        Listing {
+            named: named(ids),
+            filter: JobFilter {
+                sel: None,
+                user,
+                since_ns: since,
+            },
+            state,
+            all: false,
+            limit,
+        }
     }
 }
 
@@ -53,33 +96,39 @@ pub(super) fn job_filter(ids: &[String], user: Option<String>, since: Option<i64
 pub(super) async fn list_jobs(
     master: &str,
     mode: OutputMode,
-    filter: JobFilter,
-    state: Option<States>,
-    all: bool,
-    limit: u32,
+    listing: Listing,
 ) -> Result<i32, CliError> {
-    let (jobs, failed) = fetch_jobs(master, filter, state, all, limit).await?;
-    mode.print(&JobsView(&jobs));
+    let mut client = connect::job_client(master).await?;
+    let (jobs, failed) = fetch_jobs(&mut client, master, listing).await?;
+    mode.print(&JobsView(&steps_after_allocations(jobs)));
     Ok(if failed { 1 } else { 0 })
 }
 
 /// `gangctl acct`: as sacct, today's jobs (UTC) unless jobs or a time are named, oldest
-/// first.
+/// first, each allocation followed by its steps (none with `allocations_only`, sacct's
+/// `-X`).
 pub(super) async fn acct(
     master: &str,
     mode: OutputMode,
-    mut filter: JobFilter,
-    state: Option<States>,
+    mut listing: Listing,
     format: crate::jobs::acct::Format,
-    limit: u32,
+    allocations_only: bool,
 ) -> Result<i32, CliError> {
     let now = super::cli::now_ns();
-    let today = filter.sel.is_none().then_some(now - now % DAY_NS);
-    filter.since_ns = filter.since_ns.or(today);
-    let (mut jobs, failed) = fetch_jobs(master, filter, state, true, limit).await?;
+    let today = listing.named.is_none().then_some(now - now % DAY_NS);
+    listing.filter.since_ns = listing.filter.since_ns.or(today);
+    listing.all = true;
+    let states = listed_states(listing.state.clone(), true);
+    let mut client = connect::job_client(master).await?;
+    let (mut jobs, failed) = fetch_jobs(&mut client, master, listing).await?;
+    if allocations_only {
+        jobs.retain(|j| j.allocation_id == 0);
+    } else {
+        crate::jobs::listing::add_steps(&mut client, &mut jobs, &states).await?;
+    }
     jobs.sort_by_key(|j| j.id);
     mode.print(&crate::jobs::acct::AcctView {
-        jobs: &jobs,
+        jobs: &steps_after_allocations(jobs),
         columns: &format.0,
         now_ns: now,
     });
@@ -99,50 +148,54 @@ fn listed_states(state: Option<States>, history: bool) -> Vec<i32> {
     }
 }
 
-/// The jobs [`list_jobs`] shows, and whether a named one could not be fetched.
+/// The jobs [`list_jobs`] shows, newest first, and whether a named one could not be
+/// fetched.
 async fn fetch_jobs(
+    client: &mut JobServiceClient<MasterChannel>,
     master: &str,
-    filter: JobFilter,
-    state: Option<States>,
-    all: bool,
-    limit: u32,
+    l: Listing,
 ) -> Result<(Vec<JobInfo>, bool), CliError> {
+    let mut filter = l.filter;
+    if let Some(n) = &l.named {
+        filter.sel = Some(resolve::resolve(client, master, n).await?);
+    }
     // Naming jobs or a time is asking about history, as sacct does: finished ones too.
-    let history = all || filter.sel.is_some() || filter.since_ns.is_some();
-    let states = listed_states(state, history);
-    let mut client = connect::job_client(master).await?;
-    let want = match (filter.sel == Some(JobSel::Last), limit) {
-        (true, _) => 1,
-        (false, 0) => DEFAULT_LIMIT,
-        (false, n) => n as usize,
+    let history = l.all || filter.sel.is_some() || filter.since_ns.is_some();
+    let states = listed_states(l.state, history);
+    let want = match l.limit {
+        0 => DEFAULT_LIMIT,
+        n => n as usize,
     };
-    let listed = crate::jobs::listing::list(&mut client, &states, want).await?;
-    let mut jobs: Vec<_> = listed
-        .into_iter()
-        .filter(|j| filter.matches(j) || filter.sel == Some(JobSel::Last))
-        .collect();
+    // Single ids alone need no listing: each is asked for.
+    let mut jobs: Vec<JobInfo> = match &filter.sel {
+        Some(sel) if sel.ranges.is_empty() => Vec::new(),
+        _ => crate::jobs::listing::list(client, &states, want)
+            .await?
+            .into_iter()
+            .filter(|j| filter.matches(j))
+            .collect(),
+    };
     let mut failed = false;
-    if let Some(JobSel::Ids { single, .. }) = &filter.sel {
-        for &id in single {
-            if jobs.iter().any(|j| j.id == id) {
-                continue;
+    let single = filter.sel.as_ref().map_or(&[][..], |s| &s.single[..]);
+    for &id in single {
+        if jobs.iter().any(|j| j.id == id) {
+            continue;
+        }
+        match client.get_job(GetJobRequest { job_id: id }).await {
+            Ok(r) => {
+                let j = r.into_inner();
+                let state_ok = states.is_empty() || states.contains(&j.state);
+                if state_ok && filter.matches(&j) {
+                    jobs.push(j);
+                }
             }
-            match client.get_job(GetJobRequest { job_id: id }).await {
-                Ok(r) => {
-                    let j = r.into_inner();
-                    let state_ok = states.is_empty() || states.contains(&j.state);
-                    if state_ok && filter.matches(&j) {
-                        jobs.push(j);
-                    }
-                }
-                Err(status) => {
-                    eprintln!("gangctl: {}", CliError::Rpc(status));
-                    failed = true;
-                }
+            Err(status) => {
+                eprintln!("gangctl: {}", CliError::Rpc(status));
+                failed = true;
             }
         }
-        jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
     }
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
     Ok((jobs, failed))
 }
 
@@ -155,9 +208,10 @@ pub(super) fn script_source(wrap: Option<String>, script: Option<PathBuf>) -> cr
     }
 }
 
-/// `gangctl job ID`, with an allocation's steps (the newest ones if there are many).
-pub(super) async fn job(master: &str, mode: OutputMode, id: u64) -> Result<i32, CliError> {
+/// `gangctl job JOB`, with an allocation's steps (the newest ones if there are many).
+pub(super) async fn job(master: &str, mode: OutputMode, named: Named) -> Result<i32, CliError> {
     let mut client = connect::job_client(master).await?;
+    let id = resolve::resolve_one(&mut client, master, &named).await?;
     let job = client
         .get_job(GetJobRequest { job_id: id })
         .await?
@@ -188,16 +242,7 @@ pub(super) async fn cancel(
     state: Option<States>,
 ) -> Result<i32, CliError> {
     use crate::jobs::cancel::{CancelSel, cancel};
-    let sel = job_filter::parse_job_sel(ids)
-        .and_then(|sel| {
-            let filter = JobFilter {
-                sel,
-                user,
-                since_ns: None,
-            };
-            CancelSel::new(filter, state)
-        })
-        .unwrap_or_else(|e| bad_value(e));
+    let sel = CancelSel::new(named(ids), user, state).unwrap_or_else(|e| bad_value(e));
     cancel(master, mode, sel).await
 }
 
@@ -314,10 +359,10 @@ pub(super) async fn revoke(
     Ok(0)
 }
 
-/// `gangctl attach ID`.
+/// `gangctl attach JOB`.
 pub(super) async fn attach(
     master: &str,
-    id: u64,
+    job: &str,
     label: bool,
     verbose: bool,
     quiet: bool,
@@ -328,13 +373,13 @@ pub(super) async fn attach(
         verbose,
         quiet,
     };
-    attach(master, id, flags).await
+    attach(master, &one_named("attach", job), flags).await
 }
 
-/// `gangctl output ID`, of one rank or stream if asked.
+/// `gangctl output JOB`, of one rank or stream if asked.
 pub(super) async fn output(
     master: &str,
-    id: u64,
+    job: &str,
     rank: Option<u32>,
     stream: Option<String>,
     label: bool,
@@ -351,20 +396,20 @@ pub(super) async fn output(
         }),
         label,
     };
-    output(master, id, filter).await
+    output(master, &one_named("output", job), filter).await
 }
 
-/// `gangctl hold` (`hold`) or `release` (not): jobs named by id.
+/// `gangctl hold` (`hold`) or `release` (not): the jobs named.
 pub(super) async fn hold(
     master: &str,
     mode: OutputMode,
     ids: &[String],
     hold: bool,
 ) -> Result<i32, CliError> {
-    let sel = job_filter::parse_job_sel(ids)
-        .and_then(|s| s.ok_or_else(|| "name the jobs by id".to_string()))
-        .unwrap_or_else(|e| bad_value(e));
-    crate::jobs::job_update::hold(master, mode, sel, hold).await
+    let Some(named) = named(ids) else {
+        bad_value("name the jobs by id".to_string())
+    };
+    crate::jobs::job_update::hold(master, mode, named, hold).await
 }
 
 /// `gangctl completions SHELL [COMMAND]`.

@@ -34,24 +34,24 @@ pub async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError
             state,
             since,
             limit,
-        } => c::list_jobs(m, mode, c::job_filter(&ids, user, since), state, all, limit).await,
+        } => {
+            let mut listing = c::Listing::new(&ids, user, since, state, limit);
+            listing.all = all;
+            c::list_jobs(m, mode, listing).await
+        }
         Cmd::Acct {
-            ids,
+            mut ids,
+            jobs,
+            allocations,
             user,
             state,
             since,
             format,
             limit,
         } => {
-            c::acct(
-                m,
-                mode,
-                c::job_filter(&ids, user, since),
-                state,
-                format,
-                limit,
-            )
-            .await
+            ids.extend(jobs);
+            let listing = c::Listing::new(&ids, user, since, state, limit);
+            c::acct(m, mode, listing, format, allocations).await
         }
         Cmd::Alloc { opts, command } => crate::alloc::alloc(m, opts, command).await,
         Cmd::Submit {
@@ -64,7 +64,7 @@ pub async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError
             let script = c::script_source(wrap, script);
             crate::batch::submit(m, mode, script, &args, opts, parsable).await
         }
-        Cmd::Job { id } => c::job(m, mode, id).await,
+        Cmd::Job { id } => c::job(m, mode, c::one_named("job", &id)).await,
         Cmd::Cancel { ids, user, state } => c::cancel(m, mode, &ids, user, state).await,
         Cmd::Nodes => c::nodes(m, mode).await,
         Cmd::Slices { watch, interval_ms } => c::slices(m, mode, watch, interval_ms).await,
@@ -86,20 +86,23 @@ pub async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError
             label,
             verbose,
             quiet,
-        } => c::attach(m, id, label, verbose, quiet).await,
+        } => c::attach(m, &id, label, verbose, quiet).await,
         Cmd::Output {
             id,
             rank,
             stream,
             label,
-        } => c::output(m, id, rank, stream, label).await,
+        } => c::output(m, &id, rank, stream, label).await,
         Cmd::Hold { ids } => c::hold(m, mode, &ids, true).await,
         Cmd::Release { ids } => c::hold(m, mode, &ids, false).await,
         Cmd::Update {
             id,
             time_limit,
             name,
-        } => crate::jobs::job_update::update(m, mode, id, time_limit, name).await,
+        } => {
+            let named = c::one_named("update", &id);
+            crate::jobs::job_update::update(m, mode, named, time_limit, name).await
+        }
         Cmd::Completions { shell, command } => c::completions(shell, command),
         Cmd::Man { dir } => c::man(&dir),
     }

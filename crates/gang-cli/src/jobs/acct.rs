@@ -1,156 +1,19 @@
-//! `gangctl acct`, as sacct: one line per job with the columns asked (`--format`), from what
-//! the master keeps of every job: wall elapsed, scheduled run time, the nodes, the exit
-//! code, the state and reason. As JSON, one object per job with every column.
+//! `gangctl acct`, as sacct: one line per job with the columns asked (`--format`, each with
+//! sacct's `%N` width if given), from what the master keeps of every job: wall elapsed,
+//! scheduled run time, the nodes, the exit code, the state and reason, the CPU and memory
+//! its ranks used. As JSON, one object per job with every column.
 
 use std::collections::BTreeMap;
 
 use gang_proto::v1::JobInfo;
 use serde_json::Value;
 
+use super::acct_format::fit;
+pub use super::acct_format::{
+    COLUMNS, Column, DEFAULT_FORMAT, Field, Format, parse_format, parse_format_arg,
+};
 use crate::output::View;
 use crate::output::format::{fmt_limit, fmt_time_ns, job_name, job_shape, table};
-
-/// A column of `gangctl acct`: its sacct name, and how it is read from a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Column {
-    JobId,
-    JobName,
-    User,
-    State,
-    ExitCode,
-    Elapsed,
-    Run,
-    TimeLimit,
-    Submit,
-    Start,
-    End,
-    NNodes,
-    NodeList,
-    Shape,
-    Reason,
-    Array,
-    Dependency,
-    UserCpu,
-    SystemCpu,
-    TotalCpu,
-    MaxRss,
-}
-
-/// Every column, by the name `--format` takes (sacct's where sacct has one).
-pub const COLUMNS: &[(&str, Column, &str)] = &[
-    (
-        "jobid",
-        Column::JobId,
-        "the job id; a step: ALLOCATION.STEP (12.0)",
-    ),
-    ("jobname", Column::JobName, "its name"),
-    ("user", Column::User, "who submitted it"),
-    (
-        "state",
-        Column::State,
-        "queued, running, completed, failed, cancelled, timeout",
-    ),
-    (
-        "exitcode",
-        Column::ExitCode,
-        "the exit code (128+N: killed by signal N; 124: timeout)",
-    ),
-    (
-        "elapsed",
-        Column::Elapsed,
-        "wall time from its start to its end (or now)",
-    ),
-    (
-        "run",
-        Column::Run,
-        "time it was scheduled to run in its time slices",
-    ),
-    ("timelimit", Column::TimeLimit, "its time limit"),
-    ("submit", Column::Submit, "when it was submitted (UTC)"),
-    ("start", Column::Start, "when it started (UTC)"),
-    ("end", Column::End, "when it ended (UTC)"),
-    ("nnodes", Column::NNodes, "how many nodes it had"),
-    (
-        "nodelist",
-        Column::NodeList,
-        "its nodes, as X-RANGE,Y-RANGE (0-1,2-3)",
-    ),
-    ("shape", Column::Shape, "its shape, WxH"),
-    (
-        "reason",
-        Column::Reason,
-        "why it failed, was cancelled, or waits",
-    ),
-    (
-        "array",
-        Column::Array,
-        "ARRAY_TASK for a task of a job array",
-    ),
-    ("dependency", Column::Dependency, "what it waited for"),
-    (
-        "usercpu",
-        Column::UserCpu,
-        "CPU time in user mode, all its ranks' processes",
-    ),
-    (
-        "systemcpu",
-        Column::SystemCpu,
-        "CPU time in the kernel, all its ranks' processes",
-    ),
-    ("totalcpu", Column::TotalCpu, "usercpu + systemcpu"),
-    (
-        "maxrss",
-        Column::MaxRss,
-        "the largest memory high-water mark of a rank",
-    ),
-];
-
-/// sacct's default set, in our terms.
-pub const DEFAULT_FORMAT: &str =
-    "jobid,jobname,user,state,exitcode,elapsed,run,totalcpu,maxrss,nnodes,nodelist";
-
-impl Column {
-    fn name(self) -> &'static str {
-        COLUMNS
-            .iter()
-            .find(|c| c.1 == self)
-            .map(|c| c.0)
-            .unwrap_or("?")
-    }
-
-    fn header(self) -> String {
-        self.name().to_ascii_uppercase()
-    }
-}
-
-/// `--format jobid,jobname,...` (case-insensitive, as sacct's `JobID,JobName`).
-pub fn parse_format(s: &str) -> Result<Vec<Column>, String> {
-    let mut out = Vec::new();
-    for word in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        let w = word.to_ascii_lowercase();
-        let Some((_, c, _)) = COLUMNS.iter().find(|(n, _, _)| *n == w) else {
-            let names: Vec<&str> = COLUMNS.iter().map(|c| c.0).collect();
-            return Err(format!(
-                "unknown column {word:?}: expected some of {}",
-                names.join(", ")
-            ));
-        };
-        out.push(*c);
-    }
-    if out.is_empty() {
-        return Err("--format names no column".into());
-    }
-    Ok(out)
-}
-
-/// `--format` parsed: one value to clap (a bare `Vec` would be taken as many).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Format(pub Vec<Column>);
-
-/// [`parse_format`] as clap's value parser.
-pub fn parse_format_arg(s: &str) -> Result<Format, String> {
-    parse_format(s).map(Format)
-}
 
 /// Wall time from start to end, or to `now_ns` while it runs; 0 before it started.
 pub fn elapsed_ns(j: &JobInfo, now_ns: i64) -> i64 {
@@ -174,6 +37,11 @@ pub fn node_list(j: &JobInfo) -> String {
         }
     };
     format!("{},{}", range(s.x, s.w), range(s.y, s.h))
+}
+
+/// The nodes it had (0 before it was placed).
+fn node_count(j: &JobInfo) -> u32 {
+    j.submesh.map_or(0, |s| s.w * s.h)
 }
 
 fn secs(ns: i64) -> u64 {
@@ -239,10 +107,7 @@ fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
         Column::Submit => (fmt_time_ns(j.submit_ns), j.submit_ns.into()),
         Column::Start => (fmt_time_ns(j.start_ns), j.start_ns.into()),
         Column::End => (fmt_time_ns(j.end_ns), j.end_ns.into()),
-        Column::NNodes => {
-            let n = j.submesh.map_or(0, |s| s.w * s.h);
-            (n.to_string(), n.into())
-        }
+        Column::NNodes => (node_count(j).to_string(), node_count(j).into()),
         Column::NodeList => (text_or_dash(node_list(j)), node_list(j).into()),
         Column::Shape => (job_shape(j), job_shape(j).into()),
         Column::Reason => {
@@ -264,6 +129,18 @@ fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
             text_or_dash(spec.dependency.clone()),
             spec.dependency.into(),
         ),
+        Column::CpuTime => {
+            let ns = elapsed_ns(j, now_ns).saturating_mul(i64::from(node_count(j)));
+            (fmt_elapsed(ns), (ns / 1_000_000).into())
+        }
+        Column::MaxRssNode => match j.usage.filter(|u| u.ranks_measured > 0) {
+            Some(gang_proto::v1::JobUsage {
+                max_rss_x: Some(x),
+                max_rss_y: Some(y),
+                ..
+            }) => (format!("{x},{y}"), format!("{x},{y}").into()),
+            _ => ("-".into(), Value::Null),
+        },
         Column::UserCpu | Column::SystemCpu | Column::TotalCpu | Column::MaxRss => {
             // Not measured (no rank has ended, or no node had cgroups for it): unknown, not 0.
             let Some(u) = j.usage.filter(|u| u.ranks_measured > 0) else {
@@ -280,11 +157,32 @@ fn cell(j: &JobInfo, c: Column, now_ns: i64) -> (String, Value) {
     }
 }
 
+/// How JSON names a job beside its `jobid`: as Slurm does (`job_id`: `12.1`, `17_3`), its
+/// allocation or array (`parent`), its step number or task index.
+fn names(j: &JobInfo) -> [(&'static str, Value); 4] {
+    let opt = |v: Option<u64>| v.map_or(Value::Null, Value::from);
+    [
+        ("job_id", crate::output::format::job_label(j).into()),
+        ("parent", opt(crate::output::format::job_parent(j))),
+        (
+            "step",
+            opt(j.step.filter(|_| j.allocation_id != 0).map(u64::from)),
+        ),
+        (
+            "array_task_id",
+            opt(j
+                .array_task_id
+                .filter(|_| j.array_job_id != 0)
+                .map(u64::from)),
+        ),
+    ]
+}
+
 /// The jobs, with the columns asked (text) or every column (JSON, durations in ms and
 /// instants in Unix ns).
 pub struct AcctView<'a> {
     pub jobs: &'a [JobInfo],
-    pub columns: &'a [Column],
+    pub columns: &'a [Field],
     pub now_ns: i64,
 }
 
@@ -304,6 +202,7 @@ impl View for AcctView<'_> {
                             Column::TotalCpu => "totalcpu_ns",
                             Column::MaxRss => "maxrss_bytes",
                             Column::Elapsed => "elapsed_ms",
+                            Column::CpuTime => "cputime_ms",
                             Column::Run => "run_ms",
                             Column::TimeLimit => "timelimit_s",
                             Column::Submit => "submit_ns",
@@ -313,13 +212,22 @@ impl View for AcctView<'_> {
                         };
                         (key, cell(j, *c, self.now_ns).1)
                     })
+                    .chain(names(j))
                     .collect()
             })
             .collect()
     }
 
     fn cli(&self) -> String {
-        let headers: Vec<String> = self.columns.iter().map(|c| c.header()).collect();
+        let sized = |f: &Field, text: String, header: bool| match f.width {
+            Some(w) => fit(&text, w, header),
+            None => text,
+        };
+        let headers: Vec<String> = self
+            .columns
+            .iter()
+            .map(|f| sized(f, f.column.header(), true))
+            .collect();
         let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
         let rows = self
             .jobs
@@ -327,7 +235,7 @@ impl View for AcctView<'_> {
             .map(|j| {
                 self.columns
                     .iter()
-                    .map(|c| cell(j, *c, self.now_ns).0)
+                    .map(|f| sized(f, cell(j, f.column, self.now_ns).0, false))
                     .collect()
             })
             .collect();
@@ -360,12 +268,61 @@ mod tests {
     }
 
     #[test]
-    fn formats_are_sacct_names_in_any_case() {
-        let cols = parse_format("JobID,Elapsed,NodeList").unwrap();
-        assert_eq!(cols, [Column::JobId, Column::Elapsed, Column::NodeList]);
-        let e = parse_format("jobid,maxvmsize").unwrap_err();
-        assert!(e.contains("unknown column \"maxvmsize\""), "{e}");
-        assert!(parse_format(DEFAULT_FORMAT).is_ok());
+    fn widths_as_sacct_pads_and_cuts() {
+        let j = JobInfo {
+            spec: Some(gang_proto::v1::JobSpec {
+                name: "solver-big-run".into(),
+                ..Default::default()
+            }),
+            ..job()
+        };
+        let v = AcctView {
+            jobs: std::slice::from_ref(&j),
+            columns: &parse_format("JobID%6,State%-9,JobName%10").unwrap(),
+            now_ns: 0,
+        };
+        // Right justified (N > 0), left (N < 0); a value cut ends in `+`, a header bare.
+        assert_eq!(
+            v.cli(),
+            " JOBID  STATE         JOBNAME\n     7  timeout    solver-bi+\n"
+        );
+    }
+
+    #[test]
+    fn cputime_node_and_names_of_steps_and_tasks() {
+        // 01:02:05 on 2 nodes.
+        assert_eq!(cell(&job(), Column::CpuTime, 0).0, "02:04:10");
+        let long = JobInfo {
+            end_ns: 1_000_000_000 + 13 * 3600 * 1_000_000_000,
+            ..job()
+        };
+        assert_eq!(cell(&long, Column::CpuTime, 0).0, "1-02:00:00");
+        assert_eq!(cell(&job(), Column::MaxRssNode, 0).0, "-");
+        let step = JobInfo {
+            allocation_id: 5,
+            step: Some(2),
+            usage: Some(gang_proto::v1::JobUsage {
+                ranks_measured: 1,
+                max_rss_x: Some(3),
+                max_rss_y: Some(0),
+                ..Default::default()
+            }),
+            ..job()
+        };
+        assert_eq!(cell(&step, Column::MaxRssNode, 0).0, "3,0");
+        assert_eq!(cell(&step, Column::JobId, 0).0, "5.2");
+        let v = AcctView {
+            jobs: &[step],
+            columns: &[],
+            now_ns: 0,
+        };
+        let row = &v.json()[0];
+        assert_eq!(
+            (&row["jobid"], &row["job_id"], &row["parent"], &row["step"]),
+            (&7.into(), &"5.2".into(), &5.into(), &2.into())
+        );
+        assert_eq!(row["maxrssnode"], "3,0");
+        assert_eq!(row["cputime_ms"], 2 * 3_725_000);
     }
 
     #[test]
@@ -380,7 +337,7 @@ mod tests {
         assert_eq!(elapsed_ns(&running, 11_000_000_000), 10_000_000_000);
         let v = AcctView {
             jobs: &[j],
-            columns: &[Column::JobId, Column::State],
+            columns: &parse_format("jobid,state").unwrap(),
             now_ns: 0,
         };
         assert_eq!(v.cli(), "JOBID  STATE\n7      timeout\n");
@@ -401,6 +358,7 @@ mod tests {
                 cpu_system_ns: 1_000_000_000,
                 max_rss_bytes: 50 << 20,
                 max_rss_rank: 1,
+                ..Default::default()
             }),
             ..job()
         };

@@ -1,76 +1,25 @@
-//! `gangctl jobs` filters, as squeue/sacct take them: job ids and ranges (`3`, `5-9`,
-//! `3,5-9`, `last`), `--user`, `--state` (labels or Slurm's short codes) and `--since`
-//! (a duration ago or a UTC date and time).
+//! `gangctl jobs` filters, as squeue/sacct take them: the jobs named (as ids: see
+//! [`super::job_ref`] for the forms), `--user`, `--state` (labels or Slurm's short codes)
+//! and `--since` (a duration ago or a UTC date and time).
 
 use gang_proto::v1::{JobInfo, JobState};
 
 use crate::args::parse::{DURATION_FORMS, parse_duration};
 
-/// At most this many ids in one range: a typo such as `1-99999999` is refused rather than
-/// turned into that many lookups.
-pub const MAX_RANGE: u64 = 10_000;
-
-/// Which jobs were named on the command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobSel {
-    /// The caller's newest job.
-    Last,
-    /// Single ids (which must exist) and ranges (whose missing ids are skipped).
-    Ids {
-        single: Vec<u64>,
-        ranges: Vec<(u64, u64)>,
-    },
+/// The jobs named on a command line, as ids (steps, tasks and `last` looked up:
+/// [`super::resolve`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobSel {
+    /// Ids that must exist.
+    pub single: Vec<u64>,
+    /// Ranges of ids, whose missing ids are skipped.
+    pub ranges: Vec<(u64, u64)>,
 }
 
 impl JobSel {
     pub fn contains(&self, id: u64) -> bool {
-        match self {
-            JobSel::Last => false,
-            JobSel::Ids { single, ranges } => {
-                single.contains(&id) || ranges.iter().any(|&(a, b)| (a..=b).contains(&id))
-            }
-        }
+        self.single.contains(&id) || self.ranges.iter().any(|&(a, b)| (a..=b).contains(&id))
     }
-}
-
-/// `IDS|RANGES|last` arguments, each a comma-separated list: `3`, `5-9`, `3,5-9`, `last`.
-pub fn parse_job_sel(args: &[String]) -> Result<Option<JobSel>, String> {
-    if args.is_empty() {
-        return Ok(None);
-    }
-    if args.iter().any(|a| a.trim() == "last") {
-        if args.len() > 1 {
-            return Err("`last` stands alone: it names your newest job".into());
-        }
-        return Ok(Some(JobSel::Last));
-    }
-    let (mut single, mut ranges) = (vec![], vec![]);
-    for part in args.iter().flat_map(|a| a.split(',')) {
-        let bad = || {
-            format!(
-                "expected job ids as ID, FIRST-LAST or `last`, comma-separated (e.g. 3,5-9), \
-                 got {part:?}"
-            )
-        };
-        let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
-        match part.split_once('-') {
-            None => single.push(num(part)?),
-            Some((a, b)) => {
-                let (a, b) = (num(a)?, num(b)?);
-                if a > b {
-                    return Err(format!("job range {part:?} runs backwards: write {b}-{a}"));
-                }
-                if b - a >= MAX_RANGE {
-                    return Err(format!(
-                        "job range {part:?} names {} ids; the limit is {MAX_RANGE} per range",
-                        b - a + 1
-                    ));
-                }
-                ranges.push((a, b));
-            }
-        }
-    }
-    Ok(Some(JobSel::Ids { single, ranges }))
 }
 
 /// What `--state` accepts, for its errors and `--help`.
@@ -221,29 +170,13 @@ impl JobFilter {
 mod tests {
     use super::*;
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
-    }
-
     #[test]
-    fn job_selections() {
-        assert_eq!(parse_job_sel(&[]), Ok(None));
-        assert_eq!(parse_job_sel(&args(&["last"])), Ok(Some(JobSel::Last)));
-        let sel = parse_job_sel(&args(&["3,5-7", "9"])).unwrap().unwrap();
-        assert_eq!(
-            sel,
-            JobSel::Ids {
-                single: vec![3, 9],
-                ranges: vec![(5, 7)]
-            }
-        );
+    fn selections_hold_ids_and_ranges() {
+        let sel = JobSel {
+            single: vec![3, 9],
+            ranges: vec![(5, 7)],
+        };
         assert!(sel.contains(6) && sel.contains(9) && !sel.contains(4) && !sel.contains(8));
-        for bad in ["x", "3-", "-3", "1,,2", "3-1", "1-20000"] {
-            assert!(parse_job_sel(&args(&[bad])).is_err(), "{bad}");
-        }
-        assert!(parse_job_sel(&args(&["last", "3"])).is_err());
-        let e = parse_job_sel(&args(&["7-2"])).unwrap_err();
-        assert!(e.contains("write 2-7"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! `gangctl attach ID` and `gangctl output ID`: a submitted job's output from the CLI, as
-//! `sattach` and `flux job attach` give it, for jobs run with `prun --detach` or whose
-//! `prun` is gone.
+//! `gangctl attach JOB` and `gangctl output JOB`: a submitted job's output from the CLI,
+//! as `sattach` and `flux job attach` give it, for jobs run with `prun --detach` or whose
+//! `prun` is gone; a job named as anywhere (`12`, `12.0`, `17_3`, `last`).
 //!
 //! `attach` is `prun`'s own attach loop (`attach::run`): the output from the start, then
 //! live, stdin to rank 0, the job's exit code; a signal detaches instead of cancelling.
@@ -11,6 +11,8 @@ use gang_proto::v1::attach_response::Event;
 use gang_proto::v1::{AttachRequest, GetJobRequest, JobInfo};
 
 use crate::connect::{self, CliError};
+use crate::jobs::job_ref::Named;
+use crate::output::format::job_label;
 use crate::prun::attach::{self, AttachOptions, OnSignal, Signals, write_out};
 use crate::prun::ends;
 use crate::prun::relay::{Dest, Relay};
@@ -23,23 +25,26 @@ pub struct AttachFlags {
     pub quiet: bool,
 }
 
-async fn get_job(master: &str, id: u64) -> Result<JobInfo, CliError> {
+/// The job `named` stands for, as the master has it now.
+async fn get_job(master: &str, named: &Named) -> Result<JobInfo, CliError> {
     let mut client = connect::job_client(master).await?;
+    let id = super::resolve::resolve_one(&mut client, master, named).await?;
     Ok(client
         .get_job(GetJobRequest { job_id: id })
         .await?
         .into_inner())
 }
 
-/// Follow job `id` until it ends; the job's exit code, as `prun`'s.
-pub async fn attach(master: &str, id: u64, flags: AttachFlags) -> Result<i32, CliError> {
+/// Follow the job `named` until it ends; the job's exit code, as `prun`'s.
+pub async fn attach(master: &str, named: &Named, flags: AttachFlags) -> Result<i32, CliError> {
     // Installed first: a Ctrl-C from here on detaches cleanly.
     let signals = Signals::install()
         .map_err(|e| CliError::other(format!("cannot install signal handlers: {e}")))?;
     // Asked first so that an unknown job is an error of its own, not a broken stream.
-    let job = get_job(master, id).await?;
+    let job = get_job(master, named).await?;
+    let id = job.id;
     if let Some(note) = ends::files_note(&job) {
-        eprintln!("gangctl: job {id}: {note}");
+        eprintln!("gangctl: job {}: {note}", job_label(&job));
     }
     // Rank 0 reads what we send only if the job was submitted to read stdin (prun
     // attached to a terminal or pipe); a job submitted detached reads /dev/null.
@@ -72,21 +77,22 @@ pub struct OutputFilter {
     pub label: bool,
 }
 
-/// Print what job `id` wrote so far and return.
-pub async fn output(master: &str, id: u64, filter: OutputFilter) -> Result<i32, CliError> {
-    let job = get_job(master, id).await?;
+/// Print what the job `named` wrote so far and return.
+pub async fn output(master: &str, named: &Named, filter: OutputFilter) -> Result<i32, CliError> {
+    let job = get_job(master, named).await?;
+    let (id, label) = (job.id, job_label(&job));
     let size = job.w * job.h;
     if let Some(rank) = filter.rank
         && size > 0
         && rank >= size
     {
         return Err(CliError::other(format!(
-            "job {id} has {size} ranks (0 to {}): there is no rank {rank}",
+            "job {label} has {size} ranks (0 to {}): there is no rank {rank}",
             size - 1
         )));
     }
     if let Some(note) = ends::files_note(&job) {
-        eprintln!("gangctl: job {id}: {note}");
+        eprintln!("gangctl: job {label}: {note}");
     }
     let mut client = connect::job_client(master).await?;
     let first = AttachRequest {

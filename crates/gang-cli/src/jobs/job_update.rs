@@ -5,17 +5,15 @@ use gang_proto::v1::{JobInfo, JobState, UpdateJobRequest};
 
 use crate::connect::{self, CliError};
 use crate::jobs::job_filter::JobSel;
+use crate::jobs::job_ref::Named;
 use crate::output::OutputMode;
 use crate::output::views::ErrorView;
 
 /// The ids `sel` names: single ids as given (the master says why one cannot be changed),
 /// ranges among the queued jobs (hold and release are for queued jobs).
 async fn ids_of(master: &str, sel: &JobSel) -> Result<Vec<u64>, CliError> {
-    let JobSel::Ids { single, ranges } = sel else {
-        return Err(CliError::other("name jobs by their ids (3,5-9)"));
-    };
-    let mut ids = single.clone();
-    if !ranges.is_empty() {
+    let mut ids = sel.single.clone();
+    if !sel.ranges.is_empty() {
         let mut client = connect::job_client(master).await?;
         let listed = crate::jobs::listing::list(&mut client, &[JobState::Queued as i32], 0).await?;
         ids.extend(listed.iter().map(|j| j.id).filter(|id| sel.contains(*id)));
@@ -30,9 +28,13 @@ async fn ids_of(master: &str, sel: &JobSel) -> Result<Vec<u64>, CliError> {
 pub async fn hold(
     master: &str,
     mode: OutputMode,
-    sel: JobSel,
+    named: Named,
     hold: bool,
 ) -> Result<i32, CliError> {
+    let sel = {
+        let mut client = connect::job_client(master).await?;
+        super::resolve::resolve(&mut client, master, &named).await?
+    };
     let ids = ids_of(master, &sel).await?;
     if ids.is_empty() {
         eprintln!("gangctl: no queued job matched");
@@ -66,7 +68,7 @@ pub async fn hold(
 pub async fn update(
     master: &str,
     mode: OutputMode,
-    job_id: u64,
+    named: Named,
     time_limit_s: Option<u64>,
     name: Option<String>,
 ) -> Result<i32, CliError> {
@@ -76,6 +78,7 @@ pub async fn update(
         ));
     }
     let mut client = connect::job_client(master).await?;
+    let job_id = super::resolve::resolve_one(&mut client, master, &named).await?;
     let job = client
         .update_job(UpdateJobRequest {
             job_id,

@@ -45,3 +45,53 @@ pub async fn list(
         before = page.next_before_id;
     }
 }
+
+/// The newest job for which `pred` holds, looked for a page at a time (newest first).
+pub async fn newest(
+    client: &mut JobServiceClient<MasterChannel>,
+    pred: impl Fn(&JobInfo) -> bool,
+) -> Result<Option<JobInfo>, CliError> {
+    let mut before = 0;
+    loop {
+        let page = client
+            .list_jobs(ListJobsRequest {
+                states: Vec::new(),
+                limit: 0,
+                before_id: before,
+            })
+            .await?
+            .into_inner();
+        if let Some(j) = page.jobs.into_iter().find(&pred) {
+            return Ok(Some(j));
+        }
+        if page.next_before_id == 0 || (before != 0 && page.next_before_id >= before) {
+            return Ok(None);
+        }
+        before = page.next_before_id;
+    }
+}
+
+/// The steps of the allocations among `jobs` that are not among them (in `states`, if
+/// any), fetched and added: sacct shows an allocation with its steps.
+pub async fn add_steps(
+    client: &mut JobServiceClient<MasterChannel>,
+    jobs: &mut Vec<JobInfo>,
+    states: &[i32],
+) -> Result<(), CliError> {
+    let have: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
+    let missing: Vec<u64> = jobs
+        .iter()
+        .flat_map(|j| j.step_ids.iter().copied())
+        .filter(|s| !have.contains(s))
+        .collect();
+    for job_id in missing {
+        let j = client
+            .get_job(gang_proto::v1::GetJobRequest { job_id })
+            .await?
+            .into_inner();
+        if states.is_empty() || states.contains(&j.state) {
+            jobs.push(j);
+        }
+    }
+    Ok(())
+}

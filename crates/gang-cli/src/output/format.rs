@@ -369,12 +369,43 @@ pub fn rank_count(j: &gang_proto::v1::JobInfo) -> u32 {
     }
 }
 
-/// How a job is named where Slurm shows JOBID.STEP: `12.0` for step 0 of allocation 12.
+/// How a job is named, as Slurm names it: `12.0` for step 0 of allocation 12, `17_3` for
+/// task index 3 of array 17, else its id.
 pub fn job_label(j: &gang_proto::v1::JobInfo) -> String {
-    match j.step {
-        Some(s) if j.allocation_id != 0 => format!("{}.{s}", j.allocation_id),
+    match (j.step, j.array_task_id) {
+        (Some(s), _) if j.allocation_id != 0 => format!("{}.{s}", j.allocation_id),
+        (_, Some(t)) if j.array_job_id != 0 => format!("{}_{t}", j.array_job_id),
         _ => j.id.to_string(),
     }
+}
+
+/// The job a step or a task belongs to: its allocation, or its array (for an array's
+/// first task, its own id).
+pub fn job_parent(j: &gang_proto::v1::JobInfo) -> Option<u64> {
+    match (j.allocation_id, j.array_job_id) {
+        (0, 0) => None,
+        (0, a) => Some(a),
+        (a, _) => Some(a),
+    }
+}
+
+/// Task indices (ascending) for people, runs as ranges: `1-20`, `1,3,5-7`.
+pub fn fmt_indices(indices: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let mut j = i;
+        while j + 1 < indices.len() && indices[j + 1] == indices[j].wrapping_add(1) {
+            j += 1;
+        }
+        parts.push(if j == i {
+            indices[i].to_string()
+        } else {
+            format!("{}-{}", indices[i], indices[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
 }
 
 #[cfg(test)]
@@ -388,6 +419,42 @@ mod tests {
         let t = table(&["NAME"], vec![vec!["x\u{1b}]0;pwned\u{7}".into()]]);
         assert!(!t.contains('\u{1b}') && !t.contains('\u{7}'), "{t:?}");
         assert_eq!(shell_join(&["a\u{1b}'b".into()]), "$'a\\x1b\\'b'");
+    }
+
+    #[test]
+    fn jobs_are_named_as_slurm_names_them() {
+        use gang_proto::v1::JobInfo;
+        let step = JobInfo {
+            id: 5,
+            allocation_id: 2,
+            step: Some(1),
+            ..Default::default()
+        };
+        let task = JobInfo {
+            id: 26,
+            array_job_id: 17,
+            array_task_id: Some(10),
+            ..Default::default()
+        };
+        let plain = JobInfo {
+            id: 9,
+            ..Default::default()
+        };
+        assert_eq!(
+            [job_label(&step), job_label(&task), job_label(&plain)],
+            ["2.1", "17_10", "9"]
+        );
+        assert_eq!(
+            [job_parent(&step), job_parent(&task), job_parent(&plain)],
+            [Some(2), Some(17), None]
+        );
+        assert_eq!(fmt_indices(&[1, 2, 3, 5, 7, 8]), "1-3,5,7-8");
+        assert_eq!(fmt_indices(&[4]), "4");
+        assert_eq!(fmt_indices(&[]), "");
+        assert_eq!(
+            fmt_indices(&[u32::MAX - 1, u32::MAX]),
+            format!("{}-{}", u32::MAX - 1, u32::MAX)
+        );
     }
 
     #[test]

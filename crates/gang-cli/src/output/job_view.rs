@@ -6,8 +6,9 @@ use gang_proto::v1::{JobInfo, JobSpec};
 use crate::args::gang_mode;
 use crate::output::View;
 use crate::output::format::{
-    command_text, dash, deadlock_lines, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_output_lost,
-    fmt_submesh, fmt_time_ns, job_name, job_shape, key_values, rank_count,
+    command_text, dash, deadlock_lines, fmt_indices, fmt_job_run, fmt_limit, fmt_list, fmt_ns,
+    fmt_output_lost, fmt_submesh, fmt_time_ns, job_label, job_name, job_shape, key_values,
+    rank_count,
 };
 use crate::output::json::JobJson;
 use crate::output::views::slice_places;
@@ -45,7 +46,7 @@ impl View for JobView<'_> {
 /// The lines every job has, in their order.
 fn common_pairs(j: &JobInfo, spec: &JobSpec) -> Pairs {
     vec![
-        ("id", j.id.to_string()),
+        ("id", id_text(j)),
         ("name", dash(&job_name(j))),
         (
             "user",
@@ -81,6 +82,14 @@ fn common_pairs(j: &JobInfo, spec: &JobSpec) -> Pairs {
         ("started", fmt_time_ns(j.start_ns)),
         ("ended", fmt_time_ns(j.end_ns)),
     ]
+}
+
+/// `12`; a step or an array task as Slurm names it, and its job id: `12.1 (job 15)`.
+fn id_text(j: &JobInfo) -> String {
+    match job_label(j) {
+        l if l == j.id.to_string() => l,
+        l => format!("{l} (job {})", j.id),
+    }
 }
 
 fn state_text(j: &JobInfo) -> String {
@@ -131,10 +140,20 @@ fn after(pairs: &Pairs, key: &str, missing: usize) -> usize {
 fn insert_when_set(j: &JobInfo, spec: &JobSpec, pairs: &mut Pairs) {
     if j.array_job_id != 0 {
         let task = j.array_task_id.unwrap_or_default();
-        pairs.insert(
-            1,
-            ("array", format!("task {task} of array {}", j.array_job_id)),
-        );
+        let mut text = format!("task {task} of array {}", j.array_job_id);
+        // The array's own id: all its tasks, as `gangctl cancel` and `jobs` take them.
+        if !j.array_task_indices.is_empty() {
+            let limit = match j.array_throttle {
+                0 => String::new(),
+                n => format!(", at most {n} at once"),
+            };
+            text.push_str(&format!(
+                " (its tasks: {}_[{}]{limit})",
+                j.id,
+                fmt_indices(&j.array_task_indices)
+            ));
+        }
+        pairs.insert(1, ("array", text));
     }
     if !spec.dependency.is_empty() {
         pairs.insert(
@@ -222,6 +241,22 @@ started:    2023-11-14 22:13:21 UTC
 ended:      -
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_task_is_named_as_slurm_names_it_and_its_array_names_all() {
+        let mut first = running_job();
+        first.array_job_id = 12;
+        first.array_task_id = Some(1);
+        first.array_throttle = 4;
+        first.array_task_indices = (1..=20).collect();
+        let text = OutputMode::Cli.render(&JobView(&first));
+        assert!(text.starts_with("id:         12_1 (job 12)\narray:      task 1 of array 12 (its tasks: 12_[1-20], at most 4 at once)\n"), "{text}");
+        let mut step = running_job();
+        step.allocation_id = 10;
+        step.step = Some(2);
+        let text = OutputMode::Cli.render(&JobView(&step));
+        assert!(text.starts_with("id:         10.2 (job 12)\n"), "{text}");
     }
 
     #[test]

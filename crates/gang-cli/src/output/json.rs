@@ -6,7 +6,7 @@ use gang_proto::v1::{JobInfo, ListNodesResponse, Matrix, NodeInfo, Quantiles, St
 use serde::Serialize;
 
 use crate::args::gang_mode;
-use crate::output::format::{job_name, job_shape};
+use crate::output::format::{job_label, job_name, job_parent, job_shape};
 use crate::output::matrix_view;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -24,6 +24,12 @@ pub struct SubmeshJson {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobJson {
     pub id: u64,
+    /// The job as Slurm names it: `12`, a step `12.1`, an array task `17_10`, or a
+    /// compact line of an array's waiting tasks `17_[10-20%4]`.
+    pub job_id: String,
+    /// A step's allocation, an array task's array (absent for other jobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
     pub user: String,
     pub uid: u32,
     pub state: String,
@@ -83,6 +89,18 @@ pub struct JobJson {
     pub allocation_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<u32>,
+    /// A task of an array with a limit: how many of its tasks run at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub array_throttle: Option<u32>,
+    /// The array's own id (its first task): every task's index, in the order of their ids.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub array_task_indices: Vec<u32>,
+    /// A compact line (`gangctl jobs`): the indices of the array's tasks that wait
+    /// together, and their job ids (`id` is the first of them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub array_task_ids: Vec<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub task_job_ids: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -124,6 +142,8 @@ impl From<&JobInfo> for JobJson {
         let spec = j.spec.clone().unwrap_or_default();
         JobJson {
             id: j.id,
+            job_id: job_label(j),
+            parent: job_parent(j),
             user: j.user.clone(),
             uid: j.uid,
             state: j.state().label().to_string(),
@@ -161,6 +181,11 @@ impl From<&JobInfo> for JobJson {
             step_ids: j.step_ids.clone(),
             allocation_id: (j.allocation_id != 0).then_some(j.allocation_id),
             step: j.step.filter(|_| j.allocation_id != 0),
+            array_throttle: (j.array_job_id != 0 && j.array_throttle > 0)
+                .then_some(j.array_throttle),
+            array_task_indices: j.array_task_indices.clone(),
+            array_task_ids: Vec::new(),
+            task_job_ids: Vec::new(),
             usage: j.usage.filter(|u| u.ranks_measured > 0).map(|u| UsageJson {
                 ranks_measured: u.ranks_measured,
                 cpu_user_ns: u.cpu_user_ns,
@@ -419,7 +444,7 @@ mod tests {
         assert_eq!(
             v,
             json!({
-                "id": 12, "user": "alice", "uid": 1000, "state": "running", "shape": "4x2",
+                "id": 12, "job_id": "12", "user": "alice", "uid": 1000, "state": "running", "shape": "4x2",
                 "submesh": {"x": 0, "y": 0, "w": 4, "h": 2}, "slices": [0, 2], "exit_code": null,
                 "reason": "", "name": "./a.out", "argv": ["./a.out", "-x", "two words"],
                 "cwd": "/home/alice", "submit_ns": 1_700_000_000_000_000_000i64,

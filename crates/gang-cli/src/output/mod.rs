@@ -4,7 +4,8 @@
 //! JSON value ([`View::json`]). [`OutputMode::render`] picks one; commands never branch on
 //! the mode themselves.
 //!
-//! - [`views`]: one view per command result; [`job_view`]: one job's (`gangctl job`).
+//! - [`views`]: one view per command result; [`job_view`]: one job's (`gangctl job`);
+//!   [`jobs_view`]: `gangctl jobs` (steps and array tasks as Slurm names them).
 //! - [`json`]: the JSON shapes, converted from the proto types.
 //! - [`format`](mod@format): pure formatting helpers (durations, times, tables, shell words).
 //! - [`matrix_view`]: the slice matrix drawn as text; [`slices_watch`]: `gangctl slices
@@ -20,6 +21,7 @@ use serde::Serialize;
 
 pub mod format;
 pub mod job_view;
+pub mod jobs_view;
 pub mod json;
 pub mod matrix_view;
 pub mod slices_watch;

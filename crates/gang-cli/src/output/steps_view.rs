@@ -78,9 +78,8 @@ impl View for JobWithSteps<'_> {
                 let older = j.step_ids.len() - self.steps.len();
                 if older > 0 {
                     out.push_str(&format!(
-                        "  (the {older} older: gangctl acct {}-{})\n",
-                        j.step_ids[0],
-                        j.step_ids[older - 1]
+                        "  (and {older} older: gangctl acct {} lists them all)\n",
+                        j.id
                     ));
                 }
             }

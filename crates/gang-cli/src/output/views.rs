@@ -3,72 +3,10 @@
 
 use gang_proto::v1::{JobInfo, ListNodesResponse, Matrix, NodeInfo, Quantiles, Stats};
 
-use crate::args::gang_mode;
 use crate::output::View;
-use crate::output::format::{
-    dash, fmt_job_run, fmt_limit, fmt_list, fmt_ns, fmt_submesh, job_name, job_shape, table,
-};
+use crate::output::format::{dash, fmt_list, fmt_ns, job_label, table};
 use crate::output::json::{JobJson, MatrixJson, NodeJson, NodesJson, StatsJson};
 use crate::output::matrix_view;
-
-/// `gangctl jobs`: a table, or a JSON array of jobs.
-pub struct JobsView<'a>(pub &'a [JobInfo]);
-
-impl View for JobsView<'_> {
-    type Json = Vec<JobJson>;
-
-    fn json(&self) -> Vec<JobJson> {
-        self.0.iter().map(JobJson::from).collect()
-    }
-
-    fn cli(&self) -> String {
-        let rows = self
-            .0
-            .iter()
-            .map(|j| {
-                let spec = j.spec.clone().unwrap_or_default();
-                vec![
-                    j.id.to_string(),
-                    dash(&j.user),
-                    j.state().label().to_string(),
-                    dash(&spec.shape),
-                    dash(&job_shape(j)),
-                    // squeue's NODELIST(REASON): where it runs, else why it waits.
-                    match (j.submesh, j.pending_reason.as_str()) {
-                        (Some(s), _) => fmt_submesh(&s),
-                        (None, "") => "-".into(),
-                        (None, why) => format!("({why})"),
-                    },
-                    fmt_list(slice_places(j)),
-                    j.exit_code
-                        .map(|c| c.to_string())
-                        .unwrap_or_else(|| "-".into()),
-                    fmt_job_run(j),
-                    fmt_limit(spec.time_limit_s),
-                    gang_mode::label(j.gang()).to_string(),
-                    dash(&job_name(j)),
-                ]
-            })
-            .collect();
-        table(
-            &[
-                "ID",
-                "USER",
-                "STATE",
-                "ASKED",
-                "SHAPE",
-                "SUBMESH(REASON)",
-                "SLICES",
-                "EXIT",
-                "RUN",
-                "LIMIT",
-                "GANG",
-                "NAME",
-            ],
-            rows,
-        )
-    }
-}
 
 /// The job's slices as people see them: by place (0 to MPL-1) from a master that says,
 /// else its slice ids.
@@ -128,8 +66,8 @@ impl View for CancelledView<'_> {
         self.0
             .iter()
             .map(|j| match j.state() {
-                gang_proto::v1::JobState::Cancelled => format!("cancelled {}\n", j.id),
-                _ => format!("cancelling {}: its ranks are being stopped\n", j.id),
+                gang_proto::v1::JobState::Cancelled => format!("cancelled {}\n", job_label(j)),
+                _ => format!("cancelling {}: its ranks are being stopped\n", job_label(j)),
             })
             .collect()
     }
@@ -151,7 +89,7 @@ impl View for UpdatedView<'_> {
     fn cli(&self) -> String {
         self.jobs
             .iter()
-            .map(|j| format!("{} {}\n", self.word, j.id))
+            .map(|j| format!("{} {}\n", self.word, job_label(j)))
             .collect()
     }
 }
@@ -341,36 +279,8 @@ impl View for StatsView<'_> {
 mod tests {
     use super::*;
     use crate::output::OutputMode;
-    use crate::output::fixtures::{failed_job, matrix, nodes, queued_job, running_job, stats};
+    use crate::output::fixtures::{failed_job, matrix, nodes, queued_job, stats};
     use gang_proto::v1::NodeState;
-
-    #[test]
-    fn jobs_json_is_an_array() {
-        let jobs = vec![running_job(), queued_job()];
-        let text = OutputMode::Json.render(&JobsView(&jobs));
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v.as_array().unwrap().len(), 2);
-        assert_eq!(v[1]["id"], 13);
-        assert_eq!(v[0]["asked"], "8");
-        assert_eq!(v[0]["shape"], "4x2");
-        assert_eq!(v[0]["time_limit_s"], 600);
-        assert_eq!(v[1]["pending_reason"], "waiting for node (1,0): drained");
-        let empty = OutputMode::Json.render(&JobsView(&[]));
-        assert_eq!(empty.trim(), "[]");
-    }
-
-    #[test]
-    fn jobs_table() {
-        let jobs = vec![running_job(), queued_job(), failed_job()];
-        let text = OutputMode::Cli.render(&JobsView(&jobs));
-        let expected = "\
-ID  USER   STATE    ASKED  SHAPE  SUBMESH(REASON)                    SLICES  EXIT  RUN       LIMIT  GANG      NAME
-12  alice  running  8      4x2    4x2@(0,0)                          0,2     -     12.3s     10:00  stop      ./a.out
-13  bob    queued   3x3    3x3    (waiting for node (1,0): drained)  -       -     -         -      default   big one
-9   carol  failed   2x1    2x1    2x1@(2,3)                          -       1     1h02m03s  -      priority  false
-";
-        assert_eq!(text, expected);
-    }
 
     #[test]
     fn nodes_table() {

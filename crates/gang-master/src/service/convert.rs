@@ -14,6 +14,8 @@ use crate::state::events::{
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
 
+pub use super::job_info::{LIST_PAGE_BYTES, LIST_PAGE_JOBS, job_info, list_page};
+
 /// A cancel that states a uid must state the caller's.
 pub fn check_stated_uid(uid: u32, caller: &Caller) -> Result<(), MasterError> {
     stated(
@@ -290,98 +292,9 @@ pub fn list_filter(req: v1::ListJobsRequest) -> Result<ListFilter, MasterError> 
     })
 }
 
-/// The most jobs one ListJobs answer carries.
-pub const LIST_PAGE_JOBS: usize = 1000;
-/// About the most bytes one ListJobs answer carries (one job is always sent, and a job is
-/// at most a few hundred KiB: `max_argv_bytes`).
-pub const LIST_PAGE_BYTES: usize = 1 << 20;
-
-/// Views as one page of a listing: as many as fit `LIST_PAGE_BYTES` (at least one), and
-/// where the next page begins if any were left out or `full` (the page was cut at its job
-/// count, so more may follow).
-pub fn list_page(views: &[JobView], full: bool) -> v1::ListJobsResponse {
-    let mut jobs = Vec::new();
-    let mut bytes = 0;
-    for v in views {
-        let info = job_info(v);
-        let size = prost::Message::encoded_len(&info);
-        if !jobs.is_empty() && bytes + size > LIST_PAGE_BYTES {
-            return v1::ListJobsResponse {
-                next_before_id: jobs.last().map_or(0, |j: &v1::JobInfo| j.id),
-                jobs,
-            };
-        }
-        bytes += size;
-        jobs.push(info);
-    }
-    let next_before_id = if full {
-        jobs.last().map_or(0, |j| j.id)
-    } else {
-        0
-    };
-    v1::ListJobsResponse {
-        jobs,
-        next_before_id,
-    }
-}
-
-pub fn job_info(v: &JobView) -> v1::JobInfo {
-    let gang = v1::GangMode::from(v.gang) as i32;
-    v1::JobInfo {
-        id: v.id.0,
-        user: v.owner.user.clone(),
-        uid: v.owner.uid,
-        gid: v.owner.gid,
-        spec: Some(job_spec(v)),
-        allocation_id: v.allocation.map_or(0, |a| a.0),
-        step: v.step,
-        step_ids: v.step_ids.iter().map(|s| s.0).collect(),
-        held_by: v.hold.as_ref().map(|h| h.by.clone()).unwrap_or_default(),
-        held_by_admin: v.hold.as_ref().is_some_and(|h| h.admin),
-        array_job_id: v.array.map_or(0, |a| a.job.0),
-        array_task_id: v.array.map(|a| a.task),
-        usage: (!v.usage.is_empty()).then(|| v1::JobUsage {
-            ranks_measured: v.usage.ranks_measured,
-            cpu_user_ns: v.usage.cpu_user_ns,
-            cpu_system_ns: v.usage.cpu_system_ns,
-            max_rss_bytes: v.usage.max_rss_bytes,
-            max_rss_rank: v.usage.max_rss_rank,
-        }),
-        state: job_state(v.state()) as i32,
-        w: v.w,
-        h: v.h,
-        submesh: v.submesh.map(Into::into),
-        slices: v.slices.clone(),
-        exit_code: v.exit_code,
-        reason: v.reason.clone(),
-        submit_ns: v.submit_ns,
-        start_ns: v.start_ns,
-        end_ns: v.end_ns,
-        run_ns: v.run_ns,
-        gang,
-        ranks_done: v.ranks_done,
-        deadlock: v.deadlock.as_ref().map(deadlock),
-        on_deadlock: v1::DeadlockPolicy::from(v.on_deadlock) as i32,
-        pending_reason: v.pending_reason.clone(),
-        slice_rows: v.slice_rows.clone(),
-        output_lost: v
-            .output_lost
-            .iter()
-            .map(|l| v1::OutputLoss {
-                rank: l.rank,
-                stream: match l.stream {
-                    crate::job::OutStream::Stdout => v1::Stream::Stdout,
-                    crate::job::OutStream::Stderr => v1::Stream::Stderr,
-                } as i32,
-                bytes: l.bytes,
-            })
-            .collect(),
-    }
-}
-
 /// The spec a job was submitted with, as a listing shows it (no environment, no script
 /// text).
-fn job_spec(v: &JobView) -> v1::JobSpec {
+pub(super) fn job_spec(v: &JobView) -> v1::JobSpec {
     let gang = v1::GangMode::from(v.gang) as i32;
     // A task's own patterns (its array's, with its %A and %a).
     let files = match v.array {
@@ -417,26 +330,6 @@ fn job_spec(v: &JobView) -> v1::JobSpec {
         // its path goes tells that there is one.
         script: String::new(),
         script_at: v.script.as_ref().map_or(0, |s| s.at),
-    }
-}
-
-/// A deadlock found, with every rank's wait.
-fn deadlock(d: &crate::msg_jobs::DeadlockInfo) -> v1::Deadlock {
-    v1::Deadlock {
-        detected_ns: d.detected_ns,
-        messages: d.messages,
-        waits: d
-            .waits
-            .iter()
-            .map(|(a, (x, y))| v1::RankWait {
-                rank: a.rank,
-                x: *x,
-                y: *y,
-                source: a.source,
-                tag: a.tag,
-                since_ns: a.blocked_since_ns,
-            })
-            .collect(),
     }
 }
 

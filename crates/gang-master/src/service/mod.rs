@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod attach_slots;
 pub mod convert;
+pub mod job_info;
 pub mod jobs;
 pub mod registry;
 pub mod tokens;

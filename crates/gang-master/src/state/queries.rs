@@ -70,6 +70,10 @@ impl MasterState {
                 _ => 0,
             },
             step_ids: self.jobs.steps_of(j.id()).to_vec(),
+            array_indices: match j.record.array {
+                Some(a) if a.job == j.id() => self.array_indices(a.job),
+                _ => Vec::new(),
+            },
         }
     }
 

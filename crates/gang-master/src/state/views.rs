@@ -28,6 +28,8 @@ pub struct JobView {
     pub array_tasks: u32,
     /// For an allocation: its steps, in order.
     pub step_ids: Vec<JobId>,
+    /// For the first task of an array: every task's index, in the order of their ids.
+    pub array_indices: Vec<u32>,
 }
 
 impl std::ops::Deref for JobView {

@@ -18,6 +18,14 @@ impl MasterState {
         }
     }
 
+    /// Every task's index, in the order of their ids (a client names task T by it).
+    pub(in crate::state) fn array_indices(&self, array: JobId) -> Vec<u32> {
+        self.dependency_targets(array.0)
+            .iter()
+            .filter_map(|t| t.record.array.map(|a| a.task))
+            .collect()
+    }
+
     /// Tasks of `array` queued for nodes or running (counted once per pass, in `cache`).
     pub(in crate::state) fn active_tasks(
         &self,

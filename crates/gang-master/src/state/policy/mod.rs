@@ -112,7 +112,11 @@ impl MasterState {
     pub(in crate::state) fn gate_text(&self, job: &Job, cache: &mut HashMap<JobId, u32>) -> String {
         match self.gate(job, cache) {
             Some(Gate::Held(h)) if h.admin => format!("held by admin {}", h.by),
-            Some(Gate::Held(h)) => format!("held by {} (gangctl release {})", h.by, job.id()),
+            // A task as its user names it: `gangctl release 17_3`.
+            Some(Gate::Held(h)) => match job.record.array {
+                Some(a) => format!("held by {} (gangctl release {}_{})", h.by, a.job, a.task),
+                None => format!("held by {} (gangctl release {})", h.by, job.id()),
+            },
             Some(Gate::Dependency(d)) => self.dependency_text(d),
             Some(Gate::Throttled { array, limit }) => {
                 format!("array {array} runs at most {limit} tasks at once")

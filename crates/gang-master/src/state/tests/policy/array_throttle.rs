@@ -45,6 +45,11 @@ fn arrays_make_one_job_per_task_and_keep_to_their_limit() {
         "out-1_3.%r"
     );
     assert_eq!(w.view(1).array_tasks, 5);
+    assert_eq!(w.view(1).array_indices, [1, 2, 3, 4, 5]);
+    assert!(
+        w.view(2).array_indices.is_empty(),
+        "the array's own id lists them"
+    );
     // One spec for all five, in memory and saved: the tasks' rows name it.
     assert!(std::sync::Arc::ptr_eq(
         &w.view(1).record.spec,

@@ -46,3 +46,18 @@ fn held_jobs_wait_for_release_and_an_admins_hold_for_an_admin() {
         ],
     );
 }
+
+#[test]
+fn a_held_array_task_is_released_by_its_name() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            SubmitWith("1x1", |j| {
+                j.at_submit.hold = true;
+                j.at_submit.array = Some(gang_core::schedule::array::parse("4-6", 100).unwrap());
+            }),
+            Pending(2, "held by u1000 (gangctl release 1_5)"),
+        ],
+    );
+}
