@@ -11,15 +11,6 @@ mod common;
 
 use common::*;
 
-/// `cmd` with prun first in PATH, as `gangctl start` gives its commands (prun runs in the
-/// allocation, and on its first node for a batch script).
-fn cmd_p(bin: &str, c: &gang_local::LocalCluster) -> std::process::Command {
-    let mut m = cmd(bin, c);
-    let path = std::env::var("PATH").unwrap_or_default();
-    m.env("PATH", format!("{}:{path}", bin_dir().display()));
-    m
-}
-
 #[test]
 fn a_batch_script_runs_its_steps_on_its_nodes_and_shows_them() {
     let Some(c) = cluster((2, 2), 2) else { return };

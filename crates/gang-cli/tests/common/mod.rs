@@ -107,3 +107,48 @@ pub fn ids(v: &Value) -> Vec<u64> {
         .map(|j| j["id"].as_u64().unwrap())
         .collect()
 }
+
+/// `cmd` with prun first in PATH, as a batch script on its node finds it.
+pub fn cmd_p(bin: &str, c: &LocalCluster) -> std::process::Command {
+    let mut m = cmd(bin, c);
+    let path = std::env::var("PATH").unwrap_or_default();
+    m.env("PATH", format!("{}:{path}", bin_dir().display()));
+    m
+}
+
+/// `gangctl ARGS`: its stdout, asserting it succeeded.
+pub fn ok(c: &LocalCluster, args: &[&str]) -> String {
+    let o = run(GANGCTL, c, args);
+    assert!(
+        o.status.success(),
+        "gangctl {args:?}: exit {:?}: {}",
+        o.status.code(),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
+/// `gangctl ARGS` refused: its exit code and stderr.
+pub fn refused(c: &LocalCluster, args: &[&str]) -> (Option<i32>, String) {
+    let o = run(GANGCTL, c, args);
+    assert!(
+        !o.status.success(),
+        "gangctl {args:?} succeeded: {}",
+        text(&o.stdout)
+    );
+    (o.status.code(), text(&o.stderr))
+}
+
+/// The rows of a table, each its cells (split on blanks), without the header.
+pub fn rows(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// The first cell of each row.
+pub fn first_cells(table: &str) -> Vec<String> {
+    rows(table).into_iter().map(|r| r[0].clone()).collect()
+}
