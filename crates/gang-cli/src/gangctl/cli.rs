@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::args::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
+use crate::gangctl::shell_docs::complete as tab;
+use crate::gangctl::shell_docs::job_ids::{Offer, job_ids};
 use crate::jobs::job_filter;
 use crate::output::OutputMode;
 
@@ -81,6 +83,7 @@ pub enum Cmd {
         /// Only these jobs: ids and ranges, comma-separated (3,5-9), or `last` (your
         /// newest job). An id that does not exist is an error; a range skips missing ids.
         #[arg(value_name = "IDS|RANGES|last")]
+        #[arg(add = job_ids(Offer::Any))]
         ids: Vec<String>,
         /// Also finished jobs (completed, failed, cancelled, timeout).
         #[arg(short, long)]
@@ -91,6 +94,7 @@ pub enum Cmd {
         /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
         /// (R), completed (CD), failed (F), cancelled (CA), timeout (TO), or active.
         #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        #[arg(add = tab::states())]
         state: Option<job_filter::States>,
         /// Only jobs submitted since T: a duration ago (1h, 30m, 2-00) or a UTC time
         /// (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS]) or RFC 3339 (2024-05-01T12:00:00+02:00).
@@ -117,12 +121,14 @@ pub enum Cmd {
     Acct {
         /// Only these jobs: ids and ranges, comma-separated (3,5-9).
         #[arg(value_name = "IDS|RANGES")]
+        #[arg(add = job_ids(Offer::Any))]
         ids: Vec<String>,
         /// Only jobs of this user (a name or a uid).
         #[arg(short, long, value_name = "USER")]
         user: Option<String>,
         /// Only jobs in these states (as for gangctl jobs).
         #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        #[arg(add = tab::states())]
         state: Option<job_filter::States>,
         /// Jobs submitted since T (as for gangctl jobs) [default: today, 00:00 UTC; with
         /// job ids: any time].
@@ -130,6 +136,7 @@ pub enum Cmd {
         since: Option<i64>,
         /// The columns, comma-separated, as sacct's --format (JobID,Elapsed also works).
         #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::jobs::acct::DEFAULT_FORMAT, value_parser = crate::jobs::acct::parse_format_arg)]
+        #[arg(add = tab::columns())]
         format: crate::jobs::acct::Format,
         /// At most this many jobs (0: the master's limit, 1000).
         #[arg(long, default_value_t = 0, value_name = "N")]
@@ -188,6 +195,7 @@ pub enum Cmd {
     Job {
         /// The job id.
         #[arg(value_name = "ID")]
+        #[arg(add = job_ids(Offer::Any))]
         id: u64,
     },
 
@@ -205,6 +213,7 @@ pub enum Cmd {
     Cancel {
         /// Jobs: ids and ranges, comma-separated (3,5-9).
         #[arg(value_name = "IDS|RANGES")]
+        #[arg(add = job_ids(Offer::Active))]
         ids: Vec<String>,
         /// Only jobs of this user (a name or a uid).
         #[arg(short, long, value_name = "USER")]
@@ -212,6 +221,7 @@ pub enum Cmd {
         /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
         /// (R).
         #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        #[arg(add = tab::states())]
         state: Option<job_filter::States>,
     },
 
@@ -221,6 +231,7 @@ pub enum Cmd {
     Hold {
         /// Jobs: ids and ranges, comma-separated (3,5-9); ranges pick among queued jobs.
         #[arg(value_name = "IDS|RANGES", required = true)]
+        #[arg(add = job_ids(Offer::Queued))]
         ids: Vec<String>,
     },
 
@@ -228,6 +239,7 @@ pub enum Cmd {
     Release {
         /// Jobs: ids and ranges, comma-separated (3,5-9); ranges pick among queued jobs.
         #[arg(value_name = "IDS|RANGES", required = true)]
+        #[arg(add = job_ids(Offer::Queued))]
         ids: Vec<String>,
     },
 
@@ -239,6 +251,7 @@ pub enum Cmd {
     Update {
         /// The job id.
         #[arg(value_name = "ID")]
+        #[arg(add = job_ids(Offer::Active))]
         id: u64,
         /// The new time limit (Slurm's formats, or 90s, 5m, 2h; 0: none).
         #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
@@ -338,6 +351,7 @@ pub enum Cmd {
     Attach {
         /// The job id.
         #[arg(value_name = "ID")]
+        #[arg(add = job_ids(Offer::Active))]
         id: u64,
         /// Prefix every output line with the rank that wrote it ("3: hello").
         #[arg(short, long)]
@@ -361,6 +375,7 @@ pub enum Cmd {
     Output {
         /// The job id.
         #[arg(value_name = "ID")]
+        #[arg(add = job_ids(Offer::Any))]
         id: u64,
         /// Only this rank's output (0 to the job's size - 1).
         #[arg(short, long, value_name = "N")]
@@ -373,7 +388,9 @@ pub enum Cmd {
         label: bool,
     },
 
-    /// Print a shell completion script for gangctl or prun on stdout.
+    /// Print a shell completion script for gangctl or prun on stdout (`gangctl install`
+    /// installs them). The script asks gangctl at each Tab: options, values, job states,
+    /// acct's columns and the ids of your jobs on the cluster.
     #[command(
         after_help = "Examples:\n  gangctl completions bash > /etc/bash_completion.d/gangctl\n  gangctl completions bash prun > /etc/bash_completion.d/prun\n  gangctl completions zsh > \"${fpath[1]}/_gangctl\"\n  gangctl completions fish prun > ~/.config/fish/completions/prun.fish"
     )]
@@ -387,7 +404,7 @@ pub enum Cmd {
     },
 
     /// Write the man pages of prun and gangctl (one per subcommand: gangctl-jobs.1, ...)
-    /// into DIR.
+    /// into DIR (`gangctl install` installs them where man finds them).
     #[command(
         after_help = "Examples:\n  gangctl man /usr/local/share/man/man1\n  gangctl man /tmp/m && man -l /tmp/m/prun.1"
     )]
@@ -396,6 +413,20 @@ pub enum Cmd {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+
+    /// Install prun and gangctl (and gang-master and gang-agent if built), their man pages
+    /// and shell completions, where the system finds them.
+    ///
+    /// Copies the binaries beside this gangctl into PREFIX/bin, writes the man pages into
+    /// PREFIX/share/man/man1 (man finds them once PREFIX/bin is in PATH) and the bash, zsh
+    /// and fish completions into PREFIX/share/bash-completion/completions,
+    /// PREFIX/share/zsh/site-functions and PREFIX/share/fish/vendor_completions.d. Prints
+    /// each file, and how to put PREFIX/bin in PATH if it is not. A file already as it
+    /// would be written is left alone: running it again changes nothing.
+    #[command(
+        after_help = "Examples:\n  target/release/gangctl install    # after cargo build --release --workspace\n  gangctl install --prefix /opt/gang\n  gangctl install --dry-run"
+    )]
+    Install(crate::gangctl::shell_docs::install::InstallArgs),
 }
 
 #[derive(Debug, Subcommand)]
