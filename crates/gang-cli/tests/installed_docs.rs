@@ -25,11 +25,15 @@ fn installed(prefix: &Path) {
     let o = install(prefix);
     assert!(o.status.success(), "gangctl install: {o:?}");
     let out = text(&o.stdout);
-    for f in ["bin/prun", "bin/gangctl", "share/man/man1/prun.1"] {
-        assert!(
-            out.contains(&prefix.join(f).display().to_string()),
-            "{f} in {out}"
-        );
+    assert!(
+        out.starts_with(&format!("installed into {}:", prefix.display())),
+        "{out}"
+    );
+    for line in ["  bin: prun gangctl", "  share/man/man1: prun.1 gangctl.1"] {
+        assert!(out.contains(line), "{line} in {out}");
+    }
+    for f in ["bin/prun", "bin/gangctl", "share/man/man1/gangctl-cancel.1"] {
+        assert!(prefix.join(f).is_file(), "{f}");
     }
 }
 
@@ -94,7 +98,7 @@ fn man_finds_the_installed_pages_and_bash_the_completions() {
     let again = install(&prefix);
     assert!(again.status.success(), "{again:?}");
     assert!(
-        text(&again.stdout).contains("prun.1 (unchanged)"),
+        text(&again.stdout).contains("  bin: prun gangctl gang-master gang-agent (unchanged)"),
         "{again:?}"
     );
     assert_eq!(std::fs::read(&page).unwrap(), first);

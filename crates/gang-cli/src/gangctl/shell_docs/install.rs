@@ -41,27 +41,79 @@ pub fn install(args: &InstallArgs) -> Result<i32, CliError> {
     let prefix = prefix_of(args.prefix.as_deref())?;
     let files = plan(&prefix, &beside_gangctl()?)?;
     if args.dry_run {
-        println!("would install into {}:", prefix.display());
-        for f in &files {
-            println!("  {}", f.path.display());
-        }
+        let listed: Vec<(&Path, bool)> = files.iter().map(|f| (f.path.as_path(), true)).collect();
+        let mut lines = vec![format!("would install into {}:", prefix.display())];
+        lines.extend(by_directory(&prefix, &listed));
         if let Err(why) = writable(&prefix, false) {
-            println!("but: {why}");
+            lines.push(format!("but {why}"));
         }
+        say(&lines);
         return Ok(0);
     }
     writable(&prefix, true).map_err(CliError::other)?;
-    println!("installed into {}:", prefix.display());
+    let mut done = Vec::new();
     for f in &files {
         let changed = write(f)
             .map_err(|e| CliError::other(format!("cannot write {}: {e}", f.path.display())))?;
-        let note = if changed { "" } else { " (unchanged)" };
-        println!("  {}{note}", f.path.display());
+        done.push((f.path.as_path(), changed));
     }
-    for hint in hints(&prefix) {
-        println!("{hint}");
-    }
+    let mut lines = vec![format!("installed into {}:", prefix.display())];
+    lines.extend(by_directory(&prefix, &done));
+    lines.extend(hints(&prefix));
+    say(&lines);
     Ok(0)
+}
+
+/// Print on stdout; a closed stdout (`| head`) is not an error once the files are written.
+fn say(lines: &[String]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        if writeln!(out, "{l}").is_err() {
+            return;
+        }
+    }
+}
+
+/// One line a directory, relative to the prefix: `  bin: prun gangctl`, the files left
+/// as they were marked (`(unchanged)` after all of them, or `unchanged: x y`).
+fn by_directory(prefix: &Path, files: &[(&Path, bool)]) -> Vec<String> {
+    let mut dirs: Vec<(&Path, Vec<String>, Vec<String>)> = Vec::new();
+    for (path, changed) in files {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let i = match dirs.iter().position(|d| d.0 == dir) {
+            Some(i) => i,
+            None => {
+                dirs.push((dir, Vec::new(), Vec::new()));
+                dirs.len() - 1
+            }
+        };
+        if *changed {
+            &mut dirs[i].1
+        } else {
+            &mut dirs[i].2
+        }
+        .push(name);
+    }
+    dirs.into_iter()
+        .map(|(dir, written, kept)| {
+            let dir = dir.strip_prefix(prefix).unwrap_or(dir).display();
+            match (written.is_empty(), kept.is_empty()) {
+                (_, true) => format!("  {dir}: {}", written.join(" ")),
+                (true, false) => format!("  {dir}: {} (unchanged)", kept.join(" ")),
+                (false, false) => format!(
+                    "  {dir}: {} (unchanged: {})",
+                    written.join(" "),
+                    kept.join(" ")
+                ),
+            }
+        })
+        .collect()
 }
 
 /// The prefix asked for, absolute (the completion scripts name PREFIX/bin/gangctl), or
@@ -302,6 +354,23 @@ mod tests {
         assert!(
             e.contains("prun not in") && e.contains("cargo build"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn what_was_written_is_said_a_directory_a_line() {
+        let p = Path::new("/p");
+        let files = [
+            (Path::new("/p/bin/prun"), true),
+            (Path::new("/p/bin/gangctl"), false),
+            (Path::new("/p/share/man/man1/prun.1"), false),
+        ];
+        assert_eq!(
+            by_directory(p, &files),
+            [
+                "  bin: prun (unchanged: gangctl)",
+                "  share/man/man1: prun.1 (unchanged)"
+            ]
         );
     }
 
