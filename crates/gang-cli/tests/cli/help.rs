@@ -121,7 +121,11 @@ fn completions_and_man_pages() {
     for shell in ["zsh", "fish"] {
         let o = run(GANGCTL, &["completions", shell]);
         assert!(o.status.success(), "{shell}: {}", stderr(&o));
-        assert!(stdout(&o).contains("GANG_COMPLETE"), "{shell}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("GANG_COMPLETE"),
+            "{shell}: {}",
+            stdout(&o)
+        );
         assert!(stdout(&o).contains(GANGCTL), "{shell} calls this gangctl");
     }
     let o = run(GANGCTL, &["completions", "tcsh"]);

@@ -67,10 +67,16 @@ pub fn gangctl(sub: Option<&str>) -> Vec<Row> {
         ],
         Some("cancel") => &[(
             "1",
-            "a job named could not be cancelled (it had ended, or is not yours); the others were",
+            "an error, or a job named could not be cancelled (it had ended, or is not yours): the others were",
         )],
         _ => &[],
     };
-    rows.extend(own.iter().map(|(c, w)| (c.to_string(), *w)));
+    for (code, when) in own {
+        match rows.iter_mut().find(|(c, _)| c == code) {
+            // A command that gives a general code more meanings says them all.
+            Some(row) => row.1 = when,
+            None => rows.push((code.to_string(), when)),
+        }
+    }
     rows
 }

@@ -16,7 +16,9 @@ use super::{Program, exit_status};
 /// The page of `cmd` (built), a subcommand of `prog` if `sub` names it ("jobs", "certs
 /// init").
 pub fn render(cmd: &Command, prog: Program, sub: Option<&str>) -> String {
-    let man = Man::new(with_spellings_in_help(cmd.clone()));
+    // Every page's footer names the project (a subcommand has no version of its own).
+    let man = Man::new(with_spellings_in_help(cmd.clone()))
+        .source(format!("gang {}", env!("CARGO_PKG_VERSION")));
     // roff's preamble (the apostrophe string the sections use), once.
     let mut page = Roff::new().render();
     page += &section(|w| man.render_title(w));
