@@ -48,7 +48,9 @@ fn man(args: &[&str], env: &[(&str, String)]) -> String {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let o = cmd.output().unwrap();
+    let o = cmd
+        .output()
+        .expect("man (man-db: sh scripts/setup-test-deps.sh installs it)");
     assert!(o.status.success(), "man {args:?}: {o:?}");
     text(&o.stdout)
 }
