@@ -11,6 +11,7 @@ systemd
 passwd
 iproute2
 procps
+man-db
 mpich
 libmpich-dev
 libpmi2-0-dev
@@ -39,6 +40,7 @@ python3-mpi4py
 #   (crates/gang-e2e/tests/trust); the emulated hosts' bridge, links and tc netem, ss
 #   (crates/gang-local/src/hosts, crates/gang-e2e/tests/hosts).
 # procps: pgrep, the ranks left on an emulated host (crates/gang-e2e/tests/hosts).
+# man-db: man, finding the pages `gangctl install` wrote (crates/gang-cli/tests/installed_docs.rs).
 # mpich, libmpich-dev: MPICH and mpicc.mpich, MPI programs built by the test and run
 #   under prun through the agent's PMI-1 server (crates/gang-e2e/tests/mpi/mpich.rs), and
 #   read by the agent's --mpi auto (crates/gang-agent/src/mpi_program.rs).

@@ -91,6 +91,9 @@ fn runner(command: &str) -> Result<String, String> {
     if command == ci_command() {
         return Ok(".ci/run runs it".into());
     }
+    if command == "./target/release/gangctl install" {
+        return installs();
+    }
     for (bin, path) in [("prun", PRUN), ("gangctl", GANGCTL)] {
         if command == format!("{bin} --help") {
             let o = Command::new(path).arg("--help").output().unwrap();
@@ -114,6 +117,30 @@ fn runner(command: &str) -> Result<String, String> {
         "README.md shows `{command}`, but no test runs it: run it in \
          crates/gang-cli/tests/readme_commands.rs, or make it a line of demo/demo.sh"
     ))
+}
+
+/// `gangctl install`, listed here without writing (as root it would write /usr/local);
+/// `installed_docs.rs` installs for real, into a temporary prefix, and uses what it wrote.
+fn installs() -> Result<String, String> {
+    let o = Command::new(GANGCTL)
+        .args(["install", "--dry-run"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "gangctl install --dry-run: {o:?}");
+    for want in [
+        "would install into",
+        "  bin: prun gangctl",
+        "  share/man/man1: prun.1",
+    ] {
+        assert!(out.contains(want), "{want} in {out}");
+    }
+    let test = read("crates/gang-cli/tests/installed_docs.rs");
+    assert!(
+        test.contains(".args([\"install\", \"--prefix\"])"),
+        "installed_docs.rs installs"
+    );
+    Ok("run here with --dry-run; crates/gang-cli/tests/installed_docs.rs runs it into a temporary prefix".into())
 }
 
 #[test]

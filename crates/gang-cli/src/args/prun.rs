@@ -117,6 +117,7 @@ pub struct Args {
     /// The directory the ranks start in, on every node [default: the current directory].
     /// A relative one is taken from the current directory.
     #[arg(short = 'D', long, value_name = "DIR")]
+    #[arg(value_hint = clap::ValueHint::DirPath)]
     pub chdir: Option<std::path::PathBuf>,
 
     /// Master address: unix:PATH (its socket on a cluster host) or https://HOST:PORT (with

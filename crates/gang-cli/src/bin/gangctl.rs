@@ -15,6 +15,7 @@ use gang_local::check_mesh;
 use gang_local::driver::signals::{StopSignals, catch_stop_signals};
 
 fn main() {
+    gang_cli::gangctl::shell_docs::complete::complete_if_asked();
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     let mode = cli.output;
     let signals = match &cli.command {

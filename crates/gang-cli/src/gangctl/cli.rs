@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::args::parse::{parse_duration, parse_mesh, parse_node, parse_node_set, parse_timeout};
+use crate::gangctl::shell_docs::complete as tab;
+use crate::gangctl::shell_docs::job_ids::{Offer, job_ids};
 use crate::jobs::job_filter;
 use crate::output::OutputMode;
 
@@ -86,6 +88,7 @@ pub enum Cmd {
         /// tasks (17_3, 17_[1,3,5-7]), or `last` (your newest job that is not a step). An
         /// id, step or task that does not exist is an error; a range skips missing ones.
         #[arg(value_name = "IDS|RANGES|last", value_parser = job_refs)]
+        #[arg(add = job_ids(Offer::Any))]
         ids: Vec<String>,
         /// Also finished jobs (completed, failed, cancelled, timeout).
         #[arg(short, long)]
@@ -96,6 +99,7 @@ pub enum Cmd {
         /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
         /// (R), completed (CD), failed (F), cancelled (CA), timeout (TO), or active.
         #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        #[arg(add = tab::states())]
         state: Option<job_filter::States>,
         /// Only jobs submitted since T: a duration ago (1h, 30m, 2-00) or a UTC time
         /// (YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS]) or RFC 3339 (2024-05-01T12:00:00+02:00).
@@ -129,9 +133,11 @@ pub enum Cmd {
         /// Only these jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array
         /// tasks (17_3, 17_[1-4]), or `last`.
         #[arg(value_name = "IDS|RANGES|last", value_parser = job_refs)]
+        #[arg(add = job_ids(Offer::Any))]
         ids: Vec<String>,
         /// Only these jobs (as above), as sacct's -j; may be repeated.
         #[arg(short = 'j', long = "jobs", value_name = "IDS", value_parser = job_refs)]
+        #[arg(add = job_ids(Offer::Any))]
         jobs: Vec<String>,
         /// Allocations and jobs only, without their steps (sacct's -X).
         #[arg(short = 'X', long)]
@@ -141,6 +147,7 @@ pub enum Cmd {
         user: Option<String>,
         /// Only jobs in these states (as for gangctl jobs).
         #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        #[arg(add = tab::states())]
         state: Option<job_filter::States>,
         /// Jobs submitted since T (as for gangctl jobs) [default: today, 00:00 UTC; with
         /// job ids: any time].
@@ -149,6 +156,7 @@ pub enum Cmd {
         /// The columns, comma-separated, as sacct's --format (JobID,Elapsed,CPUTime,
         /// MaxRSSNode,State%20 also work).
         #[arg(short = 'o', long, value_name = "COLUMNS", default_value = crate::jobs::acct::DEFAULT_FORMAT, value_parser = crate::jobs::acct::parse_format_arg)]
+        #[arg(add = tab::columns())]
         format: crate::jobs::acct::Format,
         /// At most this many jobs (0: the master's limit, 1000).
         #[arg(long, default_value_t = 0, value_name = "N")]
@@ -211,6 +219,7 @@ pub enum Cmd {
         /// The job: its id, ALLOCATION.STEP (12.1), ARRAY_TASK (17_3) or `last` (your
         /// newest job that is not a step).
         #[arg(value_name = "ID", value_parser = one_job)]
+        #[arg(add = job_ids(Offer::Any))]
         id: String,
     },
 
@@ -230,6 +239,7 @@ pub enum Cmd {
         /// Jobs, comma-separated: ids and ranges (3,5-9), steps (12.1), array tasks (17_3,
         /// 17_[1,3,5-7]).
         #[arg(value_name = "IDS|RANGES", value_parser = job_refs)]
+        #[arg(add = job_ids(Offer::Active))]
         ids: Vec<String>,
         /// Only jobs of this user (a name or a uid).
         #[arg(short, long, value_name = "USER")]
@@ -237,6 +247,7 @@ pub enum Cmd {
         /// Only jobs in these states, comma-separated: queued (PD), starting (CF), running
         /// (R).
         #[arg(short, long, value_name = "S,...", value_parser = job_filter::parse_state_set)]
+        #[arg(add = tab::states())]
         state: Option<job_filter::States>,
     },
 
@@ -249,6 +260,7 @@ pub enum Cmd {
         /// Jobs, comma-separated: ids and ranges (3,5-9), array tasks (17_3, 17_[1-4]), or
         /// `last`; ranges pick among queued jobs.
         #[arg(value_name = "IDS|RANGES", required = true, value_parser = job_refs)]
+        #[arg(add = job_ids(Offer::Queued))]
         ids: Vec<String>,
     },
 
@@ -258,6 +270,7 @@ pub enum Cmd {
         /// Jobs, comma-separated: ids and ranges (3,5-9), array tasks (17_3, 17_[1-4]), or
         /// `last`; ranges pick among queued jobs.
         #[arg(value_name = "IDS|RANGES", required = true, value_parser = job_refs)]
+        #[arg(add = job_ids(Offer::Queued))]
         ids: Vec<String>,
     },
 
@@ -270,6 +283,7 @@ pub enum Cmd {
         /// The job: its id, ARRAY_TASK (17_3) or `last`.
         #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
+        #[arg(add = job_ids(Offer::Active))]
         /// The new time limit (Slurm's formats, or 90s, 5m, 2h; 0: none).
         #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
         time_limit: Option<u64>,
@@ -369,6 +383,7 @@ pub enum Cmd {
         /// The job: its id, ALLOCATION.STEP (12.0), ARRAY_TASK (17_3) or `last`.
         #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
+        #[arg(add = job_ids(Offer::Active))]
         /// Prefix every output line with the rank that wrote it ("3: hello").
         #[arg(short, long)]
         label: bool,
@@ -392,6 +407,7 @@ pub enum Cmd {
         /// The job: its id, ALLOCATION.STEP (12.1), ARRAY_TASK (17_3) or `last`.
         #[arg(value_name = "ID", value_parser = one_job)]
         id: String,
+        #[arg(add = job_ids(Offer::Any))]
         /// Only this rank's output (0 to the job's size - 1).
         #[arg(short, long, value_name = "N")]
         rank: Option<u32>,
@@ -403,7 +419,9 @@ pub enum Cmd {
         label: bool,
     },
 
-    /// Print a shell completion script for gangctl or prun on stdout.
+    /// Print a shell completion script for gangctl or prun on stdout (`gangctl install`
+    /// installs them). The script asks gangctl at each Tab: options, values, job states,
+    /// acct's columns and the ids of your jobs on the cluster.
     #[command(
         after_help = "Examples:\n  gangctl completions bash > /etc/bash_completion.d/gangctl\n  gangctl completions bash prun > /etc/bash_completion.d/prun\n  gangctl completions zsh > \"${fpath[1]}/_gangctl\"\n  gangctl completions fish prun > ~/.config/fish/completions/prun.fish"
     )]
@@ -417,7 +435,7 @@ pub enum Cmd {
     },
 
     /// Write the man pages of prun and gangctl (one per subcommand: gangctl-jobs.1, ...)
-    /// into DIR.
+    /// into DIR (`gangctl install` installs them where man finds them).
     #[command(
         after_help = "Examples:\n  gangctl man /usr/local/share/man/man1\n  gangctl man /tmp/m && man -l /tmp/m/prun.1"
     )]
@@ -426,6 +444,20 @@ pub enum Cmd {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+
+    /// Install prun and gangctl (and gang-master and gang-agent if built), their man pages
+    /// and shell completions, where the system finds them.
+    ///
+    /// Copies the binaries beside this gangctl into PREFIX/bin, writes the man pages into
+    /// PREFIX/share/man/man1 (man finds them once PREFIX/bin is in PATH) and the bash, zsh
+    /// and fish completions into PREFIX/share/bash-completion/completions,
+    /// PREFIX/share/zsh/site-functions and PREFIX/share/fish/vendor_completions.d. Prints
+    /// each file, and how to put PREFIX/bin in PATH if it is not. A file already as it
+    /// would be written is left alone: running it again changes nothing.
+    #[command(
+        after_help = "Examples:\n  target/release/gangctl install    # after cargo build --release --workspace\n  gangctl install --prefix /opt/gang\n  gangctl install --dry-run"
+    )]
+    Install(crate::gangctl::shell_docs::install::InstallArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -414,7 +414,8 @@ pub(super) async fn hold(
 
 /// `gangctl completions SHELL [COMMAND]`.
 pub(super) fn completions(shell: clap_complete::Shell, command: Program) -> Result<i32, CliError> {
-    super::shell_docs::completions(shell, command, &mut std::io::stdout());
+    super::shell_docs::completions(shell, command, &mut std::io::stdout())
+        .map_err(|e| CliError::other(format!("cannot write the completions: {e}")))?;
     Ok(0)
 }
 

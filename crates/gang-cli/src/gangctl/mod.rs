@@ -21,7 +21,11 @@ pub async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError
     let mode = cli.output;
     // `start` makes its own cluster and `certs` only writes files: neither needs an address.
     let master = match &cli.command {
-        Cmd::Start(_) | Cmd::Certs(_) | Cmd::Completions { .. } | Cmd::Man { .. } => String::new(),
+        Cmd::Start(_)
+        | Cmd::Certs(_)
+        | Cmd::Completions { .. }
+        | Cmd::Man { .. }
+        | Cmd::Install(_) => String::new(),
         _ => client_config::master(cli.master.clone())?,
     };
     let m = master.as_str();
@@ -105,5 +109,6 @@ pub async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError
         }
         Cmd::Completions { shell, command } => c::completions(shell, command),
         Cmd::Man { dir } => c::man(&dir),
+        Cmd::Install(args) => shell_docs::install::install(&args),
     }
 }

@@ -100,7 +100,7 @@ fn binaries_sit_together() {
 }
 
 /// Completions and man pages come from the real binary; bash loads the script and
-/// completes prun's options from it.
+/// completes prun's options through it (the script asks gangctl at each Tab).
 #[test]
 fn completions_and_man_pages() {
     let o = run(GANGCTL, &["completions", "bash", "prun"]);
@@ -111,7 +111,7 @@ fn completions_and_man_pages() {
     // Complete `prun --time-l<TAB>` as bash would.
     let probe = format!(
         "source {}; COMP_WORDS=(prun --time-l); COMP_CWORD=1; COMP_LINE='prun --time-l'; \
-         COMP_POINT=${{#COMP_LINE}}; _prun prun --time-l prun; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+         COMP_POINT=${{#COMP_LINE}}; _clap_complete_prun prun --time-l prun; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
         script.display()
     );
     let b = Command::new("bash").args(["-c", &probe]).output().unwrap();
@@ -121,7 +121,12 @@ fn completions_and_man_pages() {
     for shell in ["zsh", "fish"] {
         let o = run(GANGCTL, &["completions", shell]);
         assert!(o.status.success(), "{shell}: {}", stderr(&o));
-        assert!(stdout(&o).contains("drain"), "{shell}");
+        assert!(
+            stdout(&o).contains("GANG_COMPLETE"),
+            "{shell}: {}",
+            stdout(&o)
+        );
+        assert!(stdout(&o).contains(GANGCTL), "{shell} calls this gangctl");
     }
     let o = run(GANGCTL, &["completions", "tcsh"]);
     assert_eq!(o.status.code(), Some(2));
