@@ -28,22 +28,16 @@ fn batch_with_a_failing_step(c: &LocalCluster, dir: &Path) {
     let script = dir.join("day.sh");
     std::fs::write(
         &script,
-        "#!/bin/sh\n#GANG -J day\nprun -- echo first\nprun -- sh -c 'echo broken >&2; exit 7'\nprun -- echo third\n",
+        "#!/bin/sh\n#GANG -J day\n#GANG -N 1\nprun -- echo first\nprun -- sh -c 'echo broken >&2; exit 7'\nprun -- echo third\n",
     )
     .unwrap();
-    let o = cmd_p(GANGCTL, c)
-        .current_dir(dir)
-        .args(["submit", "--parsable", "day.sh"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let a: u64 = text(&o.stdout).trim().parse().unwrap();
-    let j = wait_job(c, a, "completed", |j| j["state"] == "completed");
-    assert_eq!(
-        (j["w"].as_u64(), j["h"].as_u64()),
-        (Some(1), Some(1)),
-        "{j}"
+    let a = submitted(
+        cmd_p(GANGCTL, c)
+            .current_dir(dir)
+            .args(["submit", "--parsable", "day.sh"]),
     );
+    let j = wait_job(c, a, "completed", |j| j["state"] == "completed");
+    assert_eq!(j["shape"], "1x1", "one node unless asked: {j}");
     let (s0, s1, s2) = (format!("{a}.0"), format!("{a}.1"), format!("{a}.2"));
     assert_eq!(
         acct(c, &a.to_string()),
@@ -90,23 +84,17 @@ fn allocation_with_two_steps(c: &LocalCluster) {
 /// An array of 20, four at a time: task 7 fails, tasks 15-20 are cancelled while they
 /// wait (named by index), the others complete.
 fn array_with_a_failure_and_a_range_cancel(c: &LocalCluster, dir: &Path) {
-    let o = cmd_p(PRUN, c)
-        .current_dir(dir)
-        .args([
-            "-d",
-            "-N",
-            "1",
-            "--array",
-            "1-20%4",
-            "--",
-            "sh",
-            "-c",
-            "sleep 1; test \"$GANG_ARRAY_TASK_ID\" != 7",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let a: u64 = text(&o.stdout).trim().parse().unwrap();
+    let a = submitted(cmd_p(PRUN, c).current_dir(dir).args([
+        "-d",
+        "-N",
+        "1",
+        "--array",
+        "1-20%4",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1; test \"$GANG_ARRAY_TASK_ID\" != 7",
+    ]));
     // The waiting tasks are one line with the array's limit, as squeue shows them.
     let t = ok(c, &["jobs", &format!("{a}_[1-20]")]);
     assert!(
@@ -145,11 +133,25 @@ fn dependency_chain(c: &LocalCluster) {
     let x = detach(c, &["-N", "1", "--", "sleep", "1"]);
     let y = detach(
         c,
-        &["-N", "1", "-d", &format!("afterok:{x}"), "--", "false"],
+        &[
+            "-N",
+            "1",
+            "--dependency",
+            &format!("afterok:{x}"),
+            "--",
+            "false",
+        ],
     );
     let z = detach(
         c,
-        &["-N", "1", "-d", &format!("afterany:{y}"), "--", "true"],
+        &[
+            "-N",
+            "1",
+            "--dependency",
+            &format!("afterany:{y}"),
+            "--",
+            "true",
+        ],
     );
     let jz = wait_job(c, z, "completed", |j| j["state"] == "completed");
     let (jx, jy) = (job(c, x), job(c, y));

@@ -58,21 +58,14 @@ fn with_job(cmd: &str, ids: Ids) -> String {
 
 /// A batch job of two steps, waited to its end: what `12.0` and `12.1` name.
 fn allocation_with_steps(c: &gang_local::LocalCluster, path: &str, dir: &Path) -> u64 {
-    let o = cmd(GANGCTL, c)
-        .current_dir(dir)
-        .env("PATH", path)
-        .args([
-            "submit",
-            "-N",
-            "1",
-            "--parsable",
-            "--wrap",
-            "prun true; prun true",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let id: u64 = text(&o.stdout).trim().parse().unwrap();
+    let id = submitted(cmd(GANGCTL, c).current_dir(dir).env("PATH", path).args([
+        "submit",
+        "-N",
+        "1",
+        "--parsable",
+        "--wrap",
+        "prun true; prun true",
+    ]));
     wait_job(c, id, "completed", |j| j["state"] == "completed");
     id
 }

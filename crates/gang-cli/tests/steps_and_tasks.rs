@@ -18,20 +18,14 @@ fn a_batch_jobs_steps_are_named_alloc_dot_step_everywhere() {
     let Some(c) = cluster((2, 2), 1) else { return };
     // The script's output file (gang-%j.out) goes there, not into the source tree.
     let dir = tempfile::tempdir().unwrap();
-    let o = cmd_p(GANGCTL, &c)
-        .current_dir(dir.path())
-        .args([
-            "submit",
-            "-N",
-            "1",
-            "--parsable",
-            "--wrap",
-            "prun -- echo zero; prun -- sh -c 'echo one; exit 3'; prun -- echo two",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let id: u64 = text(&o.stdout).trim().parse().unwrap();
+    let id = submitted(cmd_p(GANGCTL, &c).current_dir(dir.path()).args([
+        "submit",
+        "-N",
+        "1",
+        "--parsable",
+        "--wrap",
+        "prun -- echo zero; prun -- sh -c 'echo one; exit 3'; prun -- echo two",
+    ]));
     let j = wait_job(&c, id, "completed", |j| j["state"] == "completed");
     assert_eq!(j["step_ids"], serde_json::json!([id + 1, id + 2, id + 3]));
     let (s0, s1, s2) = (format!("{id}.0"), format!("{id}.1"), format!("{id}.2"));

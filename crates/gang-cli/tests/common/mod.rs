@@ -152,3 +152,19 @@ pub fn rows(table: &str) -> Vec<Vec<String>> {
 pub fn first_cells(table: &str) -> Vec<String> {
     rows(table).into_iter().map(|r| r[0].clone()).collect()
 }
+
+/// Run a command that prints a job id (`--parsable`, `prun -d`), asserting it succeeded:
+/// the id.
+pub fn submitted(cmd: &mut Command) -> u64 {
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd:?}: exit {:?}: {}",
+        o.status.code(),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}: {}", text(&o.stdout)))
+}
