@@ -189,6 +189,8 @@ impl Pki {
     ) -> Result<TlsFiles> {
         let servers = match who {
             PeerName::User(_) => vec![],
+            // A browser on the master's host opens the portal at https://localhost.
+            PeerName::Master => vec![who.dns(), "localhost".to_string()],
             _ => vec![who.dns()],
         };
         let mut params = CertificateParams::new(servers)?;

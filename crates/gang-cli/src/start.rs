@@ -107,6 +107,11 @@ pub struct StartArgs {
     #[arg(long, value_name = "DIR", hide = true)]
     pub bin_dir: Option<PathBuf>,
 
+    /// Serve the web portal (gang-master --portal) and print its URL once the cluster is
+    /// up: https://localhost:PORT/portal/, signed in with the token of `gangctl token`.
+    #[arg(long)]
+    pub portal: bool,
+
     /// Command to run against the cluster (GANG_MASTER set in its environment).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -114,7 +119,10 @@ pub struct StartArgs {
 
 impl StartArgs {
     /// The driver's plan: the command line as gang-local takes it.
-    fn plan(self) -> StartPlan {
+    fn plan(mut self) -> StartPlan {
+        if self.portal {
+            self.master_arg.push("--portal".into());
+        }
         StartPlan {
             mesh: self.mesh,
             max_agents: self.max_agents,

@@ -258,6 +258,13 @@ fn the_portal_submits_watches_shows_output_and_cancels_in_a_browser() {
         "document.getElementById('cancel-{running}').click()"
     ));
     b.wait(
+        "the cancel asked again",
+        &format!("return !!document.getElementById('confirm-cancel-{running}')"),
+    );
+    b.js(&format!(
+        "document.getElementById('confirm-cancel-{running}').click()"
+    ));
+    b.wait(
         "the job cancelled",
         &format!(
             "return document.querySelector('#job-{running} .state')?.textContent === 'cancelled'"
@@ -299,5 +306,163 @@ fn the_portal_is_opt_in_and_locked_down() {
     );
     assert!(on.contains("x-content-type-options: nosniff"), "{on}");
     assert!(on.contains("<title>gang portal</title>"), "{on}");
+    c.shutdown().expect("clean shutdown");
+}
+
+/// `gangctl start --portal`: one flag, and the URL is printed with the cluster.
+#[test]
+fn gangctl_start_portal_prints_where_the_portal_is() {
+    let o = Command::new(bin_dir().join("gangctl"))
+        .args(["start", "--mesh", "1x1", "--portal", "--", "true"])
+        .env_remove("GANG_MASTER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("gangctl runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("gangctl: portal at https://localhost:"))
+        .unwrap_or_else(|| panic!("no portal line: {err}"));
+    assert!(line.contains("/portal/ (sign in with the token"), "{line}");
+    assert!(line.contains("ca.pem"), "the CA to trust is named: {line}");
+}
+
+/// `gangctl job ID --output json`.
+fn job_json(c: &LocalCluster, id: u64) -> Value {
+    let o = Command::new(bin_dir().join("gangctl"))
+        .args(["--output", "json", "job", &id.to_string()])
+        .env("GANG_MASTER", c.master_addr())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A script: whether the page's jobs table shows job `id` in `state`.
+fn state_is(id: u64, state: &str) -> String {
+    format!("return document.querySelector('#job-{id} .state')?.textContent === '{state}'")
+}
+
+/// With `--portal` alone: jobs that ended before the page opened are listed (their names
+/// as text, never as HTML), a command is split as a shell splits it, a name and a time
+/// limit go with it, wrong input is said next to its field, and a cancel is asked again.
+#[test]
+fn the_portal_takes_what_users_type_and_shows_what_ended() {
+    let c = LocalCluster::start((2, 1), options(&["--portal"])).expect("local cluster starts");
+    let port = c.grpc_socket().expect("the TLS port").port();
+    let url = c.portal_url().expect("the portal's URL").to_string();
+    assert_eq!(url, format!("https://localhost:{port}/portal/"));
+    // The master's certificate names localhost: the URL verifies against the cluster CA.
+    let o = Command::new("curl")
+        .args(["--silent", "--fail", "--cacert"])
+        .arg(c.ca())
+        .arg(&url)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("<title>gang portal</title>"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Before the page opens: a job that ends, named as an attacker would name it.
+    let hostile = "<img src=x onerror=\"window.pwned=1\">";
+    let o = gang_e2e::prun(&c, &["-N", "1", "-J", hostile, "--", "true"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let early = job_json(&c, 1)["id"].as_u64().unwrap();
+
+    let b = Browser::start(port);
+    b.go(&url);
+    b.js(&format!(
+        "document.getElementById('token').value = '{}'; document.getElementById('use-token').click();",
+        user_token(&c)
+    ));
+    b.wait("the ended job listed", &state_is(early, "completed"));
+    let name = b.js(&format!(
+        "return document.querySelector('#job-{early} td:nth-child(2)').textContent"
+    ));
+    assert_eq!(name, json!(hostile));
+    assert_eq!(
+        b.js("return document.querySelectorAll('#jobs img').length"),
+        json!(0)
+    );
+    assert_eq!(b.js("return window.pwned === undefined"), json!(true));
+
+    // Wrong input is said at its field, and nothing is submitted.
+    let submit = |command: &str, name: &str, time: &str| {
+        b.js(&format!(
+            "document.getElementById('shape').value = '1';
+             document.getElementById('command').value = {};
+             document.getElementById('name').value = {};
+             document.getElementById('time').value = {};
+             document.getElementById('status').textContent = '';
+             document.querySelector('#submit button').click();",
+            json!(command),
+            json!(name),
+            json!(time)
+        ));
+    };
+    submit("echo 'oops", "", "");
+    b.wait("the quote refused", "return document.getElementById('command-error').textContent.includes(\"without its closing\")");
+    submit("true", "", "soon");
+    b.wait(
+        "the time refused",
+        "return document.getElementById('time-error').textContent.includes('a time limit is')",
+    );
+    assert_eq!(
+        b.js("return document.getElementById('status').textContent"),
+        json!("")
+    );
+
+    // A quoted shell command, a name and a time limit, as the user typed them.
+    submit("sh -c 'echo one  \"two\"'", "typed", "1:30");
+    let id: u64 = b
+        .wait("the submission", "return /submitted job (\\d+)/.exec(document.getElementById('status').textContent)?.[1]")
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let spec = job_json(&c, id);
+    assert_eq!(
+        spec["argv"],
+        json!(["sh", "-c", "echo one  \"two\""]),
+        "{spec}"
+    );
+    assert_eq!(
+        (&spec["name"], &spec["time_limit_s"]),
+        (&json!("typed"), &json!(90)),
+        "{spec}"
+    );
+    b.wait("the typed job completed", &state_is(id, "completed"));
+    b.screenshot("fields-and-history");
+
+    // Cancel asks first: "no" leaves the job running, "yes" cancels it.
+    submit("sleep 600", "long", "");
+    let long = id + 1;
+    b.wait("the long job running", &state_is(long, "running"));
+    b.js(&format!("document.getElementById('cancel-{long}').click()"));
+    b.wait(
+        "the question",
+        &format!("return !!document.getElementById('confirm-cancel-{long}')"),
+    );
+    b.screenshot("cancel-asked");
+    b.js(&format!("document.getElementById('keep-{long}').click()"));
+    assert_eq!(
+        b.js(&format!(
+            "return !!document.getElementById('confirm-box-{long}')"
+        )),
+        json!(false)
+    );
+    assert_eq!(job_json(&c, long)["state"], "running");
+    b.js(&format!("document.getElementById('cancel-{long}').click()"));
+    b.wait(
+        "the question again",
+        &format!("return !!document.getElementById('confirm-cancel-{long}')"),
+    );
+    b.js(&format!(
+        "document.getElementById('confirm-cancel-{long}').click()"
+    ));
+    b.wait("the job cancelled", &state_is(long, "cancelled"));
+    drop(b);
     c.shutdown().expect("clean shutdown");
 }

@@ -122,6 +122,8 @@ pub struct LocalCluster {
     metrics: Option<SocketAddr>,
     master_url: String,
     metrics_url: String,
+    /// The portal's URL, when the master serves it (`--portal`).
+    portal_url: Option<String>,
     torn_down: bool,
     /// Dropped after `Drop::drop` has torn everything down: the end of its thread would
     /// SIGTERM any process still running.
@@ -197,6 +199,7 @@ impl LocalCluster {
             metrics: None,
             master_url: String::new(),
             metrics_url: String::new(),
+            portal_url: None,
             torn_down: false,
             spawner,
         };
@@ -275,6 +278,11 @@ impl LocalCluster {
     /// `http://127.0.0.1:PORT/metrics`.
     pub fn metrics_url(&self) -> String {
         format!("{}/metrics", self.metrics_url)
+    }
+
+    /// Where a browser on this host opens the portal, when the master serves it.
+    pub fn portal_url(&self) -> Option<&str> {
+        self.portal_url.as_deref()
     }
 
     /// The master's gRPC socket address.
@@ -409,6 +417,7 @@ impl LocalCluster {
                 self.metrics = Some(r.metrics);
                 self.master_url = format!("unix:{}", r.socket.display());
                 self.metrics_url = format!("http://{}", r.metrics);
+                self.portal_url = r.portal;
                 return Ok(());
             }
             if Instant::now() >= deadline {

@@ -13,6 +13,7 @@ fn ready_files() {
         agents: "127.0.0.1:4002".parse().unwrap(),
         socket: PathBuf::from("/tmp/x/master.sock"),
         metrics: "127.0.0.1:4001".parse().unwrap(),
+        portal: None,
     };
     assert_eq!(
         parse_ready(
@@ -31,6 +32,14 @@ fn ready_files() {
         None
     );
     assert_eq!(parse_ready(""), None);
+    let with_portal = parse_ready(
+        "grpc=127.0.0.1:4000\nagents=127.0.0.1:4002\nsocket=/s\nmetrics=127.0.0.1:4001\nportal=https://localhost:4000/portal/\n",
+    )
+    .unwrap();
+    assert_eq!(
+        with_portal.portal.as_deref(),
+        Some("https://localhost:4000/portal/")
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use clap::Parser;
 use gang_core::Shape;
 use gang_master::config::parse_mesh;
 use gang_master::connections::ConnectionsSection;
-use gang_master::daemon_config::file::{FileConfig, TlsSection};
+use gang_master::daemon_config::file::{FileConfig, TlsSection, WebSection};
 
 /// The master: accepts jobs, places them on the mesh, launches them on the node agents.
 #[derive(Parser, Debug, Clone)]
@@ -58,6 +58,10 @@ pub struct Args {
     /// masters' alone: whoever can write etcd can queue jobs there as any user.
     #[arg(long)]
     pub etcd_trusted_network: bool,
+    /// Serve the reference portal at https://HOST:PORT/portal/ on the client TLS port
+    /// (--listen), as `[web] portal = true`; its URL is logged at start.
+    #[arg(long)]
+    pub portal: bool,
     /// Maximum multiprogramming level: how many slices (rows of the matrix) take turns.
     #[arg(long)]
     pub mpl: Option<u32>,
@@ -277,7 +281,10 @@ impl Args {
                 max_unvetted_agent_connections: c.max_unvetted_agent_connections,
                 max_unvetted_agent_per_ip: c.max_unvetted_agent_per_ip,
             }),
-            web: None,
+            web: a.portal.then_some(WebSection {
+                allow_origins: None,
+                portal: Some(true),
+            }),
         }
     }
 }

@@ -195,14 +195,19 @@ pub async fn start(cfg: DaemonConfig) -> anyhow::Result<RunningMaster> {
     ));
     let mesh = cfg.master.mesh;
     info!(%grpc_addr, %agent_addr, socket = %socket.display(), %metrics_addr, %mesh, "master serving");
+    let portal = cfg.web_portal.then(|| crate::web::portal::url(grpc_addr));
+    if let Some(url) = &portal {
+        info!(%url, "portal served (sign in with a token of `gangctl token`)");
+    }
     if let Some(path) = &cfg.ready_file {
-        write_ready(
-            path,
-            &format!(
-                "grpc={grpc_addr}\nagents={agent_addr}\nsocket={}\nmetrics={metrics_addr}\n",
-                socket.display()
-            ),
-        )?;
+        let mut ready = format!(
+            "grpc={grpc_addr}\nagents={agent_addr}\nsocket={}\nmetrics={metrics_addr}\n",
+            socket.display()
+        );
+        if let Some(url) = &portal {
+            ready.push_str(&format!("portal={url}\n"));
+        }
+        write_ready(path, &ready)?;
     }
     Ok(RunningMaster {
         grpc_addr,

@@ -56,12 +56,21 @@ impl Cluster {
         match self {
             Cluster::Local(c) => {
                 let (w, h) = c.mesh();
-                format!(
+                let mut s = format!(
                     "cluster up: {w}x{h} mesh, master at {}, metrics at {}, logs in {}",
                     c.master_addr(),
                     c.metrics_url(),
                     c.dir().display()
-                )
+                );
+                if let Some(url) = c.portal_url() {
+                    s.push_str(&format!(
+                        "\ngangctl: portal at {url} (sign in with the token `gangctl token` \
+                         prints; the page's certificate is signed by this cluster's CA, {}: \
+                         import it into the browser, or accept the warning)",
+                        c.ca().display()
+                    ));
+                }
+                s
             }
             Cluster::Hosts(c) => describe_hosts(c),
         }

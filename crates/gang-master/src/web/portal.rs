@@ -17,6 +17,17 @@ pub const PAGE: &str = include_str!("../../portal/index.html");
 const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
 connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
+/// Where a browser finds the page served on `addr`: `localhost` on this host (the
+/// master's certificate names it), else the name the certificate names the master by.
+pub fn url(addr: std::net::SocketAddr) -> String {
+    let host = if addr.ip().is_loopback() || addr.ip().is_unspecified() {
+        "localhost"
+    } else {
+        gang_auth::names::MASTER_DNS
+    };
+    format!("https://{host}:{}/portal/", addr.port())
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct PortalLayer {
     pub on: bool,
