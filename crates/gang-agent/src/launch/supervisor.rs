@@ -99,6 +99,12 @@ impl Supervisor {
                 pump(pipe, key, Stream::Stdout, &outbox).await;
             }));
         }
+        if let Some(pty) = pipes.pty {
+            let outbox = Arc::clone(&self.outbox);
+            pumps.push(tokio::spawn(async move {
+                pump(pty, key, Stream::Stdout, &outbox).await;
+            }));
+        }
         if let Some(pipe) = pipes.stderr {
             let outbox = Arc::clone(&self.outbox);
             pumps.push(tokio::spawn(async move {
