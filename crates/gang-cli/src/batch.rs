@@ -321,12 +321,13 @@ pub async fn submit(
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let shown = match &source {
-        Source::File(path) => path.display().to_string(),
-        Source::Wrap(_) => "--wrap".to_string(),
+    // Lines as the user wrote them: --wrap's own, not the script made of it.
+    let (shown, written) = match &source {
+        Source::File(path) => (path.display().to_string(), text.as_str()),
+        Source::Wrap(cmd) => ("--wrap".to_string(), cmd.as_str()),
     };
     let srun = srun_lines::installed(std::env::var_os("PATH").as_deref());
-    for warning in srun_lines::warnings(&shown, &script.text, srun.as_deref()) {
+    for warning in srun_lines::warnings(&shown, written, srun.as_deref()) {
         eprintln!("gangctl: {warning}");
     }
     if text.lines().any(|l| l.starts_with("#SBATCH"))

@@ -158,14 +158,15 @@ pub fn spawn_rank(
     })
 }
 
-/// A pty rank's terminal as the agent uses it: its reader (the rank's output) and the
-/// writer of its stdin (which, without stdin, ends the input at once, as /dev/null would).
+/// A pty rank's terminal as the agent uses it: its reader (the rank's output), what
+/// keeps it up until the rank is reaped, and the writer of its stdin (which, without stdin, ends the input at once, as /dev/null would).
 fn pty_stdio(
     master: OwnedFd,
     stdin: bool,
     key: RankKey,
-) -> io::Result<(Option<mpsc::Sender<StdinMsg>>, super::pty::PtyReader)> {
+) -> io::Result<(Option<mpsc::Sender<StdinMsg>>, super::pty::PtyMaster)> {
     let writer = super::pty::writer_of(&master)?;
+    let keep = super::pty::writer_of(&master)?;
     let reader = super::pty::PtyReader::new(master)?;
     let (tx, rx) = match stdin {
         true => {
@@ -175,7 +176,7 @@ fn pty_stdio(
         false => (None, None),
     };
     tokio::spawn(super::pty::feed(writer, rx, key));
-    Ok((tx, reader))
+    Ok((tx, super::pty::PtyMaster { reader, keep }))
 }
 
 /// The request's environment under the agent's policy (the password entry is read here,
@@ -407,7 +408,7 @@ pub struct Pipes {
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
     /// Its stdout and stderr both, on a pseudo-terminal.
-    pub pty: Option<super::pty::PtyReader>,
+    pub pty: Option<super::pty::PtyMaster>,
 }
 
 /// Write what the Stdin RPC sends into the rank's stdin, in order; `Eof` (or the channel

@@ -123,6 +123,15 @@ impl PtyReader {
     }
 }
 
+/// The master side as the supervisor has it: its reader, and a descriptor that keeps the
+/// terminal up until the rank is reaped. A program that closes its stdio before it exits
+/// (cat, every coreutil) ends the reader's stream while it still runs; were the master
+/// closed then, the terminal would hang up and SIGHUP the rank in its last instructions.
+pub struct PtyMaster {
+    pub reader: PtyReader,
+    pub keep: OwnedFd,
+}
+
 impl AsyncRead for PtyReader {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -218,7 +227,7 @@ pub async fn feed(master: OwnedFd, mut rx: Option<mpsc::Receiver<StdinMsg>>, key
     let _ = write_all(&fd, end_of_input(last)).await;
 }
 
-/// A second descriptor of the master: one is read, the other written.
+/// A second descriptor of the master: one is read, the other written (or kept).
 pub fn writer_of(master: &OwnedFd) -> io::Result<OwnedFd> {
     let fd = master.as_fd().try_clone_to_owned()?;
     set_cloexec(fd.as_raw_fd())?;
@@ -246,6 +255,7 @@ mod tests {
         let mode = nix::sys::stat::fstat(&pty.slave).unwrap().st_mode & 0o777;
         assert_eq!(mode, 0o620);
         let writer = writer_of(&pty.master).unwrap();
+        let keep = writer_of(&pty.master).unwrap();
         let mut slave = std::fs::File::from(pty.slave);
         slave.write_all(b"one\ntwo").unwrap();
         let (tx, rx) = mpsc::channel(4);
@@ -269,5 +279,6 @@ mod tests {
         .unwrap();
         // No "\r\n", and the input was not echoed.
         assert_eq!(out, b"one\ntwo");
+        drop(keep);
     }
 }
