@@ -232,10 +232,29 @@ mod tests {
         let got = rank_request(req.clone());
         // A pseudo-terminal for rank 0 alone, or for every rank; unknown values: pipes.
         assert!(!got.pty);
-        assert!(rank_request(LaunchRequest { rank: 0, ..req.clone() }).pty);
+        assert!(
+            rank_request(LaunchRequest {
+                rank: 0,
+                ..req.clone()
+            })
+            .pty
+        );
         let all = proto::Pty::All as i32;
-        assert!(rank_request(LaunchRequest { pty: all, ..req.clone() }).pty);
-        assert!(!rank_request(LaunchRequest { rank: 0, pty: 9, ..req }).pty);
+        assert!(
+            rank_request(LaunchRequest {
+                pty: all,
+                ..req.clone()
+            })
+            .pty
+        );
+        assert!(
+            !rank_request(LaunchRequest {
+                rank: 0,
+                pty: 9,
+                ..req
+            })
+            .pty
+        );
         assert_eq!(got.namespace(), "gang-0a1b2c3d-7");
         assert_eq!(got.key, RankKey { job_id: 7, rank: 3 });
         assert_eq!(got.size, 4);

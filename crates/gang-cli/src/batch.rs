@@ -425,14 +425,30 @@ mod tests {
         // sbatch's default: one node.
         assert_eq!(spec_of("prun true\n", &[]).unwrap().shape, "1");
         assert_eq!(spec_of("#GANG -N 4 -n 4\n", &[]).unwrap().shape, "4");
-        assert_eq!(spec_of("#GANG -N 2\n#GANG -n 2x1\n", &[]).unwrap().shape, "2x1");
-        assert_eq!(spec_of("#GANG --nodes=2 --ntasks=2\n", &[]).unwrap().shape, "2");
+        assert_eq!(
+            spec_of("#GANG -N 2\n#GANG -n 2x1\n", &[]).unwrap().shape,
+            "2x1"
+        );
+        assert_eq!(
+            spec_of("#GANG --nodes=2 --ntasks=2\n", &[]).unwrap().shape,
+            "2"
+        );
         // The command line's -N/-n, together, over the script's.
         let s = spec_of("#GANG -N 2 -n 2\n", &["-N", "4", "-n", "4"]).unwrap();
         assert_eq!(s.shape, "4");
-        assert_eq!(spec_of("#GANG -N 2\n", &["-n", "2x2"]).unwrap().shape, "2x2");
-        let cli = Directives::try_parse_from(["-N", "2", "-n", "3"]).unwrap().opts;
-        assert!(cli.alloc.node_request().unwrap_err().contains("-n 3 asks 3 tasks"));
+        assert_eq!(
+            spec_of("#GANG -N 2\n", &["-n", "2x2"]).unwrap().shape,
+            "2x2"
+        );
+        let cli = Directives::try_parse_from(["-N", "2", "-n", "3"])
+            .unwrap()
+            .opts;
+        assert!(
+            cli.alloc
+                .node_request()
+                .unwrap_err()
+                .contains("-n 3 asks 3 tasks")
+        );
     }
 
     #[test]

@@ -73,10 +73,31 @@ fn n_and_big_n_together_as_srun_takes_them() {
         text(&o.stderr)
     );
     // gangctl submit and alloc take them too.
-    let o = run(GANGCTL, &c, &["submit", "-N", "2", "-n", "3", "--wrap", "true"]);
+    let o = run(
+        GANGCTL,
+        &c,
+        &["submit", "-N", "2", "-n", "3", "--wrap", "true"],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("-n 3 asks 3 tasks"), "{}", text(&o.stderr));
-    let o = run(GANGCTL, &c, &["submit", "--parsable", "-N", "2", "-n", "2", "--wrap", "true"]);
+    assert!(
+        text(&o.stderr).contains("-n 3 asks 3 tasks"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(
+        GANGCTL,
+        &c,
+        &[
+            "submit",
+            "--parsable",
+            "-N",
+            "2",
+            "-n",
+            "2",
+            "--wrap",
+            "true",
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let id: u64 = text(&o.stdout).trim().parse().unwrap();
     let j = wait_job(&c, id, "completed", |j| j["state"] == "completed");
@@ -102,7 +123,11 @@ fn unbuffered_output_arrives_while_the_job_runs_and_ctrl_c_exits_130() {
     let lines = lines_of(&mut child);
     assert_eq!(lines.recv_timeout(T).expect("'early' within 60 s"), "early");
     let id = newest_job(&c);
-    assert_eq!(job(&c, id)["state"], "running", "the line came before the end");
+    assert_eq!(
+        job(&c, id)["state"],
+        "running",
+        "the line came before the end"
+    );
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let o = wait_exit(child, "Ctrl-C");
     assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
@@ -135,7 +160,11 @@ fn pty_gives_rank_0_a_terminal_and_label_every_rank() {
     let Some(c) = cluster((2, 2), 1) else { return };
     let o = run(PRUN, &c, &["-n", "1", "--pty", "--", "tty"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).starts_with("/dev/pts/"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).starts_with("/dev/pts/"),
+        "{}",
+        text(&o.stdout)
+    );
     let o = run(PRUN, &c, &["-n", "1", "--", "tty"]);
     assert_eq!(text(&o.stdout), "not a tty\n");
     // Rank 0 alone, unless --label.
@@ -143,7 +172,10 @@ fn pty_gives_rank_0_a_terminal_and_label_every_rank() {
     let mut got: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
     got.sort();
     assert_eq!(got.len(), 2, "{got:?}");
-    assert!(got[0].starts_with("/dev/pts/") && got[1] == "not a tty", "{got:?}");
+    assert!(
+        got[0].starts_with("/dev/pts/") && got[1] == "not a tty",
+        "{got:?}"
+    );
     let o = run(PRUN, &c, &["-n", "2", "-u", "--label", "--", "tty"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let mut got: Vec<String> = text(&o.stdout).lines().map(str::to_string).collect();
@@ -156,10 +188,23 @@ fn pty_gives_rank_0_a_terminal_and_label_every_rank() {
     let o = run(
         PRUN,
         &c,
-        &["-n", "1", "--pty", "--", "sh", "-c", "stat -c '%u %a' $(tty) >&2"],
+        &[
+            "-n",
+            "1",
+            "--pty",
+            "--",
+            "sh",
+            "-c",
+            "stat -c '%u %a' $(tty) >&2",
+        ],
     );
     let uid = nix::unistd::getuid().as_raw();
-    assert_eq!(text(&o.stdout), format!("{uid} 620\n"), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        format!("{uid} 620\n"),
+        "{}",
+        text(&o.stderr)
+    );
     // Input: lines, then its end (a last line without a newline too); not echoed.
     let mut child = cmd(PRUN, &c)
         .args(["-n", "1", "--pty", "--", "cat"])
@@ -211,7 +256,10 @@ fn a_script_without_nodes_runs_on_one_and_its_srun_lines_are_named() {
     let submit = |path: &std::path::Path, args: &[&str]| {
         cmd(GANGCTL, &c)
             .current_dir(dir.path())
-            .env("PATH", format!("{}:{}", bin_dir().display(), path.display()))
+            .env(
+                "PATH",
+                format!("{}:{}", bin_dir().display(), path.display()),
+            )
             .args(["submit", "--parsable"])
             .args(args)
             .output()
@@ -233,7 +281,11 @@ fn a_script_without_nodes_runs_on_one_and_its_srun_lines_are_named() {
     let j = wait_job(&c, id, "ended", |j| {
         !["queued", "starting", "running"].contains(&j["state"].as_str().unwrap())
     });
-    assert_eq!((&j["asked"], &j["shape"]), (&"1".into(), &"1x1".into()), "{j}");
+    assert_eq!(
+        (&j["asked"], &j["shape"]),
+        (&"1".into(), &"1x1".into()),
+        "{j}"
+    );
     let o = submit(&empty, &["--wrap", "date; srun -n 2 true"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(

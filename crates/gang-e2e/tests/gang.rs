@@ -571,9 +571,6 @@ fn ranks_on_terminals_are_switched_as_any() {
         assert!(gangctl(&c, &["cancel", &id.to_string()]).status.success());
     }
     wait_for(T, "the pty ranks to be gone", || {
-        b.pids
-            .iter()
-            .all(|&p| proc_stat(p).is_none())
-            .then_some(())
+        b.pids.iter().all(|&p| proc_stat(p).is_none()).then_some(())
     });
 }

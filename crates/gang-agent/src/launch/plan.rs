@@ -238,9 +238,11 @@ fn check_cwd_env_and_files(req: &RankRequest) -> Result<(), String> {
         }
     }
     if req.pty && !(req.output.is_empty() && req.error.is_empty()) {
-        return Err("a rank on a pseudo-terminal has its output relayed: not with --output or \
+        return Err(
+            "a rank on a pseudo-terminal has its output relayed: not with --output or \
                     --error files"
-            .into());
+                .into(),
+        );
     }
     Ok(())
 }

@@ -144,11 +144,7 @@ impl AsyncRead for PtyReader {
             let read = guard.try_io(|fd| {
                 // SAFETY: reads into a buffer of `unfilled.len()` initialized bytes.
                 let n = unsafe {
-                    libc::read(
-                        fd.as_raw_fd(),
-                        unfilled.as_mut_ptr().cast(),
-                        unfilled.len(),
-                    )
+                    libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len())
                 };
                 if n < 0 {
                     Err(io::Error::last_os_error())
@@ -219,7 +215,11 @@ pub async fn feed(master: OwnedFd, mut rx: Option<mpsc::Receiver<StdinMsg>>, key
         let StdinMsg::Data(data) = msg else { break };
         if let Err(e) = write_all(&fd, &data).await {
             // The rank and its terminal are gone: later data has nowhere to go.
-            debug!(job_id = key.job_id, rank = key.rank, "pty input closed: {e}");
+            debug!(
+                job_id = key.job_id,
+                rank = key.rank,
+                "pty input closed: {e}"
+            );
             return;
         }
         last = data.last().copied().or(last);

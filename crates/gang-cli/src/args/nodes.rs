@@ -113,6 +113,9 @@ mod tests {
         let e = one(&["x"], &["4"]).unwrap_err();
         assert!(e.contains("-N x asks \"x\""), "{e}");
         let e = one(&["4", "8"], &[]).unwrap_err();
-        assert!(e.starts_with("-N 4 asks 4 nodes and -N 8 asks 8 nodes"), "{e}");
+        assert!(
+            e.starts_with("-N 4 asks 4 nodes and -N 8 asks 8 nodes"),
+            "{e}"
+        );
     }
 }

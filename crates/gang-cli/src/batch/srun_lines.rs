@@ -87,13 +87,17 @@ mod tests {
         let text = "#!/bin/sh\nsrun -n 4 hostname\n";
         assert_eq!(
             warnings("job.sh", text, Some(Path::new("/usr/bin/srun"))),
-            ["job.sh:2: srun -n 4 hostname: steps here are started with prun; srun is Slurm's \
-              (/usr/bin/srun: it would ask the Slurm controller, not this cluster)"]
+            [
+                "job.sh:2: srun -n 4 hostname: steps here are started with prun; srun is Slurm's \
+              (/usr/bin/srun: it would ask the Slurm controller, not this cluster)"
+            ]
         );
         assert_eq!(
             warnings("job.sh", text, None),
-            ["job.sh:2: srun -n 4 hostname: steps here are started with prun; srun is not \
-              installed here: the line will fail"]
+            [
+                "job.sh:2: srun -n 4 hostname: steps here are started with prun; srun is not \
+              installed here: the line will fail"
+            ]
         );
         let long = format!("srun {}\n", "x".repeat(100));
         assert!(warnings("j", &long, None)[0].contains("xxx...: steps"));

@@ -97,16 +97,15 @@ fn note_local(record: &gang_local::driver::local_master::Record, running: usize)
     SAID.call_once(|| eprintln!("{}", local_note(&program(), record, running)));
 }
 
-fn local_note(
-    prog: &str,
-    r: &gang_local::driver::local_master::Record,
-    running: usize,
-) -> String {
+fn local_note(prog: &str, r: &gang_local::driver::local_master::Record, running: usize) -> String {
     let place = match &r.dir {
         Some(dir) => format!("in {}", dir.display()),
         None => format!("at {}", r.addr),
     };
-    let mesh = r.mesh.map(|(w, h)| format!(", {w}x{h}")).unwrap_or_default();
+    let mesh = r
+        .mesh
+        .map(|(w, h)| format!(", {w}x{h}"))
+        .unwrap_or_default();
     let mut note = format!(
         "{prog}: using the local cluster {place} (gangctl start, pid {}{mesh})",
         r.pid

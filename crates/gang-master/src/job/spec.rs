@@ -123,9 +123,11 @@ impl Pty {
             Err(_) => return Err(format!("unknown pty {v}: expected none, rank 0 or all")),
         };
         if !output.is_empty() || !error.is_empty() {
-            return Err("spec.pty: a pseudo-terminal's output is relayed (prun -u, --pty); \
+            return Err(
+                "spec.pty: a pseudo-terminal's output is relayed (prun -u, --pty); \
                         spec.output and spec.error write files instead: choose one"
-                .into());
+                    .into(),
+            );
         }
         Ok(pty)
     }
