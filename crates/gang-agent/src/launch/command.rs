@@ -69,8 +69,9 @@ pub fn spawn_rank(
 ) -> Result<Spawned, Failure> {
     let req = &plan.req;
     let env = policy_env(plan, env_allow);
-    let pty = match req.pty {
-        true => Some(super::pty::open(&plan.run_as).map_err(|e| {
+    // Everything of a terminal is made before the fork: nothing can fail after it.
+    let terminal = match req.pty {
+        true => Some(super::pty::Terminal::open(&plan.run_as).map_err(|e| {
             Failure::Start(io::Error::other(format!(
                 "cannot open a pseudo-terminal for the rank: {e}"
             )))
@@ -110,12 +111,12 @@ pub fn spawn_rank(
         usage_procs: given.usage_procs.clone(),
         pmi_fd: given.pmi_fd.as_ref().map(|fd| fd.as_raw_fd()),
         state_fd: Some(given.state_fd.as_raw_fd()),
-        pty: pty.as_ref().map(|p| p.slave.as_raw_fd()),
+        pty: terminal.as_ref().map(|t| t.slave.as_raw_fd()),
     };
     let spawned = command(&spec).and_then(|mut cmd| cmd.spawn());
     // The rank has the slave as its stdio: the agent's copy would keep the terminal open
     // after the rank exits, and its end would never be read.
-    let pty = pty.map(|p| p.master);
+    let terminal = terminal.map(super::pty::Terminal::spawned);
     // The rank has its copy of its PMI socket's end (or failed): the agent's would keep
     // the socket open after the rank exits. The state page stays mapped without it.
     drop(given.pmi_fd);
@@ -130,15 +131,41 @@ pub fn spawn_rank(
             "the process vanished at spawn",
         )));
     };
-    let (stdin, pty) = match pty {
-        Some(master) => {
-            let (stdin, pty) = pty_stdio(master, req.stdin, req.key).map_err(Failure::Start)?;
-            (stdin, Some(pty))
+    let (stdin, pipes) = stdio(&mut child, terminal, req.stdin, req.key);
+    Ok(Spawned {
+        child,
+        pid,
+        pgid: Pid::from_raw(pid as i32),
+        stdin,
+        pipes,
+    })
+}
+
+/// The writer of the rank's stdin, if it reads one, and what its output is read from:
+/// its pipes, or its terminal (which, without stdin, gets its end at once, as /dev/null
+/// would give).
+fn stdio(
+    child: &mut Child,
+    terminal: Option<(super::pty::PtyMaster, OwnedFd)>,
+    reads_stdin: bool,
+    key: RankKey,
+) -> (Option<mpsc::Sender<StdinMsg>>, Pipes) {
+    let (stdin, pty) = match terminal {
+        Some((master, writer)) => {
+            let (tx, rx) = match reads_stdin {
+                true => {
+                    let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+                    (Some(tx), Some(rx))
+                }
+                false => (None, None),
+            };
+            tokio::spawn(super::pty::feed(writer, rx, key));
+            (tx, Some(master))
         }
         None => {
             let stdin = child.stdin.take().map(|pipe| {
                 let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-                tokio::spawn(feed_stdin(pipe, rx, req.key));
+                tokio::spawn(feed_stdin(pipe, rx, key));
                 tx
             });
             (stdin, None)
@@ -149,34 +176,7 @@ pub fn spawn_rank(
         stderr: child.stderr.take(),
         pty,
     };
-    Ok(Spawned {
-        child,
-        pid,
-        pgid: Pid::from_raw(pid as i32),
-        stdin,
-        pipes,
-    })
-}
-
-/// A pty rank's terminal as the agent uses it: its reader (the rank's output), what
-/// keeps it up until the rank is reaped, and the writer of its stdin (which, without stdin, ends the input at once, as /dev/null would).
-fn pty_stdio(
-    master: OwnedFd,
-    stdin: bool,
-    key: RankKey,
-) -> io::Result<(Option<mpsc::Sender<StdinMsg>>, super::pty::PtyMaster)> {
-    let writer = super::pty::writer_of(&master)?;
-    let keep = super::pty::writer_of(&master)?;
-    let reader = super::pty::PtyReader::new(master)?;
-    let (tx, rx) = match stdin {
-        true => {
-            let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-            (Some(tx), Some(rx))
-        }
-        false => (None, None),
-    };
-    tokio::spawn(super::pty::feed(writer, rx, key));
-    Ok((tx, super::pty::PtyMaster { reader, keep }))
+    (stdin, pipes)
 }
 
 /// The request's environment under the agent's policy (the password entry is read here,

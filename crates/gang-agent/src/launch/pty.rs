@@ -33,14 +33,14 @@ use crate::ranks::{RankKey, StdinMsg};
 const EOF_CHAR: u8 = 0x04;
 
 /// A rank's terminal: the agent's side and the rank's.
-pub struct RankPty {
-    pub master: OwnedFd,
-    pub slave: OwnedFd,
+struct RankPty {
+    master: OwnedFd,
+    slave: OwnedFd,
 }
 
 /// Open a terminal for a rank that runs as `run_as`: the slave is that user's, mode 0620
 /// (as login gives a terminal), and set to pass what the rank writes through unchanged.
-pub fn open(run_as: &RunAs) -> io::Result<RankPty> {
+fn open(run_as: &RunAs) -> io::Result<RankPty> {
     let pair = nix::pty::openpty(None, None)?;
     // Only the rank gets them, through its stdio: no other child may inherit them.
     for fd in [&pair.master, &pair.slave] {
@@ -120,6 +120,36 @@ pub struct PtyReader(AsyncFd<OwnedFd>);
 impl PtyReader {
     pub fn new(master: OwnedFd) -> io::Result<PtyReader> {
         Ok(PtyReader(register(master, Interest::READABLE)?))
+    }
+}
+
+/// A rank's terminal, ready before the fork: the slave for the child, the master's
+/// descriptors for the agent (read, kept, and written: dups made now, as nothing may fail
+/// once the rank runs).
+pub struct Terminal {
+    pub slave: OwnedFd,
+    master: PtyMaster,
+    writer: OwnedFd,
+}
+
+impl Terminal {
+    pub fn open(run_as: &RunAs) -> io::Result<Terminal> {
+        let pty = open(run_as)?;
+        let writer = writer_of(&pty.master)?;
+        let keep = writer_of(&pty.master)?;
+        Ok(Terminal {
+            slave: pty.slave,
+            master: PtyMaster {
+                reader: PtyReader::new(pty.master)?,
+                keep,
+            },
+            writer,
+        })
+    }
+
+    /// The rank has the slave: the agent's copy goes; its master side and stdin writer.
+    pub fn spawned(self) -> (PtyMaster, OwnedFd) {
+        (self.master, self.writer)
     }
 }
 
@@ -228,7 +258,7 @@ pub async fn feed(master: OwnedFd, mut rx: Option<mpsc::Receiver<StdinMsg>>, key
 }
 
 /// A second descriptor of the master: one is read, the other written (or kept).
-pub fn writer_of(master: &OwnedFd) -> io::Result<OwnedFd> {
+fn writer_of(master: &OwnedFd) -> io::Result<OwnedFd> {
     let fd = master.as_fd().try_clone_to_owned()?;
     set_cloexec(fd.as_raw_fd())?;
     Ok(fd)
