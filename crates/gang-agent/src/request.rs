@@ -86,6 +86,8 @@ pub struct RankRequest {
     /// A batch script (its text, and where in argv its path goes): written into the
     /// rank's own directory, never passed in the command line.
     pub script: Option<(String, usize)>,
+    /// Run on a pseudo-terminal (`prun -u`, `--pty`): its stdin, stdout and stderr.
+    pub pty: bool,
 }
 
 /// A job's fence tree as the master set it (`gang_core::tree::fanout::links` over its ranks).

@@ -55,6 +55,16 @@ pub(crate) fn rank_request(req: LaunchRequest) -> RankRequest {
         }),
         allocation: req.allocation,
         script: (!req.script.is_empty()).then_some((req.script, req.script_at as usize)),
+        pty: pty_for(req.pty, req.rank),
+    }
+}
+
+/// Whether this rank runs on a pseudo-terminal; values unknown to this agent: pipes.
+fn pty_for(pty: i32, rank: u32) -> bool {
+    match proto::Pty::try_from(pty) {
+        Ok(proto::Pty::Rank0) => rank == 0,
+        Ok(proto::Pty::All) => true,
+        Ok(proto::Pty::None) | Err(_) => false,
     }
 }
 
@@ -217,8 +227,34 @@ mod tests {
             allocation: 0,
             script: String::new(),
             script_at: 0,
+            pty: proto::Pty::Rank0 as i32,
         };
-        let got = rank_request(req);
+        let got = rank_request(req.clone());
+        // A pseudo-terminal for rank 0 alone, or for every rank; unknown values: pipes.
+        assert!(!got.pty);
+        assert!(
+            rank_request(LaunchRequest {
+                rank: 0,
+                ..req.clone()
+            })
+            .pty
+        );
+        let all = proto::Pty::All as i32;
+        assert!(
+            rank_request(LaunchRequest {
+                pty: all,
+                ..req.clone()
+            })
+            .pty
+        );
+        assert!(
+            !rank_request(LaunchRequest {
+                rank: 0,
+                pty: 9,
+                ..req
+            })
+            .pty
+        );
         assert_eq!(got.namespace(), "gang-0a1b2c3d-7");
         assert_eq!(got.key, RankKey { job_id: 7, rank: 3 });
         assert_eq!(got.size, 4);

@@ -69,8 +69,8 @@ pub async fn alloc(
     command: Vec<String>,
 ) -> Result<i32, CliError> {
     let nodes = opts
-        .nodes
-        .clone()
+        .node_request()
+        .unwrap_or_else(|e| crate::gangctl::usage::bad_value(e))
         .ok_or_else(|| CliError::other("no nodes asked: give -n SHAPE (e.g. -n 2x2, or -n 4)"))?;
     let command = if command.is_empty() {
         vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]

@@ -10,6 +10,8 @@
 //! (as Slurm's spooled `slurm_script`); its interpreter is the one its `#!` line names,
 //! else `/bin/sh`.
 
+mod srun_lines;
+
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser};
@@ -33,15 +35,14 @@ pub const DEFAULT_OUTPUT: &str = "gang-%j.out";
 /// command line or in `#GANG` lines).
 #[derive(Debug, Clone, Default, Args)]
 pub struct AllocOptions {
-    /// Nodes: WxH (e.g. 4x2) or a node count (e.g. 8), as prun's.
-    #[arg(
-        short = 'n',
-        long = "nodes",
-        short_alias = 'N',
-        alias = "ntasks",
-        value_name = "SHAPE"
-    )]
-    pub nodes: Option<String>,
+    /// Nodes: WxH (e.g. 4x2) or a node count (e.g. 8), as prun's [submit: 1, as sbatch].
+    #[arg(short = 'N', long = "nodes", value_name = "SHAPE", action = clap::ArgAction::Append)]
+    pub nodes: Vec<String>,
+
+    /// Tasks, as Slurm's -n: one rank runs on each node, so the same as -N; given with
+    /// -N (-N 4 -n 4), the two must agree.
+    #[arg(short = 'n', long = "ntasks", value_name = "SHAPE", action = clap::ArgAction::Append)]
+    pub ntasks: Vec<String>,
 
     /// How long the allocation may run (its steps with it), as prun's --time-limit.
     #[arg(short = 't', long, alias = "time", value_name = "DURATION", value_parser = parse_duration)]
@@ -70,10 +71,22 @@ pub struct AllocOptions {
 }
 
 impl AllocOptions {
-    /// These options, each taken from `over` where it sets it.
+    /// What -N and -n ask, as one request (`None`: neither was given).
+    pub fn node_request(&self) -> Result<Option<String>, String> {
+        crate::args::nodes::one_request(&self.nodes, &self.ntasks)
+    }
+
+    /// These options, each taken from `over` where it sets it (-N and -n together: the
+    /// command line's if it gives either).
     fn under(self, over: AllocOptions) -> AllocOptions {
+        let over_nodes = !(over.nodes.is_empty() && over.ntasks.is_empty());
+        let (nodes, ntasks) = match over_nodes {
+            true => (over.nodes, over.ntasks),
+            false => (self.nodes, self.ntasks),
+        };
         AllocOptions {
-            nodes: over.nodes.or(self.nodes),
+            nodes,
+            ntasks,
             time_limit: over.time_limit.or(self.time_limit),
             name: over.name.or(self.name),
             dependency: over.dependency.or(self.dependency),
@@ -207,6 +220,10 @@ pub fn parse_script(text: &str) -> Result<Script, String> {
     let directives = Directives::try_parse_from(&words)
         .map_err(|e| format!("#GANG directives: {}", first_line(&e.to_string())))?
         .opts;
+    directives
+        .alloc
+        .node_request()
+        .map_err(|e| format!("#GANG directives: {e}"))?;
     Ok(Script {
         directives,
         interpreter,
@@ -233,10 +250,8 @@ pub fn batch_spec(
     env: std::collections::HashMap<String, String>,
 ) -> Result<JobSpec, String> {
     let opts = script.directives.clone().under(cli);
-    let nodes =
-        opts.alloc.nodes.clone().ok_or(
-            "no nodes asked: give -n SHAPE on the command line or in a `#GANG -n SHAPE` line",
-        )?;
+    // sbatch's default: one node.
+    let nodes = opts.alloc.node_request()?.unwrap_or_else(|| "1".into());
     let mut argv = script.interpreter.clone();
     let script_at = argv.len() as u32;
     argv.extend(args.iter().cloned());
@@ -277,6 +292,10 @@ pub async fn submit(
     cli: BatchOptions,
     parsable: bool,
 ) -> Result<i32, CliError> {
+    // -N and -n of the command line that disagree are a usage error, as clap's own.
+    if let Err(e) = cli.alloc.node_request() {
+        crate::gangctl::usage::bad_value(e);
+    }
     let (text, name) = match &source {
         Source::File(path) => {
             let text = std::fs::read_to_string(path)
@@ -302,6 +321,15 @@ pub async fn submit(
     let env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
+    // Lines as the user wrote them: --wrap's own, not the script made of it.
+    let (shown, written) = match &source {
+        Source::File(path) => (path.display().to_string(), text.as_str()),
+        Source::Wrap(cmd) => ("--wrap".to_string(), cmd.as_str()),
+    };
+    let srun = srun_lines::installed(std::env::var_os("PATH").as_deref());
+    for warning in srun_lines::warnings(&shown, written, srun.as_deref()) {
+        eprintln!("gangctl: {warning}");
+    }
     if text.lines().any(|l| l.starts_with("#SBATCH"))
         && !text.lines().any(|l| l.starts_with("#GANG"))
     {
@@ -393,6 +421,37 @@ mod tests {
     }
 
     #[test]
+    fn one_node_by_default_and_n_with_big_n_as_slurm_users_type_them() {
+        // sbatch's default: one node.
+        assert_eq!(spec_of("prun true\n", &[]).unwrap().shape, "1");
+        assert_eq!(spec_of("#GANG -N 4 -n 4\n", &[]).unwrap().shape, "4");
+        assert_eq!(
+            spec_of("#GANG -N 2\n#GANG -n 2x1\n", &[]).unwrap().shape,
+            "2x1"
+        );
+        assert_eq!(
+            spec_of("#GANG --nodes=2 --ntasks=2\n", &[]).unwrap().shape,
+            "2"
+        );
+        // The command line's -N/-n, together, over the script's.
+        let s = spec_of("#GANG -N 2 -n 2\n", &["-N", "4", "-n", "4"]).unwrap();
+        assert_eq!(s.shape, "4");
+        assert_eq!(
+            spec_of("#GANG -N 2\n", &["-n", "2x2"]).unwrap().shape,
+            "2x2"
+        );
+        let cli = Directives::try_parse_from(["-N", "2", "-n", "3"])
+            .unwrap()
+            .opts;
+        assert!(
+            cli.alloc
+                .node_request()
+                .unwrap_err()
+                .contains("-n 3 asks 3 tasks")
+        );
+    }
+
+    #[test]
     fn scripts_that_cannot_run_as_read_are_refused_naming_why() {
         let err = |t: &str| spec_of(t, &[]).unwrap_err();
         assert_eq!(
@@ -400,9 +459,12 @@ mod tests {
             "#GANG directives: unexpected argument '--time-limt' found"
         );
         assert!(err("#!/usr/bin/perl\n").starts_with("line 1: perl scripts are not supported"));
-        assert_eq!(
-            err("prun true\n"),
-            "no nodes asked: give -n SHAPE on the command line or in a `#GANG -n SHAPE` line"
+        // -N and -n that disagree, on one line or on two.
+        assert!(
+            err("#GANG -N 2\n#GANG -n 4\n")
+                .starts_with("#GANG directives: -n 4 asks 4 tasks and -N 2 asks 2 nodes"),
+            "{}",
+            err("#GANG -N 2\n#GANG -n 4\n")
         );
         assert!(err("#GANG -n '2\n").contains("unbalanced quotes"));
         assert!(err(&"#".repeat(MAX_SCRIPT_BYTES + 1)).contains("the limit is 131071"));

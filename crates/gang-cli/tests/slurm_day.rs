@@ -28,7 +28,7 @@ fn batch_with_a_failing_step(c: &LocalCluster, dir: &Path) {
     let script = dir.join("day.sh");
     std::fs::write(
         &script,
-        "#!/bin/sh\n#GANG -J day\n#GANG -N 1\nprun -- echo first\nprun -- sh -c 'echo broken >&2; exit 7'\nprun -- echo third\n",
+        "#!/bin/sh\n#GANG -J day\nprun -- echo first\nprun -- sh -c 'echo broken >&2; exit 7'\nprun -- echo third\n",
     )
     .unwrap();
     let a = submitted(
@@ -164,10 +164,23 @@ fn dependency_chain(c: &LocalCluster) {
     assert!(ns(&jz, "start_ns") >= ns(&jy, "end_ns"), "{jy}\n{jz}");
 }
 
-/// A job held at submission, renamed and given a time limit while held, then released.
+/// A job held at submission, renamed and given a time limit while held, then released
+/// by a range that also covers a queued job nobody holds (left alone, not refused).
 fn hold_update_release(c: &LocalCluster) {
     let h = detach(c, &["-N", "1", "-H", "--", "echo", "was-held"]);
     let hs = h.to_string();
+    let after = detach(
+        c,
+        &[
+            "-N",
+            "1",
+            "--dependency",
+            &format!("afterok:{h}"),
+            "--",
+            "true",
+        ],
+    );
+    let h2 = detach(c, &["-N", "1", "-H", "--", "true"]);
     ok(c, &["update", &hs, "-t", "5", "--name", "renamed"]);
     let j = job(c, h);
     assert_eq!(j["state"], "queued", "{j}");
@@ -179,12 +192,23 @@ fn hold_update_release(c: &LocalCluster) {
         "holding a held job: {}",
         text(&o.stderr)
     );
-    assert_eq!(ok(c, &["release", &hs]), format!("released {hs}\n"));
-    wait_job(c, h, "completed", |j| j["state"] == "completed");
+    assert_eq!(
+        ok(c, &["release", &format!("{h}-{h2}")]),
+        format!("released {hs}\nreleased {h2}\n")
+    );
+    for id in [h, after, h2] {
+        wait_job(c, id, "completed", |j| j["state"] == "completed");
+    }
     assert_eq!(ok(c, &["output", &hs]), "was-held\n");
-    // A job that was never held has nothing to release.
+    // A job no longer held has nothing to release; nor has a running one never held.
     let (code, err) = refused(c, &["release", &hs]);
     assert_eq!(code, Some(1), "{err}");
+    let r = detach(c, &["-N", "1", "--", "sleep", "600"]);
+    wait_job(c, r, "running", |j| j["state"] == "running");
+    let (code, err) = refused(c, &["release", &r.to_string()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("never held: nothing to release"), "{err}");
+    ok(c, &["cancel", &r.to_string()]);
 }
 
 #[test]

@@ -282,12 +282,13 @@ fn gangctl_start_leaves_its_address_for_other_shells() {
             .output()
             .unwrap()
     };
-    // Which cluster answers with nothing set: told apart by their mesh widths.
+    // Which cluster answers with nothing set: told apart by their mesh widths; and what
+    // was said of it on stderr (stdout is the JSON alone).
     let default_mesh_w = || {
         let o = client(&["--output", "json", "nodes"]);
         assert!(o.status.success(), "{}", text(&o.stderr));
         let nodes: Value = serde_json::from_slice(&o.stdout).unwrap();
-        nodes["mesh_w"].as_u64().unwrap()
+        (nodes["mesh_w"].as_u64().unwrap(), text(&o.stderr))
     };
     let start = |mesh: &str| {
         let mut child = Command::new(GANGCTL)
@@ -331,16 +332,52 @@ fn gangctl_start_leaves_its_address_for_other_shells() {
     assert_eq!(kept.lines().next(), Some(first_addr.as_str()), "{kept}");
     let mode = std::fs::metadata(&record).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
-    // Nothing set, no master in the config: the record names it.
-    assert_eq!(default_mesh_w(), 1);
+    // Nothing set, no master in the config: the record names it, and so does gangctl.
+    let (w, said) = default_mesh_w();
+    assert_eq!(w, 1);
+    let note = format!(
+        "gangctl: using the local cluster in {}/gang-cluster-",
+        tmp.path().display()
+    );
+    assert!(said.starts_with(&note), "{said}");
+    assert!(
+        said.ends_with(&format!("(gangctl start, pid {}, 1x1)\n", first.id())),
+        "{said}"
+    );
+    // Named, it is not said.
+    let o = client(&["--master", &first_addr, "nodes"]);
+    assert_eq!(text(&o.stderr), "");
 
     // A second cluster is the default while it runs; stopping it leaves the first.
     let (mut second, second_addr) = start("2x1");
     assert_ne!(first_addr, second_addr);
-    assert_eq!(default_mesh_w(), 2, "the newest is the default");
+    let (w, said) = default_mesh_w();
+    assert_eq!(w, 2, "the newest is the default");
+    assert!(
+        said.ends_with(&format!(
+            "(gangctl start, pid {}, 2x1); 2 are running: choose with --master or GANG_MASTER\n",
+            second.id()
+        )),
+        "{said}"
+    );
+    // prun says it too.
+    let o = Command::new(PRUN)
+        .args(["-n", "1", "--", "true"])
+        .env_remove("GANG_MASTER")
+        .env("GANG_CONFIG", config.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).starts_with("prun: using the local cluster in "),
+        "{}",
+        text(&o.stderr)
+    );
     stop(&mut second);
     assert!(!records.join(second.id().to_string()).exists());
-    assert_eq!(default_mesh_w(), 1, "the first is still reachable");
+    assert_eq!(default_mesh_w().0, 1, "the first is still reachable");
     stop(&mut first);
     assert!(!record.exists(), "removed when the cluster stops");
 

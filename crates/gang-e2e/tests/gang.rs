@@ -516,3 +516,61 @@ fn a_step_is_switched_with_its_allocation() {
     });
     let _ = gangctl(&c, &["cancel", &a.id.to_string()]);
 }
+
+/// Ranks on pseudo-terminals (`prun -u --label`: every rank has one, in a session of its
+/// own) are switched as any: beside a job in the other slice, they stop and run in turn.
+#[test]
+fn ranks_on_terminals_are_switched_as_any() {
+    let _one = serial();
+    let q = QUANTUM_MS.to_string();
+    let c = cluster(2, 2, &["--mpl", "2", "--quantum-ms", &q]);
+    let a = start_busy(&c, "2x2", 4);
+    let dir = tempfile::tempdir().unwrap();
+    let out = prun(
+        &c,
+        &[
+            "-n",
+            "2x2",
+            "-u",
+            "--label",
+            "--detach",
+            "--",
+            "sh",
+            "-c",
+            &busy_script(dir.path()),
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let b = Job {
+        id,
+        pids: rank_pids(dir.path(), 4, T),
+    };
+    for &pid in &b.pids {
+        let out = std::fs::read_link(format!("/proc/{pid}/fd/1")).unwrap();
+        assert!(out.starts_with("/dev/pts"), "rank {pid}'s stdout: {out:?}");
+    }
+    wait_switching(&a, &b);
+    let w = watch(&a, &b, Duration::from_secs(3));
+    eprintln!(
+        "pty job: samples {}, overlapping {} (longest {:?}), turns {}",
+        w.samples, w.overlap_intervals, w.longest_overlap, w.turns
+    );
+    assert!(w.turns >= 15, "they do not alternate: {} turns", w.turns);
+    assert!(
+        w.longest_overlap < Duration::from_millis(QUANTUM_MS / 4),
+        "the pty job ran with the other for {:?}",
+        w.longest_overlap
+    );
+    for id in [a.id, b.id] {
+        assert!(gangctl(&c, &["cancel", &id.to_string()]).status.success());
+    }
+    wait_for(T, "the pty ranks to be gone", || {
+        b.pids.iter().all(|&p| proc_stat(p).is_none()).then_some(())
+    });
+}

@@ -257,6 +257,7 @@ fn launch() -> Vec<(String, Vec<u8>)> {
         allocation: 0,
         script: String::new(),
         script_at: 0,
+        pty: v1::Pty::None as i32,
     };
     let with = |f: &dyn Fn(&mut LaunchRequest)| {
         let mut r = ok.clone();

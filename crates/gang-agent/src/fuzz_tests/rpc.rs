@@ -155,6 +155,8 @@ fn launch_request() -> impl Strategy<Value = LaunchRequest> {
                     // A script from the fuzzer, at any place (refused where it cannot go).
                     script,
                     script_at: mpi_check as u32 * argv_len,
+                    // Any choice, known or not (a pty with output files is refused).
+                    pty: gang % 4,
                 }
             },
         )

@@ -1,6 +1,7 @@
 //! The rank's process: its environment, the command that starts it as its submitter (in
 //! its own process group, in its freezer cgroup if it has one, with its output files and
-//! PMI socket), the spawn, and the writer of its stdin. Everything the child uses is
+//! PMI socket), the spawn, and the writer of its stdin; or, asked for (`prun -u`,
+//! `--pty`), on a pseudo-terminal of its own (`pty`). Everything the child uses is
 //! prepared before the fork; the child only makes system calls on it.
 
 use std::collections::BTreeSet;
@@ -68,6 +69,15 @@ pub fn spawn_rank(
 ) -> Result<Spawned, Failure> {
     let req = &plan.req;
     let env = policy_env(plan, env_allow);
+    // Everything of a terminal is made before the fork: nothing can fail after it.
+    let terminal = match req.pty {
+        true => Some(super::pty::Terminal::open(&plan.run_as).map_err(|e| {
+            Failure::Start(io::Error::other(format!(
+                "cannot open a pseudo-terminal for the rank: {e}"
+            )))
+        })?),
+        false => None,
+    };
     // A batch script runs from the file made for it in the rank's own directory.
     let with_script;
     let argv: &[String] = match &req.script {
@@ -101,8 +111,12 @@ pub fn spawn_rank(
         usage_procs: given.usage_procs.clone(),
         pmi_fd: given.pmi_fd.as_ref().map(|fd| fd.as_raw_fd()),
         state_fd: Some(given.state_fd.as_raw_fd()),
+        pty: terminal.as_ref().map(|t| t.slave.as_raw_fd()),
     };
     let spawned = command(&spec).and_then(|mut cmd| cmd.spawn());
+    // The rank has the slave as its stdio: the agent's copy would keep the terminal open
+    // after the rank exits, and its end would never be read.
+    let terminal = terminal.map(super::pty::Terminal::spawned);
     // The rank has its copy of its PMI socket's end (or failed): the agent's would keep
     // the socket open after the rank exits. The state page stays mapped without it.
     drop(given.pmi_fd);
@@ -117,15 +131,7 @@ pub fn spawn_rank(
             "the process vanished at spawn",
         )));
     };
-    let stdin = child.stdin.take().map(|pipe| {
-        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-        tokio::spawn(feed_stdin(pipe, rx, req.key));
-        tx
-    });
-    let pipes = Pipes {
-        stdout: child.stdout.take(),
-        stderr: child.stderr.take(),
-    };
+    let (stdin, pipes) = stdio(&mut child, terminal, req.stdin, req.key);
     Ok(Spawned {
         child,
         pid,
@@ -133,6 +139,44 @@ pub fn spawn_rank(
         stdin,
         pipes,
     })
+}
+
+/// The writer of the rank's stdin, if it reads one, and what its output is read from:
+/// its pipes, or its terminal (which, without stdin, gets its end at once, as /dev/null
+/// would give).
+fn stdio(
+    child: &mut Child,
+    terminal: Option<(super::pty::PtyMaster, OwnedFd)>,
+    reads_stdin: bool,
+    key: RankKey,
+) -> (Option<mpsc::Sender<StdinMsg>>, Pipes) {
+    let (stdin, pty) = match terminal {
+        Some((master, writer)) => {
+            let (tx, rx) = match reads_stdin {
+                true => {
+                    let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+                    (Some(tx), Some(rx))
+                }
+                false => (None, None),
+            };
+            tokio::spawn(super::pty::feed(writer, rx, key));
+            (tx, Some(master))
+        }
+        None => {
+            let stdin = child.stdin.take().map(|pipe| {
+                let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+                tokio::spawn(feed_stdin(pipe, rx, key));
+                tx
+            });
+            (stdin, None)
+        }
+    };
+    let pipes = Pipes {
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+        pty,
+    };
+    (stdin, pipes)
 }
 
 /// The request's environment under the agent's policy (the password entry is read here,
@@ -180,6 +224,9 @@ pub struct RankSpec<'a> {
     pub pmi_fd: Option<std::os::fd::RawFd>,
     /// Its state page (`GANG_STATE_FD`, already in `gang_env`), kept open across exec.
     pub state_fd: Option<std::os::fd::RawFd>,
+    /// The slave of its pseudo-terminal (`prun -u`, `--pty`): its stdin, stdout, stderr
+    /// and controlling terminal, in a session of its own.
+    pub pty: Option<std::os::fd::RawFd>,
 }
 
 /// The environment of a rank: `spec.env` plus the GANG_* variables (which win over
@@ -233,30 +280,47 @@ pub fn command(spec: &RankSpec<'_>) -> io::Result<Command> {
         .args(&spec.argv[1..])
         .env_clear()
         .envs(rank_env(spec))
-        .stdin(if spec.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        // A stream that goes to a file gets it in pre_exec, as the user; until then
-        // /dev/null, so no pipe is left that nobody reads.
-        .stdout(piped_or_null(spec.files.stdout_piped()))
-        .stderr(piped_or_null(spec.files.stderr_piped()))
-        // Its own group: Signal and the leftover sweep reach its children too, and a ^C
-        // at the agent's terminal does not.
-        .process_group(0)
         .kill_on_drop(false);
+    match spec.pty {
+        Some(slave) => {
+            let stdio = || -> io::Result<Stdio> {
+                // SAFETY: `slave` is open for the whole of the spawn (the caller's).
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(slave) };
+                Ok(Stdio::from(fd.try_clone_to_owned()?))
+            };
+            // Its own session (made in pre_exec): its own group too, as below.
+            cmd.stdin(stdio()?).stdout(stdio()?).stderr(stdio()?);
+        }
+        None => {
+            cmd.stdin(if spec.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            // A stream that goes to a file gets it in pre_exec, as the user; until then
+            // /dev/null, so no pipe is left that nobody reads.
+            .stdout(piped_or_null(spec.files.stdout_piped()))
+            .stderr(piped_or_null(spec.files.stderr_piped()))
+            // Its own group: Signal and the leftover sweep reach its children too, and a
+            // ^C at the agent's terminal does not.
+            .process_group(0);
+        }
+    }
+    let on_pty = spec.pty.is_some();
     let agent_pid = std::process::id();
     let cgroup_procs = spec.cgroup_procs;
     let usage_procs = spec.usage_procs.clone();
     let kept = [spec.pmi_fd, spec.state_fd];
     let files = spec.files.clone();
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (write, close_range, fcntl, setgroups, setgid,
-    // setuid, chdir, prctl, getppid) on data prepared before the fork; it allocates
-    // nothing.
+    // async-signal-safe system calls (setsid, ioctl, write, close_range, fcntl,
+    // setgroups, setgid, setuid, chdir, prctl, getppid) on data prepared before the
+    // fork; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            if on_pty {
+                super::pty::take_terminal()?;
+            }
             // Still as root: the cgroup is the agent's, whatever the user may write.
             if let Some(fd) = cgroup_procs {
                 freezer::enter(fd)?;
@@ -339,10 +403,12 @@ impl Credentials {
     }
 }
 
-/// The rank's pipes, taken from the child at spawn.
+/// The rank's pipes, taken from the child at spawn, or its terminal's master side.
 pub struct Pipes {
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
+    /// Its stdout and stderr both, on a pseudo-terminal.
+    pub pty: Option<super::pty::PtyMaster>,
 }
 
 /// Write what the Stdin RPC sends into the rank's stdin, in order; `Eof` (or the channel
@@ -400,6 +466,7 @@ mod tests {
             usage_procs: Vec::new(),
             pmi_fd: None,
             state_fd: None,
+            pty: None,
         };
         let got: std::collections::BTreeMap<_, _> = rank_env(&spec).into_iter().collect();
         assert_eq!(got["GANG_RANK"], "0");

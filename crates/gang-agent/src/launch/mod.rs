@@ -17,6 +17,7 @@
 //!   what its program links (`--mpi auto`).
 //! - `rollback`: the side effects, under one guard; `commit` hands them on.
 //! - `command`: the rank's environment, the command that starts it, the spawn, its stdin.
+//! - `pty`: a rank on a pseudo-terminal (`prun -u`, `--pty`).
 //! - `supervisor`: owns the rank from spawn to exit report.
 //! - `failure`: what went wrong after the plan, worded with the plan's names.
 //! - `start`: the steps, in order.
@@ -32,6 +33,7 @@ mod lookup;
 pub mod mpi;
 pub(crate) mod parts;
 pub mod plan;
+mod pty;
 pub mod rank_files;
 mod rollback;
 mod start;

@@ -237,6 +237,13 @@ fn check_cwd_env_and_files(req: &RankRequest) -> Result<(), String> {
             return Err(format!("{what} pattern {pattern:?} contains a NUL byte"));
         }
     }
+    if req.pty && !(req.output.is_empty() && req.error.is_empty()) {
+        return Err(
+            "a rank on a pseudo-terminal has its output relayed: not with --output or \
+                    --error files"
+                .into(),
+        );
+    }
     Ok(())
 }
 

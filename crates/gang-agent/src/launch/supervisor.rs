@@ -62,8 +62,11 @@ impl Supervisor {
         pipes: Pipes,
         usage: Option<RankUsage>,
     ) {
-        let mut pumps = self.start_pumps(key, pipes);
+        let (mut pumps, terminal) = self.start_pumps(key, pipes);
         let how = self.reap(key, child, pgid).await;
+        // Reaped: its terminal may hang up now (what is left of its session gets SIGHUP,
+        // then the sweep's SIGKILL).
+        drop(terminal);
         let abort = self.msg.pmi_finished(key).await;
         // Ended by the agent on its PMI abort: reported with the code the rank gave.
         let how = match &abort {
@@ -89,9 +92,14 @@ impl Supervisor {
         });
     }
 
-    /// Read both pipes concurrently: a rank blocked writing a full stderr pipe while we
-    /// wait on its stdout would never finish.
-    fn start_pumps(&self, key: RankKey, pipes: Pipes) -> Vec<JoinHandle<()>> {
+    /// Read both pipes (or the terminal) concurrently: a rank blocked writing a full
+    /// stderr pipe while we wait on its stdout would never finish. Also what keeps a
+    /// rank's terminal up until it is reaped.
+    fn start_pumps(
+        &self,
+        key: RankKey,
+        pipes: Pipes,
+    ) -> (Vec<JoinHandle<()>>, Option<std::os::fd::OwnedFd>) {
         let mut pumps: Vec<JoinHandle<()>> = Vec::with_capacity(2);
         if let Some(pipe) = pipes.stdout {
             let outbox = Arc::clone(&self.outbox);
@@ -99,13 +107,21 @@ impl Supervisor {
                 pump(pipe, key, Stream::Stdout, &outbox).await;
             }));
         }
+        let mut terminal = None;
+        if let Some(pty) = pipes.pty {
+            let outbox = Arc::clone(&self.outbox);
+            pumps.push(tokio::spawn(async move {
+                pump(pty.reader, key, Stream::Stdout, &outbox).await;
+            }));
+            terminal = Some(pty.keep);
+        }
         if let Some(pipe) = pipes.stderr {
             let outbox = Arc::clone(&self.outbox);
             pumps.push(tokio::spawn(async move {
                 pump(pipe, key, Stream::Stderr, &outbox).await;
             }));
         }
-        pumps
+        (pumps, terminal)
     }
 
     /// Wait for the rank's exit; should the wait itself fail, kill its group and wait

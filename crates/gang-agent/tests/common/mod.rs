@@ -522,6 +522,7 @@ pub fn launch_req(job_id: u64, rank: u32, argv: &[&str], cwd: &str) -> LaunchReq
         allocation: 0,
         script: String::new(),
         script_at: 0,
+        pty: 0,
     }
 }
 

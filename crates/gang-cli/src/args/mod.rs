@@ -5,10 +5,12 @@
 //!
 //! - [`prun`]: `prun`'s options (for completions and man pages too).
 //! - [`parse`]: durations, nodes, meshes.
+//! - [`nodes`]: `-N` and `-n` given together.
 //! - [`gang_mode`]: gang modes (`prun --gang`) as flags and labels.
 //! - [`usage`]: usage errors with Slurm hints.
 
 pub mod gang_mode;
+pub mod nodes;
 pub mod parse;
 pub mod prun;
 pub mod usage;

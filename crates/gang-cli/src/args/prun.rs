@@ -12,27 +12,36 @@ use crate::args::parse::{parse_duration, parse_timeout};
 /// prun submits CMD as a job of SHAPE nodes, relays every rank's stdout and stderr (and
 /// our stdin to rank 0) until the job ends, and exits with the job's exit code: the first
 /// failing rank's code, or 128+signal, naming that rank on stderr. Ctrl-C, SIGTERM or
-/// SIGHUP cancel the job (a second one leaves at once).
+/// SIGHUP cancel the job (a second one leaves at once); after Ctrl-C prun exits 130, as
+/// srun does.
 #[derive(Debug, Parser)]
 #[command(
     name = "prun",
     version,
-    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -N4 -t5m -J solver ./a.out    # srun's spellings work too\n  prun -n 8 --label hostname\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n  prun -n 4x4 -o %j-%r.out -- ./solver    # output to files, as sbatch -o\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 143 if it\nwas cancelled without one; 130 on a second Ctrl-C; 2 for usage errors."
+    after_help = "Examples:\n  prun -n 4x2 -- ./a.out --size 100\n  prun -N4 -t5m -J solver ./a.out    # srun's spellings work too\n  prun -n 8 --label hostname\n  prun -N 4 -n 4 hostname    # -N and -n together, as srun\n  prun -u python3 train.py   # its output line by line, as srun -u\n  prun -n 2x2 --detach --time-limit 10m -- ./long-job\n  prun -n 4x4 --gang priority -- ./solver\n  prun -n 4x4 -o %j-%r.out -- ./solver    # output to files, as sbatch -o\n\nExit status: the job's exit code; 1 if it could not run (or prun failed); 130 if\nCtrl-C cancelled it (or at a second Ctrl-C); 143 if it was cancelled otherwise\n(SIGTERM, gangctl cancel); 2 for usage errors."
 )]
 pub struct Args {
     /// Nodes: a submesh as WxH (e.g. 4x2) or a node count (e.g. 8); the master rounds a
-    /// count to a shape and may rotate a submesh. One rank runs on each node, so srun's
-    /// -N, --ntasks and --nodes say the same here. In an allocation: of its nodes, and
-    /// all of them if left out.
+    /// count to a shape and may rotate a submesh. In an allocation: of its nodes, and all
+    /// of them if left out.
+    #[arg(
+        short = 'N',
+        long = "nodes",
+        value_name = "SHAPE",
+        action = clap::ArgAction::Append,
+        required_unless_present_any = ["ntasks", "allocation"]
+    )]
+    pub nodes: Vec<String>,
+
+    /// Tasks, as srun's -n: one rank runs on each node, so the same as -N (a count or a
+    /// WxH shape). Given with -N (srun -N 4 -n 4), the two must agree.
     #[arg(
         short = 'n',
-        long = "nodes",
-        short_alias = 'N',
-        alias = "ntasks",
+        long = "ntasks",
         value_name = "SHAPE",
-        required_unless_present = "allocation"
+        action = clap::ArgAction::Append
     )]
-    pub nodes: Option<String>,
+    pub ntasks: Vec<String>,
 
     /// Run as a step of this allocation of yours (`gangctl alloc`, `gangctl submit`): on
     /// its nodes, at once, without queueing again (a step waits only for the allocation's
@@ -44,6 +53,19 @@ pub struct Args {
     /// Prefix every output line with the rank that wrote it ("3: hello").
     #[arg(short = 'l', long)]
     pub label: bool,
+
+    /// Unbuffered output, as srun -u: rank 0 runs on a pseudo-terminal (stdin, stdout and
+    /// stderr), so a program that buffers its output in a pipe (C stdio, Python) writes
+    /// each line as it prints it; with --label every rank does. Its stdout and stderr
+    /// arrive as one stream (prun's stdout), as on a terminal.
+    #[arg(short = 'u', long, conflicts_with_all = ["output", "error"])]
+    pub unbuffered: bool,
+
+    /// A pseudo-terminal for rank 0, as srun --pty (the same as -u): `tty` there prints a
+    /// /dev/pts path, and isatty(3) is true; with --label, for every rank. Input is read
+    /// a line at a time (as at a terminal; ^D in the input ends it), and not echoed back.
+    #[arg(long, conflicts_with_all = ["output", "error"])]
+    pub pty: bool,
 
     /// Submit, print the job id and exit; the job runs with its stdin on /dev/null.
     #[arg(short = 'd', long)]

@@ -5,7 +5,7 @@
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 /// Slurm options with no equivalent flag here, and what to do instead. Options that do
-/// mean the same here are aliases of ours (`-N`, `--ntasks`, `-J`, `-D`, `--time`), not
+/// mean the same here are aliases of ours or options of their own (`-N`, `-n`, `-u`, `--pty`, `-J`, `-D`, `--time`), not
 /// entries of this table.
 pub const SLURM_HINTS: &[(&str, &str)] = &[
     (
@@ -37,15 +37,6 @@ pub const SLURM_HINTS: &[(&str, &str)] = &[
     (
         "--nodelist",
         "jobs are placed as rectangles of the mesh by the master: ask a shape with -n WxH",
-    ),
-    (
-        "--pty",
-        "prun relays its stdin to rank 0 and the ranks' output already; drop it",
-    ),
-    ("-u", "output is relayed as the ranks write it; drop it"),
-    (
-        "--unbuffered",
-        "output is relayed as the ranks write it; drop it",
     ),
 ];
 

@@ -10,7 +10,7 @@ use gang_cli::prun::attach::{self, AttachOptions, OnSignal};
 use gang_cli::prun::ends;
 use gang_core::{Request, Shape};
 use gang_proto::v1::{
-    DeadlockPolicy, JobInfo, JobSpec, ListNodesRequest, Mpi, MsgContext, SubmitRequest,
+    DeadlockPolicy, JobInfo, JobSpec, ListNodesRequest, Mpi, MsgContext, Pty, SubmitRequest,
     SubmitResponse,
 };
 
@@ -26,6 +26,15 @@ fn main() {
             .error(clap::error::ErrorKind::InvalidValue, "the command is empty")
             .exit();
     }
+    let nodes = match gang_cli::args::nodes::one_request(&args.nodes, &args.ntasks) {
+        Ok(nodes) => nodes,
+        Err(why) => {
+            use clap::CommandFactory;
+            Args::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, why)
+                .exit();
+        }
+    };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -36,15 +45,15 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let code = rt.block_on(run(args));
+    let code = rt.block_on(run(args, nodes.unwrap_or_default()));
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     // Exit here: the stdin thread may sit in a blocking read.
     std::process::exit(code);
 }
 
-async fn run(args: Args) -> i32 {
-    match submit_and_attach(args).await {
+async fn run(args: Args, nodes: String) -> i32 {
+    match submit_and_attach(args, nodes).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("prun: {e}");
@@ -53,11 +62,11 @@ async fn run(args: Args) -> i32 {
     }
 }
 
-async fn submit_and_attach(args: Args) -> Result<i32, CliError> {
+/// `nodes`: what -N and -n asked, as one request (empty: none).
+async fn submit_and_attach(args: Args, nodes: String) -> Result<i32, CliError> {
     let master = client_config::master(args.master.clone())?;
     let cwd = working_dir(&args)?;
     let allocation = args.allocation.unwrap_or(0);
-    let nodes = args.nodes.clone().unwrap_or_default();
     check_allocation(&args, &nodes, allocation)?;
     let asked_count = match nodes.trim().parse::<Request>() {
         Ok(Request::Nodes(n)) => Some(n),
@@ -128,7 +137,7 @@ fn working_dir(args: &Args) -> Result<String, CliError> {
 fn check_allocation(args: &Args, nodes: &str, allocation: u64) -> Result<(), CliError> {
     if nodes.is_empty() && allocation == 0 {
         return Err(CliError::other(
-            "--nodes is required (outside an allocation: --allocation 0 or none)",
+            "-N (--nodes) or -n is required (outside an allocation: --allocation 0 or none)",
         ));
     }
     if allocation != 0 && (args.array.is_some() || args.dependency.is_some() || args.hold) {
@@ -176,6 +185,16 @@ fn job_spec(args: &Args, nodes: String, cwd: String, stdin: bool, allocation: u6
         allocate: false,
         script: String::new(),
         script_at: 0,
+        pty: pty_of(args) as i32,
+    }
+}
+
+/// `-u`/`--pty`: rank 0 on a pseudo-terminal, every rank with `--label`.
+fn pty_of(args: &Args) -> Pty {
+    match (args.unbuffered || args.pty, args.label) {
+        (false, _) => Pty::None,
+        (true, false) => Pty::Rank0,
+        (true, true) => Pty::All,
     }
 }
 

@@ -71,14 +71,63 @@ pub fn active() -> Result<ClientConfig, CliError> {
 /// The master address: the flag or env value if given, else the config file's, else the
 /// local cluster a running `gangctl start` recorded ([`gang_local::driver::local_master`]), else the
 /// default.
+///
+/// A local cluster taken this way is named on stderr (once): which of the user's
+/// clusters "the newest" is changes as they start and stop them.
 pub fn master(flag_or_env: Option<String>) -> Result<String, CliError> {
     if let Some(m) = flag_or_env {
         return Ok(m);
     }
-    Ok(active()?
-        .master
-        .or_else(gang_local::driver::local_master::read)
-        .unwrap_or_else(|| DEFAULT_MASTER.to_string()))
+    if let Some(m) = active()?.master {
+        return Ok(m);
+    }
+    Ok(match gang_local::driver::local_master::newest() {
+        Some((record, running)) => {
+            note_local(&record, running);
+            record.addr
+        }
+        None => DEFAULT_MASTER.to_string(),
+    })
+}
+
+/// `prun: using the local cluster in DIR (gangctl start, pid N, WxH)`, and how many run
+/// if more than one. On stderr, so that stdout (and `--output json`'s) stays the answer.
+fn note_local(record: &gang_local::driver::local_master::Record, running: usize) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| eprintln!("{}", local_note(&program(), record, running)));
+}
+
+fn local_note(prog: &str, r: &gang_local::driver::local_master::Record, running: usize) -> String {
+    let place = match &r.dir {
+        Some(dir) => format!("in {}", dir.display()),
+        None => format!("at {}", r.addr),
+    };
+    let mesh = r
+        .mesh
+        .map(|(w, h)| format!(", {w}x{h}"))
+        .unwrap_or_default();
+    let mut note = format!(
+        "{prog}: using the local cluster {place} (gangctl start, pid {}{mesh})",
+        r.pid
+    );
+    if running > 1 {
+        note.push_str(&format!(
+            "; {running} are running: choose with --master or GANG_MASTER"
+        ));
+    }
+    note
+}
+
+/// The command's name (`prun`, `gangctl`), for messages said before any command ran.
+fn program() -> String {
+    std::env::args_os()
+        .next()
+        .and_then(|a| {
+            Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "gang".into())
 }
 
 /// `~/x` -> `$HOME/x`.
@@ -142,6 +191,37 @@ pub fn credentials() -> Result<Credentials, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_local_cluster_taken_is_named_with_how_many_run() {
+        use gang_local::driver::local_master::Record;
+        let r = Record {
+            addr: "unix:/tmp/gang-cluster-x/master.sock".into(),
+            pid: 123,
+            started_ns: 1,
+            dir: Some("/tmp/gang-cluster-x".into()),
+            mesh: Some((4, 4)),
+        };
+        assert_eq!(
+            local_note("prun", &r, 1),
+            "prun: using the local cluster in /tmp/gang-cluster-x (gangctl start, pid 123, 4x4)"
+        );
+        assert_eq!(
+            local_note("gangctl", &r, 2),
+            "gangctl: using the local cluster in /tmp/gang-cluster-x (gangctl start, pid 123, \
+             4x4); 2 are running: choose with --master or GANG_MASTER"
+        );
+        let old = Record {
+            dir: None,
+            mesh: None,
+            ..r
+        };
+        assert_eq!(
+            local_note("prun", &old, 1),
+            "prun: using the local cluster at unix:/tmp/gang-cluster-x/master.sock (gangctl \
+             start, pid 123)"
+        );
+    }
 
     #[test]
     fn parses_and_refuses_unknown_keys() {

@@ -191,6 +191,10 @@ pub enum Cmd {
     /// its exit code the script's. The script runs as `INTERPRETER -c SCRIPT NAME ARGS`
     /// (its #! line names a shell that takes -c: sh, bash, dash, zsh, ksh; default
     /// /bin/sh), at most 128 KiB.
+    ///
+    /// Without -N (or -n) on the command line or in a `#GANG` line it runs on one node, as
+    /// sbatch. Its `srun` lines are named on stderr (steps here are started with prun),
+    /// and the script is submitted all the same.
     #[command(
         after_help = "Example script:\n  #!/bin/bash\n  #GANG -n 4x4 -t 2h\n  #GANG -J solver -o solver-%j.log\n  prun -n 2x2 ./prepare\n  prun ./solve     # the whole allocation\n\nExamples:\n  gangctl submit job.sh\n  gangctl submit -n 2x2 --dependency afterok:12 job.sh input.dat\n  gangctl submit -N 1 --wrap 'prun hostname'\n  gangctl submit --parsable job.sh"
     )]

@@ -10,13 +10,19 @@ use crate::output::OutputMode;
 use crate::output::views::ErrorView;
 
 /// The ids `sel` names: single ids as given (the master says why one cannot be changed),
-/// ranges among the queued jobs (hold and release are for queued jobs).
-async fn ids_of(master: &str, sel: &JobSel) -> Result<Vec<u64>, CliError> {
+/// ranges among the queued jobs (hold and release are for queued jobs), and for a release
+/// among the held ones only (the master refuses to release a job nobody holds).
+async fn ids_of(master: &str, sel: &JobSel, releasing: bool) -> Result<Vec<u64>, CliError> {
     let mut ids = sel.single.clone();
     if !sel.ranges.is_empty() {
         let mut client = connect::job_client(master).await?;
         let listed = crate::jobs::listing::list(&mut client, &[JobState::Queued as i32], 0).await?;
-        ids.extend(listed.iter().map(|j| j.id).filter(|id| sel.contains(*id)));
+        ids.extend(
+            listed
+                .iter()
+                .filter(|j| sel.contains(j.id) && (!releasing || !j.held_by.is_empty()))
+                .map(|j| j.id),
+        );
     }
     ids.sort_unstable();
     ids.dedup();
@@ -35,9 +41,10 @@ pub async fn hold(
         let mut client = connect::job_client(master).await?;
         super::resolve::resolve(&mut client, master, &named).await?
     };
-    let ids = ids_of(master, &sel).await?;
+    let ids = ids_of(master, &sel, !hold).await?;
     if ids.is_empty() {
-        eprintln!("gangctl: no queued job matched");
+        let what = if hold { "queued" } else { "held" };
+        eprintln!("gangctl: no {what} job matched");
     }
     let mut client = connect::job_client(master).await?;
     let mut changed: Vec<JobInfo> = Vec::new();

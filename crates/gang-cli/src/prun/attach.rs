@@ -1,6 +1,7 @@
 //! The attach loop of `prun` and `gangctl attach`: relay a job's stdio until it finishes,
-//! cancel it (prun) or leave it running (gangctl attach) on Ctrl-C, SIGTERM or SIGHUP,
-//! and reattach when the stream breaks (a master restart).
+//! cancel it (prun, which then exits 130 after Ctrl-C, as srun) or leave it running
+//! (gangctl attach) on Ctrl-C, SIGTERM or SIGHUP, and reattach when the stream breaks (a
+//! master restart).
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tonic::Streaming;
 
 use crate::connect::{self, CliError};
 use crate::output::format::{deadlock_report, fmt_submesh};
-use crate::prun::ends::{finished_code, lost_output_code};
+use crate::prun::ends::{finished_code, interrupted_code, lost_output_code};
 use crate::prun::relay::{Dest, Relay};
 
 /// How long `prun` keeps trying to reattach after the stream broke: as long as agents
@@ -240,7 +241,8 @@ struct Attacher {
     /// Since when the master is lost (`None`: attached and answering).
     lost_since: Option<Instant>,
     backoff: Duration,
-    cancelling: bool,
+    /// The signal that made `prun` cancel the job, once it did.
+    cancelled_by: Option<i32>,
     said_queued: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
@@ -325,10 +327,10 @@ impl Attacher {
             );
             return Some(code);
         }
-        if self.cancelling {
+        if self.cancelled_by.is_some() {
             return Some(self.finish(130));
         }
-        self.start_cancel();
+        self.start_cancel(signo);
         None
     }
 
@@ -380,6 +382,7 @@ impl Attacher {
                 // Output first: the reason is the last thing the user reads.
                 self.finish(0);
                 let code = finished_code(self.prog, &job, self.quiet);
+                let code = interrupted_code(&job, code, self.cancelled_by);
                 return Some(lost_output_code(self.prog, &job, code));
             }
             Some(Event::Deadlocked(job)) => {
@@ -434,9 +437,9 @@ impl Attacher {
         }
     }
 
-    /// Cancel the job (once) and keep relaying until it ends.
-    fn start_cancel(&mut self) {
-        self.cancelling = true;
+    /// Cancel the job (once), for signal `signo`, and keep relaying until it ends.
+    fn start_cancel(&mut self, signo: i32) {
+        self.cancelled_by = Some(signo);
         eprintln!("{}: cancelling job {}", self.prog, self.job_id);
         tokio::spawn(cancel_job(
             self.prog,
@@ -465,6 +468,8 @@ pub struct Signals {
     int: Option<tokio::signal::unix::Signal>,
     term: tokio::signal::unix::Signal,
     hup: Option<tokio::signal::unix::Signal>,
+    /// The first signal taken (one during the submission decides prun's exit code).
+    first: Option<i32>,
 }
 
 impl Signals {
@@ -482,6 +487,7 @@ impl Signals {
             int: unless_ignored(Sig::SIGINT, SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: unless_ignored(Sig::SIGHUP, SignalKind::hangup())?,
+            first: None,
         })
     }
 
@@ -495,11 +501,13 @@ impl Signals {
                 None => std::future::pending().await,
             }
         }
-        tokio::select! {
+        let signo = tokio::select! {
             _ = next(&mut self.int) => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
             _ = next(&mut self.hup) => libc::SIGHUP,
-        }
+        };
+        self.first.get_or_insert(signo);
+        signo
     }
 }
 
@@ -522,11 +530,11 @@ pub async fn run(opts: AttachOptions, mut signals: Signals) -> i32 {
         conn: Conn::Connecting(tokio::spawn(open_session(opts.master, opts.job_id, false))),
         lost_since: None,
         backoff: FIRST_BACKOFF,
-        cancelling: false,
+        cancelled_by: None,
         said_queued: opts.said_queued,
     };
     if opts.cancel_now {
-        a.start_cancel();
+        a.start_cancel(signals.first.unwrap_or(libc::SIGTERM));
     }
     loop {
         let step = tokio::select! {

@@ -52,6 +52,17 @@ pub fn finished_code(prog: &str, job: &JobInfo, quiet: bool) -> i32 {
     }
 }
 
+/// The exit code of a job `prun` cancelled for signal `by`: a job ended as cancelled
+/// after Ctrl-C exits 130, as srun and the shell say it (its ranks' SIGTERM would say
+/// 143); after SIGTERM or SIGHUP, and for a job that ended otherwise first, `code`.
+pub fn interrupted_code(job: &JobInfo, code: i32, by: Option<i32>) -> i32 {
+    if by == Some(libc::SIGINT) && job.state() == JobState::Cancelled {
+        128 + libc::SIGINT
+    } else {
+        code
+    }
+}
+
 /// Say what of the job's output was lost, if anything was: a job whose output did not all
 /// arrive does not end with 0, even if every rank did (the caller's `code` otherwise).
 pub fn lost_output_code(prog: &str, job: &JobInfo, code: i32) -> i32 {
@@ -120,6 +131,17 @@ mod tests {
         });
         assert_eq!(lost_output_code("prun", &j, 0), 1);
         assert_eq!(lost_output_code("prun", &j, 3), 3);
+    }
+
+    #[test]
+    fn ctrl_c_gives_130_for_a_job_it_cancelled() {
+        let cancelled = job(JobState::Cancelled, Some(143));
+        assert_eq!(interrupted_code(&cancelled, 143, Some(libc::SIGINT)), 130);
+        assert_eq!(interrupted_code(&cancelled, 143, Some(libc::SIGTERM)), 143);
+        assert_eq!(interrupted_code(&cancelled, 143, None), 143);
+        // It ended by itself before the cancel came: its own code.
+        let done = job(JobState::Failed, Some(3));
+        assert_eq!(interrupted_code(&done, 3, Some(libc::SIGINT)), 3);
     }
 
     #[test]

@@ -63,7 +63,8 @@ fn signals_ignored_at_start_stay_ignored() {
     );
     let prun = descendants_of(pid)
         .into_iter()
-        .find(|p| p.ppid == pid && p.cmdline.contains("prun"))
+        // prun by its name: the daemons' paths (the build directory) may hold the word.
+        .find(|p| p.ppid == pid && p.cmdline.starts_with("prun "))
         .expect("prun runs under gangctl");
     // Discarded as they are sent: were either taken, the first would decide the status.
     for s in [Signal::SIGHUP, Signal::SIGINT] {

@@ -21,7 +21,14 @@ impl Cluster {
         }
     }
 
-    fn dir(&self) -> PathBuf {
+    pub(super) fn mesh(&self) -> (u32, u32) {
+        match self {
+            Cluster::Local(c) => c.mesh(),
+            Cluster::Hosts(c) => c.layout().mesh,
+        }
+    }
+
+    pub(super) fn dir(&self) -> PathBuf {
         match self {
             Cluster::Local(c) => c.dir().to_path_buf(),
             Cluster::Hosts(c) => c.dir().to_path_buf(),

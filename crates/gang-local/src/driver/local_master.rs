@@ -35,10 +35,15 @@ pub struct Record {
     pub pid: i32,
     /// When it was recorded, in nanoseconds since the epoch: the newest is the default.
     pub started_ns: u128,
+    /// Its state and logs, and its mesh, for the note that names the cluster a command
+    /// reached (`None` in a record of an older gangctl).
+    pub dir: Option<PathBuf>,
+    pub mesh: Option<(u32, u32)>,
 }
 
-/// Record `addr` as this process's local cluster, beside the others.
-pub fn write(addr: &str) -> std::io::Result<PathBuf> {
+/// Record `addr` as this process's local cluster (its files in `dir`, its `mesh`), beside
+/// the others.
+pub fn write(addr: &str, dir_of: &Path, mesh: (u32, u32)) -> std::io::Result<PathBuf> {
     let dir = dir().ok_or_else(|| {
         std::io::Error::other("none of XDG_RUNTIME_DIR, XDG_STATE_HOME or HOME is set")
     })?;
@@ -59,6 +64,7 @@ pub fn write(addr: &str) -> std::io::Result<PathBuf> {
         .mode(0o600)
         .open(&tmp)?;
     writeln!(f, "{addr}\npid={pid}\nstarted_ns={started}")?;
+    writeln!(f, "dir={}\nmesh={}x{}", dir_of.display(), mesh.0, mesh.1)?;
     f.sync_all()?;
     let path = dir.join(pid.to_string());
     std::fs::rename(&tmp, &path)?;
@@ -76,10 +82,16 @@ fn parse(text: &str) -> Option<Record> {
     };
     let pid = field("pid=")?.parse().ok()?;
     let started_ns = field("started_ns=")?.parse().ok()?;
+    let mesh = field("mesh=").and_then(|m| {
+        let (w, h) = m.split_once('x')?;
+        Some((w.parse().ok()?, h.parse().ok()?))
+    });
     (!addr.is_empty()).then_some(Record {
         addr,
         pid,
         started_ns,
+        dir: field("dir=").map(PathBuf::from),
+        mesh,
     })
 }
 
@@ -131,6 +143,14 @@ fn list_in(dir: &Path) -> Vec<Record> {
 /// The address of the newest running local cluster, if any.
 pub fn read() -> Option<String> {
     list().into_iter().next().map(|r| r.addr)
+}
+
+/// The newest running local cluster, and how many run (the others are reached by naming
+/// them): for the command that takes the newest by default to say which it took.
+pub fn newest() -> Option<(Record, usize)> {
+    let all = list();
+    let running = all.len();
+    all.into_iter().next().map(|r| (r, running))
 }
 
 /// Remove this process's record if it still names `addr`; the other clusters' stay.
@@ -198,7 +218,19 @@ mod tests {
             Some(Record {
                 addr: "unix:/a".into(),
                 pid: 3,
-                started_ns: 1
+                started_ns: 1,
+                dir: None,
+                mesh: None,
+            })
+        );
+        assert_eq!(
+            parse("unix:/a\npid=3\nstarted_ns=1\ndir=/tmp/c\nmesh=4x2\n"),
+            Some(Record {
+                addr: "unix:/a".into(),
+                pid: 3,
+                started_ns: 1,
+                dir: Some("/tmp/c".into()),
+                mesh: Some((4, 2)),
             })
         );
     }

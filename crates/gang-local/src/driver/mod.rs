@@ -255,7 +255,7 @@ async fn settle(started: StartResult, stopped_by: Option<Caught>, keep: bool) ->
 fn announce(cluster: &Cluster, master: &str, no_command: bool) -> bool {
     eprintln!("gangctl: {}", cluster.describe());
     // Other terminals find this cluster with nothing set (see local_master).
-    let recorded = match local_master::write(master) {
+    let recorded = match local_master::write(master, &cluster.dir(), cluster.mesh()) {
         Ok(path) => {
             eprintln!("gangctl: address written to {}", path.display());
             true

@@ -120,6 +120,7 @@ pub(super) fn launch_request(o: LaunchOrder, cluster_id: &str) -> v1::LaunchRequ
             .map(|b| b.text.clone())
             .unwrap_or_default(),
         script_at: s.script.as_ref().map_or(0, |b| b.at),
+        pty: v1::Pty::from(s.pty) as i32,
     }
 }
 

@@ -102,6 +102,7 @@ fn job_spec() -> impl Strategy<Value = v1::JobSpec> {
                 allocate: false,
                 script: String::new(),
                 script_at: 0,
+                pty: 0,
             },
         )
 }

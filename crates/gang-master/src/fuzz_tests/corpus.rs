@@ -61,6 +61,7 @@ pub(super) fn submit_seeds() {
         allocate: false,
         script: String::new(),
         script_at: 0,
+        pty: 0,
     };
     seeds(
         "proto_submit",

@@ -333,6 +333,7 @@ pub fn placeholder_spec() -> Arc<Spec> {
             dependency: Vec::new(),
             allocate: false,
             allocation: None,
+            pty: Pty::None,
             script: None,
             at_submit: AtSubmit::default(),
         })

@@ -85,10 +85,62 @@ pub struct Spec<S: Stage = Resolved> {
     /// its text, and where in argv the agent puts the path of the file it writes it to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<BatchScript>,
+    /// Which of its ranks run on a pseudo-terminal (`prun -u`, `--pty`).
+    #[serde(default, skip_serializing_if = "Pty::is_none")]
+    pub pty: Pty,
     /// How it was asked to be submitted (held, as an array): read by the submission only,
     /// never saved; what it makes of it is in the job's record (`hold`, `array`).
     #[serde(skip)]
     pub at_submit: AtSubmit,
+}
+
+/// Which of a job's ranks run on a pseudo-terminal (`JobSpec.pty`): the agents open it;
+/// the master only carries the choice to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pty {
+    /// Pipes.
+    #[default]
+    None,
+    /// Rank 0 (`prun --pty`, `-u`).
+    Rank0,
+    /// Every rank (`prun -u --label`).
+    All,
+}
+
+impl Pty {
+    pub fn is_none(&self) -> bool {
+        *self == Pty::None
+    }
+
+    /// `JobSpec.pty`, refused if unknown (a newer client's value this master cannot run)
+    /// or with output files: a pseudo-terminal's output is relayed, not written to files.
+    pub fn asked(v: i32, output: &str, error: &str) -> Result<Pty, String> {
+        let pty = match gang_proto::v1::Pty::try_from(v) {
+            Ok(gang_proto::v1::Pty::None) => return Ok(Pty::None),
+            Ok(gang_proto::v1::Pty::Rank0) => Pty::Rank0,
+            Ok(gang_proto::v1::Pty::All) => Pty::All,
+            Err(_) => return Err(format!("unknown pty {v}: expected none, rank 0 or all")),
+        };
+        if !output.is_empty() || !error.is_empty() {
+            return Err(
+                "spec.pty: a pseudo-terminal's output is relayed (prun -u, --pty); \
+                        spec.output and spec.error write files instead: choose one"
+                    .into(),
+            );
+        }
+        Ok(pty)
+    }
+}
+
+impl From<Pty> for gang_proto::v1::Pty {
+    fn from(p: Pty) -> Self {
+        match p {
+            Pty::None => gang_proto::v1::Pty::None,
+            Pty::Rank0 => gang_proto::v1::Pty::Rank0,
+            Pty::All => gang_proto::v1::Pty::All,
+        }
+    }
 }
 
 /// A batch script: its text and where its path goes in argv (`JobSpec.script_at`).
@@ -244,6 +296,7 @@ impl Spec<Asked> {
             allocate: self.allocate,
             allocation: self.allocation,
             script: self.script,
+            pty: self.pty,
             at_submit: AtSubmit::default(),
         }
     }

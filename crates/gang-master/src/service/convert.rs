@@ -164,6 +164,7 @@ pub fn new_job(req: v1::SubmitRequest, caller: &Caller) -> Result<NewJob, Master
         client_token,
         allocate: spec.allocate,
         allocation: (spec.allocation != 0).then_some(JobId(spec.allocation)),
+        pty: crate::job::Pty::asked(spec.pty, &spec.output, &spec.error).map_err(invalid)?,
     })
 }
 
@@ -330,6 +331,7 @@ pub(super) fn job_spec(v: &JobView) -> v1::JobSpec {
         // its path goes tells that there is one.
         script: String::new(),
         script_at: v.script.as_ref().map_or(0, |s| s.at),
+        pty: v1::Pty::from(v.pty) as i32,
     }
 }
 

@@ -245,6 +245,7 @@ pub fn record(id: u64) -> JobRecord {
         dependency: Vec::new(),
         allocate: false,
         allocation: None,
+        pty: Default::default(),
         script: None,
         at_submit: Default::default(),
     };
@@ -289,6 +290,7 @@ pub fn new_job(shape: &str, uid: u32, time_limit_s: u64) -> NewJob {
         dependency: Vec::new(),
         allocate: false,
         allocation: None,
+        pty: Default::default(),
         script: None,
         at_submit: Default::default(),
     }

@@ -27,7 +27,8 @@ pub(in crate::state) fn refuse_step(job: &Job, hold: Option<bool>) -> Result<()>
     }
 }
 
-/// Whether `caller` may hold (`Some(true)`) or release (`Some(false)`) `job`.
+/// Whether `caller` may hold (`Some(true)`) or release (`Some(false)`) `job`: only a
+/// queued job is held, only a held one released (an admin's hold by an admin).
 pub(in crate::state) fn check_update(job: &Job, caller: &Caller, hold: Option<bool>) -> Result<()> {
     let id = job.id();
     let state = job.record.state();
@@ -37,6 +38,14 @@ pub(in crate::state) fn check_update(job: &Job, caller: &Caller, hold: Option<bo
             state: state.word(),
             action: "held",
         }),
+        // Nothing to release: said, not done silently (scontrol release would be believed).
+        Some(false) if job.record.hold.is_none() => Err(MasterError::Invalid(match state {
+            State::Queued => format!("job {id} is queued and not held: nothing to release"),
+            _ => format!(
+                "job {id} is {} and was never held: nothing to release",
+                state.word()
+            ),
+        })),
         Some(false) if job.record.hold.as_ref().is_some_and(|h| h.admin) && !caller.admin => {
             Err(MasterError::Forbidden(format!(
                 "job {id} was held by an admin ({}); only an admin may release it",

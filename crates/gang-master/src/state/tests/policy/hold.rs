@@ -61,3 +61,45 @@ fn a_held_array_task_is_released_by_its_name() {
         ],
     );
 }
+
+#[test]
+fn a_job_that_is_not_held_is_not_released() {
+    run(
+        world(1),
+        &[
+            RegisterAll,
+            Submit("4x4"),
+            Start(1),
+            Update(
+                1,
+                1000,
+                Some(false),
+                None,
+                "job 1 is running and was never held: nothing to release",
+            ),
+            // The mesh is full: job 2 waits, queued, not held.
+            Submit("2x2"),
+            State(2, Queued),
+            Update(
+                2,
+                1000,
+                Some(false),
+                None,
+                "job 2 is queued and not held: nothing to release",
+            ),
+            // Held, it is released once; a second release has nothing to do.
+            Update(2, 1000, Some(true), None, ""),
+            Update(2, 1000, Some(false), None, ""),
+            Update(
+                2,
+                1000,
+                Some(false),
+                None,
+                "job 2 is queued and not held: nothing to release",
+            ),
+            // Ended: as before, already ended.
+            Cancel(2, 1000, true),
+            Update(2, 1000, Some(false), None, "job 2 already cancelled"),
+        ],
+    );
+}
