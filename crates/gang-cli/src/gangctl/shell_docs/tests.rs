@@ -67,8 +67,9 @@ fn the_synopsis_has_every_spelling_of_the_options_and_their_values() {
     }
     assert!(synopsis.contains("\\fISHAPE\\fR") && synopsis.contains("\\fIDURATION\\fR"));
     assert!(synopsis.contains("\\fICMD\\fR..."), "{synopsis}");
+    assert!(synopsis.contains("\\-\\-ntasks"), "{synopsis}");
     // The aliases are told in OPTIONS too, which clap_mangen leaves out.
-    assert!(section(&prun, "OPTIONS").contains("Also spelled \\-N, \\-\\-ntasks"));
+    assert!(section(&prun, "OPTIONS").contains("Also spelled \\-\\-time."));
     let jobs = page("gangctl-jobs.1");
     assert!(
         section(&jobs, "SYNOPSIS").contains("\\fBgangctl jobs\\fR"),
