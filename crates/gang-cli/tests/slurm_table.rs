@@ -74,10 +74,11 @@ fn allocation_with_steps(c: &gang_local::LocalCluster, path: &str, dir: &Path) -
 fn every_gang_command_of_the_slurm_table_works() {
     let cmds = table_commands();
     assert!(cmds.len() >= 20, "the table has its rows: {cmds:?}");
-    assert!(
-        cmds.iter()
-            .all(|c| c.starts_with("prun ") || c.starts_with("gangctl "))
-    );
+    assert!(cmds.iter().all(|c| {
+        ["prun ", "gangctl ", "man "]
+            .iter()
+            .any(|p| c.starts_with(p))
+    }));
     let Some(c) = cluster((2, 2), 1) else { return };
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("job.sh");
@@ -87,7 +88,21 @@ fn every_gang_command_of_the_slurm_table_works() {
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", bin_dir().display(), std::env::var("PATH").unwrap());
+    // Installed as the user guide says (`gangctl install`), so `man prun` finds its page
+    // through PATH, as man-db maps PREFIX/bin to PREFIX/share/man.
+    let prefix = dir.path().join("installed");
+    let o = cmd(GANGCTL, &c)
+        .args(["install", "--prefix"])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gangctl install: {}", text(&o.stderr));
+    let path = format!(
+        "{}:{}:{}",
+        prefix.join("bin").display(),
+        bin_dir().display(),
+        std::env::var("PATH").unwrap()
+    );
     let allocation = allocation_with_steps(&c, &path, dir.path());
     for cmd in cmds {
         let words: Vec<&str> = cmd.split(' ').collect();
@@ -121,6 +136,7 @@ fn every_gang_command_of_the_slurm_table_works() {
             .env("PATH", &path)
             .env("GANG_MASTER", c.master_addr())
             .env_remove("GANG_OUTPUT")
+            .env_remove("MANPATH")
             .stdin(Stdio::null())
             .output()
             .unwrap();

@@ -164,14 +164,25 @@ fn a_hostile_array_and_dependency_mix_leaves_another_users_job_and_the_master_wh
         .map(|_| {
             let master = gang_e2e::MasterAddr(c.master_addr().to_string());
             std::thread::spawn(move || {
-                gang_e2e::gangctl(&master, &["jobs", "--all", "--limit", "100000"])
+                gang_e2e::gangctl(
+                    &master,
+                    &["--output", "json", "jobs", "--all", "--limit", "100000"],
+                )
             })
         })
         .collect();
     for l in listings {
         let out = l.join().unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
-        assert!(stdout(&out).lines().count() > 6000, "every job listed");
+        // An array's waiting tasks are one line (`17_[2-1001]`) naming each task's job.
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let jobs: usize = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["task_job_ids"].as_array().map_or(1, Vec::len))
+            .sum();
+        assert!(jobs > 6000, "every job listed: {jobs}");
     }
     let listed_in = t.elapsed();
     // A dependent task's view answers at once, with why it waits.
