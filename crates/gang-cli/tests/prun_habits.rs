@@ -183,7 +183,8 @@ fn pty_gives_rank_0_a_terminal_and_label_every_rank() {
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(got[0].starts_with("0: /dev/pts/"), "{got:?}");
     assert!(got[1].starts_with("1: /dev/pts/"), "{got:?}");
-    assert_ne!(got[0][3..], got[1][3..], "one terminal each");
+    // Not compared with each other: a rank's terminal is freed when it ends, and the
+    // kernel hands the same number to the next one opened (it failed once in CI so).
     // Whose it is, its mode, and stderr on it too, unchanged ("\n", not "\r\n").
     let o = run(
         PRUN,

@@ -226,4 +226,19 @@ fn the_environment_and_flags_layer_over_the_file_and_old_names_are_read() {
         ],
     );
     assert!(err.contains("quantum_ms must be between"), "{err}");
+    // The old name and --portal's in the environment too (figment gives the map the key
+    // as the environment spells it: ALLOCATOR). Each reaches the next check, not "unknown
+    // field".
+    for env in [
+        ("GANG_MASTER_ALLOCATOR", "first-fit"),
+        ("GANG_MASTER_PORTAL", "true"),
+    ] {
+        let err = run(&[env], &["--mesh", "2x2", "--quantum-ms", "0"]);
+        assert!(err.contains("quantum_ms must be between"), "{env:?}: {err}");
+    }
+    let err = run(
+        &[("GANG_MASTER_ALLOCATOR", "worst-fit")],
+        &["--mesh", "2x2"],
+    );
+    assert!(err.contains("worst-fit"), "the old name is read: {err}");
 }

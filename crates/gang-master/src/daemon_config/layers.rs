@@ -170,10 +170,14 @@ pub fn merge(file: Option<&Path>, flags: &FileConfig) -> anyhow::Result<Settings
 }
 
 /// A key renamed, under its new name (the old is read for one release).
+/// Also where a flag's name is not its key's path (`--portal`, `GANG_MASTER_PORTAL`, is
+/// `web.portal`). Keys come as the environment spells them (`ALLOCATOR`): figment
+/// lowercases them only afterwards.
 fn renamed(key: &str) -> String {
-    match key {
+    match key.to_ascii_lowercase().as_str() {
         "allocator" => "placer".into(),
-        k => k.into(),
+        "portal" => "web.portal".into(),
+        _ => key.into(),
     }
 }
 
