@@ -292,10 +292,6 @@ pub async fn submit(
     cli: BatchOptions,
     parsable: bool,
 ) -> Result<i32, CliError> {
-    // -N and -n of the command line that disagree are a usage error, as clap's own.
-    if let Err(e) = cli.alloc.node_request() {
-        crate::gangctl::usage::bad_value(e);
-    }
     let (text, name) = match &source {
         Source::File(path) => {
             let text = std::fs::read_to_string(path)

@@ -65,6 +65,10 @@ pub async fn run(cli: Cli, signals: Option<StopSignals>) -> Result<i32, CliError
             script,
             args,
         } => {
+            // -N and -n of the command line that disagree are a usage error, as clap's own.
+            if let Err(e) = opts.alloc.node_request() {
+                usage::bad_value(e);
+            }
             let script = c::script_source(wrap, script);
             crate::batch::submit(m, mode, script, &args, opts, parsable).await
         }
