@@ -1,5 +1,7 @@
 //! Shared fixtures for the benchmarks.
 
+pub mod cores;
+
 use std::path::{Path, PathBuf};
 
 use gang_core::quantile::nearest_rank;

@@ -16,11 +16,16 @@
 //! `FLEET_MASTER_ARGS`: extra gang-master flags, space-separated (e.g. `--heartbeat-ms 2000
 //! --node-timeout-ms 10000`). `FLEET_FANOUTS` (default 0,16): each mesh is run once per
 //! `--fanout-width` of the list, one after the other (0: the master calls every agent).
+//! `FLEET_NICE` (default 10): the fleet's processes are niced this much once up, so the
+//! master (nice 0) is served first on the shared cores and its figures are its own;
+//! `FLEET_MASTER_CPUS` / `FLEET_FLEET_CPUS` (taskset lists, default none) pin them too.
+//! The master's CPU and the fleet's are reported apart, per launched rank and per node.
 //! Prints one JSON line `{"bench":"emulated_fleet",...}` per mesh and width.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gang_benches::cores::{nice_and_pin, parse_cpus};
 use gang_benches::{
     env_or, median_p99, metric_sum, open_fds, prebuilt_release_bins, proc_cpu, status_kb,
 };
@@ -159,6 +164,8 @@ fn run(
         let master = c.master_pid().expect("master");
         let agents: Vec<u32> = c.pids().into_iter().filter(|&p| p != master).collect();
         let agents_cpu = || agents.iter().map(|&p| proc_cpu(p).0).sum::<f64>();
+        let placed = place(master, &agents);
+        let nodes = f64::from(w * h);
 
         // Idle: nothing runs.
         std::thread::sleep(Duration::from_secs(2));
@@ -201,7 +208,14 @@ fn run(
                        "threads": status_kb(master, "Threads:")},
             "prun_true_ms": {"median": median, "p99": p99, "runs": launches, "failed": failed},
             "master_cpu_per_launch_ms": master_cpu_per_launch_ms,
+            "master_cpu_per_rank_ms": master_cpu_per_launch_ms / nodes,
             "agents_cpu_per_launch_ms": agents_cpu_per_launch_ms,
+            "cores": placed,
+            "fleet_per_node": {
+                "idle_cpu_us_per_s": idle_agents * 1e6 / nodes,
+                "rss_kb": agents.iter().map(|&p| status_kb(p, "VmRSS:")).sum::<u64>() as f64 / nodes,
+                "cpu_per_launch_us": agents_cpu_per_launch_ms * 1e3 / nodes,
+            },
             "fence": fence,
         });
         println!("{line}");
@@ -210,4 +224,24 @@ fn run(
             eprintln!("emulated_fleet {mesh}: shutdown: {e:#}");
         }
     }
+}
+
+/// Nice (and pin, if asked) the fleet and pin the master: what was done, as JSON.
+fn place(master: u32, agents: &[u32]) -> Value {
+    let nice: i32 = env_or("FLEET_NICE", 10);
+    let cpus = |var: &str| {
+        let list: String = env_or(var, String::new());
+        let cpus = parse_cpus(&list).unwrap_or_else(|e| panic!("{var}: {e}"));
+        (!cpus.is_empty()).then_some(cpus)
+    };
+    let (master_cpus, fleet_cpus) = (cpus("FLEET_MASTER_CPUS"), cpus("FLEET_FLEET_CPUS"));
+    if let Some(c) = &master_cpus {
+        nice_and_pin(master, 0, Some(c)).expect("pin the master");
+    }
+    let threads: usize = agents
+        .iter()
+        .map(|&p| nice_and_pin(p, nice, fleet_cpus.as_deref()).expect("nice the fleet"))
+        .sum();
+    serde_json::json!({"fleet_nice": nice, "fleet_threads": threads,
+        "master_cpus": master_cpus, "fleet_cpus": fleet_cpus})
 }

@@ -34,6 +34,7 @@ use crate::node::Node;
 use crate::output::{Outbox, OutboxConfig, Spools};
 use crate::peers::PeerPool;
 use crate::rt::clock::{self, Clock, ClockMode};
+use crate::rt::host_clock;
 use crate::service::AgentService;
 use crate::session::registry_client::{self, RegistryClient};
 use crate::session::thread::{SessionParts, SessionThread};
@@ -371,15 +372,18 @@ impl Tasks {
             client.clone(),
             Arc::clone(node),
         ));
-        let probes = (cfg.clock == ClockMode::Probe).then(|| {
-            let kick = Arc::clone(&switch);
-            let client = client.clone();
-            tokio::spawn(clock::run_probes(
-                move || registry_client::probe_clock(client.clone()),
-                clock,
-                cfg.clock_probe_max,
-                move || kick.kick(),
-            ))
+        let probes = Some(match cfg.clock {
+            ClockMode::Probe => {
+                let kick = Arc::clone(&switch);
+                let client = client.clone();
+                tokio::spawn(clock::run_probes(
+                    move || registry_client::probe_clock(client.clone()),
+                    clock,
+                    cfg.clock_probe_max,
+                    move || kick.kick(),
+                ))
+            }
+            ClockMode::Host => tokio::spawn(host_clock::run_host_bound(clock)),
         });
         let reports = tokio::spawn(report::run_reports(
             move |report| registry_client::report_switches(client.clone(), report),

@@ -7,7 +7,7 @@
 //! sample of the last `WINDOW` (`gang_core::time::clock::ClockEstimator`). Until the first probe
 //! is answered the offset is 0 (the host clock), and the log says so. With
 //! `clock = "host"` the host clock is trusted (chrony or PTP discipline it): offset 0,
-//! error 0, `clock_from_host` in heartbeats.
+//! the kernel's error bound (`host_clock`), `clock_from_host` in heartbeats.
 //!
 //! The estimate is published through atomics, so the switch thread reads it without a
 //! lock.

@@ -4,4 +4,5 @@
 
 pub mod budget;
 pub mod clock;
+pub mod host_clock;
 pub mod priority;
