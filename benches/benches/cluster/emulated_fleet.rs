@@ -178,6 +178,7 @@ fn run(
         let mut ms = vec![];
         let mut failed = 0;
         let (m1, a1) = (proc_cpu(master).0, agents_cpu());
+        let calls0 = agent_calls(&c);
         for _ in 0..launches {
             let t = Instant::now();
             let out = Command::new(bins.join("prun"))
@@ -193,6 +194,7 @@ fn run(
         }
         let master_cpu_per_launch_ms = (proc_cpu(master).0 - m1) * 1e3 / launches as f64;
         let agents_cpu_per_launch_ms = (agents_cpu() - a1) * 1e3 / launches as f64;
+        let calls = per_rank(&agent_calls(&c), &calls0, launches as f64 * nodes);
         let (median, p99) = median_p99(&mut ms);
         let fence = fence_runs(&c, master, bins, mesh, fences);
         let line = serde_json::json!({
@@ -210,6 +212,7 @@ fn run(
             "master_cpu_per_launch_ms": master_cpu_per_launch_ms,
             "master_cpu_per_rank_ms": master_cpu_per_launch_ms / nodes,
             "agents_cpu_per_launch_ms": agents_cpu_per_launch_ms,
+            "master_calls_per_rank": calls,
             "cores": placed,
             "fleet_per_node": {
                 "idle_cpu_us_per_s": idle_agents * 1e6 / nodes,
@@ -244,4 +247,37 @@ fn place(master: u32, agents: &[u32]) -> Value {
         .sum();
     serde_json::json!({"fleet_nice": nice, "fleet_threads": threads,
         "master_cpus": master_cpus, "fleet_cpus": fleet_cpus})
+}
+
+/// `gang_agent_calls_total` by method: the calls agents made on the master.
+fn agent_calls(c: &LocalCluster) -> std::collections::BTreeMap<String, f64> {
+    let text = gang_local::http_get(c.metrics_addr(), "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with("gang_agent_calls_total{"))
+        .filter_map(|l| {
+            let method = l.split("method=\"").nth(1)?.split('"').next()?;
+            Some((
+                method.to_string(),
+                l.rsplit(' ').next()?.parse::<f64>().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// What each method grew by, per launched rank.
+fn per_rank(
+    after: &std::collections::BTreeMap<String, f64>,
+    before: &std::collections::BTreeMap<String, f64>,
+    ranks: f64,
+) -> Value {
+    after
+        .iter()
+        .map(|(m, v)| {
+            (
+                m.clone(),
+                Value::from((v - before.get(m).unwrap_or(&0.0)) / ranks.max(1.0)),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }

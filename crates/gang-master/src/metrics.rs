@@ -33,6 +33,12 @@ pub struct WorkLabel {
     pub work: String,
 }
 
+/// A method of the agent port (`connections::call_count`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabel {
+    pub method: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabel {
     pub listener: String,
@@ -77,6 +83,8 @@ pub struct Metrics {
     pub table_version: Gauge,
     /// Orders sent down the order tree, by what they carried.
     pub relayed: Family<WorkLabel, Counter>,
+    /// Calls on the agent port by method (`connections::call_count`).
+    pub agent_calls: Family<MethodLabel, Counter>,
     /// Nodes a relayed order did not reach (routed around, or their head answered
     /// nothing for them).
     pub relay_unreached: Counter,
@@ -141,6 +149,7 @@ impl Default for Metrics {
             switches_dropped: Counter::default(),
             table_version: Gauge::default(),
             relayed: Family::default(),
+            agent_calls: Family::default(),
             relay_unreached: Counter::default(),
             fences_done: Counter::default(),
             fence_bytes: Family::default(),
@@ -299,6 +308,11 @@ impl Metrics {
             "relayed_orders",
             "Orders sent down the order tree of agents, by work (launch, signal, tables)",
             self.relayed.clone(),
+        );
+        r.register(
+            "agent_calls",
+            "Calls on the agent port by method (made-up methods count as other)",
+            self.agent_calls.clone(),
         );
         r.register(
             "fence_bytes",

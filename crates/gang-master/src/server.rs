@@ -467,6 +467,9 @@ async fn serve_grpc(
         .add_service(tokens)
         .serve_with_incoming_shutdown(admission.clients(client_tcp), until(stopped.clone()));
     let for_agents = server()
+        .layer(crate::connections::call_count::CallCountLayer(Arc::clone(
+            &shared.metrics,
+        )))
         .tls_config(ServerTlsConfig::new().identity(identity).client_ca_root(ca))?
         .add_service(registry)
         .serve_with_incoming_shutdown(admission.agents(agent_tcp), until(stopped));

@@ -21,6 +21,7 @@
 pub mod accept;
 pub mod admission;
 pub mod authority;
+pub mod call_count;
 pub mod deadlines;
 pub mod metrics_port;
 
