@@ -116,9 +116,13 @@ impl Metrics {
 
     /// One exit-report call of `ranks` ranks.
     pub fn exit_report(&self, how: &str, ranks: usize) {
-        let l = HowLabel { how: how.to_owned() };
+        let l = HowLabel {
+            how: how.to_owned(),
+        };
         self.exit_reports.get_or_create(&l).inc();
-        self.exit_report_ranks.get_or_create(&l).inc_by(ranks as u64);
+        self.exit_report_ranks
+            .get_or_create(&l)
+            .inc_by(ranks as u64);
     }
 
     pub fn relayed(&self, work: &str) {

@@ -188,7 +188,9 @@ impl Gather {
             ));
         };
         if self.place.node_of(child) != from {
-            return Err(format!("rank {child} of job {job} does not run on node {from}"));
+            return Err(format!(
+                "rank {child} of job {job} does not run on node {from}"
+            ));
         }
         let range = range.clone();
         if let Some(r) = direct.iter().find(|r| !range.contains(r)) {

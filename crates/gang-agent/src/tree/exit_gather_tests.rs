@@ -105,17 +105,31 @@ fn a_childs_batch_is_checked_against_the_tree_and_the_caller() {
     let stranger = Coord { x: 7, y: 7 };
     let e = |r| exit(4, r, 8, 0);
     assert!(g.child(40, node, (4, vec![e(40)], vec![]), t0).is_err());
-    assert!(g.child(child, stranger, (4, vec![e(child)], vec![]), t0).is_err());
+    assert!(
+        g.child(child, stranger, (4, vec![e(child)], vec![]), t0)
+            .is_err()
+    );
     let outside = range.end + 1;
-    assert!(g.child(child, node, (4, vec![e(outside)], vec![]), t0).is_err());
-    assert!(g.child(child, node, (4, vec![], vec![outside]), t0).is_err());
-    assert!(g.child(child, node, (5, vec![e(child)], vec![]), t0).is_err());
+    assert!(
+        g.child(child, node, (4, vec![e(outside)], vec![]), t0)
+            .is_err()
+    );
+    assert!(
+        g.child(child, node, (4, vec![], vec![outside]), t0)
+            .is_err()
+    );
+    assert!(
+        g.child(child, node, (5, vec![e(child)], vec![]), t0)
+            .is_err()
+    );
     let mut lying = e(child);
     lying.x += 1;
     assert!(g.child(child, node, (4, vec![lying], vec![]), t0).is_err());
     assert_eq!(g.due(t0 + LINGER_MAX), None, "nothing refused was kept");
-    g.child(child, node, (4, vec![e(child)], vec![]), t0).unwrap();
-    g.child(child, node, (4, vec![e(child)], vec![]), t0).unwrap();
+    g.child(child, node, (4, vec![e(child)], vec![]), t0)
+        .unwrap();
+    g.child(child, node, (4, vec![e(child)], vec![]), t0)
+        .unwrap();
     let b = g.due(t0 + LINGER_MAX).unwrap();
     assert_eq!(b.exits.len(), 1, "counted once");
 }

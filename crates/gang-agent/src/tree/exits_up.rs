@@ -52,7 +52,9 @@ pub struct ExitTree {
 
 impl std::fmt::Debug for ExitTree {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExitTree").field("node", &self.node).finish()
+        f.debug_struct("ExitTree")
+            .field("node", &self.node)
+            .finish()
     }
 }
 
@@ -220,9 +222,7 @@ where
         direct: batch.direct,
     };
     let taken = match &batch.to {
-        Some((parent, address)) => {
-            to_parent(node, &req, place.node_of(*parent), address).await
-        }
+        Some((parent, address)) => to_parent(node, &req, place.node_of(*parent), address).await,
         None => false,
     };
     if !taken {
@@ -255,7 +255,11 @@ async fn to_parent(node: &Node, req: &RankExits, at: Coord, address: &str) -> bo
         match result {
             Ok(_) => return true,
             Err(s) if retryable(s.code()) && Instant::now() + delay < give_up => {
-                debug!(job = req.job_id, "exits up to {at}: {}; retrying", s.message());
+                debug!(
+                    job = req.job_id,
+                    "exits up to {at}: {}; retrying",
+                    s.message()
+                );
             }
             Err(s) => {
                 warn!(
