@@ -18,6 +18,7 @@ use crate::ranks::{Ranks, StdinMsg, StdinTarget};
 use crate::request::RankRequest;
 use crate::rt::clock::Clock;
 use crate::switch::Switcher;
+use crate::tree::exit_gather::Place;
 
 #[derive(Debug)]
 pub struct Node {
@@ -36,6 +37,8 @@ pub struct Node {
     pub lease: Arc<crate::master_link::lease::Lease>,
     /// The master's key for orders that come down the order tree (set at registration).
     pub order_key: crate::master_link::order_key::OrderKey,
+    /// Exits gathered up their jobs' trees on their way to the master.
+    pub exits: Arc<crate::tree::exits_up::ExitTree>,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -75,6 +78,7 @@ impl Node {
             clock,
             lease: crate::master_link::lease::Lease::new(),
             order_key: Default::default(),
+            exits: Arc::new(crate::tree::exits_up::ExitTree::new(coord)),
             parts,
         })
     }
@@ -85,14 +89,17 @@ impl Node {
         let key = req.key;
         // Before the rank can fence: from its first fence on, it fences in its tree.
         let tree = match (&req.fence, req.part) {
-            (Some(f), Some(part)) if key.rank < part.w * part.h => {
-                Some(Tree::new(key.rank, part, f.width, f.parent.clone()))
-            }
+            (Some(f), Some(part)) if key.rank < part.w * part.h => Some((
+                Tree::new(key.rank, part, f.width, f.parent.clone()),
+                // Its exit goes up the same tree.
+                Place::new(key.rank, part, f.width, f.parent.clone()),
+            )),
             _ => None,
         };
         let plan = launch::plan(req, &self.parts.facts)?;
-        if let Some(tree) = tree {
+        if let Some((tree, place)) = tree {
             self.msg.join_fence_tree(key, tree);
+            self.exits.join(key.job_id, place);
         }
         let started = if self.parts.facts.policy.emulate {
             play(plan, &self.parts)
@@ -103,6 +110,8 @@ impl Node {
             // The rank already here keeps its tree.
         } else if started.is_err() {
             self.msg.remove_fence_tree(key);
+            // The master hears of it from the launch's answer: counted, not awaited.
+            self.exits.went_direct(key.job_id, key.rank);
         }
         started
     }

@@ -94,6 +94,17 @@ pub struct Metrics {
     /// Bytes of fence messages through the master, by path: "master" (ranks' puts in,
     /// spaces out) or "agents" (the completion records).
     pub fence_bytes: Family<PathLabel, Counter>,
+    /// Exit-report calls agents made, by how: "single" (ReportExit, one rank) or "batch"
+    /// (ReportExits, a subtree gathered up the job's tree).
+    pub exit_reports: Family<HowLabel, Counter>,
+    /// Ranks those calls reported, by the same label.
+    pub exit_report_ranks: Family<HowLabel, Counter>,
+}
+
+/// How exits reached the master: "single" or "batch".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HowLabel {
+    pub how: String,
 }
 
 /// How fences travel: "master" or "agents".
@@ -109,6 +120,17 @@ impl Metrics {
                 path: path.to_owned(),
             })
             .inc_by(n);
+    }
+
+    /// One exit-report call of `ranks` ranks.
+    pub fn exit_report(&self, how: &str, ranks: usize) {
+        let l = HowLabel {
+            how: how.to_owned(),
+        };
+        self.exit_reports.get_or_create(&l).inc();
+        self.exit_report_ranks
+            .get_or_create(&l)
+            .inc_by(ranks as u64);
     }
 
     pub fn relayed(&self, work: &str) {
@@ -153,6 +175,8 @@ impl Default for Metrics {
             relay_unreached: Counter::default(),
             fences_done: Counter::default(),
             fence_bytes: Family::default(),
+            exit_reports: Family::default(),
+            exit_report_ranks: Family::default(),
         };
         let mut registry = Registry::with_prefix("gang");
         m.register_counters(&mut registry);
@@ -318,6 +342,16 @@ impl Metrics {
             "fence_bytes",
             "Bytes of fence messages through the master, by path (master: ranks' puts and the spaces answered; agents: completion records)",
             self.fence_bytes.clone(),
+        );
+        r.register(
+            "exit_reports",
+            "Exit-report calls of agents, by how (single: one rank; batch: a subtree gathered up the job's tree)",
+            self.exit_reports.clone(),
+        );
+        r.register(
+            "exit_report_ranks",
+            "Ranks whose exits those calls reported, by how",
+            self.exit_report_ranks.clone(),
         );
     }
 }

@@ -136,6 +136,24 @@ impl Placements {
     }
 }
 
+impl Placements {
+    /// The agent of `node` holds a rank of `job` (it may pass on its tree's exits).
+    pub async fn check_member(&self, node: (u32, u32), job: u64) -> Result<()> {
+        let sm = self.rect(job).await?;
+        let inside = sm.is_some_and(|sm| {
+            node.0 >= sm.x && node.1 >= sm.y && node.0 - sm.x < sm.w && node.1 - sm.y < sm.h
+        });
+        if inside {
+            Ok(())
+        } else {
+            Err(MasterError::Forbidden(format!(
+                "node ({},{}) holds no rank of job {job}",
+                node.0, node.1
+            )))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use gang_core::time::clock::Probe;
 use gang_proto::v1::agent_registry_client::AgentRegistryClient;
-use gang_proto::v1::{ClockProbeRequest, HeartbeatRequest, RankRef, RegisterRequest, SwitchReport};
+use gang_proto::v1::{
+    ClockProbeRequest, HeartbeatRequest, RankExits, RankRef, RegisterRequest, SwitchReport,
+};
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info, warn};
@@ -27,6 +29,7 @@ use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
 use crate::rt::clock::realtime_ns;
+use crate::tree::exits_up;
 
 pub type RegistryClient = AgentRegistryClient<MasterChannel>;
 pub use crate::master_link::channel::MasterChannel;
@@ -254,6 +257,7 @@ async fn heartbeat_until_lost(
         // does not judge the node until the answer comes.)
         if let Some((_, idle_period)) = liveness.idle
             && node.ranks.is_empty()
+            && !node.exits.held_above()
             && last_sent.elapsed() + period / 2 < idle_period
         {
             continue;
@@ -316,8 +320,17 @@ fn connection_refused(status: &tonic::Status) -> bool {
     false
 }
 
-/// Deliver the outbox in order, each item until acknowledged. Runs until aborted.
+/// Deliver the outbox in order, each item until acknowledged. Runs until aborted. A clean
+/// exit of a rank in a job's tree goes up the tree instead (`tree::exits_up`, whose
+/// sender runs as long as this does).
 pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
+    let batches = {
+        let client = client.clone();
+        tokio::spawn(exits_up::run(Arc::clone(&node), move |b| {
+            deliver_exits(client.clone(), b)
+        }))
+    };
+    let _stop_batches = AbortOnDrop(batches);
     loop {
         match node.outbox.next().await {
             Outgoing::Output(pushes) => {
@@ -330,6 +343,8 @@ pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
                     .await;
                 }
             }
+            // Its output is pushed: the exit may leave the node (forgotten once taken).
+            Outgoing::Exit(exit) if node.exits.hold(&exit) => {}
             Outgoing::Exit(exit) => {
                 let key = RankKey {
                     job_id: exit.job_id,
@@ -340,11 +355,31 @@ pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
                     async move { client.report_exit(exit).await }
                 })
                 .await;
+                // Counted in its tree, where it has one: the nodes above need not wait.
+                node.exits.went_direct(key.job_id, key.rank);
                 // Acknowledged: the master knows; the rank is history here.
                 node.ranks.forget(key);
             }
         }
         node.outbox.done();
+    }
+}
+
+/// Deliver a batch of exits gathered up a job's tree, until acknowledged (or refused for
+/// good).
+async fn deliver_exits(client: RegistryClient, batch: RankExits) {
+    deliver("exit batch", batch.job_id, || {
+        let (mut client, batch) = (client.clone(), batch.clone());
+        async move { client.report_exits(batch).await }
+    })
+    .await;
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

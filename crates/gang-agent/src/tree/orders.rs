@@ -28,7 +28,8 @@ use gang_proto::relay;
 use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
-    FenceUpRequest, FenceUpResponse, RelayOrder, RelayOutcome, RelayRequest, RelayResponse,
+    FenceUpRequest, FenceUpResponse, RankExits, RankExitsAck, RelayOrder, RelayOutcome,
+    RelayRequest, RelayResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -301,6 +302,32 @@ impl NodeRelay for OrderTree {
                 node.coord
             ))),
         }
+    }
+
+    async fn exits_up(
+        &self,
+        request: Request<RankExits>,
+    ) -> Result<Response<RankExitsAck>, Status> {
+        let node = &self.0.node;
+        let Some(from) = caller_node(&request) else {
+            return Err(Status::permission_denied(format!(
+                "node {}: only a node of the job may pass on its subtree's exits",
+                node.coord
+            )));
+        };
+        node.exits.from_child(request.into_inner(), from)?;
+        Ok(Response::new(RankExitsAck {}))
+    }
+}
+
+/// The node whose certificate made the call, if a node's.
+fn caller_node<T>(request: &Request<T>) -> Option<Coord> {
+    match request
+        .peer_certs()
+        .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())))
+    {
+        Some(Some(PeerName::Node { x, y })) => Some(Coord { x, y }),
+        _ => None,
     }
 }
 

@@ -292,6 +292,18 @@ impl AgentRegistry for Recorder {
         check_node(&request, request.get_ref().x, request.get_ref().y)?;
         Ok(Response::new(FenceDoneAck {}))
     }
+
+    /// Each gathered exit recorded as if reported alone.
+    async fn report_exits(
+        &self,
+        request: Request<gang_proto::v1::RankExits>,
+    ) -> Result<Response<gang_proto::v1::RankExitsAck>, Status> {
+        check_node(&request, request.get_ref().x, request.get_ref().y)?;
+        for e in request.into_inner().exits {
+            self.0.record(Event::Exit(e));
+        }
+        Ok(Response::new(gang_proto::v1::RankExitsAck {}))
+    }
 }
 
 /// A recording AgentRegistry server.

@@ -66,6 +66,8 @@ pub enum Cmd {
     Register(Registration, Reply<Registered>),
     Heartbeat(Heartbeat, Reply<bool>),
     RankExit(RankExit, Reply<()>),
+    /// A batch of exits gathered up a job's tree: applied in one round.
+    RankExits(Vec<RankExit>, Reply<()>),
     ListNodes(Reply<NodesView>),
     SetDrained(Coord, bool, Caller, Reply<NodeView>),
     Matrix(Reply<MatrixView>),
@@ -356,6 +358,12 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
         Cmd::Heartbeat(hb, tx) => defer(replies, tx, Ok(reactor::on_heartbeat(st, fx, now, hb))),
         Cmd::RankExit(exit, tx) => {
             reactor::on_rank_exit(st, fx, now, exit);
+            defer(replies, tx, Ok(()));
+        }
+        Cmd::RankExits(exits, tx) => {
+            for exit in exits {
+                reactor::on_rank_exit(st, fx, now, exit);
+            }
             defer(replies, tx, Ok(()));
         }
         Cmd::ListNodes(tx) => defer(replies, tx, Ok(st.nodes_view())),

@@ -15,6 +15,10 @@ use crate::placements::Placements;
 use crate::service::convert;
 use crate::switch_stats::SwitchStats;
 
+/// The most exits (and directly reported ranks) one gathered batch may carry: a job's
+/// ranks, with room (a job has at most one rank per node of the mesh).
+pub const MAX_EXIT_BATCH: usize = 1 << 17;
+
 /// The longest a fence call is held before it is answered `pending` (an agent asks for
 /// less: its channel ends calls after 5 s).
 const MAX_FENCE_WAIT_MS: u32 = 60_000;
@@ -74,7 +78,48 @@ impl AgentRegistry for Registry {
             })?;
         let exit = convert::rank_exit(req.into_inner(), lost);
         self.handle.call(|tx| Cmd::RankExit(exit, tx)).await?;
+        self.metrics.exit_report("single", 1);
         Ok(Response::new(v1::RankExitAck {}))
+    }
+
+    /// Exits gathered up a job's tree: from a node of the job, each exit's rank placed
+    /// on the node it names; applied in one round of the state task.
+    async fn report_exits(
+        &self,
+        req: Request<v1::RankExits>,
+    ) -> Result<Response<v1::RankExitsAck>, Status> {
+        let r = req.get_ref();
+        let node = agent_node(&req, (r.x, r.y))?;
+        let job = r.job_id;
+        if r.exits.len() + r.direct.len() > MAX_EXIT_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "a batch of {} exits: at most {MAX_EXIT_BATCH}",
+                r.exits.len() + r.direct.len()
+            )));
+        }
+        self.placements.check_member(node, job).await?;
+        let mut exits = Vec::with_capacity(r.exits.len());
+        for e in req.into_inner().exits {
+            if e.job_id != job {
+                return Err(Status::invalid_argument(format!(
+                    "an exit of job {} in a batch of job {job}",
+                    e.job_id
+                )));
+            }
+            self.placements.check((e.x, e.y), job, [e.rank]).await?;
+            // Each rank's output was pushed before its exit left its node.
+            let lost = self
+                .output
+                .lost(job, e.rank, e.stdout_bytes, e.stderr_bytes)
+                .map_err(|source| MasterError::Output { job, source })?;
+            exits.push(convert::rank_exit(e, lost));
+        }
+        let n = exits.len();
+        if n > 0 {
+            self.handle.call(|tx| Cmd::RankExits(exits, tx)).await?;
+        }
+        self.metrics.exit_report("batch", n);
+        Ok(Response::new(v1::RankExitsAck {}))
     }
 
     async fn push_output(

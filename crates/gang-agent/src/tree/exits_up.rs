@@ -1,0 +1,285 @@
+//! Exits gathered up a job's tree, the running part (the rules are `exit_gather`'s): the
+//! uplink hands a rank's clean exit here once its output is pushed (`hold`), children's
+//! batches come in by `NodeRelay.ExitsUp` (`from_child`), and `run` sends each batch when
+//! it is due: to the parent, or from the root to the master (`AgentRegistry.ReportExits`).
+//!
+//! An accepted exit is never lost: a batch the parent cannot take (unreachable, or without
+//! the job after `PARENT_PATIENCE`, or refusing) goes to the master directly, and a rank
+//! is forgotten here only once its batch was accepted. Failures never wait: the uplink
+//! sends them to the master at once, as before, and tells the gather (`went_direct`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use gang_proto::v1::{RankExit, RankExits};
+use tokio::sync::Notify;
+use tonic::Status;
+use tracing::{debug, warn};
+
+use super::exit_gather::{Batch, Gather, Place, urgent};
+use crate::error::Coord;
+use crate::node::Node;
+use crate::peers::PeerPool;
+use crate::ranks::RankKey;
+
+/// How long a batch is offered to a parent that is unreachable or has no rank of the
+/// job yet (it may launch after its children) before it goes to the master instead.
+pub const PARENT_PATIENCE: Duration = Duration::from_secs(5);
+/// The most exits and ranks one batch from a child may name (a job's ranks, with room).
+pub const MAX_BATCH: usize = 1 << 17;
+/// A job's gather that holds nothing and heard nothing this long is dropped (a subtree
+/// with a dead node is never complete).
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct State {
+    /// Each job's gather and when it last changed.
+    jobs: HashMap<u64, (Gather, Instant)>,
+    /// Until when batches handed up from here may still be held above.
+    held_above_until: Option<Instant>,
+}
+
+/// The exits of this node's jobs on their way up their trees.
+pub struct ExitTree {
+    node: Coord,
+    state: Mutex<State>,
+    wake: Notify,
+    peers: OnceLock<Arc<PeerPool>>,
+}
+
+impl std::fmt::Debug for ExitTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExitTree")
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl ExitTree {
+    pub fn new(node: Coord) -> Self {
+        ExitTree {
+            node,
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+            peers: OnceLock::new(),
+        }
+    }
+
+    pub fn set_peers(&self, peers: Arc<PeerPool>) {
+        let _ = self.peers.set(peers);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The job's rank here gathers exits in its tree (a launch that came twice keeps the
+    /// first's gather).
+    pub fn join(&self, job: u64, place: Place) {
+        self.lock()
+            .jobs
+            .entry(job)
+            .or_insert_with(|| (Gather::new(place), Instant::now()));
+    }
+
+    /// A rank's exit leaves this node (its output is pushed): taken to go up the tree
+    /// (true), or not, to be sent to the master now (false; then `went_direct`).
+    pub fn hold(&self, exit: &RankExit) -> bool {
+        if urgent(exit) {
+            return false;
+        }
+        let now = Instant::now();
+        let mut st = self.lock();
+        let Some((g, touched)) = st.jobs.get_mut(&exit.job_id) else {
+            return false;
+        };
+        if g.place.rank != exit.rank {
+            return false;
+        }
+        g.own(exit.clone(), now);
+        *touched = now;
+        drop(st);
+        self.wake.notify_one();
+        true
+    }
+
+    /// The rank's exit went to the master directly (a failure, or a launch that failed).
+    pub fn went_direct(&self, job: u64, rank: u32) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        if let Some((g, touched)) = st.jobs.get_mut(&job)
+            && g.place.rank == rank
+        {
+            g.own_direct(now);
+            *touched = now;
+            drop(st);
+            self.wake.notify_one();
+        }
+    }
+
+    /// A child's batch, from node `from` (its certificate).
+    pub fn from_child(&self, b: RankExits, from: Coord) -> Result<(), Status> {
+        if b.exits.len() + b.direct.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "node {}: a batch of {} exits, at most {MAX_BATCH}",
+                self.node,
+                b.exits.len() + b.direct.len()
+            )));
+        }
+        if (Coord { x: b.x, y: b.y }) != from {
+            return Err(Status::permission_denied(format!(
+                "node {}: a batch from node {from} that says it is from ({},{})",
+                self.node, b.x, b.y
+            )));
+        }
+        let now = Instant::now();
+        let mut st = self.lock();
+        let Some((g, touched)) = st.jobs.get_mut(&b.job_id) else {
+            // Retried by the child: this node's rank may not be launched yet.
+            return Err(Status::not_found(format!(
+                "node {}: no rank of job {} here (yet)",
+                self.node, b.job_id
+            )));
+        };
+        g.child(b.rank, from, (b.job_id, b.exits, b.direct), now)
+            .map_err(|m| Status::permission_denied(format!("node {}: {m}", self.node)))?;
+        *touched = now;
+        drop(st);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Whether exits handed up from here may still be held above, unknown to the master:
+    /// until then the node keeps the busy heartbeat rate the master expects of it.
+    pub fn held_above(&self) -> bool {
+        self.lock()
+            .held_above_until
+            .is_some_and(|t| Instant::now() < t)
+    }
+
+    /// The batches due now, with their job and sender's place; when to look again.
+    fn take_due(&self, now: Instant) -> (Vec<(u64, Place, Batch)>, Option<Instant>) {
+        let mut st = self.lock();
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        let mut above = st.held_above_until;
+        st.jobs.retain(|&job, (g, touched)| {
+            if let Some(b) = g.due(now) {
+                if b.to.is_some() {
+                    above = above.max(Some(now + g.place.held_above()));
+                }
+                due.push((job, g.place.clone(), b));
+            }
+            if let Some(d) = g.deadline() {
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+            !g.finished() && now.duration_since(*touched) < FORGET_AFTER
+        });
+        st.held_above_until = above;
+        (due, next)
+    }
+}
+
+/// Send batches as they fall due, until aborted. `master` delivers a batch to the master
+/// (retrying until it is acknowledged or refused for good).
+pub async fn run<M, Fut>(node: Arc<Node>, master: M)
+where
+    M: Fn(RankExits) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let exits = Arc::clone(&node.exits);
+    loop {
+        let now = Instant::now();
+        let (due, next) = exits.take_due(now);
+        for (job, place, batch) in due {
+            let (node, master) = (Arc::clone(&node), master.clone());
+            tokio::spawn(async move { send(&node, job, place, batch, master).await });
+        }
+        // A deadline far off still ends the wait now and then: a gather joined since.
+        let wait = next.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+        tokio::select! {
+            _ = exits.wake.notified() => {}
+            _ = tokio::time::sleep(wait.min(Duration::from_secs(1))) => {}
+        }
+    }
+}
+
+async fn send<M, Fut>(node: &Node, job: u64, place: Place, batch: Batch, master: M)
+where
+    M: Fn(RankExits) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let own = batch.exits.iter().any(|e| e.rank == place.rank);
+    let req = RankExits {
+        x: node.coord.x,
+        y: node.coord.y,
+        job_id: job,
+        rank: place.rank,
+        exits: batch.exits,
+        direct: batch.direct,
+    };
+    let taken = match &batch.to {
+        Some((parent, address)) => to_parent(node, &req, place.node_of(*parent), address).await,
+        None => false,
+    };
+    if !taken {
+        master(req).await;
+    }
+    if own {
+        // Accepted: the parent or the master has it; the rank is history here.
+        node.ranks.forget(RankKey {
+            job_id: job,
+            rank: place.rank,
+        });
+    }
+}
+
+/// Offer the batch to the parent, for `PARENT_PATIENCE` while it is unreachable or has
+/// no rank of the job yet. Whether it took it.
+async fn to_parent(node: &Node, req: &RankExits, at: Coord, address: &str) -> bool {
+    let Some(peers) = node.exits.peers.get() else {
+        return false;
+    };
+    let give_up = Instant::now() + PARENT_PATIENCE;
+    let mut delay = Duration::from_millis(20);
+    loop {
+        let result = match peers.tree_client(at.x, at.y, address) {
+            Ok(mut c) => tokio::time::timeout(CALL_TIMEOUT, c.exits_up(req.clone()))
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("no answer"))),
+            Err(e) => Err(Status::unavailable(e)),
+        };
+        match result {
+            Ok(_) => return true,
+            Err(s) if retryable(s.code()) && Instant::now() + delay < give_up => {
+                debug!(
+                    job = req.job_id,
+                    "exits up to {at}: {}; retrying",
+                    s.message()
+                );
+            }
+            Err(s) => {
+                warn!(
+                    job = req.job_id,
+                    "the parent at node {at} did not take {} exits: {}; sending them to the master",
+                    req.exits.len(),
+                    s.message()
+                );
+                return false;
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+}
+
+fn retryable(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Unavailable | Cancelled | DeadlineExceeded | Unknown | NotFound | ResourceExhausted
+    )
+}
