@@ -121,6 +121,7 @@ impl Node {
     /// switched-out rank can act on the SIGTERM.
     pub fn signal(&self, job_id: u64, grace: Duration) -> bool {
         self.switch.release_job(job_id);
+        self.exits.signalled(job_id);
         let found = self.ranks.signal_job(job_id, grace);
         if found {
             info!(

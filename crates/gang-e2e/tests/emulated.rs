@@ -299,5 +299,25 @@ fn a_jobs_exits_reach_the_master_in_a_few_batches_and_a_failure_at_once() {
     wait_for(T, "16 ranks counted in batches", || {
         (reports(&c, "batch").1 - batch0.1 == 16).then_some(())
     });
+
+    // A cancel's deaths are what the master asked for: they come up the tree too, not
+    // one call a rank.
+    let (single0, batch0) = (reports(&c, "single"), reports(&c, "batch"));
+    let id = submit(&c, "8x8", &["sleep", "600"]);
+    wait_state(&c, id, "running", T);
+    let out = gangctl(&c, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_state(&c, id, "cancelled", T);
+    let batch = wait_for(T, "the cancelled ranks counted in batches", || {
+        let b = reports(&c, "batch");
+        (b.1 - batch0.1 >= 64).then_some(b)
+    });
+    let single = reports(&c, "single").0 - single0.0;
+    assert_eq!(single, 0, "no cancelled rank reported alone");
+    assert!(
+        batch.0 - batch0.0 <= 16,
+        "{} batch calls for 64 cancelled ranks",
+        batch.0 - batch0.0
+    );
     c.shutdown().expect("shutdown");
 }

@@ -113,9 +113,13 @@ impl Place {
 }
 
 /// Whether an exit is news the master should have at once (a failure of the job), and
-/// so goes to it directly, not up the tree.
-pub fn urgent(exit: &RankExit) -> bool {
-    !matches!(exit.how, Some(How::Code(0))) || exit.abort.is_some()
+/// so goes to it directly, not up the tree. `signalled`: the master had this node signal
+/// the job (a cancel, a time limit): a rank ending by a signal then is what the master
+/// asked for, no news, and is gathered as a clean exit is (a cancelled 4,096-rank job
+/// would otherwise be 4,096 calls on the master).
+pub fn urgent(exit: &RankExit, signalled: bool) -> bool {
+    let asked_for = signalled && matches!(exit.how, Some(How::Signal(_)));
+    exit.abort.is_some() || !(matches!(exit.how, Some(How::Code(0))) || asked_for)
 }
 
 /// What to send, and where.
@@ -137,6 +141,8 @@ pub struct Gather {
     direct: Vec<u32>,
     /// When the oldest thing held now came.
     since: Option<Instant>,
+    /// The master had this node signal the job (`urgent`).
+    pub signalled: bool,
 }
 
 impl Gather {
@@ -147,6 +153,7 @@ impl Gather {
             held: Vec::new(),
             direct: Vec::new(),
             since: None,
+            signalled: false,
         }
     }
 

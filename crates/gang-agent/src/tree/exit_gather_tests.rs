@@ -134,23 +134,30 @@ fn a_childs_batch_is_checked_against_the_tree_and_the_caller() {
     assert_eq!(b.exits.len(), 1, "counted once");
 }
 
-/// A clean exit travels up; any failure goes to the master at once.
+/// A clean exit travels up; any failure goes to the master at once, but for a death by
+/// the signal the master itself had sent (a cancel).
 #[test]
-fn only_clean_exits_are_gathered() {
-    assert!(!urgent(&exit(1, 0, 1, 0)));
-    assert!(urgent(&exit(1, 0, 1, 3)));
-    let mut aborted = exit(1, 0, 1, 0);
-    aborted.abort = Some("MPI_Abort".into());
-    assert!(urgent(&aborted));
-    let signalled = RankExit {
-        how: Some(How::Signal(9)),
+fn only_clean_exits_and_asked_for_deaths_are_gathered() {
+    for signalled in [false, true] {
+        assert!(!urgent(&exit(1, 0, 1, 0), signalled));
+        assert!(urgent(&exit(1, 0, 1, 3), signalled));
+        let mut aborted = exit(1, 0, 1, 0);
+        aborted.abort = Some("MPI_Abort".into());
+        assert!(urgent(&aborted, signalled));
+        let not_started = RankExit {
+            how: Some(How::Error("no such file".into())),
+            ..Default::default()
+        };
+        assert!(urgent(&not_started, signalled));
+        assert!(urgent(&RankExit::default(), signalled));
+    }
+    let killed = RankExit {
+        how: Some(How::Signal(15)),
         ..Default::default()
     };
-    assert!(urgent(&signalled));
-    let not_started = RankExit {
-        how: Some(How::Error("no such file".into())),
-        ..Default::default()
-    };
-    assert!(urgent(&not_started));
-    assert!(urgent(&RankExit::default()));
+    assert!(urgent(&killed, false), "a death nobody asked for is news");
+    assert!(!urgent(&killed, true), "the cancel's own deaths gather");
+    let mut killed_aborting = killed.clone();
+    killed_aborting.abort = Some("MPI_Abort".into());
+    assert!(urgent(&killed_aborting, true));
 }

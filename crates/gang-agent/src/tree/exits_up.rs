@@ -88,15 +88,12 @@ impl ExitTree {
     /// A rank's exit leaves this node (its output is pushed): taken to go up the tree
     /// (true), or not, to be sent to the master now (false; then `went_direct`).
     pub fn hold(&self, exit: &RankExit) -> bool {
-        if urgent(exit) {
-            return false;
-        }
         let now = Instant::now();
         let mut st = self.lock();
         let Some((g, touched)) = st.jobs.get_mut(&exit.job_id) else {
             return false;
         };
-        if g.place.rank != exit.rank {
+        if g.place.rank != exit.rank || urgent(exit, g.signalled) {
             return false;
         }
         g.own(exit.clone(), now);
@@ -104,6 +101,13 @@ impl ExitTree {
         drop(st);
         self.wake.notify_one();
         true
+    }
+
+    /// The master had this node signal the job: its ranks' deaths by signal are gathered.
+    pub fn signalled(&self, job: u64) {
+        if let Some((g, _)) = self.lock().jobs.get_mut(&job) {
+            g.signalled = true;
+        }
     }
 
     /// The rank's exit went to the master directly (a failure, or a launch that failed).

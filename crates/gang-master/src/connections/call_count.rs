@@ -19,6 +19,7 @@ pub const AGENT_METHODS: &[&str] = &[
     "Register",
     "Heartbeat",
     "ReportExit",
+    "ReportExits",
     "PushOutput",
     "ReportSwitches",
     "ClockProbe",
