@@ -51,6 +51,16 @@ impl AgentPool {
         self
     }
 
+    /// Drop the channels idle for [`CHANNEL_IDLE`] (a master that sends nothing new
+    /// would otherwise keep the channel of every node that registered: 10,000 nodes,
+    /// 10,000 connections and their buffers).
+    pub fn sweep_idle(&self) {
+        self.channels
+            .lock()
+            .expect("agent pool lock")
+            .sweep(Instant::now());
+    }
+
     /// Channels kept now.
     pub fn channels_kept(&self) -> usize {
         self.channels.lock().expect("agent pool lock").map.len()
@@ -127,12 +137,17 @@ impl<C: Clone> Channels<C> {
         Some(c.clone())
     }
 
+    /// Drop the channels idle for [`CHANNEL_IDLE`].
+    fn sweep(&mut self, now: Instant) {
+        self.swept = now;
+        self.map
+            .retain(|_, (_, used)| now.duration_since(*used) < CHANNEL_IDLE);
+    }
+
     fn insert(&mut self, key: Key, c: C, now: Instant) {
-        // Sweeping costs a pass over the map: at most once per idle period.
+        // Sweeping costs a pass over the map: here at most once per idle period.
         if now.duration_since(self.swept) >= CHANNEL_IDLE {
-            self.swept = now;
-            self.map
-                .retain(|_, (_, used)| now.duration_since(*used) < CHANNEL_IDLE);
+            self.sweep(now);
         }
         if self.map.len() >= self.max {
             // Rare (a flat order to more nodes than the cap): a pass to find the oldest.
@@ -188,5 +203,19 @@ mod channel_tests {
         let mut kept: Vec<u32> = c.map.values().map(|(v, _)| *v).collect();
         kept.sort();
         assert_eq!(kept, [3, 4]);
+        // With nothing new sent, a sweep alone drops the idle ones.
+        c.sweep(later + CHANNEL_IDLE);
+        assert!(c.map.is_empty());
+    }
+}
+
+/// Sweep `pool`'s idle channels every half idle period, until the pool is dropped.
+pub async fn sweep_idle_channels(pool: std::sync::Weak<AgentPool>) {
+    loop {
+        tokio::time::sleep(CHANNEL_IDLE / 2).await;
+        match pool.upgrade() {
+            Some(p) => p.sweep_idle(),
+            None => return,
+        }
     }
 }

@@ -239,6 +239,7 @@ impl Shared {
         let agents = Arc::new(
             AgentPool::new(tls.clone(), cfg.fanout).with_max_channels(sizes.agent_channels),
         );
+        tokio::spawn(crate::agents::sweep_idle_channels(Arc::downgrade(&agents)));
         let output = Arc::new(OutputHub::new(
             cfg.state_dir(),
             cfg.master.limits.max_output_bytes,
