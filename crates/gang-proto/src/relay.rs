@@ -4,15 +4,31 @@
 //! and let the next node of the range head the rest. A dead or slow interior agent so
 //! costs its subtree one bound, per dead head, and no more.
 //!
-//! Each head is given its subtree's bound (`gang_core::tree::route::subtree_bound`), so one
-//! dead agent on a path costs only its own subtree, never its parent's.
+//! Each head is given its subtree's bound (`gang_core::tree::route::subtree_bound`, or
+//! longer where this forwarder measured its subtrees slower: `gang_core::tree::hop_time`),
+//! so one dead agent on a path costs only its own subtree, never its parent's. A bound
+//! that runs out only makes the forwarder ask the head `Alive` (within one hop's bound):
+//! a head that answers is slow, not dead, and is waited for again, up to
+//! `hop_time::CEILING` in all; one that does not is routed around. A timeout claims a
+//! death, so it is made only when the head is silent too.
 
 use std::ops::Range;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use gang_core::tree::hop_time::{CEILING, HopTime};
 use tonic::transport::Channel;
 
 use crate::v1::node_relay_client::NodeRelayClient;
-use crate::v1::{RelayOutcome, RelayRequest};
+use crate::v1::{AliveRequest, RelayOutcome, RelayRequest};
+
+/// What this process's forwarding measured (one estimate per process: the master, an
+/// agent, or an emulating process of many agents, whose hops share its cores).
+static MEASURED: Mutex<HopTime> = Mutex::new(HopTime::new());
+
+fn measured() -> std::sync::MutexGuard<'static, HopTime> {
+    MEASURED.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 // The pure part (the order as a forwarder holds it, and a subtree's bound) is gang-core's.
 use gang_core::tree::Route;
@@ -33,7 +49,8 @@ where
         let head = range.start;
         let (x, y) = route.nodes[head];
         let address = &route.addresses[head - route.base];
-        let bound = route.bound(range.len());
+        let bound = measured().bound(range.len(), route.bound(range.len()));
+        let hop = Duration::from_millis(u64::from(route.hop_timeout_ms));
         let req = RelayRequest {
             order: route.order.clone(),
             signature: route.signature.clone(),
@@ -46,13 +63,12 @@ where
         };
         let why = match dial(x, y, address) {
             Err(e) => format!("bad address {address}: {e}"),
-            Ok(mut client) => match tokio::time::timeout(bound, client.relay(req)).await {
-                Ok(Ok(answer)) => {
-                    out.extend(answer.into_inner().outcomes);
+            Ok(client) => match call_head(client, req, bound, hop).await {
+                Ok(outcomes) => {
+                    out.extend(outcomes);
                     return out;
                 }
-                Ok(Err(status)) => status.message().to_owned(),
-                Err(_) => format!("no answer within {} ms", bound.as_millis()),
+                Err(why) => why,
             },
         };
         out.push(RelayOutcome {
@@ -64,4 +80,69 @@ where
         range.start += 1;
     }
     out
+}
+
+/// Call a subtree's head: its outcomes, or why it is taken for unreachable. Past `bound`
+/// the head is asked whether it is alive (answering within `hop`); while it is, the call
+/// is waited for, `bound` at a time, up to `CEILING` in all.
+async fn call_head(
+    mut client: NodeRelayClient<Channel>,
+    req: RelayRequest,
+    bound: Duration,
+    hop: Duration,
+) -> Result<Vec<RelayOutcome>, String> {
+    let n = (req.end - req.first) as usize;
+    let mut probe = client.clone();
+    let started = Instant::now();
+    let call = client.relay(req);
+    tokio::pin!(call);
+    loop {
+        match tokio::time::timeout(bound, &mut call).await {
+            Ok(Ok(answer)) => {
+                measured().record(n, started.elapsed());
+                return Ok(answer.into_inner().outcomes);
+            }
+            Ok(Err(status)) => return Err(status.message().to_owned()),
+            Err(_) => {
+                let waited = started.elapsed();
+                if waited >= CEILING {
+                    return Err(format!(
+                        "alive, but no answer within {} s (the most a subtree is waited for)",
+                        waited.as_secs()
+                    ));
+                }
+                // The call goes on while the head is asked: its answer may come first.
+                let asked = tokio::time::timeout(hop, probe.alive(AliveRequest {}));
+                tokio::select! {
+                    r = &mut call => match r {
+                        Ok(answer) => {
+                            measured().record(n, started.elapsed());
+                            return Ok(answer.into_inner().outcomes);
+                        }
+                        Err(status) => return Err(status.message().to_owned()),
+                    },
+                    alive = asked => match alive {
+                        Ok(Ok(_)) => continue,
+                        // Any answer of its own (an agent too old to know Alive) is alive;
+                        // a transport failure is not.
+                        Ok(Err(status)) if status.code() != tonic::Code::Unavailable => continue,
+                        Ok(Err(status)) => {
+                            return Err(format!(
+                                "no answer within {} ms, and asked whether alive: {}",
+                                waited.as_millis(),
+                                status.message()
+                            ));
+                        }
+                        Err(_) => {
+                            return Err(format!(
+                                "no answer within {} ms, nor to whether it is alive within {} ms",
+                                waited.as_millis(),
+                                hop.as_millis()
+                            ));
+                        }
+                    },
+                }
+            }
+        }
+    }
 }

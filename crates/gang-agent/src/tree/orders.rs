@@ -28,8 +28,8 @@ use gang_proto::relay;
 use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
-    FenceUpRequest, FenceUpResponse, RankExits, RankExitsAck, RelayOrder, RelayOutcome,
-    RelayRequest, RelayResponse,
+    AliveRequest, AliveResponse, FenceUpRequest, FenceUpResponse, RankExits, RankExitsAck,
+    RelayOrder, RelayOutcome, RelayRequest, RelayResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -317,6 +317,13 @@ impl NodeRelay for OrderTree {
         };
         node.exits.from_child(request.into_inner(), from)?;
         Ok(Response::new(RankExitsAck {}))
+    }
+
+    async fn alive(
+        &self,
+        _request: Request<AliveRequest>,
+    ) -> Result<Response<AliveResponse>, Status> {
+        Ok(Response::new(AliveResponse {}))
     }
 }
 
