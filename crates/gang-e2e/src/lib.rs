@@ -73,6 +73,32 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// Release builds of the binaries, built or brought up to date now (cargo's own check),
+/// for the tests of fleets too large for debug builds on a 2-core host (4,096 emulated
+/// nodes: debug agents answer hops too slowly for the liveness a fleet that size gets).
+pub fn release_bin_dir() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let dir = default_bin_dir().expect("test executable location");
+    let dir = dir.parent().map_or(dir.clone(), |p| p.join("release"));
+    BUILT.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "gang-master",
+                "-p",
+                "gang-agent",
+            ])
+            .args(["-p", "gang-cli"])
+            .status()
+            .expect("cargo runs");
+        assert!(st.success(), "building the release binaries failed");
+    });
+    dir
+}
+
 /// An example program (of `gang-msg` or of this crate), built if missing.
 pub fn example(name: &str) -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();

@@ -321,3 +321,69 @@ fn a_jobs_exits_reach_the_master_in_a_few_batches_and_a_failure_at_once() {
     );
     c.shutdown().expect("shutdown");
 }
+
+/// The sum of the master's `name` samples (every label).
+fn metric(c: &LocalCluster, name: &str) -> f64 {
+    http_get(c.metrics_addr(), "/metrics")
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// 4,096 emulated nodes in four processes (release builds), the default tree (16 wide)
+/// and the default liveness for that size: one job over all of them is launched through the tree (no
+/// node routed around), runs, and is cancelled; every rank's end comes back up the tree
+/// and every node is free again.
+#[test]
+fn four_thousand_ranks_are_launched_through_the_tree_and_cancelled() {
+    let long = Duration::from_secs(900);
+    let opts = LocalClusterOptions {
+        bin_dir: Some(release_bin_dir()),
+        master_args: vec!["--mpl".into(), "1".into()],
+        emulate: Some(1024),
+        nodes_up_timeout: long,
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        ..LocalClusterOptions::default()
+    };
+    let c = LocalCluster::start((64, 64), opts).expect("a 4,096-node emulated fleet starts");
+    assert_eq!(c.pids().len(), 5, "the master and four agent processes");
+    let (single0, batch0) = (reports(&c, "single"), reports(&c, "batch"));
+
+    let id = submit(&c, "64x64", &["sleep", "600"]);
+    wait_state(&c, id, "running", long);
+    assert_eq!(metric(&c, "gang_relayed_orders_total{work=\"launch\""), 1.0);
+    let j = job(&c, id);
+    assert_eq!(j["ranks_done"].as_u64().unwrap_or(0), 0, "{j}");
+    let busy = |c: &LocalCluster| {
+        let nodes = gangctl_json(c, &["nodes"]).expect("gangctl nodes");
+        let list = nodes["nodes"].as_array().cloned().unwrap_or_default();
+        let up = list.iter().filter(|n| n["state"] == "up").count();
+        let with_job = list
+            .iter()
+            .filter(|n| n["jobs"].as_array().is_some_and(|j| !j.is_empty()))
+            .count();
+        (up, with_job)
+    };
+    assert_eq!(busy(&c), (4096, 4096), "every node up and running the job");
+    // The launch reached every node through the tree: none was routed around.
+    assert_eq!(metric(&c, "gang_relay_unreached_total"), 0.0);
+
+    let out = gangctl(&c, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_state(&c, id, "cancelled", long);
+    // Every rank's end came back, up the tree: the cancel's deaths are gathered.
+    let batch = wait_for(long, "4,096 cancelled ranks reported", || {
+        let b = reports(&c, "batch");
+        (b.1 - batch0.1 >= 4096).then_some(b)
+    });
+    assert_eq!(reports(&c, "single").0 - single0.0, 0, "none alone");
+    eprintln!(
+        "4,096 ranks ended in {} batch calls on the master",
+        batch.0 - batch0.0
+    );
+    wait_for(long, "every node free and up", || {
+        (busy(&c) == (4096, 0)).then_some(())
+    });
+    c.shutdown().ok();
+}

@@ -63,7 +63,7 @@ where
         };
         let why = match dial(x, y, address) {
             Err(e) => format!("bad address {address}: {e}"),
-            Ok(client) => match call_head(client, req, bound, hop).await {
+            Ok(client) => match call_head_patiently(client, req, bound, hop).await {
                 Ok(outcomes) => {
                     out.extend(outcomes);
                     return out;
@@ -82,6 +82,55 @@ where
     out
 }
 
+/// How long apart a head whose connection failed is called again.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(250);
+
+/// [`call_head`], again while the connection to the head fails for any reason but a
+/// refusal (nothing listens there: the agent is gone) and its bound lasts: a loaded host
+/// may take longer than a connection's 2 s to accept and shake hands, and that is no
+/// death.
+async fn call_head_patiently(
+    client: NodeRelayClient<Channel>,
+    req: RelayRequest,
+    bound: Duration,
+    hop: Duration,
+) -> Result<Vec<RelayOutcome>, String> {
+    let started = Instant::now();
+    loop {
+        match call_head(client.clone(), req.clone(), bound, hop).await {
+            Err(Failed::Transport(status))
+                if !refused(&status) && started.elapsed() + RECONNECT_PAUSE < bound =>
+            {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+            }
+            Err(Failed::Transport(status)) => return Err(status.message().to_owned()),
+            Err(Failed::Said(why)) => return Err(why),
+            Ok(outcomes) => return Ok(outcomes),
+        }
+    }
+}
+
+/// Why a call to a head failed: its connection, or anything else (said).
+enum Failed {
+    Transport(tonic::Status),
+    Said(String),
+}
+
+/// Whether the head's host refused the connection: nothing listens there.
+fn refused(status: &tonic::Status) -> bool {
+    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(status);
+    while let Some(err) = e {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        e = err.source();
+    }
+    false
+}
+
 /// Call a subtree's head: its outcomes, or why it is taken for unreachable. Past `bound`
 /// the head is asked whether it is alive (answering within `hop`); while it is, the call
 /// is waited for, `bound` at a time, up to `CEILING` in all.
@@ -90,7 +139,7 @@ async fn call_head(
     req: RelayRequest,
     bound: Duration,
     hop: Duration,
-) -> Result<Vec<RelayOutcome>, String> {
+) -> Result<Vec<RelayOutcome>, Failed> {
     let n = (req.end - req.first) as usize;
     let mut probe = client.clone();
     let started = Instant::now();
@@ -102,14 +151,17 @@ async fn call_head(
                 measured().record(n, started.elapsed());
                 return Ok(answer.into_inner().outcomes);
             }
-            Ok(Err(status)) => return Err(status.message().to_owned()),
+            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+                return Err(Failed::Transport(status));
+            }
+            Ok(Err(status)) => return Err(Failed::Said(status.message().to_owned())),
             Err(_) => {
                 let waited = started.elapsed();
                 if waited >= CEILING {
-                    return Err(format!(
+                    return Err(Failed::Said(format!(
                         "alive, but no answer within {} s (the most a subtree is waited for)",
                         waited.as_secs()
-                    ));
+                    )));
                 }
                 // The call goes on while the head is asked: its answer may come first.
                 let asked = tokio::time::timeout(hop, probe.alive(AliveRequest {}));
@@ -119,7 +171,7 @@ async fn call_head(
                             measured().record(n, started.elapsed());
                             return Ok(answer.into_inner().outcomes);
                         }
-                        Err(status) => return Err(status.message().to_owned()),
+                        Err(status) => return Err(Failed::Said(status.message().to_owned())),
                     },
                     alive = asked => match alive {
                         Ok(Ok(_)) => continue,
@@ -127,18 +179,18 @@ async fn call_head(
                         // a transport failure is not.
                         Ok(Err(status)) if status.code() != tonic::Code::Unavailable => continue,
                         Ok(Err(status)) => {
-                            return Err(format!(
+                            return Err(Failed::Said(format!(
                                 "no answer within {} ms, and asked whether alive: {}",
                                 waited.as_millis(),
                                 status.message()
-                            ));
+                            )));
                         }
                         Err(_) => {
-                            return Err(format!(
+                            return Err(Failed::Said(format!(
                                 "no answer within {} ms, nor to whether it is alive within {} ms",
                                 waited.as_millis(),
                                 hop.as_millis()
-                            ));
+                            )));
                         }
                     },
                 }

@@ -135,3 +135,28 @@ async fn a_silent_head_is_routed_around_after_its_bound_and_one_hop() {
     // The bound of 3 nodes (at most a few hops) and the Alive hop, then the rest at once.
     assert!(took < Duration::from_secs(30), "took {took:?}");
 }
+
+#[tokio::test]
+async fn a_head_whose_host_refuses_is_routed_around_at_once() {
+    // A port nothing listens on: bound, then closed.
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let live = serve(Head {
+        delay: Duration::ZERO,
+        wedged: false,
+    })
+    .await;
+    let r = route(vec![gone, live], 5_000);
+    let started = Instant::now();
+    let outcomes = relay::forward(&r, 0..2, "", dial).await;
+    assert!(!outcomes[0].unreachable.is_empty(), "{outcomes:?}");
+    assert!(outcomes[1].unreachable.is_empty(), "{outcomes:?}");
+    // Not retried for the 5 s bound: a refusal is a death.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
