@@ -164,6 +164,17 @@ impl<C: Clone> Channels<C> {
     }
 }
 
+/// Sweep `pool`'s idle channels every half idle period, until the pool is dropped.
+pub async fn sweep_idle_channels(pool: std::sync::Weak<AgentPool>) {
+    loop {
+        tokio::time::sleep(CHANNEL_IDLE / 2).await;
+        match pool.upgrade() {
+            Some(p) => p.sweep_idle(),
+            None => return,
+        }
+    }
+}
+
 /// For tests of the master that never reach an agent.
 #[cfg(test)]
 impl Default for AgentPool {
@@ -206,16 +217,5 @@ mod channel_tests {
         // With nothing new sent, a sweep alone drops the idle ones.
         c.sweep(later + CHANNEL_IDLE);
         assert!(c.map.is_empty());
-    }
-}
-
-/// Sweep `pool`'s idle channels every half idle period, until the pool is dropped.
-pub async fn sweep_idle_channels(pool: std::sync::Weak<AgentPool>) {
-    loop {
-        tokio::time::sleep(CHANNEL_IDLE / 2).await;
-        match pool.upgrade() {
-            Some(p) => p.sweep_idle(),
-            None => return,
-        }
     }
 }
