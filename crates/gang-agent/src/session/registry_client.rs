@@ -29,7 +29,7 @@ use crate::node::Node;
 use crate::output::Outgoing;
 use crate::ranks::RankKey;
 use crate::rt::clock::realtime_ns;
-use crate::tree::exits_up;
+use crate::session::exits_sender;
 
 pub type RegistryClient = AgentRegistryClient<MasterChannel>;
 pub use crate::master_link::channel::MasterChannel;
@@ -326,7 +326,7 @@ fn connection_refused(status: &tonic::Status) -> bool {
 pub async fn run_uplink(client: RegistryClient, node: Arc<Node>) {
     let batches = {
         let client = client.clone();
-        tokio::spawn(exits_up::run(Arc::clone(&node), move |b| {
+        tokio::spawn(exits_sender::run(Arc::clone(&node), move |b| {
             deliver_exits(client.clone(), b)
         }))
     };
