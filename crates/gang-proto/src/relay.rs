@@ -116,8 +116,9 @@ enum Failed {
     Said(String),
 }
 
-/// Whether the head's host refused the connection: nothing listens there.
-fn refused(status: &tonic::Status) -> bool {
+/// Whether a call failed because the peer's host refused the connection: nothing
+/// listens there (a relay head, or the master, is gone rather than slow).
+pub fn refused(status: &tonic::Status) -> bool {
     let mut e: Option<&(dyn std::error::Error + 'static)> = Some(status);
     while let Some(err) = e {
         if err

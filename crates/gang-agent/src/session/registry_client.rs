@@ -307,17 +307,7 @@ fn note_failure(lease: &Lease, status: &tonic::Status) {
 /// Whether a call failed because the master's host refused the connection (nothing
 /// listens there): the master is down, not cut off from us.
 fn connection_refused(status: &tonic::Status) -> bool {
-    let mut e: Option<&(dyn std::error::Error + 'static)> = Some(status);
-    while let Some(err) = e {
-        if err
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
-        }
-        e = err.source();
-    }
-    false
+    gang_proto::relay::refused(status)
 }
 
 /// Deliver the outbox in order, each item until acknowledged. Runs until aborted. A clean
