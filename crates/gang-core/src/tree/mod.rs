@@ -4,6 +4,7 @@
 //! ([`route`]); the gRPC call that carries an order is `gang_proto::relay::forward`.
 
 pub mod fanout;
+pub mod liveness;
 pub mod route;
 
 pub use route::Route;
