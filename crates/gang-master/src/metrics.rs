@@ -86,6 +86,15 @@ pub struct Metrics {
     /// Bytes of fence messages through the master, by path: "master" (ranks' puts in,
     /// spaces out) or "agents" (the completion records).
     pub fence_bytes: Family<PathLabel, Counter>,
+    /// Heartbeat calls the master answered, by how they came: "direct" (an agent's own)
+    /// or "batch" (a liveness head's, for its group).
+    pub heartbeats: Family<ViaLabel, Counter>,
+}
+
+/// How a heartbeat reached the master: "direct" or "batch".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViaLabel {
+    pub via: String,
 }
 
 /// How fences travel: "master" or "agents".
@@ -101,6 +110,14 @@ impl Metrics {
                 path: path.to_owned(),
             })
             .inc_by(n);
+    }
+
+    pub fn heartbeat(&self, via: &str) {
+        self.heartbeats
+            .get_or_create(&ViaLabel {
+                via: via.to_owned(),
+            })
+            .inc();
     }
 
     pub fn relayed(&self, work: &str) {
@@ -144,6 +161,7 @@ impl Default for Metrics {
             relay_unreached: Counter::default(),
             fences_done: Counter::default(),
             fence_bytes: Family::default(),
+            heartbeats: Family::default(),
         };
         let mut registry = Registry::with_prefix("gang");
         m.register_counters(&mut registry);
@@ -275,6 +293,11 @@ impl Metrics {
 
     /// Metrics with labels, each family its own type.
     fn register_families(&self, r: &mut Registry) {
+        r.register(
+            "heartbeats",
+            "Heartbeat calls answered, by how they came (direct: an agent's own; batch: a liveness head's for its group)",
+            self.heartbeats.clone(),
+        );
         r.register(
             "jobs_finished",
             "Jobs ended, by final state",
