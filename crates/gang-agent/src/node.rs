@@ -36,6 +36,8 @@ pub struct Node {
     pub lease: Arc<crate::master_link::lease::Lease>,
     /// The master's key for orders that come down the order tree (set at registration).
     pub order_key: crate::master_link::order_key::OrderKey,
+    /// Where its heartbeats go, and its children's beats while it heads a group.
+    pub liveness: crate::tree::beats::Liveness,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -75,6 +77,7 @@ impl Node {
             clock,
             lease: crate::master_link::lease::Lease::new(),
             order_key: Default::default(),
+            liveness: Default::default(),
             parts,
         })
     }

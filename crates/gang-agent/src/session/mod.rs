@@ -3,5 +3,6 @@
 //! a real-time thread of its own (`thread`). What they learn of the master is kept in
 //! `master_link`.
 
+pub mod beat;
 pub mod registry_client;
 pub mod thread;

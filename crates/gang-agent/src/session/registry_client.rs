@@ -254,6 +254,7 @@ async fn heartbeat_until_lost(
         // does not judge the node until the answer comes.)
         if let Some((_, idle_period)) = liveness.idle
             && node.ranks.is_empty()
+            && !node.liveness.pending()
             && last_sent.elapsed() + period / 2 < idle_period
         {
             continue;
@@ -271,9 +272,9 @@ async fn heartbeat_until_lost(
             table_version: node.switch.table_version(),
             activity: node.msg.activity(),
         };
-        match client.clone().heartbeat(req).await {
-            Ok(resp) if resp.get_ref().known => lease.heard(tokio::time::Instant::now()),
-            Ok(_) => {
+        match crate::session::beat::send(client, node, req, period, lease).await {
+            Ok(true) => {}
+            Ok(false) => {
                 // An answer, but not supervision: the master does not count this node as
                 // up until it registers again.
                 warn!("the master does not know this node (it restarted?): registering again");

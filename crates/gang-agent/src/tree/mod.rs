@@ -1,6 +1,8 @@
+//! The order tree, and liveness up the tree (`beats`: heartbeats gathered by heads).
 //! The order tree: orders of the master for many nodes (a job's launch and signal, slice
 //! tables) carried down a tree of agents (`orders`), checked against the master's key as
 //! this agent holds it (`master_link::order_key`), over the channels to other agents
 //! (`peers`), which the messaging library's fences among agents also travel on.
 
+pub mod beats;
 pub mod orders;

@@ -67,7 +67,11 @@ pub enum Cmd {
     Heartbeat(Heartbeat, Reply<bool>),
     /// Heartbeats from one agent: its own, and a liveness head's children's, each with
     /// how long ago (ms) the head heard it (`reactor::on_beats`).
-    Beats(Coord, Vec<(Heartbeat, u32)>, Reply<Vec<reactor::BeatAnswer>>),
+    Beats(
+        Coord,
+        Vec<(Heartbeat, u32)>,
+        Reply<Vec<reactor::BeatAnswer>>,
+    ),
     RankExit(RankExit, Reply<()>),
     ListNodes(Reply<NodesView>),
     SetDrained(Coord, bool, Caller, Reply<NodeView>),

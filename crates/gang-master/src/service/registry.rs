@@ -68,9 +68,14 @@ impl AgentRegistry for Registry {
         let r = req.get_ref();
         let from = agent_node(&req, (r.x, r.y))?;
         let hb = convert::heartbeat(req.into_inner());
-        let mut answers = self.handle.call(|tx| Cmd::Beats(from, vec![(hb, 0)], tx)).await?;
+        let mut answers = self
+            .handle
+            .call(|tx| Cmd::Beats(from, vec![(hb, 0)], tx))
+            .await?;
         self.metrics.heartbeat("direct");
-        Ok(Response::new(beat_answer(answers.pop().unwrap_or_default())))
+        Ok(Response::new(beat_answer(
+            answers.pop().unwrap_or_default(),
+        )))
     }
 
     async fn heartbeat_batch(
@@ -80,7 +85,9 @@ impl AgentRegistry for Registry {
         let r = req.get_ref();
         let own = r.beats.first().and_then(|b| b.beat.as_ref());
         let Some(own) = own else {
-            return Err(Status::invalid_argument("a batch starts with the head's own beat"));
+            return Err(Status::invalid_argument(
+                "a batch starts with the head's own beat",
+            ));
         };
         let from = agent_node(&req, (own.x, own.y))?;
         if r.beats.len() > MAX_BATCH {

@@ -89,7 +89,11 @@ pub fn on_beats(
             answers.push(st.placed_answer(i, known));
             continue;
         }
-        let age_ns = if own { 0 } else { i64::from(age_ms) * 1_000_000 };
+        let age_ns = if own {
+            0
+        } else {
+            i64::from(age_ms) * 1_000_000
+        };
         let known = on_heartbeat_heard(st, fx, now, hb, age_ns);
         answers.push(st.placed_answer(i, known));
     }
@@ -181,7 +185,13 @@ mod tests {
         assert_eq!(heard(&st, 5), 0, "a node the caller does not head");
         assert_eq!(a[3].parent.as_ref().unwrap().node, (0, 1));
         // An older beat never moves a node's hearing back.
-        on_beats(&mut st, &mut fx, now(1100), (0, 0), vec![(beat((0, 0)), 0), (beat((2, 0)), 900)]);
+        on_beats(
+            &mut st,
+            &mut fx,
+            now(1100),
+            (0, 0),
+            vec![(beat((0, 0)), 0), (beat((2, 0)), 900)],
+        );
         assert_eq!(heard(&st, 2), 1000);
         // A child beating the master itself (its head is gone) is heard.
         on_beats(&mut st, &mut fx, now(1200), (3, 0), vec![(beat((3, 0)), 0)]);
