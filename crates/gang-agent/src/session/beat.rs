@@ -16,12 +16,14 @@ use crate::session::registry_client::RegistryClient;
 use crate::tree::beats::Route;
 
 /// Send this period's beat. Ok(false): the master does not know this node (register
-/// again); Err: the master could not be reached.
+/// again); Err: the master could not be reached. `patience`: how long the head may take
+/// to answer (a slow head costs a beat that much delay, within the node timeout; a
+/// period alone was too short for heads on a loaded host).
 pub async fn send(
     client: &RegistryClient,
     node: &Node,
     req: HeartbeatRequest,
-    period: Duration,
+    (period, patience): (Duration, Duration),
     lease: &Lease,
 ) -> Result<bool, Status> {
     match node.liveness.route(Instant::now()) {
@@ -38,16 +40,20 @@ pub async fn send(
                 let beat = BeatRequest {
                     beat: Some(req.clone()),
                 };
-                match tokio::time::timeout(period, c.beat(beat)).await {
+                match tokio::time::timeout(patience, c.beat(beat)).await {
                     Ok(r) => r.map(tonic::Response::into_inner),
-                    Err(_) => Err(Status::deadline_exceeded("no answer within a period")),
+                    Err(_) => Err(Status::deadline_exceeded(format!(
+                        "no answer within {patience:?}"
+                    ))),
                 }
             };
             match call.await {
                 Ok(resp) => {
+                    // An answer older than that is not the master's word on us now.
+                    let fresh = 2 * patience + period;
                     let answer = resp
                         .answer
-                        .filter(|_| u128::from(resp.answer_age_ms) < 2 * period.as_millis());
+                        .filter(|_| u128::from(resp.answer_age_ms) < fresh.as_millis());
                     node.liveness
                         .head_took(answer.is_some(), Instant::now(), period);
                     let Some(a) = answer else {

@@ -242,6 +242,11 @@ async fn heartbeat_until_lost(
     lease: &Lease,
 ) {
     let period = liveness.heartbeat;
+    // A liveness head's answer may take a quarter of the node timeout.
+    let patience = liveness
+        .node_timeout
+        .map_or(period * 4, |t| t / 4)
+        .max(period);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sent = tokio::time::Instant::now();
@@ -272,7 +277,7 @@ async fn heartbeat_until_lost(
             table_version: node.switch.table_version(),
             activity: node.msg.activity(),
         };
-        match crate::session::beat::send(client, node, req, period, lease).await {
+        match crate::session::beat::send(client, node, req, (period, patience), lease).await {
             Ok(true) => {}
             Ok(false) => {
                 // An answer, but not supervision: the master does not count this node as
