@@ -53,6 +53,19 @@ fn down(c: &LocalCluster) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The lines of the cluster's logs that match `pattern` (grep's), the first 40.
+fn grep_logs(c: &LocalCluster, pattern: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "grep -rh '{pattern}' {} | cut -c1-300 | head -40",
+            c.dir().display()
+        ))
+        .output()
+        .expect("grep");
+    text(&out.stdout)
+}
+
 /// Watch for `periods` node timeouts (counted in the master's batches: `batches` a
 /// period), failing as soon as a node other than those in `allowed` is down. Returns how
 /// long it watched.
@@ -67,8 +80,9 @@ fn watch_up(c: &LocalCluster, periods: u64, batches: f64, allowed: &[(u64, u64)]
             let d = down(c);
             assert!(
                 d.iter().all(|n| allowed.contains(n)),
-                "nodes down: {d:?}\nmaster log:\n{}",
-                gang_local::log_tail(&c.master_log(), 30)
+                "nodes down: {d:?}\nmaster log:\n{}\nthe logs on liveness:\n{}",
+                gang_local::log_tail(&c.master_log(), 30),
+                grep_logs(c, "liveness head\\|silent\\|registering again")
             );
             (heartbeats(c).1 >= want).then_some(())
         },
@@ -125,9 +139,13 @@ fn a_head_sigkilled_takes_only_itself_down() {
     // Nine real agents four wide: (0,0) heads (1,0) (2,0) (0,1) (1,1); (2,1) the rest.
     let mut c = LocalCluster::start((3, 3), options(&liveness_args("4"))).expect("cluster");
     wait_for(T, "all 9 nodes up", || down(&c).is_empty().then_some(()));
-    // Two batches a period (a head and the other): the children beat their heads.
-    watch_up(&c, 1, 1.5, &[]);
+    // Two batches a period (a head and the other): the children beat their heads, not
+    // the master.
+    let (before, _) = heartbeats(&c);
+    let took = watch_up(&c, 1, 1.5, &[]);
     let (d0, _) = heartbeats(&c);
+    let flat = 9.0 * took.as_millis() as f64 / HEARTBEAT_MS as f64;
+    assert!(d0 - before < 0.25 * flat, "{} direct vs {flat}", d0 - before);
     c.stop_agent(0, 0, Signal::SIGKILL)
         .expect("SIGKILL the head");
     wait_for(T, "the dead head (0,0) down", || {
