@@ -30,7 +30,7 @@ impl Assignment {
         let members: Vec<usize> = (0..n).filter(|&i| registered[i]).collect();
         let mut parent = vec![None; n];
         let mut children = vec![(0, 0); n];
-        if width > 0 {
+        if width > 0 && members.len() > width {
             for (g, group) in members.chunks(width + 1).enumerate() {
                 let head = group[0];
                 let start = g * (width + 1) + 1;
@@ -133,6 +133,13 @@ mod tests {
     }
 
     #[test]
+    fn width_nodes_or_fewer_are_flat() {
+        let a = Assignment::new(&[true, true, false, true], 3);
+        assert!((0..4).all(|i| a.parent(i).is_none() && a.children(i).is_empty()));
+        assert_eq!(Assignment::new(&[true; 4], 3).parent(3), Some(0));
+    }
+
+    #[test]
     fn groups_of_width_plus_one_over_the_registered_nodes() {
         // 0..12, with 2 and 7 not registered: members 0 1 3 4 5 6 8 9 10 11.
         let mut reg = [true; 12];
@@ -176,7 +183,12 @@ mod tests {
                     assert_eq!(seen[i], usize::from(reg[i]), "n {n} width {width} node {i}");
                 }
                 let members = reg.iter().filter(|r| **r).count();
-                assert_eq!(a.senders(), members.div_ceil(width + 1));
+                let senders = if members > width {
+                    members.div_ceil(width + 1)
+                } else {
+                    members
+                };
+                assert_eq!(a.senders(), senders, "n {n} width {width}");
             }
         }
     }
