@@ -1,12 +1,15 @@
 //! Liveness summarised up a tree: who sends its heartbeats to whom, and what a head holds
 //! of its children's beats between two batches to the master.
 //!
-//! The registered nodes, in the master's fixed order (node index), are cut into groups of
-//! `width + 1` consecutive ones; the first of each group heads it, the others beat their
-//! head, and the head sends the master one batch a period for the whole group. The master
-//! then hears `n / (width + 1)` messages a period instead of `n`. One level only: a head's
-//! batch goes to the master, so a dead head costs its children one period (they fall back
-//! to the master), never a chain of fallbacks. Width 0 is flat: everyone beats the master.
+//! The master's nodes, in its fixed order (node index), are cut into blocks of `width + 1`;
+//! the first registered node of a block heads it, the block's other registered nodes beat
+//! their head, and the head sends the master one batch a period for the whole block. The
+//! master then hears about `n / (width + 1)` messages a period instead of `n`. Blocks are
+//! fixed, so a node that comes or goes moves no other block's head. One level only: a
+//! head's batch goes to the master, so a dead head costs its children one beat's detour
+//! (they fall back to the master), never a chain of fallbacks. Width 0 is flat: everyone
+//! beats the master; so are `width` registered nodes or fewer (as the order tree is: the
+//! master calls them itself).
 //!
 //! Pure and time-free: times are milliseconds on a clock the caller chooses.
 
@@ -31,13 +34,17 @@ impl Assignment {
         let mut parent = vec![None; n];
         let mut children = vec![(0, 0); n];
         if width > 0 && members.len() > width {
-            for (g, group) in members.chunks(width + 1).enumerate() {
-                let head = group[0];
-                let start = g * (width + 1) + 1;
-                children[head] = (start, group.len() - 1);
-                for &c in &group[1..] {
-                    parent[c] = Some(head);
+            let mut start = 0;
+            for first in (0..n).step_by(width + 1) {
+                let last = (first + width).min(n - 1);
+                let len = members[start..].iter().take_while(|&&m| m <= last).count();
+                if let Some((&head, rest)) = members[start..start + len].split_first() {
+                    children[head] = (start + 1, rest.len());
+                    for &c in rest {
+                        parent[c] = Some(head);
+                    }
                 }
+                start += len;
             }
         }
         Assignment {
@@ -140,26 +147,34 @@ mod tests {
     }
 
     #[test]
-    fn groups_of_width_plus_one_over_the_registered_nodes() {
-        // 0..12, with 2 and 7 not registered: members 0 1 3 4 5 6 8 9 10 11.
+    fn blocks_of_width_plus_one_headed_by_their_first_registered_node() {
+        // Blocks 0..4, 4..8, 8..12, with 0 and 7 not registered.
         let mut reg = [true; 12];
-        reg[2] = false;
+        reg[0] = false;
         reg[7] = false;
         let a = Assignment::new(&reg, 3);
-        assert_eq!(a.children(0), &[1, 3, 4]);
-        assert_eq!(a.children(5), &[6, 8, 9]);
-        assert_eq!(a.children(10), &[11]);
-        assert_eq!(a.parent(4), Some(0));
-        assert_eq!(a.parent(9), Some(5));
-        assert_eq!(a.parent(11), Some(10));
-        for head in [0, 5, 10] {
+        assert_eq!(a.children(1), &[2, 3]);
+        assert_eq!(a.children(4), &[5, 6]);
+        assert_eq!(a.children(8), &[9, 10, 11]);
+        assert_eq!(a.parent(3), Some(1));
+        assert_eq!(a.parent(6), Some(4));
+        assert_eq!(a.parent(11), Some(8));
+        for head in [1, 4, 8] {
             assert_eq!(a.parent(head), None);
         }
         // Unregistered and out-of-range nodes beat the master and head nobody.
-        assert_eq!(a.parent(2), None);
+        assert_eq!(a.parent(0), None);
         assert!(a.children(7).is_empty());
         assert_eq!(a.parent(99), None);
         assert_eq!(a.senders(), 3);
+        // A node that goes moves no other block's head.
+        reg[5] = false;
+        let b = Assignment::new(&reg, 3);
+        assert_eq!(b.children(4), &[6]);
+        assert_eq!(
+            (b.children(1), b.children(8)),
+            (a.children(1), a.children(8))
+        );
     }
 
     #[test]
@@ -183,11 +198,10 @@ mod tests {
                     assert_eq!(seen[i], usize::from(reg[i]), "n {n} width {width} node {i}");
                 }
                 let members = reg.iter().filter(|r| **r).count();
-                let senders = if members > width {
-                    members.div_ceil(width + 1)
-                } else {
-                    members
-                };
+                let blocks = (0..n.div_ceil(width + 1))
+                    .filter(|b| reg[b * (width + 1)..n.min((b + 1) * (width + 1))].contains(&true))
+                    .count();
+                let senders = if members > width { blocks } else { members };
                 assert_eq!(a.senders(), senders, "n {n} width {width}");
             }
         }
