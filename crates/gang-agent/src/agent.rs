@@ -165,6 +165,9 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let peers = Arc::new(PeerPool::new(tls.peer_tls()));
     node.msg.set_peers(Arc::clone(&peers));
     node.exits.set_peers(Arc::clone(&peers));
+    // Its own pool: the session's runtime drives the channels to liveness heads.
+    node.liveness
+        .set_peers(Arc::new(PeerPool::new(tls.peer_tls())));
     let order_tree = OrderTree::new(Arc::clone(&node), peers, address.clone());
     let (stop_server, server) = serve(server, listener, &node, cfg.coord, order_tree);
     if let Some(path) = &cfg.ready_file {

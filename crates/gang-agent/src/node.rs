@@ -39,6 +39,8 @@ pub struct Node {
     pub order_key: crate::master_link::order_key::OrderKey,
     /// Exits gathered up their jobs' trees on their way to the master.
     pub exits: Arc<crate::tree::exits_up::ExitTree>,
+    /// Where its heartbeats go, and its children's beats while it heads a group.
+    pub liveness: crate::tree::beats::Liveness,
     /// What a launch works with.
     parts: NodeParts,
 }
@@ -79,6 +81,7 @@ impl Node {
             lease: crate::master_link::lease::Lease::new(),
             order_key: Default::default(),
             exits: Arc::new(crate::tree::exits_up::ExitTree::new(coord)),
+            liveness: Default::default(),
             parts,
         })
     }

@@ -99,12 +99,21 @@ pub struct Metrics {
     pub exit_reports: Family<HowLabel, Counter>,
     /// Ranks those calls reported, by the same label.
     pub exit_report_ranks: Family<HowLabel, Counter>,
+    /// Heartbeat calls the master answered, by how they came: "direct" (an agent's own)
+    /// or "batch" (a liveness head's, for its group).
+    pub heartbeats: Family<ViaLabel, Counter>,
 }
 
 /// How exits reached the master: "single" or "batch".
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HowLabel {
     pub how: String,
+}
+
+/// How a heartbeat reached the master: "direct" or "batch".
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViaLabel {
+    pub via: String,
 }
 
 /// How fences travel: "master" or "agents".
@@ -131,6 +140,14 @@ impl Metrics {
         self.exit_report_ranks
             .get_or_create(&l)
             .inc_by(ranks as u64);
+    }
+
+    pub fn heartbeat(&self, via: &str) {
+        self.heartbeats
+            .get_or_create(&ViaLabel {
+                via: via.to_owned(),
+            })
+            .inc();
     }
 
     pub fn relayed(&self, work: &str) {
@@ -177,6 +194,7 @@ impl Default for Metrics {
             fence_bytes: Family::default(),
             exit_reports: Family::default(),
             exit_report_ranks: Family::default(),
+            heartbeats: Family::default(),
         };
         let mut registry = Registry::with_prefix("gang");
         m.register_counters(&mut registry);
@@ -308,6 +326,11 @@ impl Metrics {
 
     /// Metrics with labels, each family its own type.
     fn register_families(&self, r: &mut Registry) {
+        r.register(
+            "heartbeats",
+            "Heartbeat calls answered, by how they came (direct: an agent's own; batch: a liveness head's for its group)",
+            self.heartbeats.clone(),
+        );
         r.register(
             "jobs_finished",
             "Jobs ended, by final state",

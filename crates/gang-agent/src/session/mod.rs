@@ -4,5 +4,6 @@
 //! `master_link`.
 
 pub mod exits_sender;
+pub mod beat;
 pub mod registry_client;
 pub mod thread;

@@ -245,6 +245,11 @@ async fn heartbeat_until_lost(
     lease: &Lease,
 ) {
     let period = liveness.heartbeat;
+    // A liveness head's answer may take a quarter of the node timeout.
+    let patience = liveness
+        .node_timeout
+        .map_or(period * 4, |t| t / 4)
+        .max(period);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sent = tokio::time::Instant::now();
@@ -258,6 +263,7 @@ async fn heartbeat_until_lost(
         if let Some((_, idle_period)) = liveness.idle
             && node.ranks.is_empty()
             && !node.exits.held_above()
+            && !node.liveness.pending()
             && last_sent.elapsed() + period / 2 < idle_period
         {
             continue;
@@ -275,9 +281,9 @@ async fn heartbeat_until_lost(
             table_version: node.switch.table_version(),
             activity: node.msg.activity(),
         };
-        match client.clone().heartbeat(req).await {
-            Ok(resp) if resp.get_ref().known => lease.heard(tokio::time::Instant::now()),
-            Ok(_) => {
+        match crate::session::beat::send(client, node, req, (period, patience), lease).await {
+            Ok(true) => {}
+            Ok(false) => {
                 // An answer, but not supervision: the master does not count this node as
                 // up until it registers again.
                 warn!("the master does not know this node (it restarted?): registering again");

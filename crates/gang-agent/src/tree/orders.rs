@@ -28,8 +28,8 @@ use gang_proto::relay;
 use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
-    AliveRequest, AliveResponse, FenceUpRequest, FenceUpResponse, RankExits, RankExitsAck,
-    RelayOrder, RelayOutcome, RelayRequest, RelayResponse,
+    AliveRequest, AliveResponse, BeatRequest, BeatResponse, FenceUpRequest, FenceUpResponse,
+    RankExits, RankExitsAck, RelayOrder, RelayOutcome, RelayRequest, RelayResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -231,6 +231,24 @@ fn rank_in(part: &gang_proto::v1::Submesh, x: u32, y: u32) -> Option<u32> {
 
 #[tonic::async_trait]
 impl NodeRelay for OrderTree {
+    /// A child's heartbeat, for this node's next batch (`tree::beats`).
+    async fn beat(&self, request: Request<BeatRequest>) -> Result<Response<BeatResponse>, Status> {
+        let from = match request
+            .peer_certs()
+            .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())))
+        {
+            Some(Some(PeerName::Node { x, y })) => Coord { x, y },
+            _ => {
+                return Err(Status::permission_denied(
+                    "only a node this node heads may send it its heartbeat",
+                ));
+            }
+        };
+        let now = tokio::time::Instant::now();
+        let answer = self.0.node.liveness.beat(from, request.into_inner(), now)?;
+        Ok(Response::new(answer))
+    }
+
     async fn relay(
         &self,
         request: Request<RelayRequest>,

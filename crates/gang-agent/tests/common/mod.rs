@@ -229,7 +229,10 @@ impl AgentRegistry for Recorder {
         let req = request.into_inner();
         let known = self.0.known.lock().unwrap().contains(&(req.x, req.y));
         self.0.record(Event::Heartbeat(req));
-        Ok(Response::new(HeartbeatResponse { known }))
+        Ok(Response::new(HeartbeatResponse {
+            known,
+            ..Default::default()
+        }))
     }
 
     async fn report_exit(
@@ -303,6 +306,14 @@ impl AgentRegistry for Recorder {
             self.0.record(Event::Exit(e));
         }
         Ok(Response::new(gang_proto::v1::RankExitsAck {}))
+    }
+
+    async fn heartbeat_batch(
+        &self,
+        _request: Request<gang_proto::v1::HeartbeatBatchRequest>,
+    ) -> Result<Response<gang_proto::v1::HeartbeatBatchResponse>, Status> {
+        // This registry names no liveness heads: no agent sends it a batch.
+        Err(Status::unimplemented("no liveness tree here"))
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod fanout;
 pub mod hop_time;
+pub mod liveness;
 pub mod route;
 
 pub use route::Route;

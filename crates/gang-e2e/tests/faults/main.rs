@@ -1,6 +1,7 @@
 //! Faults on the real binaries: the master SIGKILLed while clients submit, an agent
-//! SIGKILLed mid-job, the disk under the master's database full. Each test prints its
-//! figures (`cargo test -p gang-e2e --test faults -- --nocapture`).
+//! SIGKILLed mid-job, a liveness head SIGKILLed (its children stay up), the disk under
+//! the master's database full. Each test prints its figures (`cargo test -p gang-e2e
+//! --test faults -- --nocapture`).
 //!
 //! One test at a time: CPU-bound ranks of two clusters would measure each other on 2
 //! cores, and the process-tree checks look at every process below this one (this test
@@ -82,6 +83,7 @@ async fn list_all(
 
 mod agent_kill;
 mod disk_full;
+mod liveness_tree;
 mod master_away;
 mod master_kill;
 mod procs;

@@ -65,6 +65,13 @@ pub enum Cmd {
     Rank0(JobId, Reply<Rank0>),
     Register(Registration, Reply<Registered>),
     Heartbeat(Heartbeat, Reply<bool>),
+    /// Heartbeats from one agent: its own, and a liveness head's children's, each with
+    /// how long ago (ms) the head heard it (`reactor::on_beats`).
+    Beats(
+        Coord,
+        Vec<(Heartbeat, u32)>,
+        Reply<Vec<reactor::BeatAnswer>>,
+    ),
     RankExit(RankExit, Reply<()>),
     /// A batch of exits gathered up a job's tree: applied in one round.
     RankExits(Vec<RankExit>, Reply<()>),
@@ -356,6 +363,9 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
         Cmd::Rank0(job, tx) => defer(replies, tx, st.rank0(job)),
         Cmd::Register(reg, tx) => defer(replies, tx, reactor::on_register(st, fx, now, reg)),
         Cmd::Heartbeat(hb, tx) => defer(replies, tx, Ok(reactor::on_heartbeat(st, fx, now, hb))),
+        Cmd::Beats(from, beats, tx) => {
+            defer(replies, tx, Ok(reactor::on_beats(st, fx, now, from, beats)))
+        }
         Cmd::RankExit(exit, tx) => {
             reactor::on_rank_exit(st, fx, now, exit);
             defer(replies, tx, Ok(()));

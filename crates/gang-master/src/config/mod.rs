@@ -128,6 +128,9 @@ pub struct MasterConfig {
     pub table_lead_ms: u32,
     pub auth: AuthPolicy,
     pub limits: Limits,
+    /// Liveness up the tree: each head gathers this many nodes' heartbeats for the master
+    /// (the order tree's `fanout_width`; 0: every agent heartbeats the master).
+    pub liveness_width: u32,
 }
 
 impl MasterConfig {
@@ -161,6 +164,7 @@ impl MasterConfig {
             on_deadlock: DeadlockPolicy::Report,
             mpi: crate::job::Mpi::CLUSTER_DEFAULT,
             table_lead_ms: DEFAULT_TABLE_LEAD_MS,
+            liveness_width: 0,
         }
     }
 }

@@ -25,6 +25,7 @@ pub const AGENT_METHODS: &[&str] = &[
     "ClockProbe",
     "Fence",
     "FenceDone",
+    "HeartbeatBatch",
 ];
 
 /// The label a request path counts under.

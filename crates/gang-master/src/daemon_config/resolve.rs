@@ -100,6 +100,7 @@ fn master_config(s: &Settings, mesh: Shape) -> anyhow::Result<MasterConfig> {
         table_lead_ms: s.table_lead_ms,
         auth: auth_policy(s)?,
         limits: s.limits.clone(),
+        liveness_width: s.fanout_width,
     })
 }
 

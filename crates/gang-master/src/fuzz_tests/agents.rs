@@ -193,7 +193,10 @@ fn heartbeat(w: &mut World, bytes: &[u8]) -> Result<(), TestCaseError> {
     let known = w.step(|st, fx, now| reactor::on_heartbeat(st, fx, now, hb));
     // Every agent of the fixture is up (and keeps heartbeating while time passes).
     prop_assert_eq!(known, on_mesh(req.x, req.y));
-    reply(&v1::HeartbeatResponse { known })?;
+    reply(&v1::HeartbeatResponse {
+        known,
+        ..Default::default()
+    })?;
     // What the clock reports become: the node listing.
     reply(&convert::nodes(&w.st.nodes_view()))
 }

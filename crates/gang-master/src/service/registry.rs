@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::output::OutputHub;
 use crate::placements::Placements;
 use crate::service::convert;
+use crate::state::reactor;
 use crate::switch_stats::SwitchStats;
 
 /// The most exits (and directly reported ranks) one gathered batch may carry: a job's
@@ -22,6 +23,21 @@ pub const MAX_EXIT_BATCH: usize = 1 << 17;
 /// The longest a fence call is held before it is answered `pending` (an agent asks for
 /// less: its channel ends calls after 5 s).
 const MAX_FENCE_WAIT_MS: u32 = 60_000;
+/// A liveness head's batch: itself and at most the widest group (`fanout_width` <= 256).
+const MAX_BATCH: usize = 257;
+
+fn beat_answer(a: reactor::BeatAnswer) -> v1::HeartbeatResponse {
+    let link = |l: reactor::Link| v1::LivenessLink {
+        x: l.node.0,
+        y: l.node.1,
+        address: l.address,
+    };
+    v1::HeartbeatResponse {
+        known: a.known,
+        liveness_parent: a.parent.map(link),
+        liveness_children: a.children.into_iter().map(link).collect(),
+    }
+}
 
 pub struct Registry {
     pub handle: Handle,
@@ -54,10 +70,47 @@ impl AgentRegistry for Registry {
         req: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
         let r = req.get_ref();
-        agent_node(&req, (r.x, r.y))?;
+        let from = agent_node(&req, (r.x, r.y))?;
         let hb = convert::heartbeat(req.into_inner());
-        let known = self.handle.call(|tx| Cmd::Heartbeat(hb, tx)).await?;
-        Ok(Response::new(v1::HeartbeatResponse { known }))
+        let mut answers = self
+            .handle
+            .call(|tx| Cmd::Beats(from, vec![(hb, 0)], tx))
+            .await?;
+        self.metrics.heartbeat("direct");
+        Ok(Response::new(beat_answer(
+            answers.pop().unwrap_or_default(),
+        )))
+    }
+
+    async fn heartbeat_batch(
+        &self,
+        req: Request<v1::HeartbeatBatchRequest>,
+    ) -> Result<Response<v1::HeartbeatBatchResponse>, Status> {
+        let r = req.get_ref();
+        let own = r.beats.first().and_then(|b| b.beat.as_ref());
+        let Some(own) = own else {
+            return Err(Status::invalid_argument(
+                "a batch starts with the head's own beat",
+            ));
+        };
+        let from = agent_node(&req, (own.x, own.y))?;
+        if r.beats.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "a batch holds at most {MAX_BATCH} beats, not {}",
+                r.beats.len()
+            )));
+        }
+        let beats = req
+            .into_inner()
+            .beats
+            .into_iter()
+            .filter_map(|b| Some((convert::heartbeat(b.beat?), b.age_ms)))
+            .collect();
+        let answers = self.handle.call(|tx| Cmd::Beats(from, beats, tx)).await?;
+        self.metrics.heartbeat("batch");
+        Ok(Response::new(v1::HeartbeatBatchResponse {
+            answers: answers.into_iter().map(beat_answer).collect(),
+        }))
     }
 
     async fn report_exit(

@@ -105,6 +105,9 @@ pub struct MasterState {
     queued: records::queued::Queued,
     /// Who waits on what, and which gated jobs to look at again (see `gates`).
     gates: records::gate_index::GateIndex,
+    /// Who beats whom (`reactor::liveness_tree`), worked out again when a node goes up or
+    /// down (None until then).
+    liveness_tree: Option<gang_core::tree::liveness::Assignment>,
 }
 
 /// Move a job's record to `to` through the transition table (`job::transition`); a move the
@@ -174,6 +177,7 @@ impl MasterState {
             gated: BTreeSet::new(),
             queued: Default::default(),
             gates: Default::default(),
+            liveness_tree: None,
             cfg,
         })
     }
@@ -209,6 +213,7 @@ impl MasterState {
     fn rollback(&mut self, c: Checkpoint) {
         self.jobs.rollback();
         self.nodes.rollback();
+        self.liveness_tree = None;
         self.queued.rollback();
         self.sched = c.sched;
         self.next_id = c.next_id;

@@ -22,6 +22,7 @@
 
 mod end;
 mod launch;
+mod liveness_tree;
 pub(in crate::state) mod messaging;
 pub(in crate::state) mod nodes;
 mod recovery;
@@ -30,6 +31,7 @@ mod tables;
 mod update;
 
 pub use end::TIMEOUT_EXIT;
+pub use liveness_tree::{BeatAnswer, Link, on_beats};
 pub use nodes::{on_heartbeat, on_register, on_set_drained};
 pub use recovery::{Recovered, on_recover};
 pub use submit::on_submit;

@@ -170,6 +170,7 @@ impl MasterState {
             let (x, y) = self.coord(i);
             warn!(node = %format!("{x},{y}"), busy = placed.is_some(), "agent silent: node down");
             self.nodes[i].up = false;
+            self.liveness_tree = None;
             if let Ok(plan) = self.sched.set_node_offline(now.mono_s(), x, y, true) {
                 self.execute(fx, now, plan);
             }
@@ -280,6 +281,7 @@ pub fn on_register(
     let was_up = node.up;
     node.address = Some(reg.address.clone());
     node.up = true;
+    st.liveness_tree = None;
     node.heard_live_ns = now.live_ns;
     node.heartbeat_wall_ns = now.wall_ns;
     node.unreachable = false;
@@ -351,12 +353,24 @@ pub fn on_register(
 
 /// Whether the master knows the agent (false: it must register again).
 pub fn on_heartbeat(st: &mut MasterState, fx: &mut Effects, now: Now, hb: Heartbeat) -> bool {
+    on_heartbeat_heard(st, fx, now, hb, 0)
+}
+
+/// A heartbeat the agent sent `age_ns` ago (through its liveness head): the node counts as
+/// heard then, never later than a newer call of its own.
+pub(in crate::state) fn on_heartbeat_heard(
+    st: &mut MasterState,
+    fx: &mut Effects,
+    now: Now,
+    hb: Heartbeat,
+    age_ns: i64,
+) -> bool {
     let Some(i) = st.node_index(hb.node).filter(|&i| st.nodes[i].up) else {
         return false;
     };
     let n = &mut st.nodes[i];
-    n.heard_live_ns = now.live_ns;
-    n.heartbeat_wall_ns = now.wall_ns;
+    n.heard_live_ns = n.heard_live_ns.max(now.live_ns - age_ns);
+    n.heartbeat_wall_ns = n.heartbeat_wall_ns.max(now.wall_ns - age_ns);
     n.unreachable = false;
     n.clock = hb.clock;
     n.table_version = hb.table_version;
