@@ -163,6 +163,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     let address = advertised_address(addr);
     let peers = Arc::new(PeerPool::new(tls.peer_tls()));
     node.msg.set_peers(Arc::clone(&peers));
+    node.msg.set_address(address.clone());
     let order_tree = OrderTree::new(Arc::clone(&node), peers, address.clone());
     let (stop_server, server) = serve(server, listener, &node, cfg.coord, order_tree);
     if let Some(path) = &cfg.ready_file {
