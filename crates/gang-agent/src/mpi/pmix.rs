@@ -17,7 +17,9 @@
 //! put). It goes through the job's fence at the master as one put, `pmix.E.R` (fence
 //! epoch E, rank R; base64), and the master's answer, every rank's put, is cut down to
 //! this epoch's blobs, concatenated in rank order and handed back: the library unpacks
-//! them itself. An abort (`MPI_Abort`) fails the job as PMI-1's does: the rank's group
+//! them itself. A fence that does not ask for the data (no `PMIX_COLLECT_DATA`) is a
+//! barrier: nothing is put or handed back, and a rank's data is fetched from its node
+//! when a peer asks (`modex`). An abort (`MPI_Abort`) fails the job as PMI-1's does: the rank's group
 //! is killed and its exit reported with the code and the message.
 
 use std::collections::{BTreeMap, HashMap};
