@@ -168,6 +168,7 @@ pub async fn start(cfg: AgentConfig) -> anyhow::Result<AgentHandle> {
     // Its own pool: the session's runtime drives the channels to liveness heads.
     node.liveness
         .set_peers(Arc::new(PeerPool::new(tls.peer_tls())));
+    node.msg.set_address(address.clone());
     let order_tree = OrderTree::new(Arc::clone(&node), peers, address.clone());
     let (stop_server, server) = serve(server, listener, &node, cfg.coord, order_tree);
     if let Some(path) = &cfg.ready_file {

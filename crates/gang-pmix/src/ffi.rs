@@ -9,7 +9,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-type FenceFn = extern "C" fn(*mut c_void, *const c_char, *const c_char, usize, *mut c_void);
+type FenceFn = extern "C" fn(*mut c_void, *const c_char, *const c_char, usize, c_int, *mut c_void);
+type DmodexFn = extern "C" fn(*mut c_void, *const c_char, u32, *mut c_void);
+type BlobFn = extern "C" fn(*mut c_void, c_int, *const c_char, usize);
 type AbortFn = extern "C" fn(*mut c_void, *const c_char, u32, c_int, *const c_char);
 type ClientFn = extern "C" fn(*mut c_void, *const c_char, u32, c_int);
 
@@ -24,9 +26,12 @@ unsafe extern "C" {
         fence: FenceFn,
         abort: AbortFn,
         client: ClientFn,
+        dmodex: DmodexFn,
         err: *mut c_char,
         errlen: usize,
     ) -> c_int;
+    fn gp_dmodex_request(nspace: *const c_char, rank: u32, done: BlobFn, ctx: *mut c_void)
+    -> c_int;
     fn gp_register_job(
         nspace: *const c_char,
         size: u32,
@@ -102,19 +107,62 @@ extern "C" fn on_fence(
     nspace: *const c_char,
     data: *const c_char,
     ndata: usize,
+    collect: c_int,
     req: *mut c_void,
 ) {
-    let blob = if data.is_null() || ndata == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the library's buffer of ndata bytes, valid during this upcall.
-        unsafe { std::slice::from_raw_parts(data as *const u8, ndata) }.to_vec()
-    };
+    let blob = bytes(data, ndata);
     let done = super::FenceDone { req };
     // A panic must not unwind into C: the fence then fails (FenceDone's drop).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        host(ctx).fence(&text(nspace), blob, done)
+        host(ctx).fence(&text(nspace), blob, collect != 0, done)
     }));
+}
+
+fn bytes(data: *const c_char, ndata: usize) -> Vec<u8> {
+    if data.is_null() || ndata == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the library's buffer of ndata bytes, valid during the upcall it came with.
+    unsafe { std::slice::from_raw_parts(data as *const u8, ndata) }.to_vec()
+}
+
+extern "C" fn on_dmodex(ctx: *mut c_void, nspace: *const c_char, rank: u32, req: *mut c_void) {
+    let done = super::FenceDone { req };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        host(ctx).direct_modex(&text(nspace), rank, done)
+    }));
+}
+
+/// What a direct modex request is answered with: the rank's blob or the library's status.
+pub type BlobDone = Box<dyn FnOnce(Result<Vec<u8>, i32>) + Send>;
+
+extern "C" fn on_blob(ctx: *mut c_void, status: c_int, data: *const c_char, ndata: usize) {
+    // SAFETY: ctx is the Box<BlobDone> leaked in `dmodex_request`, handed back once.
+    let done = unsafe { Box::from_raw(ctx as *mut BlobDone) };
+    let result = if status == 0 {
+        Ok(bytes(data, ndata))
+    } else {
+        Err(status)
+    };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || done(result)));
+}
+
+/// `PMIx_server_dmodex_request`: the local rank's blob, once it has put it, to `done`
+/// (on the library's thread; at once with the status if the library refuses). Never
+/// answered if the rank never puts: the caller bounds its wait, and `done` then leaks.
+pub fn dmodex_request(nspace: &str, rank: u32, done: BlobDone) {
+    let Ok(nspace) = cstring(nspace) else {
+        return done(Err(-1));
+    };
+    let ctx = Box::into_raw(Box::new(done)) as *mut c_void;
+    // SAFETY: a valid C string for the call's duration; ctx is handed to on_blob once,
+    // or taken back here if the library refused at once (then it never calls back).
+    let rc = unsafe { gp_dmodex_request(nspace.as_ptr(), rank, on_blob, ctx) };
+    if rc != 0 {
+        // SAFETY: the box leaked just above, not handed to anyone.
+        let done = unsafe { Box::from_raw(ctx as *mut BlobDone) };
+        done(Err(rc));
+    }
 }
 
 extern "C" fn on_abort(
@@ -170,6 +218,7 @@ pub fn start(init: &Init<'_>, host: Arc<dyn Host>) -> Result<(), Error> {
                 on_fence,
                 on_abort,
                 on_client,
+                on_dmodex,
                 err,
                 len,
             )
@@ -247,11 +296,11 @@ pub fn deregister(nspace: &str, rank: u32) {
     }
 }
 
-pub fn fence_done(req: *mut c_void, result: Result<&[u8], ()>) {
+pub fn fence_done(req: *mut c_void, result: Result<&[u8], i32>) {
     // PMIX_SUCCESS is 0; any other status fails the fence.
     let (status, data, len) = match result {
         Ok(d) => (0, d.as_ptr() as *const c_char, d.len()),
-        Err(()) => (-1, std::ptr::null(), 0),
+        Err(status) => (status.min(-1), std::ptr::null(), 0),
     };
     // SAFETY: req came from server.c's fence_nb and is completed once (FenceDone
     // nulls it); data is copied before the call returns.

@@ -94,8 +94,15 @@ impl std::error::Error for Error {}
 pub trait Host: Send + Sync + 'static {
     /// The local ranks of `nspace` reached a fence, with `blob` (the library's packing of
     /// what they put). Complete `done` with every node's blob, concatenated, in any
-    /// order.
-    fn fence(&self, nspace: &str, blob: Vec<u8>, done: FenceDone);
+    /// order; unless `collect` is false (the fence did not ask for the data): a barrier,
+    /// completed with nothing, the data fetched by `direct_modex` when asked.
+    fn fence(&self, nspace: &str, blob: Vec<u8>, collect: bool, done: FenceDone);
+    /// A local rank asks for the data of `rank` of `nspace`, on another node, which no
+    /// fence brought: complete `done` with that rank's blob (its node's
+    /// [`Server::dmodex`]), or fail it with [`NOT_FOUND`] or [`TIMEOUT`].
+    fn direct_modex(&self, _nspace: &str, _rank: u32, done: FenceDone) {
+        done.fail(NOT_FOUND);
+    }
     /// A rank called `PMIx_Abort` (Open MPI's `MPI_Abort`).
     fn abort(&self, nspace: &str, rank: u32, status: i32, message: String);
     /// A rank connected (`finalized` false) or finalized.
@@ -104,7 +111,14 @@ pub trait Host: Send + Sync + 'static {
     fn refused(&self, _why: &str) {}
 }
 
-/// A fence the library waits on. Dropped without [`FenceDone::complete`], it completes
+/// PMIx's statuses a host may fail a direct modex with (`pmix_common.h`).
+pub const NOT_FOUND: i32 = -46;
+pub const TIMEOUT: i32 = -24;
+
+/// What a direct modex request is answered with: the rank's blob, or the library's status.
+pub type BlobResult = Result<Vec<u8>, i32>;
+
+/// A fence (or a direct modex) the library waits on. Dropped without [`FenceDone::complete`], it completes
 /// with an error, so a rank is never left waiting on a fence nobody will finish.
 pub struct FenceDone {
     req: *mut std::ffi::c_void,
@@ -118,10 +132,15 @@ unsafe impl Send for FenceDone {}
 impl FenceDone {
     /// Complete the fence: `Ok(all blobs)` or an error, which fails the ranks' fence.
     pub fn complete(mut self, result: Result<&[u8], ()>) {
-        self.finish(result);
+        self.finish(result.map_err(|()| -1));
     }
 
-    fn finish(&mut self, result: Result<&[u8], ()>) {
+    /// Fail it with PMIx status `status` (negative; e.g. [`NOT_FOUND`]).
+    pub fn fail(mut self, status: i32) {
+        self.finish(Err(status));
+    }
+
+    fn finish(&mut self, result: Result<&[u8], i32>) {
         let req = std::mem::replace(&mut self.req, std::ptr::null_mut());
         if req.is_null() {
             return;
@@ -135,7 +154,7 @@ impl FenceDone {
 
 impl Drop for FenceDone {
     fn drop(&mut self) {
-        self.finish(Err(()));
+        self.finish(Err(-1));
     }
 }
 
@@ -249,6 +268,26 @@ impl Server {
         self.owner.deregister(nspace, rank);
         #[cfg(not(gang_pmix))]
         let _ = (nspace, rank);
+    }
+
+    /// The blob of `rank` of `nspace`, a rank of this node, for a peer's direct modex:
+    /// to `done` once the rank has put it (the library waits for its commit; the caller
+    /// bounds its own wait), on the library's thread. Fails at once if the server is
+    /// stalled.
+    pub fn dmodex(
+        &self,
+        nspace: &str,
+        rank: u32,
+        done: impl FnOnce(BlobResult) + Send + 'static,
+    ) -> Result<(), Error> {
+        cstring(nspace)?;
+        #[cfg(gang_pmix)]
+        return self.owner.dmodex(nspace, rank, Box::new(done));
+        #[cfg(not(gang_pmix))]
+        {
+            let _ = (rank, done);
+            Err(Error::NotBuilt)
+        }
     }
 
     /// How long a call is waited for.

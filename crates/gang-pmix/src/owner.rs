@@ -18,6 +18,7 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 enum Request {
     Prepare(Registration, Box<dyn FnOnce(Prepared) + Send>),
     Deregister(String, u32),
+    Dmodex(String, u32, ffi::BlobDone),
 }
 
 /// The call the thread is in, and since when.
@@ -128,6 +129,17 @@ impl Owner {
         self.send(Request::Prepare(reg, done))
     }
 
+    /// Queue a direct modex request, unless the thread is stalled.
+    pub fn dmodex(&self, nspace: &str, rank: u32, done: ffi::BlobDone) -> Result<(), Error> {
+        if let Some((what, waited)) = self.busy.stalled(self.call_timeout) {
+            return Err(Error::NotAnswering {
+                what: format!("{what} (still running)"),
+                waited,
+            });
+        }
+        self.send(Request::Dmodex(nspace.to_string(), rank, done))
+    }
+
     pub fn deregister(&self, nspace: &str, rank: u32) {
         self.clients.remove(nspace, rank);
         let _ = self.send(Request::Deregister(nspace.to_string(), rank));
@@ -202,6 +214,11 @@ fn serve(rx: mpsc::Receiver<Request>, busy: &Busy, clients: &Clients) {
                     clients.remove(&reg.nspace, reg.my_rank);
                 }
                 done(r);
+            }
+            Request::Dmodex(nspace, rank, done) => {
+                // Non-blocking: the library answers on its own thread.
+                let what = format!("asking for rank {rank} of {nspace}'s data");
+                busy.run(what, || ffi::dmodex_request(&nspace, rank, done));
             }
             Request::Deregister(nspace, rank) => {
                 // Only once the library has closed the rank's connection itself (see the

@@ -7,7 +7,11 @@
  *
  * Fences are not completed here: the local ranks' blob goes up to Rust, which gathers
  * every node's blob through the job's fence at the master and hands back their
- * concatenation (gp_fence_done), which is what the library expects from a host.
+ * concatenation (gp_fence_done), which is what the library expects from a host. A fence
+ * that does not ask for the data (PMIX_COLLECT_DATA unset: Open MPI's
+ * pmix_base_collect_data=0) is a barrier only, and a rank's data is then fetched when a
+ * peer asks for it (direct_modex): Rust asks the hosting node, whose library answers
+ * from its own rank's put (gp_dmodex_request).
  */
 #define _GNU_SOURCE /* asprintf */
 #include <arpa/inet.h>
@@ -26,7 +30,9 @@
 #include <pmix_server.h>
 
 typedef void (*gp_fence_fn)(void *ctx, const char *nspace, const char *data, size_t ndata,
-                            void *req);
+                            int collect, void *req);
+typedef void (*gp_dmodex_fn)(void *ctx, const char *nspace, uint32_t rank, void *req);
+typedef void (*gp_blob_fn)(void *ctx, int status, const char *data, size_t ndata);
 typedef void (*gp_abort_fn)(void *ctx, const char *nspace, uint32_t rank, int status,
                             const char *msg);
 typedef void (*gp_client_fn)(void *ctx, const char *nspace, uint32_t rank, int finalized);
@@ -35,6 +41,7 @@ static void *g_ctx;
 static gp_fence_fn g_fence;
 static gp_abort_fn g_abort;
 static gp_client_fn g_client;
+static gp_dmodex_fn g_dmodex;
 
 static void put_err(char *err, size_t errlen, const char *what, pmix_status_t rc) {
     if (err != NULL && errlen > 0) {
@@ -125,8 +132,13 @@ typedef struct {
 static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
                               const pmix_info_t info[], size_t ninfo, char *data, size_t ndata,
                               pmix_modex_cbfunc_t cbfunc, void *cbdata) {
-    (void)info;
-    (void)ninfo;
+    /* The data is collected only when asked: PMIx's default for a fence is no data. */
+    int collect = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_COLLECT_DATA)) {
+            collect = PMIX_INFO_TRUE(&info[i]) ? 1 : 0;
+        }
+    }
     /* The job's fence at the master is over every rank of one job: a fence over a
      * subset (or over several jobs) has no counterpart there. */
     if (nprocs != 1 || procs[0].rank != PMIX_RANK_WILDCARD) {
@@ -139,13 +151,16 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
     req->cbfunc = cbfunc;
     req->cbdata = cbdata;
     /* data belongs to the library and is valid during this call only: Rust copies it. */
-    g_fence(g_ctx, procs[0].nspace, data, ndata, req);
+    g_fence(g_ctx, procs[0].nspace, data, ndata, collect, req);
     return PMIX_SUCCESS;
 }
 
 static void release_blob(void *cbdata) { free(cbdata); }
 
-/* Complete a fence: `data` (the concatenation of every node's blob) is copied. */
+/* Complete a fence (every node's blob, concatenated) or a direct modex (the rank's
+ * blob): `data` is copied; a failure keeps its status (PMIX_ERR_NOT_FOUND,
+ * PMIX_ERR_TIMEOUT mean something to the client), anything else not negative is an
+ * error. */
 void gp_fence_done(void *vreq, int status, const char *data, size_t ndata) {
     gp_fence_req *req = vreq;
     char *copy = NULL;
@@ -160,7 +175,7 @@ void gp_fence_done(void *vreq, int status, const char *data, size_t ndata) {
     } else {
         ndata = 0;
     }
-    if (status != PMIX_SUCCESS) {
+    if (status > 0) {
         status = PMIX_ERROR;
     }
     if (req->cbfunc != NULL) {
@@ -171,16 +186,23 @@ void gp_fence_done(void *vreq, int status, const char *data, size_t ndata) {
     free(req);
 }
 
-/* Data a rank asks for that no fence brought: every fence collects everything, so a
- * request is for a proc that never put anything. */
+/* Data a rank asks for that no fence brought (the fence did not collect): Rust fetches
+ * it from the node that runs the rank and completes the request with gp_fence_done. */
 static pmix_status_t direct_modex(const pmix_proc_t *proc, const pmix_info_t info[],
                                   size_t ninfo, pmix_modex_cbfunc_t cbfunc, void *cbdata) {
-    (void)proc;
     (void)info;
     (void)ninfo;
-    (void)cbfunc;
-    (void)cbdata;
-    return PMIX_ERR_NOT_FOUND;
+    if (proc->rank == PMIX_RANK_WILDCARD) {
+        return PMIX_ERR_NOT_FOUND;
+    }
+    gp_fence_req *req = malloc(sizeof *req);
+    if (req == NULL) {
+        return PMIX_ERR_NOMEM;
+    }
+    req->cbfunc = cbfunc;
+    req->cbdata = cbdata;
+    g_dmodex(g_ctx, proc->nspace, proc->rank, req);
+    return PMIX_SUCCESS;
 }
 
 static pmix_server_module_t module = {
@@ -195,8 +217,9 @@ static pmix_server_module_t module = {
 
 int gp_init(const char *tmpdir, const char *uri_file, const char *hostname,
             const char *server_nspace, uint32_t server_rank, void *ctx, gp_fence_fn fence, gp_abort_fn abortf,
-            gp_client_fn client, char *err, size_t errlen) {
+            gp_client_fn client, gp_dmodex_fn dmodex, char *err, size_t errlen) {
     g_ctx = ctx;
+    g_dmodex = dmodex;
     g_fence = fence;
     g_abort = abortf;
     g_client = client;
@@ -365,6 +388,36 @@ int gp_setup_fork(const char *nspace, uint32_t rank, char ***env, char *err, siz
 }
 
 void gp_free_env(char **env) { PMIX_ARGV_FREE(env); }
+
+/* A local rank's data for a peer on another node, as the library packs it for a direct
+ * modex: `done(ctx, status, data, ndata)` once the rank has put it (the library waits
+ * for its commit), on the library's thread; data is valid during that call only. */
+typedef struct {
+    gp_blob_fn done;
+    void *ctx;
+} gp_blob_req;
+
+static void dmodex_answered(pmix_status_t status, char *data, size_t sz, void *cbdata) {
+    gp_blob_req *r = cbdata;
+    r->done(r->ctx, status, data, sz);
+    free(r);
+}
+
+int gp_dmodex_request(const char *nspace, uint32_t rank, gp_blob_fn done, void *ctx) {
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, nspace, rank);
+    gp_blob_req *r = malloc(sizeof *r);
+    if (r == NULL) {
+        return PMIX_ERR_NOMEM;
+    }
+    r->done = done;
+    r->ctx = ctx;
+    pmix_status_t rc = PMIx_server_dmodex_request(&proc, dmodex_answered, r);
+    if (rc != PMIX_SUCCESS) {
+        free(r);
+    }
+    return rc;
+}
 
 /* The rank is gone: forget it, and its job (one rank a job a node). */
 void gp_deregister(const char *nspace, uint32_t rank) {

@@ -13,7 +13,7 @@ use gang_pmix::{Error, FenceDone, Host, Registration, Server, ServerConfig};
 struct NoRanks;
 
 impl Host for NoRanks {
-    fn fence(&self, _: &str, _: Vec<u8>, _: FenceDone) {}
+    fn fence(&self, _: &str, _: Vec<u8>, _: bool, _: FenceDone) {}
     fn abort(&self, _: &str, _: u32, _: i32, _: String) {}
     fn client(&self, _: &str, _: u32, _: bool) {}
 }

@@ -47,6 +47,9 @@ impl NodeRelay for Head {
     async fn exits_up(&self, _: Request<RankExits>) -> Result<Response<RankExitsAck>, Status> {
         Err(Status::unimplemented("test head"))
     }
+    async fn modex(&self, _: Request<ModexRequest>) -> Result<Response<ModexResponse>, Status> {
+        Err(Status::unimplemented("test head"))
+    }
     async fn beat(&self, _: Request<BeatRequest>) -> Result<Response<BeatResponse>, Status> {
         Err(Status::unimplemented("test head"))
     }

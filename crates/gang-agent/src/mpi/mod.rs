@@ -5,6 +5,7 @@
 //! (`launch::mpi`); the jobs' key-value spaces carry their fences (`msg`).
 
 pub mod check;
+pub mod modex;
 pub mod pmi;
 pub mod pmix;
 pub mod program;

@@ -17,7 +17,9 @@
 //! put). It goes through the job's fence at the master as one put, `pmix.E.R` (fence
 //! epoch E, rank R; base64), and the master's answer, every rank's put, is cut down to
 //! this epoch's blobs, concatenated in rank order and handed back: the library unpacks
-//! them itself. An abort (`MPI_Abort`) fails the job as PMI-1's does: the rank's group
+//! them itself. A fence that does not ask for the data (no `PMIX_COLLECT_DATA`) is a
+//! barrier: nothing is put or handed back, and a rank's data is fetched from its node
+//! when a peer asks (`modex`). An abort (`MPI_Abort`) fails the job as PMI-1's does: the rank's group
 //! is killed and its exit reported with the code and the message.
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +30,7 @@ use nix::unistd::Pid;
 use tracing::{debug, info, warn};
 
 use crate::error::Coord;
+use crate::mpi::modex::{self, Addresses, ModexPeers, Part};
 use crate::mpi::pmi::{Abort, Fencer};
 use crate::ranks::RankKey;
 
@@ -98,6 +101,9 @@ struct Local {
     /// node, so the n-th of each is the job's n-th fence).
     epoch: u32,
     pgid: Option<Pid>,
+    part: Option<Part>,
+    /// Where the job's ranks' agents listen, once its first fence brought it.
+    addresses: tokio::sync::watch::Sender<Option<Addresses>>,
 }
 
 /// The library's host: fences (through `F`, the jobs' key-value spaces: this module
@@ -107,6 +113,8 @@ struct Host<F> {
     rt: tokio::runtime::Handle,
     ranks: Mutex<HashMap<String, Local>>,
     aborts: Mutex<HashMap<RankKey, Abort>>,
+    /// Direct modex requests this node's ranks' data answered (for tests and logs).
+    served: std::sync::atomic::AtomicU64,
 }
 
 /// The agent's PMIx server.
@@ -124,7 +132,7 @@ impl<F> std::fmt::Debug for PmixNode<F> {
     }
 }
 
-impl<F: Fencer> PmixNode<F> {
+impl<F: Fencer + ModexPeers> PmixNode<F> {
     /// Start the server with its files in `dir`. Must run inside the runtime (fences are
     /// gathered by tasks), and may wait up to [`CALL_TIMEOUT`]: not on a worker thread.
     pub fn start(hub: &Arc<F>, dir: std::path::PathBuf, node: Coord) -> Result<Self, String> {
@@ -147,6 +155,7 @@ impl<F: Fencer> PmixNode<F> {
             rt: tokio::runtime::Handle::current(),
             ranks: Mutex::new(HashMap::new()),
             aborts: Mutex::new(HashMap::new()),
+            served: Default::default(),
         });
         let config = gang_pmix::ServerConfig {
             tmpdir: dir.clone(),
@@ -182,6 +191,8 @@ impl<F: Fencer> PmixNode<F> {
                 key: l.key,
                 epoch: 0,
                 pgid: None,
+                part: Part::new(l.part, l.size),
+                addresses: tokio::sync::watch::channel(None).0,
             },
         );
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -209,6 +220,52 @@ impl<F: Fencer> PmixNode<F> {
                 Err(e.to_string())
             }
         }
+    }
+
+    /// A peer's direct modex (`NodeRelay.Modex`) from node `from`: this node's rank's
+    /// blob, once it has put it, if `from` runs a rank of the same job.
+    pub async fn serve_modex(
+        &self,
+        from: Coord,
+        req: &gang_proto::v1::ModexRequest,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        let found = self
+            .host
+            .ranks
+            .lock()
+            .unwrap()
+            .get(&req.nspace)
+            .map(|l| (l.key, l.part));
+        let Some((key, part)) = found.filter(|(k, _)| k.job_id == req.job_id && k.rank == req.rank)
+        else {
+            return Err(tonic::Status::not_found(format!(
+                "node {}: no rank {} of job {} here (yet)",
+                self.node, req.rank, req.job_id
+            )));
+        };
+        if part.and_then(|p| p.rank_on(from)).is_none() {
+            return Err(tonic::Status::permission_denied(format!(
+                "node {}: node {from} runs no rank of job {}",
+                self.node, key.job_id
+            )));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.server
+            .dmodex(&req.nspace, req.rank, move |r| {
+                let _ = tx.send(r);
+            })
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let answered = match tokio::time::timeout(modex::MODEX_WAIT, rx).await {
+            Ok(Ok(r)) => Ok(r),
+            _ => Err(()),
+        };
+        let blob = modex::answer(answered, req.rank)?;
+        let n = 1 + self
+            .host
+            .served
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        info!(job_id = key.job_id, rank = req.rank, %from, bytes = blob.len(), served = n, "PMIx direct modex served");
+        Ok(blob)
     }
 
     /// The rank runs as the group `pgid` (what an abort kills).
@@ -290,38 +347,60 @@ fn gather(space: &BTreeMap<String, String>, epoch: u32) -> Result<Vec<u8>, Strin
     Ok(blobs.into_iter().flat_map(|(_, b)| b).collect())
 }
 
-impl<F: Fencer> gang_pmix::Host for Host<F> {
-    fn fence(&self, ns: &str, blob: Vec<u8>, done: gang_pmix::FenceDone) {
-        let (key, epoch) = {
+impl<F: Fencer + ModexPeers> gang_pmix::Host for Host<F> {
+    fn fence(&self, ns: &str, blob: Vec<u8>, collect: bool, done: gang_pmix::FenceDone) {
+        let (key, epoch, addresses) = {
             let mut ranks = self.ranks.lock().unwrap();
             let Some(l) = ranks.get_mut(ns) else {
                 warn!(nspace = ns, "PMIx fence for a job not served here: failed");
                 return; // `done` fails the fence as it drops.
             };
             l.epoch += 1;
-            (l.key, l.epoch)
+            (l.key, l.epoch, l.addresses.clone())
         };
         let Some(hub) = self.hub.upgrade() else {
             return;
         };
-        let bytes = blob.len();
-        // Only this fence's blob: the master keeps the job's space, and earlier blobs
-        // are in it already.
-        let puts = BTreeMap::from([(
-            blob_key(epoch, key.rank),
-            base64::engine::general_purpose::STANDARD.encode(&blob),
-        )]);
+        // Only this fence's blob, and only if the fence collects (a barrier's data is
+        // fetched when asked): the master keeps the job's space, and earlier blobs are in
+        // it already. The first fence also says where this rank's agent listens.
+        let bytes = if collect { blob.len() } else { 0 };
+        let mut puts = BTreeMap::new();
+        if collect {
+            puts.insert(
+                blob_key(epoch, key.rank),
+                base64::engine::general_purpose::STANDARD.encode(&blob),
+            );
+        }
+        if epoch == 1
+            && let Some(address) = hub.own_address()
+        {
+            puts.insert(modex::address_key(key.rank), address);
+        }
         self.rt.spawn(async move {
             let started = std::time::Instant::now();
             let result = Fencer::fence(&*hub, key, epoch, puts)
                 .await
-                .and_then(|space| gather(&space, epoch));
+                .and_then(|space| {
+                    if addresses.borrow().is_none() {
+                        let a = modex::addresses(&space);
+                        if !a.is_empty() {
+                            addresses.send_replace(Some(Arc::new(a)));
+                        }
+                    }
+                    if collect {
+                        gather(&space, epoch)
+                    } else {
+                        Ok(Vec::new())
+                    }
+                });
             match result {
                 Ok(all) => {
                     debug!(
                         job_id = key.job_id,
                         rank = key.rank,
                         epoch,
+                        collect,
                         bytes,
                         all = all.len(),
                         us = started.elapsed().as_micros() as u64,
@@ -337,6 +416,63 @@ impl<F: Fencer> gang_pmix::Host for Host<F> {
                         "PMIx fence failed: {e}"
                     );
                     done.complete(Err(()));
+                }
+            }
+        });
+    }
+
+    fn direct_modex(&self, ns: &str, rank: u32, done: gang_pmix::FenceDone) {
+        let Some((key, part, mut addresses)) = self
+            .ranks
+            .lock()
+            .unwrap()
+            .get(ns)
+            .map(|l| (l.key, l.part, l.addresses.subscribe()))
+        else {
+            return done.fail(gang_pmix::NOT_FOUND);
+        };
+        let (Some(part), Some(hub)) = (part, self.hub.upgrade()) else {
+            return done.fail(gang_pmix::NOT_FOUND);
+        };
+        if rank >= part.size {
+            return done.fail(gang_pmix::NOT_FOUND);
+        }
+        let req = gang_proto::v1::ModexRequest {
+            job_id: key.job_id,
+            nspace: ns.to_string(),
+            rank,
+        };
+        self.rt.spawn(async move {
+            let since = std::time::Instant::now();
+            let known =
+                tokio::time::timeout(modex::MODEX_WAIT, addresses.wait_for(Option::is_some));
+            let address = match known.await {
+                Ok(Ok(a)) => a.as_ref().and_then(|a| a.get(&rank).cloned()),
+                _ => None,
+            };
+            let Some(address) = address else {
+                warn!(
+                    job_id = key.job_id,
+                    rank, "PMIx direct modex: where the rank runs is not known"
+                );
+                return done.fail(gang_pmix::NOT_FOUND);
+            };
+            match modex::fetch(&*hub, part.node_of(rank), address, req, since).await {
+                Ok(blob) => {
+                    debug!(
+                        job_id = key.job_id,
+                        rank,
+                        bytes = blob.len(),
+                        "PMIx direct modex fetched"
+                    );
+                    done.complete(Ok(&blob));
+                }
+                Err(status) => {
+                    warn!(
+                        job_id = key.job_id,
+                        rank, status, "PMIx direct modex failed"
+                    );
+                    done.fail(status);
                 }
             }
         });

@@ -110,6 +110,20 @@ impl MsgHub {
         self.spaces.set_peers(peers);
     }
 
+    /// Where this agent listens, as its peers reach it (PMIx direct modex).
+    pub fn set_address(&self, address: String) {
+        self.spaces.set_address(address);
+    }
+
+    /// A peer's PMIx direct modex, from node `from`.
+    pub async fn pmix_modex(
+        &self,
+        from: Coord,
+        req: &gang_proto::v1::ModexRequest,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        self.mpi.pmix_modex(from, req).await
+    }
+
     /// The rank `key` fences among its job's agents, in `tree`.
     pub fn join_fence_tree(&self, key: RankKey, tree: fence_tree::Tree) {
         self.spaces.join_tree(key, tree);

@@ -78,6 +78,21 @@ impl MpiServers {
         server.as_ref().map_err(Clone::clone)?.prepare(l).await
     }
 
+    /// A peer's PMIx direct modex, from node `from`: none if the server never started.
+    pub async fn pmix_modex(
+        &self,
+        from: Coord,
+        req: &gang_proto::v1::ModexRequest,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        match self.pmix.get() {
+            Some(Ok(p)) => p.serve_modex(from, req).await,
+            _ => Err(tonic::Status::not_found(format!(
+                "node {}: no PMIx rank here (yet)",
+                self.node
+            ))),
+        }
+    }
+
     /// The PMIx rank runs as the group `pgid`.
     pub fn pmix_started(&self, key: RankKey, pgid: Pid) {
         if let Some(Ok(p)) = self.pmix.get() {

@@ -37,6 +37,8 @@ pub struct Spaces {
     trees: Arc<FenceTrees>,
     peers: OnceLock<Arc<PeerPool>>,
     record: Arc<dyn Upward>,
+    /// Where this agent listens, as its peers reach it (PMIx direct modex).
+    address: OnceLock<String>,
 }
 
 /// Rank 0's agent tells the master a fence among the agents completed (the record, and
@@ -88,7 +90,13 @@ impl Spaces {
             held: Mutex::new(HashMap::new()),
             trees: Arc::new(FenceTrees::new(node)),
             peers: OnceLock::new(),
+            address: OnceLock::new(),
         }
+    }
+
+    /// Where this agent listens, as its peers reach it.
+    pub fn set_address(&self, address: String) {
+        let _ = self.address.set(address);
     }
 
     /// The master's registry, once connected.
@@ -250,5 +258,27 @@ impl crate::mpi::pmi::Fencer for Spaces {
         puts: BTreeMap<String, String>,
     ) -> Result<Arc<BTreeMap<String, String>>, String> {
         Spaces::fence(self, key, epoch, &puts).await
+    }
+}
+
+impl crate::mpi::modex::ModexPeers for Spaces {
+    fn own_address(&self) -> Option<String> {
+        self.address.get().cloned()
+    }
+
+    async fn modex(
+        &self,
+        node: Coord,
+        address: String,
+        req: gang_proto::v1::ModexRequest,
+    ) -> Result<Vec<u8>, tonic::Status> {
+        let peers = self
+            .peers
+            .get()
+            .ok_or_else(|| tonic::Status::unavailable("no channels to other agents yet"))?;
+        let mut client = peers
+            .tree_client(node.x, node.y, &address)
+            .map_err(tonic::Status::unavailable)?;
+        Ok(client.modex(req).await?.into_inner().blob)
     }
 }

@@ -3,7 +3,7 @@
 //! a real-time thread of its own (`thread`). What they learn of the master is kept in
 //! `master_link`.
 
-pub mod exits_sender;
 pub mod beat;
+pub mod exits_sender;
 pub mod registry_client;
 pub mod thread;

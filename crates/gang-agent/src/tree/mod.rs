@@ -5,7 +5,7 @@
 //! (`peers`), which the messaging library's fences among agents also travel on; and
 //! liveness up the tree (`beats`: heartbeats gathered by liveness heads).
 
+pub mod beats;
 pub mod exit_gather;
 pub mod exits_up;
-pub mod beats;
 pub mod orders;

@@ -29,7 +29,8 @@ use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
     AliveRequest, AliveResponse, BeatRequest, BeatResponse, FenceUpRequest, FenceUpResponse,
-    RankExits, RankExitsAck, RelayOrder, RelayOutcome, RelayRequest, RelayResponse,
+    ModexRequest, ModexResponse, RankExits, RankExitsAck, RelayOrder, RelayOutcome, RelayRequest,
+    RelayResponse,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -279,22 +280,31 @@ impl NodeRelay for OrderTree {
         Ok(Response::new(RelayResponse { outcomes }))
     }
 
+    async fn modex(
+        &self,
+        request: Request<ModexRequest>,
+    ) -> Result<Response<ModexResponse>, Status> {
+        let node = &self.0.node;
+        let from = caller_node(&request).ok_or_else(|| {
+            Status::permission_denied(format!(
+                "node {}: only another node of the job may ask for a rank's data",
+                node.coord
+            ))
+        })?;
+        let blob = node.msg.pmix_modex(from, request.get_ref()).await?;
+        Ok(Response::new(ModexResponse { blob }))
+    }
+
     async fn fence_up(
         &self,
         request: Request<FenceUpRequest>,
     ) -> Result<Response<FenceUpResponse>, Status> {
         let node = &self.0.node;
-        let from = match request
-            .peer_certs()
-            .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())))
-        {
-            Some(Some(PeerName::Node { x, y })) => Coord { x, y },
-            _ => {
-                return Err(Status::permission_denied(format!(
-                    "node {}: only another node of the job may send its part of a fence",
-                    node.coord
-                )));
-            }
+        let Some(from) = caller_node(&request) else {
+            return Err(Status::permission_denied(format!(
+                "node {}: only another node of the job may send its part of a fence",
+                node.coord
+            )));
         };
         let r = request.into_inner();
         let puts = r.puts.into_iter().collect();
@@ -345,13 +355,11 @@ impl NodeRelay for OrderTree {
     }
 }
 
-/// The node whose certificate made the call, if a node's.
+/// The node the caller's certificate names, if it is a node's.
 fn caller_node<T>(request: &Request<T>) -> Option<Coord> {
-    match request
-        .peer_certs()
-        .and_then(|chain| chain.first().map(|leaf| peer_name(leaf.as_ref())))
-    {
-        Some(Some(PeerName::Node { x, y })) => Some(Coord { x, y }),
+    let chain = request.peer_certs()?;
+    match peer_name(chain.first()?.as_ref()) {
+        Some(PeerName::Node { x, y }) => Some(Coord { x, y }),
         _ => None,
     }
 }

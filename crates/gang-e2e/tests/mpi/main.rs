@@ -7,6 +7,7 @@
 #[path = "../trust/accounts.rs"]
 mod accounts;
 mod check;
+mod direct_modex;
 mod late_rank;
 mod mpich;
 mod munge;
