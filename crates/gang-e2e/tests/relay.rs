@@ -156,3 +156,68 @@ fn a_stopped_interior_agent_is_routed_around_and_named() {
     succeeded(&out);
     c.shutdown().unwrap();
 }
+
+/// `prun -v` shows a launch's progress down the tree while it is under way: the agent of
+/// node (0,2), head of the second of the master's two subtrees in a 4x4 job (width 2),
+/// is stopped, so the launch waits on it with one subtree done; once `prun` has said so,
+/// the agent is continued within its bound, the launch completes and the job succeeds
+/// (a slow head is waited for, not routed around).
+#[test]
+fn prun_v_shows_a_launch_s_progress_and_a_stopped_head_continued_in_time_is_waited_for() {
+    use gang_e2e::Master;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut c = cluster(
+        4,
+        4,
+        // Nodes are not declared lost while the agent is stopped (seconds on a loaded host).
+        &["--fanout-width", "2", "--node-timeout-ms", "60000"],
+    );
+    let agent = Pid::from_raw(c.agent_pid(0, 2).expect("node (0,2)'s agent") as i32);
+    kill(agent, Signal::SIGSTOP).unwrap();
+    let mut child = Command::new(gang_e2e::bin_dir().join("prun"))
+        .args(["-v", "-n", "4x4", "--", "true"])
+        .env("GANG_MASTER", c.master())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prun runs");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().expect("piped"));
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let want = "prun: launch 1 of 2 subtrees done, 8 of 16 ranks started";
+    let deadline = std::time::Instant::now() + T;
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l == want) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                kill(agent, Signal::SIGCONT).unwrap();
+                let _ = child.kill();
+                panic!("prun -v did not say {want:?} within {T:?}; it said {seen:?}");
+            }
+        }
+    }
+    kill(agent, Signal::SIGCONT).unwrap();
+    let (out, killed) = gang_e2e::output_within(child, T);
+    let said = reader.join().unwrap();
+    assert!(!killed, "prun did not end within {T:?}: {said}");
+    assert!(out.status.success(), "the launch waited for: {said}");
+    assert!(
+        said.contains("launch 2 of 2 subtrees done, 16 of 16 ranks started")
+            || !said.contains("launch 2 of 2"),
+        "a later progress line adds up: {said}"
+    );
+    assert_eq!(metric(&c, "gang_relay_unreached_total", &[]), 0.0, "{said}");
+    c.shutdown().unwrap();
+}

@@ -33,6 +33,8 @@ pub struct AgentPool {
     /// Signs orders relayed through agents (its public half goes out at registration).
     pub signer: OrderSigner,
     pub fanout: Fanout,
+    /// How far each launch down the tree has got (`prun -v`).
+    pub progress: crate::actor::progress::LaunchProgress,
 }
 
 impl AgentPool {
@@ -42,6 +44,7 @@ impl AgentPool {
             tls,
             channels: Mutex::new(Channels::new(usize::MAX)),
             fanout,
+            progress: Default::default(),
         }
     }
 

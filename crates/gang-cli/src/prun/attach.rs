@@ -51,7 +51,7 @@ pub struct AttachOptions {
     pub stdin: bool,
     /// `--label`: prefix lines with `RANK: `.
     pub label: bool,
-    /// `-v`: say when the job starts and when reattached.
+    /// `-v`: say when the job starts, how far its launch has got, and when reattached.
     pub verbose: bool,
     /// `--quiet`: no line naming the failing rank.
     pub quiet: bool,
@@ -388,7 +388,13 @@ impl Attacher {
             Some(Event::Deadlocked(job)) => {
                 eprint!("{}", deadlock_report(&job));
             }
-            Some(Event::Started(_)) | None => {}
+            Some(Event::Progress(p)) if self.verbose => {
+                eprintln!(
+                    "{}: launch {} of {} subtrees done, {} of {} ranks started",
+                    self.prog, p.subtrees_done, p.subtrees, p.ranks_started, p.ranks
+                );
+            }
+            Some(Event::Started(_) | Event::Progress(_)) | None => {}
         }
         None
     }

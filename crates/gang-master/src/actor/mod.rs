@@ -33,6 +33,7 @@ use crate::state::{MasterState, Now, reactor, round};
 
 mod calls;
 mod daemon;
+pub mod progress;
 mod relays;
 #[cfg(test)]
 mod tests;

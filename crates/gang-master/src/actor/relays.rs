@@ -30,13 +30,14 @@ pub type Target = (Coord, String);
 /// Sign `work` for `targets`, send it down the tree, hand each subtree's outcomes to
 /// `each` (called once per node, in no particular order).
 /// `root_parent`: for a launch with fences among the agents, the first node's address,
-/// the fence parent of the other subtrees' heads.
+/// the fence parent of the other subtrees' heads; `launch`: the job whose launch this is,
+/// whose progress is recorded as each head answers.
 fn send(
     agents: &Arc<AgentPool>,
     metrics: &Arc<Metrics>,
     (work, table_of): (Work, Vec<u32>),
     targets: &[Target],
-    root_parent: Option<String>,
+    (root_parent, launch): (Option<String>, Option<JobId>),
     each: impl Fn(Coord, &RelayOutcome) + Clone + Send + 'static,
 ) {
     metrics.relayed(match &work {
@@ -64,7 +65,11 @@ fn send(
         hop_timeout_ms: agents.fanout.hop_timeout_ms,
         from: "the master".to_owned(),
     });
-    for range in fanout::split(0..targets.len(), agents.fanout.width as usize) {
+    let heads = fanout::split(0..targets.len(), agents.fanout.width as usize);
+    if let Some(job) = launch {
+        agents.progress.begin(job, heads.len(), targets.len());
+    }
+    for range in heads {
         let (agents, route, each) = (Arc::clone(agents), Arc::clone(&route), each.clone());
         let metrics = Arc::clone(metrics);
         let parent = match &root_parent {
@@ -95,6 +100,14 @@ fn send(
                     }
                     _ => debug!(node = ?node, "a relay outcome for no node of its subtree"),
                 }
+            }
+            if let Some(job) = launch {
+                let started = outcomes.iter().filter(|o| {
+                    o.refused.is_empty()
+                        && o.unreachable.is_empty()
+                        && index.contains_key(&(o.x, o.y))
+                });
+                agents.progress.subtree_done(job, started.count());
             }
             // A subtree head that answered for less than all of it: the rest unreached.
             for (i, done) in answered.into_iter().enumerate() {
@@ -146,7 +159,7 @@ pub fn launch_job(
         metrics,
         (Work::Launch(template), vec![]),
         &targets,
-        root_parent,
+        (root_parent, Some(job)),
         move |node, o| {
             let rank = rank_of[&node];
             let result = if !o.refused.is_empty() {
@@ -182,7 +195,7 @@ pub fn signal_job(
         metrics,
         (work, vec![]),
         targets,
-        None,
+        (None, None),
         move |(x, y), o| {
             let failed = if o.refused.is_empty() {
                 &o.unreachable
@@ -223,7 +236,7 @@ pub fn tables(
         metrics,
         (work, table_of),
         &targets,
-        None,
+        (None, None),
         move |node, o| {
             if o.refused.is_empty() && o.unreachable.is_empty() {
                 let tx = tx.clone();

@@ -14,7 +14,7 @@ use crate::state::events::{
 };
 use crate::state::views::{JobView, MatrixView, NodeState, NodeView, NodesView};
 
-pub use super::job_info::{LIST_PAGE_BYTES, LIST_PAGE_JOBS, job_info, list_page};
+pub use super::job_info::{LIST_PAGE_BYTES, LIST_PAGE_JOBS, job_info, launch_progress, list_page};
 
 /// A cancel that states a uid must state the caller's.
 pub fn check_stated_uid(uid: u32, caller: &Caller) -> Result<(), MasterError> {

@@ -126,6 +126,16 @@ fn rank_node(v: &JobView, rank: u32) -> Option<(u32, u32)> {
     (sm.w > 0 && u64::from(rank) < sm.area()).then(|| (sm.x + rank % sm.w, sm.y + rank / sm.w))
 }
 
+/// How far a launch down the order tree has got, for `prun -v`.
+pub fn launch_progress(p: crate::actor::progress::Progress) -> v1::LaunchProgress {
+    v1::LaunchProgress {
+        subtrees_done: p.heads_done,
+        subtrees: p.heads,
+        ranks_started: p.ranks_started,
+        ranks: p.ranks,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,8 @@ pub struct Jobs {
 /// `READ_MAX` bytes, the bound on what an unread stream holds in the master (beside what
 /// tonic is encoding and h2 has buffered beyond the client's window, about a piece each).
 const ATTACH_QUEUE: usize = 4;
+/// How often an attach stream looks at its job's launch progress while it starts.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -192,7 +194,7 @@ impl JobService for Jobs {
             ));
         }
         tokio::spawn(relay_output(
-            self.handle.clone(),
+            (self.handle.clone(), self.agents.clone()),
             self.output.clone(),
             (id, caller, follow),
             info,
@@ -206,7 +208,7 @@ impl JobService for Jobs {
 /// Output log from the start, then live, then the final state. Without `live`, only
 /// the log as it is now (and the final state if the job has ended).
 async fn relay_output(
-    handle: Handle,
+    (handle, agents): (Handle, Arc<AgentPool>),
     hub: Arc<OutputHub>,
     (id, caller, live): (JobId, Caller, bool),
     info: JobView,
@@ -245,6 +247,8 @@ async fn relay_output(
     if deadlocked && !send(Event::Deadlocked(convert::job_info(&info))).await {
         return;
     }
+    let mut progress = tokio::time::interval(PROGRESS_EVERY);
+    let mut said = None;
     loop {
         let len = *follow.borrow_and_update();
         match relay_log(&hub, id, &mut sent, len, &tx).await {
@@ -269,6 +273,15 @@ async fn relay_output(
         }
         tokio::select! {
             r = follow.changed() => if r.is_err() { return },
+            _ = progress.tick(), if !started && finished.is_none() => {
+                let now = agents.progress.get(id);
+                if let Some(p) = now.filter(|_| now != said) {
+                    said = now;
+                    if !send(Event::Progress(convert::launch_progress(p))).await {
+                        return;
+                    }
+                }
+            }
             e = events.recv() => match e {
                 Ok(j) if j.id == id => {
                     if !deadlocked && j.deadlock.is_some() {
