@@ -17,6 +17,9 @@ use tonic::codegen::Service;
 use tonic::codegen::http;
 use tonic::transport::Channel;
 
+/// The master's agent registry, over this channel.
+pub type RegistryClient = gang_proto::v1::agent_registry_client::AgentRegistryClient<MasterChannel>;
+
 #[derive(Clone, Debug)]
 pub struct MasterChannel {
     channels: Arc<[Channel]>,

@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use tonic::Status;
 use tracing::{debug, warn};
 
+use crate::master_link::channel::RegistryClient;
 use crate::master_link::lease::Lease;
 use crate::node::Node;
-use crate::session::registry_client::RegistryClient;
 use crate::tree::beats::Route;
 
 /// Send this period's beat. Ok(false): the master does not know this node (register

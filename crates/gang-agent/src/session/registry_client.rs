@@ -31,8 +31,7 @@ use crate::ranks::RankKey;
 use crate::rt::clock::realtime_ns;
 use crate::session::exits_sender;
 
-pub type RegistryClient = AgentRegistryClient<MasterChannel>;
-pub use crate::master_link::channel::MasterChannel;
+pub use crate::master_link::channel::{MasterChannel, RegistryClient};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
