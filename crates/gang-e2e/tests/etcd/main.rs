@@ -488,7 +488,7 @@ fn a_leader_cut_off_from_etcd_stops_within_its_lease() {
         "a cancel was acknowledged while cut off: {}",
         String::from_utf8_lossy(&late.stdout)
     );
-    wait_for(T, "the third master to lead", || {
+    wait_showing(&c_log, "the third master to lead", || {
         c_ready.exists().then_some(())
     });
     // It stopped acting when its lease could no longer be confirmed, before etcd could let
