@@ -38,11 +38,16 @@ fn cpu(pids: &[i32]) -> u64 {
 /// What sampling both jobs every ~2 ms showed. A job *ran* in an interval between two
 /// samples if its ranks used CPU time in it (a rank signalled to stop may still show as
 /// runnable until it is next scheduled, but it no longer runs).
+/// The longest interval between two samples that tells which job ran in it.
+const RESOLUTION: Duration = Duration::from_millis(10);
+
 struct Watch {
     /// The longest stretch of consecutive intervals in which both jobs ran.
     longest_overlap: Duration,
     /// Intervals in which both ran, and all intervals.
     overlap_intervals: usize,
+    /// Intervals too long to tell overlap from turns (a late sample) in which both ran.
+    unresolved: usize,
     samples: usize,
     /// Turns: how many times the job running alone changed (A alone, then B alone, ...).
     turns: usize,
@@ -59,6 +64,7 @@ fn watch(a: &Job, b: &Job, span: Duration) -> Watch {
     let mut w = Watch {
         longest_overlap: Duration::ZERO,
         overlap_intervals: 0,
+        unresolved: 0,
         samples: 0,
         turns: 0,
         a_cpu: 0,
@@ -85,7 +91,12 @@ fn watch(a: &Job, b: &Job, span: Duration) -> Watch {
             }
             alone = Some(ra);
         }
-        if ra && rb {
+        // A late sample's interval may span a switch: both jobs ran in it, one after the
+        // other; it cannot tell overlap from turns (an 82 ms gap once read as overlap).
+        if ra && rb && now - last_t > RESOLUTION {
+            w.unresolved += 1;
+            overlap_since = None;
+        } else if ra && rb {
             w.overlap_intervals += 1;
             let since = *overlap_since.get_or_insert(last_t);
             w.longest_overlap = w.longest_overlap.max(now - since);
@@ -94,6 +105,12 @@ fn watch(a: &Job, b: &Job, span: Duration) -> Watch {
         }
         (last_a, last_b, last_t) = (ca, cb, now);
     }
+    assert!(
+        w.unresolved * 10 <= w.samples,
+        "samples too late to tell overlap: {} of {}",
+        w.unresolved,
+        w.samples
+    );
     w.a_cpu = cpu(&a.pids).saturating_sub(a0);
     w.b_cpu = cpu(&b.pids).saturating_sub(b0);
     w
@@ -466,8 +483,9 @@ fn a_step_is_switched_with_its_allocation() {
     wait_switching(&a, &step);
     let w = watch(&a, &step, Duration::from_secs(3));
     eprintln!(
-        "job and step: samples {}, overlapping {} (longest {:?}), turns {}, cpu {}/{} ms",
+        "job and step: samples {} ({} late), overlapping {} (longest {:?}), turns {}, cpu {}/{} ms",
         w.samples,
+        w.unresolved,
         w.overlap_intervals,
         w.longest_overlap,
         w.turns,
