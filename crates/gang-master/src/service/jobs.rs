@@ -224,16 +224,10 @@ async fn relay_output(
                 .is_ok()
         }
     };
-    let log_error = |e: std::io::Error| {
-        Status::from(MasterError::Output {
-            job: id.0,
-            source: e,
-        })
-    };
     let mut follow = match hub.follow(id.0) {
         Ok(f) => f,
         Err(e) => {
-            let _ = tx.send(Err(log_error(e))).await;
+            let _ = tx.send(Err(log_error(id, e))).await;
             return;
         }
     };
@@ -255,7 +249,7 @@ async fn relay_output(
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
-                let _ = tx.send(Err(log_error(e))).await;
+                let _ = tx.send(Err(log_error(id, e))).await;
                 return;
             }
         }
@@ -274,12 +268,10 @@ async fn relay_output(
         tokio::select! {
             r = follow.changed() => if r.is_err() { return },
             _ = progress.tick(), if !started && finished.is_none() => {
-                let now = agents.progress.get(id);
-                if let Some(p) = now.filter(|_| now != said) {
-                    said = now;
-                    if !send(Event::Progress(convert::launch_progress(p))).await {
-                        return;
-                    }
+                if let Some(p) = progress_since(&agents, id, &mut said)
+                    && !send(Event::Progress(p)).await
+                {
+                    return;
                 }
             }
             e = events.recv() => match e {
@@ -312,6 +304,25 @@ async fn relay_output(
             },
         }
     }
+}
+
+fn log_error(id: JobId, e: std::io::Error) -> Status {
+    Status::from(MasterError::Output {
+        job: id.0,
+        source: e,
+    })
+}
+
+/// The launch's progress, if it changed since `said` (then remembered there).
+fn progress_since(
+    agents: &AgentPool,
+    id: JobId,
+    said: &mut Option<crate::actor::progress::Progress>,
+) -> Option<v1::LaunchProgress> {
+    let now = agents.progress.get(id);
+    let p = now.filter(|_| now != *said)?;
+    *said = now;
+    Some(convert::launch_progress(p))
 }
 
 /// Send the log from `sent` up to `len`, a piece of at most `READ_MAX` bytes at a time, read
