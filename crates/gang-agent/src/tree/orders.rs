@@ -285,12 +285,11 @@ impl NodeRelay for OrderTree {
         request: Request<ModexRequest>,
     ) -> Result<Response<ModexResponse>, Status> {
         let node = &self.0.node;
-        let from = caller_node(&request).ok_or_else(|| {
-            Status::permission_denied(format!(
-                "node {}: only another node of the job may ask for a rank's data",
-                node.coord
-            ))
-        })?;
+        let from = caller_node(
+            &request,
+            node.coord,
+            "another node of the job may ask for a rank's data",
+        )?;
         let blob = node.msg.pmix_modex(from, request.get_ref()).await?;
         Ok(Response::new(ModexResponse { blob }))
     }
@@ -300,12 +299,11 @@ impl NodeRelay for OrderTree {
         request: Request<FenceUpRequest>,
     ) -> Result<Response<FenceUpResponse>, Status> {
         let node = &self.0.node;
-        let Some(from) = caller_node(&request) else {
-            return Err(Status::permission_denied(format!(
-                "node {}: only another node of the job may send its part of a fence",
-                node.coord
-            )));
-        };
+        let from = caller_node(
+            &request,
+            node.coord,
+            "another node of the job may send its part of a fence",
+        )?;
         let r = request.into_inner();
         let puts = r.puts.into_iter().collect();
         match node
@@ -337,12 +335,11 @@ impl NodeRelay for OrderTree {
         request: Request<RankExits>,
     ) -> Result<Response<RankExitsAck>, Status> {
         let node = &self.0.node;
-        let Some(from) = caller_node(&request) else {
-            return Err(Status::permission_denied(format!(
-                "node {}: only a node of the job may pass on its subtree's exits",
-                node.coord
-            )));
-        };
+        let from = caller_node(
+            &request,
+            node.coord,
+            "a node of the job may pass on its subtree's exits",
+        )?;
         node.exits.from_child(request.into_inner(), from)?;
         Ok(Response::new(RankExitsAck {}))
     }
@@ -355,12 +352,17 @@ impl NodeRelay for OrderTree {
     }
 }
 
-/// The node the caller's certificate names, if it is a node's.
-fn caller_node<T>(request: &Request<T>) -> Option<Coord> {
-    let chain = request.peer_certs()?;
-    match peer_name(chain.first()?.as_ref()) {
-        Some(PeerName::Node { x, y }) => Some(Coord { x, y }),
-        _ => None,
+/// The node the caller's certificate names; any other caller is refused, told that only
+/// `who_may` ("a node of the job may ...").
+fn caller_node<T>(request: &Request<T>, here: Coord, who_may: &str) -> Result<Coord, Status> {
+    let leaf = request
+        .peer_certs()
+        .and_then(|chain| chain.first().cloned());
+    match leaf.and_then(|l| peer_name(l.as_ref())) {
+        Some(PeerName::Node { x, y }) => Ok(Coord { x, y }),
+        _ => Err(Status::permission_denied(format!(
+            "node {here}: only {who_may}"
+        ))),
     }
 }
 
