@@ -1,8 +1,11 @@
 //! A real master and an emulated fleet ("10,000 nodes on one master"): `gang-agent
 //! --emulate` nodes, 1,024 to a process, their ranks played. For each mesh of
 //! `FLEET_MESHES` (default 32x32,64x64): the time until every node is up, the idle cost
-//! (the master's and the agent processes' CPU over `FLEET_IDLE_S` seconds, default 10),
-//! the master's memory and descriptors, and `prun -n WxH true` over the whole mesh
+//! (the master's and the agent processes' CPU over `FLEET_IDLE_S` seconds, default 10,
+//! from `FLEET_SETTLE_S`, default 100, after all came up: the master's agent-port idle
+//! timeout has closed the connections nobody uses and a sweep has given their memory back),
+//! the master's memory (idle, and after the launches) and descriptors, the most descriptors
+//! one fleet process holds (idle and at the end), and `prun -n WxH true` over the whole mesh
 //! `FLEET_LAUNCHES` times (default 10), median and p99, with the master's CPU per launch;
 //! then `prun -n WxH fence ROUNDS BYTES` `FLEET_FENCE_RUNS` times (default 3; 0: none),
 //! ROUNDS `FLEET_FENCES` (default 20), BYTES `FLEET_FENCE_BYTES` (default 450, a business
@@ -35,6 +38,7 @@ use serde_json::Value;
 fn main() {
     let meshes: String = env_or("FLEET_MESHES", "32x32,64x64".to_string());
     let idle_s: u64 = env_or("FLEET_IDLE_S", 10);
+    let settle_s: u64 = env_or("FLEET_SETTLE_S", 100);
     let launches: usize = env_or("FLEET_LAUNCHES", 10);
     let per: u32 = env_or("FLEET_PER_PROCESS", 1024);
     let master_args: Vec<String> = env_or("FLEET_MASTER_ARGS", String::new())
@@ -55,7 +59,7 @@ fn main() {
                 width,
                 &bins,
                 &master_args,
-                (idle_s, launches, per),
+                (settle_s, idle_s, launches, per),
                 &fences,
             );
         }
@@ -131,7 +135,7 @@ fn run(
     width: &str,
     bins: &std::path::Path,
     master_args: &[String],
-    (idle_s, launches, per): (u64, usize, u32),
+    (settle_s, idle_s, launches, per): (u64, u64, usize, u32),
     fences: &Fences,
 ) {
     {
@@ -167,13 +171,18 @@ fn run(
         let placed = place(master, &agents);
         let nodes = f64::from(w * h);
 
-        // Idle: nothing runs.
-        std::thread::sleep(Duration::from_secs(2));
+        // Idle: nothing runs, and what coming up left behind has settled (the agent
+        // port's idle timeout, 60 s, closed connections nobody uses; a sweep, every 30 s,
+        // gave their memory back).
+        std::thread::sleep(Duration::from_secs(settle_s));
         let (m0, a0, t0) = (proc_cpu(master).0, agents_cpu(), Instant::now());
         std::thread::sleep(Duration::from_secs(idle_s));
         let secs = t0.elapsed().as_secs_f64();
         let idle_master = (proc_cpu(master).0 - m0) / secs;
         let idle_agents = (agents_cpu() - a0) / secs;
+        let idle_rss_kb = status_kb(master, "VmRSS:");
+        let fleet_fds = || agents.iter().map(|&p| open_fds(p)).max().unwrap_or(0);
+        let idle_fleet_fds = fleet_fds();
 
         let mut ms = vec![];
         let mut failed = 0;
@@ -206,8 +215,8 @@ fn run(
             "agent_processes": agents.len(),
             "all_up_s": up_s,
             "idle_cpu_cores": {"master": idle_master, "agents": idle_agents},
-            "master": {"rss_kb": status_kb(master, "VmRSS:"), "fds": open_fds(master),
-                       "threads": status_kb(master, "Threads:")},
+            "master": {"idle_rss_kb": idle_rss_kb, "rss_kb": status_kb(master, "VmRSS:"),
+                       "fds": open_fds(master), "threads": status_kb(master, "Threads:")},
             "prun_true_ms": {"median": median, "p99": p99, "runs": launches, "failed": failed},
             "master_cpu_per_launch_ms": master_cpu_per_launch_ms,
             "master_cpu_per_rank_ms": master_cpu_per_launch_ms / nodes,
@@ -218,6 +227,7 @@ fn run(
                 "idle_cpu_us_per_s": idle_agents * 1e6 / nodes,
                 "rss_kb": agents.iter().map(|&p| status_kb(p, "VmRSS:")).sum::<u64>() as f64 / nodes,
                 "cpu_per_launch_us": agents_cpu_per_launch_ms * 1e3 / nodes,
+                "max_fds_a_process": {"idle": idle_fleet_fds, "end": fleet_fds()},
             },
             "fence": fence,
         });

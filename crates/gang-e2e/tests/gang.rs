@@ -27,6 +27,8 @@ fn start_busy(c: &gang_local::LocalCluster, shape: &str, n: usize) -> Job {
     let dir = tempfile::tempdir().unwrap().keep();
     let id = submit(c, shape, &["sh", "-c", &busy_script(&dir)]);
     let pids = rank_pids(&dir, n, T);
+    // The ranks' script is loaded; the directory only held their pids.
+    let _ = std::fs::remove_dir_all(&dir);
     Job { id, pids }
 }
 

@@ -167,14 +167,15 @@ impl<C: Clone> Channels<C> {
     }
 }
 
-/// Sweep `pool`'s idle channels every half idle period, until the pool is dropped.
+/// Sweep `pool`'s idle channels every half idle period, until the pool is dropped, and
+/// give back the memory they and connections closed since held (`connections::trim`).
 pub async fn sweep_idle_channels(pool: std::sync::Weak<AgentPool>) {
     loop {
         tokio::time::sleep(CHANNEL_IDLE / 2).await;
-        match pool.upgrade() {
-            Some(p) => p.sweep_idle(),
-            None => return,
-        }
+        let Some(p) = pool.upgrade() else { return };
+        p.sweep_idle();
+        drop(p);
+        crate::connections::trim::give_back_freed();
     }
 }
 

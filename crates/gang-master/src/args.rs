@@ -197,6 +197,11 @@ pub struct ConnArgs {
     /// A connection with no open stream this long is closed [default: 300000].
     #[arg(long)]
     pub idle_timeout_ms: Option<u64>,
+    /// The agent port's: an agent connection with no open stream this long is closed (a
+    /// node beating a liveness head has nothing to tell the master between launches; it
+    /// reconnects when it has) [default: 60000].
+    #[arg(long)]
+    pub agent_idle_timeout_ms: Option<u64>,
     /// HTTP/2 keepalive ping interval, to find dead peers [default: 60000].
     #[arg(long)]
     pub keepalive_interval_ms: Option<u64>,
@@ -275,6 +280,7 @@ impl Args {
                 max_agent_per_ip: c.max_agent_per_ip,
                 handshake_timeout_ms: c.handshake_timeout_ms,
                 idle_timeout_ms: c.idle_timeout_ms,
+                agent_idle_timeout_ms: c.agent_idle_timeout_ms,
                 keepalive_interval_ms: c.keepalive_interval_ms,
                 keepalive_timeout_ms: c.keepalive_timeout_ms,
                 max_attaches_per_user: c.max_attaches_per_user,

@@ -103,10 +103,27 @@ async fn call_head_patiently(
             {
                 tokio::time::sleep(RECONNECT_PAUSE).await;
             }
-            Err(Failed::Transport(status)) => return Err(status.message().to_owned()),
+            Err(Failed::Transport(status)) => return Err(transport_why(&status)),
             Err(Failed::Said(why)) => return Err(why),
             Ok(outcomes) => return Ok(outcomes),
         }
+    }
+}
+
+/// A transport failure's message and its causes (connect, TLS, HTTP/2): "transport
+/// error" alone tells an admin nothing.
+fn transport_why(status: &tonic::Status) -> String {
+    use std::error::Error;
+    match status.source() {
+        Some(cause) => {
+            let causes = crate::client::error_chain(cause);
+            if causes.contains(status.message()) {
+                causes
+            } else {
+                format!("{}: {causes}", status.message())
+            }
+        }
+        None => status.message().to_owned(),
     }
 }
 

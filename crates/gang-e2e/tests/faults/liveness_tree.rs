@@ -1,8 +1,8 @@
 //! Liveness summarised up the tree (`--fanout-width`): heads gather their group's
 //! heartbeats and send the master one batch a period. What must hold: every node stays up
 //! while the master answers a fraction of the calls it would flat, a job across the mesh
-//! still runs, and a head that dies takes only itself down: its children fall back to
-//! beating the master.
+//! still runs, children's connections to the master close when idle, and a head that
+//! dies takes only itself down: its children fall back to beating the master.
 
 use std::time::{Duration, Instant};
 
@@ -94,9 +94,11 @@ fn watch_up(c: &LocalCluster, periods: u64, batches: f64, allowed: &[(u64, u64)]
 #[test]
 fn an_8x8_fleet_four_wide_stays_up_on_a_fifth_of_the_heartbeat_calls() {
     let _one = super::serial();
+    let mut args = liveness_args("4");
+    args.extend(["--agent-idle-timeout-ms", "2000"]);
     let opts = LocalClusterOptions {
         emulate: Some(64),
-        ..options(&liveness_args("4"))
+        ..options(&args)
     };
     let c = LocalCluster::start((8, 8), opts).expect("emulated cluster starts");
     wait_for(T, "all 64 nodes up", || down(&c).is_empty().then_some(()));
@@ -127,6 +129,16 @@ fn an_8x8_fleet_four_wide_stays_up_on_a_fifth_of_the_heartbeat_calls() {
     }
     assert!(direct + batch < 0.35 * flat, "{direct} + {batch} vs {flat}");
     assert!(direct < 0.1 * flat, "{direct} vs {flat}");
+    // Children tell their heads, not the master: their connections to the master go
+    // quiet and are closed (2 s), leaving about one a head (13), all still up.
+    let agents_open = || metric(&c, "gang_connections_open", &["listener=\"agents\""]);
+    wait_for(
+        T,
+        "the children's idle connections to the master closed",
+        || (agents_open() <= 20.0).then_some(()),
+    );
+    watch_up(&c, 1, 10.0, &[]);
+    assert!(agents_open() <= 20.0, "{} agent connections", agents_open());
     assert_eq!(job(&c, long)["state"], "running");
     let out = gangctl(&c, &["cancel", &long.to_string()]);
     assert!(out.status.success(), "{}", text(&out.stderr));

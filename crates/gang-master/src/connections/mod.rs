@@ -24,6 +24,7 @@ pub mod authority;
 pub mod call_count;
 pub mod deadlines;
 pub mod metrics_port;
+pub mod trim;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +57,7 @@ pub struct ConnectionsSection {
     pub max_unvetted_agent_per_ip: Option<usize>,
     pub handshake_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
+    pub agent_idle_timeout_ms: Option<u64>,
     pub keepalive_interval_ms: Option<u64>,
     pub keepalive_timeout_ms: Option<u64>,
     pub max_attaches_per_user: Option<usize>,
@@ -84,6 +86,10 @@ pub struct ConnLimits {
     pub max_unvetted_agent_per_ip: usize,
     pub handshake_timeout: Duration,
     pub idle_timeout: Duration,
+    /// The agent port's idle timeout: a node beating a liveness head, not the master, has
+    /// nothing to say to the master between launches; its connection's TLS and HTTP/2
+    /// state (some 40 KB) is freed and made again when it next calls.
+    pub agent_idle_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
     /// Attach streams (prun, gangctl output) one user may hold open (admins: no limit).
@@ -112,6 +118,9 @@ impl Default for ConnLimits {
             // A client between calls may reuse its connection for a while; after 5 min
             // with nothing open, it reconnects (its channel does so by itself).
             idle_timeout: Duration::from_secs(300),
+            // Longer than any node's idle heartbeat up to 12,288 nodes (5 s a started
+            // 1,024 nodes), so only nodes that beat a liveness head go quiet this long.
+            agent_idle_timeout: Duration::from_secs(60),
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
             // An unread stream costs a few 64 KiB pieces: 128 of them, some tens of MB.
@@ -142,6 +151,7 @@ impl ConnLimits {
                 .unwrap_or(self.max_unvetted_agent_per_ip),
             handshake_timeout: ms(f.handshake_timeout_ms, self.handshake_timeout),
             idle_timeout: ms(f.idle_timeout_ms, self.idle_timeout),
+            agent_idle_timeout: ms(f.agent_idle_timeout_ms, self.agent_idle_timeout),
             keepalive_interval: ms(f.keepalive_interval_ms, self.keepalive_interval),
             keepalive_timeout: ms(f.keepalive_timeout_ms, self.keepalive_timeout),
             max_attaches_per_user: f
@@ -154,6 +164,14 @@ impl ConnLimits {
         Deadlines {
             handshake: self.handshake_timeout,
             idle: self.idle_timeout,
+        }
+    }
+
+    /// The agent port's: its own idle timeout.
+    pub fn agent_deadlines(&self) -> Deadlines {
+        Deadlines {
+            idle: self.agent_idle_timeout,
+            ..self.deadlines()
         }
     }
 
@@ -199,6 +217,7 @@ pub struct Listeners {
     agent_pool: Arc<Pool>,
     vetting: Arc<gang_listen::Vetting>,
     deadlines: Deadlines,
+    agent_deadlines: Deadlines,
     metrics: Arc<Metrics>,
     is_admin: Arc<dyn Fn(u32) -> bool + Send + Sync>,
     /// Set on a standby's listeners: cancelled, it ends every connection they admitted.
@@ -258,14 +277,15 @@ impl Listeners {
             agent_pool,
             vetting,
             deadlines: limits.deadlines(),
+            agent_deadlines: limits.agent_deadlines(),
             metrics,
             is_admin,
             closing: None,
         }
     }
 
-    fn admitting(&self, name: &'static str, pool: &Arc<Pool>) -> Admitting {
-        let mut a = Admitting::new(name, pool.clone(), self.deadlines, self.metrics.clone());
+    fn admitting(&self, name: &'static str, pool: &Arc<Pool>, deadlines: Deadlines) -> Admitting {
+        let mut a = Admitting::new(name, pool.clone(), deadlines, self.metrics.clone());
         a.closing = self.closing.clone();
         a
     }
@@ -275,21 +295,21 @@ impl Listeners {
         let is_admin = self.is_admin.clone();
         UnixIncoming::new(
             l,
-            self.admitting("socket", &self.client_pool),
+            self.admitting("socket", &self.client_pool, self.deadlines),
             Box::new(move |uid| is_admin(uid)),
         )
     }
 
     /// The client TLS port's connections.
     pub fn clients(&self, l: tokio::net::TcpListener) -> TcpIncoming {
-        TcpIncoming::new(l, self.admitting("tcp", &self.client_pool))
+        TcpIncoming::new(l, self.admitting("tcp", &self.client_pool, self.deadlines))
     }
 
     /// The agent port's connections.
     pub fn agents(&self, l: tokio::net::TcpListener) -> AgentIncoming {
         AgentIncoming::new(
             l,
-            self.admitting("agents", &self.agent_pool),
+            self.admitting("agents", &self.agent_pool, self.agent_deadlines),
             self.vetting.clone(),
         )
     }

