@@ -127,6 +127,16 @@ fn transport_why(status: &tonic::Status) -> String {
     }
 }
 
+/// Whether a call failed with its connection rather than by the head's word: unavailable
+/// (connect, TLS, reset), or cancelled by hyper when the connection under it closed
+/// ("operation was canceled": once at 10,000 emulated nodes, where the head was slow).
+fn connection_lost(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Cancelled
+    )
+}
+
 /// Why a call to a head failed: its connection, or anything else (said).
 enum Failed {
     Transport(tonic::Status),
@@ -169,7 +179,7 @@ async fn call_head(
                 measured().record(n, started.elapsed());
                 return Ok(answer.into_inner().outcomes);
             }
-            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+            Ok(Err(status)) if connection_lost(&status) => {
                 return Err(Failed::Transport(status));
             }
             Ok(Err(status)) => return Err(Failed::Said(status.message().to_owned())),
@@ -189,18 +199,21 @@ async fn call_head(
                             measured().record(n, started.elapsed());
                             return Ok(answer.into_inner().outcomes);
                         }
+                        Err(status) if connection_lost(&status) => {
+                            return Err(Failed::Transport(status));
+                        }
                         Err(status) => return Err(Failed::Said(status.message().to_owned())),
                     },
                     alive = asked => match alive {
                         Ok(Ok(_)) => continue,
                         // Any answer of its own (an agent too old to know Alive) is alive;
                         // a transport failure is not.
-                        Ok(Err(status)) if status.code() != tonic::Code::Unavailable => continue,
+                        Ok(Err(status)) if !connection_lost(&status) => continue,
                         Ok(Err(status)) => {
                             return Err(Failed::Said(format!(
                                 "no answer within {} ms, and asked whether alive: {}",
                                 waited.as_millis(),
-                                status.message()
+                                transport_why(&status)
                             )));
                         }
                         Err(_) => {
@@ -214,5 +227,30 @@ async fn call_head(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason a node is routed around names what failed beneath "transport error".
+    #[test]
+    fn a_transport_failure_s_reason_names_its_causes() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "tls handshake eof");
+        let mut status = tonic::Status::from_error(Box::new(io));
+        assert_eq!(transport_why(&status), "tls handshake eof");
+        status = tonic::Status::unavailable("transport error");
+        assert_eq!(transport_why(&status), "transport error");
+        let wrapped = std::io::Error::other(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        ));
+        let status = tonic::Status::from_error(Box::new(wrapped));
+        assert!(
+            transport_why(&status).contains("connection reset by peer"),
+            "{}",
+            transport_why(&status)
+        );
     }
 }

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use crate::master_link::channel::RegistryClient;
 use crate::master_link::lease::Lease;
 use crate::node::Node;
-use crate::tree::beats::Route;
+use crate::tree::beats::{Route, UNANSWERED_BEATS};
 
 /// Send this period's beat. Ok(false): the master does not know this node (register
 /// again); Err: the master could not be reached. `patience`: how long the head may take
@@ -54,8 +54,16 @@ pub async fn send(
                     let answer = resp
                         .answer
                         .filter(|_| u128::from(resp.answer_age_ms) < fresh.as_millis());
-                    node.liveness
-                        .head_took(answer.is_some(), Instant::now(), period);
+                    if node
+                        .liveness
+                        .head_took(answer.is_some(), Instant::now(), period)
+                    {
+                        warn!(
+                            head = %format!("{},{}", head.x, head.y),
+                            "liveness head brought no fresh answer of the master {UNANSWERED_BEATS} \
+                             beats running; beating the master"
+                        );
+                    }
                     let Some(a) = answer else {
                         return Ok(true);
                     };

@@ -88,7 +88,11 @@ async fn to_parent(node: &Node, req: &RankExits, at: Coord, address: &str) -> bo
         };
         match result {
             Ok(_) => return true,
-            Err(s) if retryable(s.code()) && Instant::now() + delay < give_up => {
+            Err(s)
+                if retryable(s.code())
+                    && !gang_proto::relay::refused(&s)
+                    && Instant::now() + delay < give_up =>
+            {
                 debug!(
                     job = req.job_id,
                     "exits up to {at}: {}; retrying",

@@ -118,14 +118,16 @@ impl Liveness {
     }
 
     /// The head took a beat; `fresh`: with an answer of the master of the last periods.
-    /// Without one `UNANSWERED_BEATS` times in a row, the head has failed us.
-    pub fn head_took(&self, fresh: bool, now: Instant, period: Duration) {
+    /// Without one `UNANSWERED_BEATS` times in a row, the head has failed us: true.
+    pub fn head_took(&self, fresh: bool, now: Instant, period: Duration) -> bool {
         let mut s = self.lock();
         s.unanswered = if fresh { 0 } else { s.unanswered + 1 };
         if s.unanswered >= UNANSWERED_BEATS {
             s.fallback_until = Some(now + period * FALLBACK_PERIODS);
             s.unanswered = 0;
+            return true;
         }
+        false
     }
 
     /// The master's answer for this node: its head and its children from now on.
