@@ -3,7 +3,8 @@
 //! reuse: on a 4,096-node emulated fleet, the idle sweep dropped 4,000 of the master's
 //! channels to agents and its resident memory stayed at 418 MB; `malloc_trim` then gave
 //! 158 MB of it back. A master whose fleet went quiet should not keep the memory of its
-//! busiest minute, so the sweep trims after each pass (a few milliseconds every 30 s).
+//! busiest minute, so the sweep trims after each pass, every 30 s (its cost was not
+//! timed alone: the settled idle master at 10,000 nodes, trims included, took 0.04 core).
 
 /// Return the heap's free pages to the system (glibc only; elsewhere nothing).
 pub fn give_back_freed() {
