@@ -42,7 +42,7 @@ pub fn launch(
                 detail: format!("bad agent address: {e}"),
             }),
         };
-        let _ = tx.send(Cmd::Launched(job, rank, result)).await;
+        let _ = tx.send(Cmd::Launched(job, vec![(rank, result)])).await;
     });
 }
 
@@ -73,13 +73,16 @@ pub fn set_table(
     };
     let tx = tx.clone();
     let req = node_table(&table);
+    let version = table.version;
     tokio::spawn(async move {
         match client.set_table(req).await {
             Ok(r) => {
-                let _ = tx.send(Cmd::TableAcked(node, r.into_inner().version)).await;
+                let acked = vec![(node, r.into_inner().version)];
+                let _ = tx.send(Cmd::TablesAcked(acked)).await;
             }
             Err(s) => {
                 debug!(node = %format!("{},{}", node.0, node.1), error = %s.message(), "slice table not delivered");
+                let _ = tx.send(Cmd::TablesLost(vec![(node, version)])).await;
             }
         }
     });

@@ -80,10 +80,13 @@ pub enum Cmd {
     SetDrained(Coord, bool, Caller, Reply<NodeView>),
     Matrix(Reply<MatrixView>),
     TableInForce(Reply<Option<TableInForce>>),
-    /// An agent acknowledged a slice table.
-    TableAcked(Coord, u64),
-    /// A launch finished: the rank's pid, or why it did not start.
-    Launched(JobId, u32, std::result::Result<u32, LaunchFailure>),
+    /// Agents acknowledged slice tables (a relayed subtree's at once): node, version.
+    TablesAcked(Vec<(Coord, u64)>),
+    /// Slice tables that did not reach their agents: node, version.
+    TablesLost(Vec<(Coord, u64)>),
+    /// Launches finished (a relayed subtree's at once): each rank's pid, or why it did
+    /// not start.
+    Launched(JobId, Vec<(u32, std::result::Result<u32, LaunchFailure>)>),
     /// A rank's fence: answered once every rank of its job arrived.
     Fence(FenceArrival, Reply<Kvs>),
     Tick,
@@ -385,13 +388,23 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
         ),
         Cmd::Matrix(tx) => defer(replies, tx, Ok(st.matrix_view(now))),
         Cmd::TableInForce(tx) => defer(replies, tx, Ok(st.table_in_force(now))),
-        Cmd::TableAcked(node, version) => {
-            reactor::on_table_acked(st, now, node, version);
-            again.push(Cmd::TableAcked(node, version));
+        Cmd::TablesAcked(acks) => {
+            for &(node, version) in &acks {
+                reactor::on_table_acked(st, now, node, version);
+            }
+            again.push(Cmd::TablesAcked(acks));
         }
-        Cmd::Launched(job, rank, result) => {
-            reactor::on_launched(st, fx, now, job, rank, result.clone());
-            again.push(Cmd::Launched(job, rank, result));
+        Cmd::TablesLost(lost) => {
+            for &(node, version) in &lost {
+                reactor::on_table_lost(st, node, version);
+            }
+            again.push(Cmd::TablesLost(lost));
+        }
+        Cmd::Launched(job, results) => {
+            for (rank, result) in &results {
+                reactor::on_launched(st, fx, now, job, *rank, result.clone());
+            }
+            again.push(Cmd::Launched(job, results));
         }
         Cmd::Tick => reactor::on_tick(st, fx, now),
     }

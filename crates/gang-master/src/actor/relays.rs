@@ -28,7 +28,8 @@ const ORDER_LIFETIME_NS: i64 = 120_000_000_000;
 pub type Target = (Coord, String);
 
 /// Sign `work` for `targets`, send it down the tree, hand each subtree's outcomes to
-/// `each` (called once per node, in no particular order).
+/// `each` (called once per subtree with every node of it, in no particular order: the
+/// actor then hears of a subtree in one command, not one a node).
 /// `root_parent`: for a launch with fences among the agents, the first node's address,
 /// the fence parent of the other subtrees' heads; `launch`: the job whose launch this is,
 /// whose progress is recorded as each head answers.
@@ -38,7 +39,7 @@ fn send(
     (work, table_of): (Work, Vec<u32>),
     targets: &[Target],
     (root_parent, launch): (Option<String>, Option<JobId>),
-    each: impl Fn(Coord, &RelayOutcome) + Clone + Send + 'static,
+    each: impl Fn(Vec<(Coord, RelayOutcome)>) + Clone + Send + 'static,
 ) {
     metrics.relayed(match &work {
         Work::Launch(_) => "launch",
@@ -88,7 +89,8 @@ fn send(
                 .enumerate()
                 .map(|(i, n)| (*n, i))
                 .collect();
-            for o in &outcomes {
+            let mut done = Vec::with_capacity(expected.len());
+            for o in outcomes {
                 let node = (o.x, o.y);
                 if !o.unreachable.is_empty() {
                     metrics.relay_unreached.inc();
@@ -96,38 +98,36 @@ fn send(
                 match index.get(&node) {
                     Some(&i) if !answered[i] => {
                         answered[i] = true;
-                        each(node, o);
+                        done.push((node, o));
                     }
                     _ => debug!(node = ?node, "a relay outcome for no node of its subtree"),
                 }
             }
             if let Some(job) = launch {
-                let started = outcomes.iter().filter(|o| {
-                    o.refused.is_empty()
-                        && o.unreachable.is_empty()
-                        && index.contains_key(&(o.x, o.y))
-                });
+                let started = done
+                    .iter()
+                    .filter(|(_, o)| o.refused.is_empty() && o.unreachable.is_empty());
                 agents.progress.subtree_done(job, started.count());
             }
             // A subtree head that answered for less than all of it: the rest unreached.
-            for (i, done) in answered.into_iter().enumerate() {
-                if !done {
+            for (i, answered) in answered.into_iter().enumerate() {
+                if !answered {
                     metrics.relay_unreached.inc();
                     let node = route.nodes[expected.start + i];
-                    each(
-                        node,
-                        &RelayOutcome {
-                            x: node.0,
-                            y: node.1,
-                            unreachable: format!(
-                                "node ({},{}): no outcome came back through the relay",
-                                node.0, node.1
-                            ),
-                            ..Default::default()
-                        },
+                    let unreachable = format!(
+                        "node ({},{}): no outcome came back through the relay",
+                        node.0, node.1
                     );
+                    let o = RelayOutcome {
+                        x: node.0,
+                        y: node.1,
+                        unreachable,
+                        ..Default::default()
+                    };
+                    done.push((node, o));
                 }
             }
+            each(done);
         });
     }
 }
@@ -160,20 +160,25 @@ pub fn launch_job(
         (Work::Launch(template), vec![]),
         &targets,
         (root_parent, Some(job)),
-        move |node, o| {
-            let rank = rank_of[&node];
-            let result = if !o.refused.is_empty() {
-                Err(LaunchFailure::Refused(o.refused.clone()))
-            } else if !o.unreachable.is_empty() {
-                Err(LaunchFailure::Unreachable {
-                    node,
-                    detail: o.unreachable.clone(),
+        move |done| {
+            let results = done
+                .into_iter()
+                .map(|(node, o)| {
+                    let result = if !o.refused.is_empty() {
+                        Err(LaunchFailure::Refused(o.refused))
+                    } else if !o.unreachable.is_empty() {
+                        Err(LaunchFailure::Unreachable {
+                            node,
+                            detail: o.unreachable,
+                        })
+                    } else {
+                        Ok(o.value as u32)
+                    };
+                    (rank_of[&node], result)
                 })
-            } else {
-                Ok(o.value as u32)
-            };
+                .collect();
             let tx = tx.clone();
-            tokio::spawn(async move { tx.send(Cmd::Launched(job, rank, result)).await });
+            tokio::spawn(async move { tx.send(Cmd::Launched(job, results)).await });
         },
     );
 }
@@ -196,14 +201,16 @@ pub fn signal_job(
         (work, vec![]),
         targets,
         (None, None),
-        move |(x, y), o| {
-            let failed = if o.refused.is_empty() {
-                &o.unreachable
-            } else {
-                &o.refused
-            };
-            if !failed.is_empty() {
-                warn!(%job, node = %format!("{x},{y}"), error = %failed, "signal failed");
+        move |done| {
+            for ((x, y), o) in done {
+                let failed = if o.refused.is_empty() {
+                    &o.unreachable
+                } else {
+                    &o.refused
+                };
+                if !failed.is_empty() {
+                    warn!(%job, node = %format!("{x},{y}"), error = %failed, "signal failed");
+                }
             }
         },
     );
@@ -220,6 +227,8 @@ pub fn tables(
     let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut table_of = Vec::with_capacity(tables.len());
     let mut targets = Vec::with_capacity(tables.len());
+    let version_of: Arc<HashMap<Coord, u64>> =
+        Arc::new(tables.iter().map(|(n, _, t)| (*n, t.version)).collect());
     for (node, address, table) in tables {
         let t = calls::node_table(&table);
         let i = *seen.entry(t.encode_to_vec()).or_insert_with(|| {
@@ -237,14 +246,25 @@ pub fn tables(
         (work, table_of),
         &targets,
         (None, None),
-        move |node, o| {
-            if o.refused.is_empty() && o.unreachable.is_empty() {
-                let tx = tx.clone();
-                let version = o.value;
-                tokio::spawn(async move { tx.send(Cmd::TableAcked(node, version)).await });
-            } else {
-                debug!(node = ?node, "slice table not delivered: {}{}", o.refused, o.unreachable);
+        move |done| {
+            let (mut acked, mut lost) = (Vec::with_capacity(done.len()), Vec::new());
+            for (node, o) in done {
+                if o.refused.is_empty() && o.unreachable.is_empty() {
+                    acked.push((node, o.value));
+                } else {
+                    debug!(node = ?node, "slice table not delivered: {}{}", o.refused, o.unreachable);
+                    lost.push((node, version_of.get(&node).copied().unwrap_or(0)));
+                }
             }
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if !acked.is_empty() {
+                    let _ = tx.send(Cmd::TablesAcked(acked)).await;
+                }
+                if !lost.is_empty() {
+                    let _ = tx.send(Cmd::TablesLost(lost)).await;
+                }
+            });
         },
     );
 }

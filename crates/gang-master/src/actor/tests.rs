@@ -114,13 +114,13 @@ async fn a_round_that_cannot_be_saved_is_refused_whole_and_leaves_nothing() {
 /// the round: node timeouts are judged after the heartbeats that waited with them.
 #[test]
 fn a_round_judges_timeouts_after_everything_that_waited_with_its_ticks() {
-    let acked = |v| Cmd::TableAcked((0, 0), v);
+    let acked = |v| Cmd::TablesAcked(vec![((0, 0), v)]);
     let round = actor::ticks_last(vec![Cmd::Tick, acked(1), Cmd::Tick, acked(2), Cmd::Tick]);
     let order: Vec<String> = round
         .iter()
         .map(|c| match c {
             Cmd::Tick => "tick".to_string(),
-            Cmd::TableAcked(_, v) => format!("ack {v}"),
+            Cmd::TablesAcked(a) => format!("ack {}", a[0].1),
             _ => "other".to_string(),
         })
         .collect();

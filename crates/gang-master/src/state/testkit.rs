@@ -32,6 +32,8 @@ pub struct Recorder {
     pub lossy: BTreeSet<Coord>,
     /// Tables that reached their agent, to acknowledge.
     delivered: Vec<(Coord, u64)>,
+    /// Tables lost on the way, to report so.
+    lost: Vec<(Coord, u64)>,
 }
 
 impl Commit for Recorder {
@@ -80,7 +82,9 @@ impl Recorder {
                     table,
                 } => {
                     assert_eq!(*address, addr(*node), "table sent to the node's agent");
-                    if !self.lossy.contains(node) {
+                    if self.lossy.contains(node) {
+                        self.lost.push((*node, table.version));
+                    } else {
                         self.delivered.push((*node, table.version));
                     }
                 }
@@ -397,6 +401,15 @@ impl World {
     pub fn step<R>(&mut self, f: impl FnOnce(&mut MasterState, &mut Effects, Now) -> R) -> R {
         let r = self.round(f);
         // A silent agent answers nothing (an answer counts as a heartbeat).
+        // A lost table's call fails, and the master hears so.
+        let lost = std::mem::take(&mut self.fx.lost);
+        if !lost.is_empty() {
+            self.round(|st, _, _| {
+                for (node, v) in lost {
+                    reactor::on_table_lost(st, node, v);
+                }
+            });
+        }
         let mut acks = std::mem::take(&mut self.fx.delivered);
         acks.retain(|(node, _)| !self.silent.contains(node));
         if !acks.is_empty() {

@@ -9,7 +9,7 @@
 //! | [`on_submit`], [`on_cancel`], [`on_update`] | clients (JobService) |
 //! | [`on_set_drained`] | admins (AdminService) |
 //! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
-//! | [`on_launched`], [`on_table_acked`] | the outcome of an effect |
+//! | [`on_launched`], [`on_table_acked`], [`on_table_lost`] | the outcome of an effect |
 //! | [`on_tick`] | a timer, every 100 ms |
 //! | [`end_round`] | `round::run`, after each round |
 //!
@@ -83,6 +83,11 @@ pub fn on_launched(
 pub fn on_table_acked(st: &mut MasterState, now: Now, node: Coord, version: u64) {
     st.heard(node, now);
     st.table_acked(node, version)
+}
+
+/// A slice table was not delivered (the call or its relay failed).
+pub fn on_table_lost(st: &mut MasterState, node: Coord, version: u64) {
+    st.table_lost(node, version)
 }
 
 /// A rank of a job arrives at a fence: `Some(space)` answers it now; `None`: it waits,

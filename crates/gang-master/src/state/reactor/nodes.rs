@@ -11,8 +11,11 @@ use crate::state::events::{Caller, Heartbeat, Registered, Registration};
 use crate::state::views::NodeView;
 use crate::state::{MasterState, Now};
 
-/// A table the agent has not acknowledged is sent again after this long.
-const TABLE_RESEND_NS: i64 = 500_000_000;
+/// A table neither acknowledged nor reported lost this long after it went is sent again
+/// (to an agent whose beats show it behind). A relayed table is on its way for as long
+/// as its tree takes, seconds on a loaded host at 1,024 nodes: sending it again sooner
+/// doubles the work that made it slow. A lost one is sent again at the next beat.
+const TABLE_RESEND_NS: i64 = 5_000_000_000;
 
 impl MasterState {
     pub(in crate::state) fn unknown_node(&self, (x, y): Coord) -> MasterError {
@@ -28,6 +31,17 @@ impl MasterState {
         if let Some(i) = self.node_index(node) {
             let n = &mut self.nodes[i];
             n.table_version = n.table_version.max(version);
+        }
+    }
+
+    /// The table of `version` did not reach the agent of `node`: the next beat that shows
+    /// it behind sends it again.
+    pub(in crate::state) fn table_lost(&mut self, node: Coord, version: u64) {
+        if let Some(i) = self.node_index(node) {
+            let n = &mut self.nodes[i];
+            if n.table_sent.is_some_and(|(v, _)| v == version) {
+                n.table_sent = None;
+            }
         }
     }
 
@@ -373,26 +387,38 @@ pub(in crate::state) fn on_heartbeat_heard(
     n.heartbeat_wall_ns = n.heartbeat_wall_ns.max(now.wall_ns - age_ns);
     n.unreachable = false;
     n.clock = hb.clock;
-    n.table_version = hb.table_version;
+    // A beat that waited at its head may predate a table the agent has since acked (an
+    // agent that restarts registers again, which starts its version over).
+    n.table_version = n.table_version.max(hb.table_version);
     st.note_activity(hb.node, &hb.activity);
     // Ranks the agent still runs that should not run: their job ended, or they were
     // counted lost while the node was silent. Killed until they are gone.
     let (x, y) = hb.node;
     for &(id, rank) in &hb.running {
-        let stray = st.jobs.get(id).is_none_or(|j| {
-            j.record.state().is_final()
-                || j.ranks.get(rank as usize).is_none_or(|s| *s == Rank::Gone)
-        });
+        // A rank its agent reported exited is listed only by a beat taken before that
+        // report (one that waited at its liveness head, or crossed the report): not
+        // stray. At 1,024 emulated nodes launching in a row such beats sent a kill each.
+        let stray = st
+            .jobs
+            .get(id)
+            .is_none_or(|j| match j.ranks.get(rank as usize) {
+                None | Some(Rank::Gone) => true,
+                Some(Rank::Exited(_)) => false,
+                Some(_) => j.record.state().is_final(),
+            });
         if stray {
             warn!(job = %id, rank, node = %format!("{x},{y}"), "killing a rank that should not run");
             st.signal_node(fx, id, hb.node, 0);
         }
     }
     let latest = st.slicer.latest().map_or(0, |(_, t)| t.version);
-    let resend = hb.table_version < latest
+    // Sent again when the agent lacked it a while after it went: judged at the time the
+    // beat was taken, not heard (a beat batched by its head is up to a period old, and
+    // at 1,024 nodes launching in a row every such beat sent its own table again).
+    let resend = st.nodes[i].table_version < latest
         && st.nodes[i]
             .table_sent
-            .is_none_or(|(v, at)| v < latest || now.mono_ns - at > TABLE_RESEND_NS);
+            .is_none_or(|(v, at)| v < latest || now.mono_ns - age_ns - at > TABLE_RESEND_NS);
     if resend {
         st.send_table(fx, now, i);
     }
