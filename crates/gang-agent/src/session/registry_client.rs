@@ -1,5 +1,5 @@
 //! The agent's side of the master's AgentRegistry: the session (Register, then Heartbeat
-//! until the master is lost or forgets us, then Register again) and the uplink (deliver
+//! until the master forgets us or refuses a beat, then Register again) and the uplink (deliver
 //! the outbox: output pushes and exit reports, each retried until acknowledged).
 //!
 //! The two run as separate tasks on one lazily connected channel (with the clock probes,
@@ -107,8 +107,8 @@ fn rank_refs(keys: Vec<RankKey>) -> Vec<RankRef> {
         .collect()
 }
 
-/// Register, heartbeat, and register again whenever the master is lost or has forgotten
-/// this node. Runs until aborted. `address` is where the master reaches our NodeAgent.
+/// Register, heartbeat, and register again whenever the master has forgotten this node
+/// or refuses its beats (a beat that fails on the way is only sent again next period). Runs until aborted. `address` is where the master reaches our NodeAgent.
 /// Every answer of the master is reported to `lease`.
 ///
 /// Orders that come with a registration run on `main`, the agent's runtime: the session
@@ -234,7 +234,7 @@ fn kill_dropped_jobs(node: &Node, jobs: Vec<u64>) {
     }
 }
 
-/// Heartbeat until one fails or the master says it does not know us: every period while
+/// Heartbeat until the master refuses one or says it does not know us: every period while
 /// the node runs ranks (their activity feeds the master's deadlock check), and while it
 /// runs none, every idle period if the master asked for quiet liveness.
 async fn heartbeat_until_lost(
@@ -252,6 +252,8 @@ async fn heartbeat_until_lost(
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_sent = tokio::time::Instant::now();
+    // Heartbeats failed in a row.
+    let mut failed: u32 = 0;
     loop {
         ticks.tick().await;
         // The master counts this node busy until the exits of its ranks are saved; a rank
@@ -264,6 +266,7 @@ async fn heartbeat_until_lost(
             && !node.exits.held_above()
             && !node.liveness.pending()
             && last_sent.elapsed() + period / 2 < idle_period
+            && failed == 0
         {
             continue;
         }
@@ -281,19 +284,35 @@ async fn heartbeat_until_lost(
             activity: node.msg.activity(),
         };
         match crate::session::beat::send(client, node, req, (period, patience), lease).await {
-            Ok(true) => {}
+            Ok(true) => failed = 0,
             Ok(false) => {
                 // An answer, but not supervision: the master does not count this node as
                 // up until it registers again.
                 warn!("the master does not know this node (it restarted?): registering again");
                 return;
             }
-            Err(status) => {
-                // Ranks keep running (for the lease); a restarted master learns of
-                // them from Register.
+            Err(status) if is_final_refusal(&status) => {
                 note_failure(lease, &status);
-                warn!("heartbeat failed: {}; registering again", brief(&status));
+                warn!("heartbeat refused: {}; registering again", brief(&status));
                 return;
+            }
+            Err(status) => {
+                // Ranks keep running (for the lease). The next beat goes on the channel,
+                // which reconnects (to whichever master leads); a master that restarted
+                // and forgot this node says so, and the node registers again then. A
+                // failed call says nothing of the master's memory: registering again at
+                // each one made thousands of nodes of a loaded 10,000-node fleet, whose
+                // TLS handshakes had timed out, register all at once (0.09 a rank).
+                note_failure(lease, &status);
+                failed += 1;
+                if failed == 1 || failed.is_multiple_of(WARN_EVERY) {
+                    warn!(
+                        failed,
+                        "heartbeat failed: {}; beating again next period",
+                        brief(&status)
+                    );
+                }
+                continue;
             }
         }
     }

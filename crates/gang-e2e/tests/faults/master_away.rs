@@ -102,6 +102,17 @@ fn a_master_stopped_for_30_s_loses_no_job_and_no_line() {
     assert_whole(&outs[0], 4);
     assert_whole(&outs[1], 2);
     no_node_blamed(&c);
+    // Their beats failed while it was stopped, but it never forgot them: no agent
+    // registered again (thousands at once, on a loaded master, is what it would cost).
+    for (x, y) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        let log = c.agent_log(x, y);
+        assert!(
+            disk_full::count_lines(&log, &["heartbeat failed"]) > 0,
+            "agent ({x},{y}) saw no heartbeat fail while the master was stopped"
+        );
+        let registered = disk_full::count_lines(&log, &["registered with the master"]);
+        assert_eq!(registered, 1, "agent ({x},{y}) registered again");
+    }
     c.check_alive().unwrap();
     c.shutdown().unwrap();
 }
