@@ -271,6 +271,21 @@ fn after_a_restart_ranks_are_lost_only_where_others_came_back() {
     drop((w, w2));
 }
 
+/// A beat of `node` listing `running`, holding table `version`.
+fn heartbeat(
+    node: Coord,
+    running: Vec<crate::state::events::RankRef>,
+    version: u64,
+) -> crate::state::events::Heartbeat {
+    crate::state::events::Heartbeat {
+        node,
+        running,
+        clock: Default::default(),
+        table_version: version,
+        activity: vec![],
+    }
+}
+
 /// A beat batched at its liveness head may be older than the tables sent since: it
 /// neither makes the master forget a table the agent acknowledged nor sends one again.
 /// A table on its way (a relay's tree takes seconds on a loaded host) is sent again only
@@ -279,7 +294,6 @@ fn after_a_restart_ranks_are_lost_only_where_others_came_back() {
 /// table again, one call each.)
 #[test]
 fn a_table_is_sent_again_only_when_lost_or_long_unacknowledged() {
-    use crate::state::events::Heartbeat;
     use crate::state::reactor::nodes::on_heartbeat_heard;
     let mut w = run(
         World::new(config(4, 4, 1)),
@@ -292,13 +306,7 @@ fn a_table_is_sent_again_only_when_lost_or_long_unacknowledged() {
     let latest = w.fx.take_tables().iter().map(|(_, t)| t.version).max();
     let latest = latest.expect("the job's table");
     let beat = |w: &mut World, node, age_ms: i64| {
-        let hb = Heartbeat {
-            node,
-            running: vec![],
-            clock: Default::default(),
-            table_version: latest - 1,
-            activity: vec![],
-        };
+        let hb = heartbeat(node, vec![], latest - 1);
         w.step(|st, fx, now| on_heartbeat_heard(st, fx, now, hb, age_ms * 1_000_000));
         w.fx.take_tables()
     };
@@ -341,7 +349,6 @@ fn a_table_is_sent_again_only_when_lost_or_long_unacknowledged() {
 /// is killed wherever a beat lists it.
 #[test]
 fn a_beat_listing_a_rank_reported_exited_kills_nothing() {
-    use crate::state::events::Heartbeat;
     use gang_core::JobId;
     let mut w = run(
         World::new(config(4, 4, 1)),
@@ -359,13 +366,7 @@ fn a_beat_listing_a_rank_reported_exited_kills_nothing() {
         (sm.x, sm.y)
     };
     let beat = |w: &mut World, job: u64| {
-        let hb = Heartbeat {
-            node,
-            running: vec![(JobId(job), 0)],
-            clock: Default::default(),
-            table_version: 0,
-            activity: vec![],
-        };
+        let hb = heartbeat(node, vec![(JobId(job), 0)], 0);
         w.step(|st, fx, now| crate::state::reactor::on_heartbeat(st, fx, now, hb));
         w.fx.take_every_signal()
     };
