@@ -177,6 +177,16 @@ pub fn prun_within(c: &impl Master, args: &[&str], deadline: Duration) -> Output
     run_prun(c, args, None, &[], None, deadline)
 }
 
+/// [`prun_env`] with its own deadline.
+pub fn prun_env_within(
+    c: &impl Master,
+    args: &[&str],
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> Output {
+    run_prun(c, args, None, env, None, deadline)
+}
+
 fn run_prun(
     c: &impl Master,
     args: &[&str],

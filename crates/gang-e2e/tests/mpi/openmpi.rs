@@ -7,7 +7,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Instant;
 
-use gang_e2e::{cluster, prun, prun_env, prun_in};
+use gang_e2e::{cluster, prun, prun_env, prun_env_within, prun_in};
 
 use crate::programs::{Impl, MODES, PROGRAM, build_with, check, plain_mpicc_is_open_mpi, text};
 
@@ -231,7 +231,9 @@ fn hpcc_runs_to_completion_under_prun_pmix() {
     std::fs::write(dir.path().join("hpccinf.txt"), HPCC_INPUT).unwrap();
     let c = cluster(2, 2, &[]);
     let t = Instant::now();
-    let out = prun_env(
+    // 5 s alone; beside two busy processes on this 2-core host, four ranks that wait
+    // for each other in HPL took over 60 s (before this session's changes too).
+    let out = prun_env_within(
         &c,
         &[
             "-n",
@@ -244,8 +246,8 @@ fn hpcc_runs_to_completion_under_prun_pmix() {
             "cd \"$0\" && exec /usr/bin/hpcc",
             dir.path().to_str().unwrap(),
         ],
-        None,
         &[YIELD],
+        std::time::Duration::from_secs(400),
     );
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "hpcc failed:\n{stdout}\n{stderr}");
