@@ -10,7 +10,11 @@
 //! fence, merging into it), and a fence ends when every rank arrived. Down the tree, a
 //! child that holds the space of the fence before is sent only what changed since (the
 //! master's fences answer with deltas too): after the first fence of an MPI job, a
-//! barrier moves a few bytes per node, not the whole space to every node.
+//! barrier moves a few bytes per node, not the whole space to every node. Up the tree
+//! likewise: every node holds the same space after a fence, so a node sends its parent
+//! only what its subtree put that is not already in it, naming the fence it holds
+//! (`known_epoch`); a parent that holds another refuses (`FailedPrecondition`) and is sent
+//! everything. At 1,024 ranks this spares each later fence ~1.2 MB of copies up the tree.
 //!
 //! Trust: a child's part is taken only from the node its rank runs on (the caller's
 //! certificate), and only for a child of this rank in the tree.
@@ -91,6 +95,9 @@ pub enum FenceError {
     Refused(String),
     /// The rank's parent answered with an error that retrying will not change.
     Parent(String),
+    /// A child sent only what changed since fence `known`, and this node holds another
+    /// (or none): it is to send everything.
+    NotHeld { known: u32, held: u32 },
 }
 
 impl std::fmt::Display for FenceError {
@@ -98,6 +105,10 @@ impl std::fmt::Display for FenceError {
         match self {
             FenceError::NoJob(j) => write!(f, "no rank of job {j} here (yet)"),
             FenceError::Refused(m) | FenceError::Parent(m) => f.write_str(m),
+            FenceError::NotHeld { known, held } => write!(
+                f,
+                "the part sent is what changed since fence {known}, but this node holds fence {held}'s space: send everything"
+            ),
         }
     }
 }
@@ -164,11 +175,13 @@ pub struct FenceTrees {
 /// Who arrives at a fence here.
 pub enum Arrival {
     Own(Space),
-    /// A child's subtree, from the node `from` (the caller's certificate).
+    /// A child's subtree, from the node `from` (the caller's certificate): with `known`
+    /// not 0, only what changed since fence `known`'s space, which this node must hold.
     Child {
         rank: u32,
         from: Coord,
         puts: Space,
+        known: u32,
     },
 }
 
@@ -234,16 +247,25 @@ impl FenceTrees {
                     )));
                 }
             }
+            let held = j.done.as_ref().map_or(0, |d| d.epoch);
             let tree = j.tree.clone();
             let g = j.gathers.entry(epoch).or_default();
             match who {
                 Arrival::Own(puts) => g.own = Some(puts),
-                Arrival::Child { rank, from, puts } => {
+                Arrival::Child {
+                    rank,
+                    from,
+                    puts,
+                    known,
+                } => {
                     if !tree.children.contains(&rank) || tree.node_of(rank) != from {
                         return Err(FenceError::Refused(format!(
                             "node {}: rank {rank} of job {job} is not a child of rank {} in its fence tree, or does not run on node {from}",
                             self.node, tree.rank
                         )));
+                    }
+                    if known != 0 && known != held {
+                        return Err(FenceError::NotHeld { known, held });
                     }
                     g.children.insert(rank, puts);
                 }
@@ -286,11 +308,24 @@ impl FenceTrees {
             .get(&job)
             .and_then(|j| j.done.clone());
         let prev = prev.as_deref();
+        // What this node holds, its parent holds too: only the rest goes up.
+        let space = match prev {
+            Some(p) => space
+                .into_iter()
+                .filter(|(k, v)| p.space.get(k) != Some(v))
+                .collect(),
+            None => space,
+        };
         let answer = match &tree.parent {
             None => {
-                let bytes = space.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+                let done = Done::merge(prev, epoch, space);
+                let bytes = done
+                    .space
+                    .iter()
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum();
                 up.fence_done(job, epoch, bytes);
-                Ok(Done::merge(prev, epoch, space))
+                Ok(done)
             }
             Some((rank, address)) => self
                 .ask_parent((job, epoch), &tree, (*rank, address), space, prev, peers)
@@ -312,10 +347,11 @@ impl FenceTrees {
         }
     }
 
-    /// Send the subtree's part to the parent and wait for the space (what changed since
-    /// `prev`, if the parent holds it too, else the whole); retried while the parent is
-    /// unreachable or has no rank of the job yet (it may launch after its children), for
-    /// as long as the job's rank is here. Either merges into `prev` alike.
+    /// Send the subtree's part (what is not in `prev`'s space) to the parent and wait for
+    /// the space (what changed since `prev`, if the parent holds it too, else the whole);
+    /// retried while the parent is unreachable or has no rank of the job yet (it may
+    /// launch after its children), for as long as the job's rank is here. Either merges
+    /// into `prev` alike. A parent that does not hold `prev` is sent everything.
     async fn ask_parent(
         &self,
         (job, epoch): (u64, u32),
@@ -327,7 +363,8 @@ impl FenceTrees {
     ) -> Result<Space, FenceError> {
         let node = tree.node_of(parent);
         let mut delay = Duration::from_millis(10);
-        let known_epoch = prev.map_or(0, |p| p.epoch);
+        let mut known_epoch = prev.map_or(0, |p| p.epoch);
+        let mut space = space;
         loop {
             let req = FenceUpRequest {
                 job_id: job,
@@ -342,6 +379,13 @@ impl FenceTrees {
             };
             match result {
                 Ok(r) => return Ok(r.into_inner().kvs.into_iter().collect()),
+                Err(s) if s.code() == tonic::Code::FailedPrecondition && known_epoch != 0 => {
+                    debug!(job, epoch, parent, "fence up: {}", s.message());
+                    let mut whole = prev.map(|p| (*p.space).clone()).unwrap_or_default();
+                    whole.extend(space);
+                    (space, known_epoch) = (whole, 0);
+                    continue;
+                }
                 Err(s) if retryable(s.code()) => {
                     debug!(job, epoch, parent, "fence up: {}; retrying", s.message());
                 }
@@ -405,16 +449,17 @@ mod tests {
             ca: tonic::transport::Certificate::from_pem(""),
             identity: tonic::transport::Identity::from_pem("", ""),
         }));
-        let child = |rank: u32, x: u32, kv: (&'static str, &'static str)| {
+        let child_at = |epoch: u32, known: u32, rank: u32, x: u32, kvs: Space| {
             let (t, p, u) = (Arc::clone(&trees), Arc::clone(&peers), Arc::clone(&up));
             tokio::spawn(async move {
                 t.arrive(
                     7,
-                    1,
+                    epoch,
                     Arrival::Child {
                         rank,
                         from: Coord { x, y: 0 },
-                        puts: space(&[kv]),
+                        puts: kvs,
+                        known,
                     },
                     &p,
                     &u,
@@ -422,6 +467,7 @@ mod tests {
                 .await
             })
         };
+        let child = |rank, x, kv: (&str, &str)| child_at(1, 0, rank, x, space(&[kv]));
         let wrong_node = child(2, 1, ("x", "y")).await.unwrap();
         assert!(
             matches!(wrong_node, Err(FenceError::Refused(_))),
@@ -441,6 +487,25 @@ mod tests {
         // A child asking again for the fence just done gets it; an older one is over.
         let again = child(1, 1, ("a", "1")).await.unwrap().unwrap();
         assert_eq!(*again.space, want);
+        // Fence 2: children that hold fence 1 send only what changed; one that claims a
+        // fence this node does not hold is told to send everything.
+        let claims = child_at(2, 3, 1, 1, Space::new()).await.unwrap();
+        assert_eq!(
+            claims.unwrap_err(),
+            FenceError::NotHeld { known: 3, held: 1 }
+        );
+        let a = child_at(2, 1, 1, 1, Space::new());
+        let b = child_at(2, 1, 2, 2, space(&[("b", "5")]));
+        let own = trees
+            .arrive(7, 2, Arrival::Own(space(&[("r", "0")])), &peers, &up)
+            .await
+            .unwrap();
+        let want = space(&[("a", "1"), ("b", "5"), ("r", "0")]);
+        assert_eq!(*own.space, want);
+        assert_eq!(*a.await.unwrap().unwrap().space, want);
+        assert_eq!(own.for_child(1), (true, &space(&[("b", "5")])));
+        drop(b);
+        assert_eq!(record.0.lock().unwrap()[1], (7, 2, 6));
         trees.join(8, Tree::new(0, part, 16, String::new()));
         assert!(matches!(
             trees

@@ -145,7 +145,8 @@ impl MsgHub {
         self.spaces.fence(key, epoch, puts).await
     }
 
-    /// A child's part of a fence among the agents, from node `from`.
+    /// A child's part of a fence among the agents, from node `from` (with `known` not 0,
+    /// only what changed since that fence).
     pub async fn fence_up(
         &self,
         job: u64,
@@ -153,8 +154,11 @@ impl MsgHub {
         rank: u32,
         from: Coord,
         puts: fence_tree::Space,
+        known: u32,
     ) -> Result<Arc<fence_tree::Done>, fence_tree::FenceError> {
-        self.spaces.fence_up(job, epoch, rank, from, puts).await
+        self.spaces
+            .fence_up(job, epoch, rank, from, puts, known)
+            .await
     }
 
     /// Make the rank's directory, pages and control socket; the environment to add and

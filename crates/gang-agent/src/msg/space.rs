@@ -128,6 +128,7 @@ impl Spaces {
         rank: u32,
         from: Coord,
         puts: Space,
+        known: u32,
     ) -> Result<Arc<Done>, FenceError> {
         let Some(peers) = self.peers.get() else {
             return Err(FenceError::NoJob(job));
@@ -136,7 +137,12 @@ impl Spaces {
             .arrive(
                 job,
                 epoch,
-                Arrival::Child { rank, from, puts },
+                Arrival::Child {
+                    rank,
+                    from,
+                    puts,
+                    known,
+                },
                 peers,
                 &self.record,
             )

@@ -29,10 +29,9 @@ use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
     AliveRequest, AliveResponse, BeatRequest, BeatResponse, FenceUpRequest, FenceUpResponse,
-    ModexRequest, ModexResponse, RankExits, RankExitsAck, RelayOrder, RelayOutcome, RelayRequest,
+    ModexRequest, ModexResponse, RankExits, RankExitsAck, RelayOutcome, RelayRequest,
     RelayResponse,
 };
-use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::warn;
 
@@ -41,6 +40,7 @@ use crate::msg::fence_tree::FenceError;
 use crate::node::Node;
 use crate::peers::PeerPool;
 use crate::service::rank_request;
+use crate::tree::verified::{Opened, Unopened};
 
 /// Bounds on what an order may ask (a node cannot be asked to fan out to thousands).
 pub const MAX_WIDTH: u32 = 256;
@@ -65,7 +65,8 @@ struct Checked {
     parent_address: String,
     /// The range this node heads.
     range: Range<usize>,
-    order: RelayOrder,
+    /// The order, decoded (shared by the nodes of this process it reaches).
+    order: Arc<Opened>,
 }
 
 impl OrderTree {
@@ -89,15 +90,20 @@ impl OrderTree {
                 node.coord
             )));
         };
-        if !gang_auth::order_key::verify(&key, &request.order, &request.signature) {
-            warn!("refused a relay order not signed by the master");
-            return Err(Status::permission_denied(format!(
-                "node {}: the relay order is not signed by the master",
-                node.coord
-            )));
-        }
-        let order = RelayOrder::decode(request.order.as_slice())
-            .map_err(|e| refuse(format!("undecodable relay order: {e}")))?;
+        let opened = match super::verified::open(&key, &request.order, &request.signature) {
+            Ok(o) => o,
+            Err(Unopened::NotSigned) => {
+                warn!("refused a relay order not signed by the master");
+                return Err(Status::permission_denied(format!(
+                    "node {}: the relay order is not signed by the master",
+                    node.coord
+                )));
+            }
+            Err(Unopened::Undecodable(e)) => {
+                return Err(refuse(format!("undecodable relay order: {e}")));
+            }
+        };
+        let order = &opened.order;
         let now = node.clock.master_now_ns();
         if now > order.expires_ns.saturating_add(node.clock.error_ns()) {
             return Err(refuse(format!(
@@ -133,7 +139,7 @@ impl OrderTree {
                 HOP_TIMEOUT_MS.end - 1
             )));
         }
-        let nodes: Vec<(u32, u32)> = order.nodes.iter().map(|&v| fanout::unpack(v)).collect();
+        let nodes = Arc::clone(&opened.nodes);
         if nodes[first] != (node.coord.x, node.coord.y) {
             let (x, y) = nodes[first];
             return Err(refuse(format!("the relay names node ({x},{y}) first")));
@@ -170,7 +176,7 @@ impl OrderTree {
                 from: format!("node {}", node.coord),
             },
             range: first..end,
-            order,
+            order: opened,
         })
     }
 
@@ -184,7 +190,7 @@ impl OrderTree {
             y,
             ..Default::default()
         };
-        let done: Result<u64, String> = match c.order.work.as_ref().expect("checked") {
+        let done: Result<u64, String> = match c.order.order.work.as_ref().expect("checked") {
             Work::Launch(template) => {
                 let part = template.part.expect("checked");
                 match rank_in(&part, x, y) {
@@ -210,7 +216,7 @@ impl OrderTree {
                 node.signal(s.job_id, Duration::from_millis(u64::from(s.grace_ms))),
             )),
             Work::Tables(t) => {
-                let table = t.distinct[c.order.table_of[i] as usize].clone();
+                let table = t.distinct[c.order.order.table_of[i] as usize].clone();
                 node.switch
                     .set_table(table)
                     .map_err(|what| format!("node {}: slice table refused: {what}", node.coord))
@@ -308,7 +314,7 @@ impl NodeRelay for OrderTree {
         let puts = r.puts.into_iter().collect();
         match node
             .msg
-            .fence_up(r.job_id, r.epoch, r.rank, from, puts)
+            .fence_up(r.job_id, r.epoch, r.rank, from, puts, r.known_epoch)
             .await
         {
             Ok(done) => {
@@ -323,6 +329,10 @@ impl NodeRelay for OrderTree {
                 Err(Status::not_found(format!("node {}: {e}", node.coord)))
             }
             Err(FenceError::Refused(m)) => Err(Status::permission_denied(m)),
+            Err(e @ FenceError::NotHeld { .. }) => Err(Status::failed_precondition(format!(
+                "node {}: {e}",
+                node.coord
+            ))),
             Err(FenceError::Parent(m)) => Err(Status::aborted(format!(
                 "node {}: the fence failed above: {m}",
                 node.coord

@@ -14,8 +14,8 @@ use super::fanout;
 pub struct Route {
     pub order: Vec<u8>,
     pub signature: Vec<u8>,
-    /// Every node of the order, unpacked.
-    pub nodes: Vec<(u32, u32)>,
+    /// Every node of the order, unpacked (shared: an emulating process's nodes hold one).
+    pub nodes: std::sync::Arc<[(u32, u32)]>,
     /// Where `nodes[base..]` listen (the forwarder knows no more than its own range).
     pub base: usize,
     pub addresses: Vec<String>,
