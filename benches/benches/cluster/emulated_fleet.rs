@@ -11,8 +11,9 @@
 //! ROUNDS `FLEET_FENCES` (default 20), BYTES `FLEET_FENCE_BYTES` (default 450, a business
 //! card): the fence times rank 0 saw (the first of each run apart: it waits for the
 //! launch's slowest rank), the bytes of fence messages through the master per fence
-//! (`gang_fence_bytes_total`, both paths) and the master's CPU per fence. Where fences
-//! are gathered is the master's: add `--fences agents` to `FLEET_MASTER_ARGS`.
+//! (`gang_fence_bytes_total`, both paths), the master's CPU and the fleet's per fence
+//! (each run's fence times also go to stderr in order). Where fences are gathered is the
+//! master's: add `--fences agents` to `FLEET_MASTER_ARGS`.
 //! Needs the release binaries, built beforehand:
 //! `cargo build --release -p gang-master -p gang-agent -p gang-cli`, then
 //! `cargo bench -p gang-benches --bench emulated_fleet`.
@@ -79,7 +80,7 @@ fn fence_bytes(c: &LocalCluster) -> f64 {
 /// `prun -n MESH fence ...` `f.runs` times: the JSON figures.
 fn fence_runs(
     c: &LocalCluster,
-    master: u32,
+    (master, agents): (u32, &[u32]),
     bins: &std::path::Path,
     mesh: &str,
     f: &Fences,
@@ -87,7 +88,8 @@ fn fence_runs(
     if f.runs == 0 {
         return Value::Null;
     }
-    let (bytes0, cpu0) = (fence_bytes(c), proc_cpu(master).0);
+    let fleet_cpu = || agents.iter().map(|&p| proc_cpu(p).0).sum::<f64>();
+    let (bytes0, cpu0, fleet0) = (fence_bytes(c), proc_cpu(master).0, fleet_cpu());
     let (mut first, mut rest, mut failed) = (vec![], vec![], 0);
     for _ in 0..f.runs {
         let out = Command::new(bins.join("prun"))
@@ -101,6 +103,10 @@ fn fence_runs(
         match times {
             Some(t) if out.status.success() => {
                 let t: Vec<f64> = t.iter().filter_map(Value::as_f64).collect();
+                // Each run's fences in order: an outlier's place tells a slow first
+                // connection from a periodic stall.
+                let each: Vec<u64> = t.iter().map(|ms| ms.round() as u64).collect();
+                eprintln!("fences of one run, ms: {each:?}");
                 first.extend(t.first());
                 rest.extend(t.iter().skip(1));
             }
@@ -127,6 +133,9 @@ fn fence_runs(
         "fence_ms": quantiles(&mut rest),
         "master_bytes_per_fence": (fence_bytes(c) - bytes0) / fences.max(1.0),
         "master_cpu_per_fence_ms": (proc_cpu(master).0 - cpu0) * 1e3 / fences.max(1.0),
+        // All the fleet's CPU over the runs (launches and exits included) a fence: on
+        // 2 cores a fence can take no less than half of it.
+        "fleet_cpu_per_fence_ms": (fleet_cpu() - fleet0) * 1e3 / fences.max(1.0),
     })
 }
 
@@ -205,7 +214,7 @@ fn run(
         let agents_cpu_per_launch_ms = (agents_cpu() - a1) * 1e3 / launches as f64;
         let calls = per_rank(&agent_calls(&c), &calls0, launches as f64 * nodes);
         let (median, p99) = median_p99(&mut ms);
-        let fence = fence_runs(&c, master, bins, mesh, fences);
+        let fence = fence_runs(&c, (master, &agents), bins, mesh, fences);
         let line = serde_json::json!({
             "bench": "emulated_fleet",
             "mesh": mesh,
