@@ -308,14 +308,6 @@ impl FenceTrees {
             .get(&job)
             .and_then(|j| j.done.clone());
         let prev = prev.as_deref();
-        // What this node holds, its parent holds too: only the rest goes up.
-        let space = match prev {
-            Some(p) => space
-                .into_iter()
-                .filter(|(k, v)| p.space.get(k) != Some(v))
-                .collect(),
-            None => space,
-        };
         let answer = match &tree.parent {
             None => {
                 let done = Done::merge(prev, epoch, space);
@@ -364,7 +356,14 @@ impl FenceTrees {
         let node = tree.node_of(parent);
         let mut delay = Duration::from_millis(10);
         let mut known_epoch = prev.map_or(0, |p| p.epoch);
-        let mut space = space;
+        // What this node holds, its parent holds too: only the rest goes up.
+        let mut space: Space = match prev {
+            Some(p) => space
+                .into_iter()
+                .filter(|(k, v)| p.space.get(k) != Some(v))
+                .collect(),
+            None => space,
+        };
         loop {
             let req = FenceUpRequest {
                 job_id: job,

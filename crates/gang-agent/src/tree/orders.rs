@@ -66,7 +66,7 @@ struct Checked {
     /// The range this node heads.
     range: Range<usize>,
     /// The order, decoded (shared by the nodes of this process it reaches).
-    order: Arc<Opened>,
+    opened: Arc<Opened>,
 }
 
 impl OrderTree {
@@ -176,7 +176,7 @@ impl OrderTree {
                 from: format!("node {}", node.coord),
             },
             range: first..end,
-            order: opened,
+            opened,
         })
     }
 
@@ -190,7 +190,7 @@ impl OrderTree {
             y,
             ..Default::default()
         };
-        let done: Result<u64, String> = match c.order.order.work.as_ref().expect("checked") {
+        let done: Result<u64, String> = match c.opened.order.work.as_ref().expect("checked") {
             Work::Launch(template) => {
                 let part = template.part.expect("checked");
                 match rank_in(&part, x, y) {
@@ -216,7 +216,7 @@ impl OrderTree {
                 node.signal(s.job_id, Duration::from_millis(u64::from(s.grace_ms))),
             )),
             Work::Tables(t) => {
-                let table = t.distinct[c.order.order.table_of[i] as usize].clone();
+                let table = t.distinct[c.opened.order.table_of[i] as usize].clone();
                 node.switch
                     .set_table(table)
                     .map_err(|what| format!("node {}: slice table refused: {what}", node.coord))
