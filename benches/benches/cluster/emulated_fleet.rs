@@ -268,17 +268,23 @@ fn place(master: u32, agents: &[u32]) -> Value {
         "master_cpus": master_cpus, "fleet_cpus": fleet_cpus})
 }
 
-/// `gang_agent_calls_total` by method: the calls agents made on the master.
+/// `gang_agent_calls_total` by method (the calls agents made on the master), and
+/// `gang_direct_calls_total` by work (the master's calls to one agent each), by label value.
 fn agent_calls(c: &LocalCluster) -> std::collections::BTreeMap<String, f64> {
     let text = gang_local::http_get(c.metrics_addr(), "/metrics");
+    let label = |l: &str, key: &str| -> Option<String> {
+        Some(l.split(key).nth(1)?.split('"').next()?.to_string())
+    };
     text.lines()
-        .filter(|l| l.starts_with("gang_agent_calls_total{"))
         .filter_map(|l| {
-            let method = l.split("method=\"").nth(1)?.split('"').next()?;
-            Some((
-                method.to_string(),
-                l.rsplit(' ').next()?.parse::<f64>().ok()?,
-            ))
+            let method = if l.starts_with("gang_agent_calls_total{") {
+                label(l, "method=\"")?
+            } else if l.starts_with("gang_direct_calls_total{") {
+                format!("master to agent: {}", label(l, "work=\"")?)
+            } else {
+                return None;
+            };
+            Some((method, l.rsplit(' ').next()?.parse::<f64>().ok()?))
         })
         .collect()
 }

@@ -27,7 +27,7 @@ pub struct ConnLabel {
     pub reason: String,
 }
 
-/// What a relayed order carried: "launch", "signal", "tables".
+/// What an order carried (relayed or direct): "launch", "signal", "tables".
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkLabel {
     pub work: String,
@@ -83,6 +83,9 @@ pub struct Metrics {
     pub table_version: Gauge,
     /// Orders sent down the order tree, by what they carried.
     pub relayed: Family<WorkLabel, Counter>,
+    /// Calls to one agent each, by what they carried (orders too small for the tree, a
+    /// table sent again to one agent).
+    pub direct_calls: Family<WorkLabel, Counter>,
     /// Calls on the agent port by method (`connections::call_count`).
     pub agent_calls: Family<MethodLabel, Counter>,
     /// Nodes a relayed order did not reach (routed around, or their head answered
@@ -157,6 +160,14 @@ impl Metrics {
             })
             .inc();
     }
+
+    pub fn direct_calls(&self, work: &str, calls: usize) {
+        self.direct_calls
+            .get_or_create(&WorkLabel {
+                work: work.to_owned(),
+            })
+            .inc_by(calls as u64);
+    }
 }
 
 impl Default for Metrics {
@@ -188,6 +199,7 @@ impl Default for Metrics {
             switches_dropped: Counter::default(),
             table_version: Gauge::default(),
             relayed: Family::default(),
+            direct_calls: Family::default(),
             agent_calls: Family::default(),
             relay_unreached: Counter::default(),
             fences_done: Counter::default(),
@@ -355,6 +367,11 @@ impl Metrics {
             "relayed_orders",
             "Orders sent down the order tree of agents, by work (launch, signal, tables)",
             self.relayed.clone(),
+        );
+        r.register(
+            "direct_calls",
+            "Calls the master made to one agent each, by work (launch, signal, tables)",
+            self.direct_calls.clone(),
         );
         r.register(
             "agent_calls",

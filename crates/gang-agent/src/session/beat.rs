@@ -49,11 +49,13 @@ pub async fn send(
             };
             match call.await {
                 Ok(resp) => {
-                    // An answer older than that is not the master's word on us now.
-                    let fresh = 2 * patience + period;
-                    let answer = resp
-                        .answer
-                        .filter(|_| u128::from(resp.answer_age_ms) < fresh.as_millis());
+                    let age = Duration::from_millis(u64::from(resp.answer_age_ms));
+                    let fresh = node.liveness.answer_is_fresh(
+                        started,
+                        age,
+                        (patience, 2 * patience + period),
+                    );
+                    let answer = resp.answer.filter(|_| fresh);
                     if node
                         .liveness
                         .head_took(answer.is_some(), Instant::now(), period)
@@ -69,7 +71,6 @@ pub async fn send(
                     };
                     node.liveness.answered(&a);
                     if a.known {
-                        let age = Duration::from_millis(u64::from(resp.answer_age_ms));
                         lease.heard(started.checked_sub(age).unwrap_or(started));
                     }
                     Ok(a.known)

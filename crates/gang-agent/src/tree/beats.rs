@@ -50,6 +50,8 @@ struct State {
     fallback_until: Option<Instant>,
     /// Beats to the head in a row that brought back no fresh answer of the master.
     unanswered: u32,
+    /// When this node last sent a beat its head took.
+    last_to_head: Option<Instant>,
     /// The origin of the gathering's milliseconds.
     epoch: Option<Instant>,
 }
@@ -128,6 +130,28 @@ impl Liveness {
             return true;
         }
         false
+    }
+
+    /// Whether the master's answer a head handed back, `age` old when the head took the
+    /// beat sent at `sent`, is the master's word on this node now: the head had it after
+    /// this node's beat before (it answers that beat or a later one), give or take
+    /// `slack` for the head's own delays; for a first beat, when younger than `first`.
+    /// Judged against the node's own last beat, not a fixed bound: an idle node beats its
+    /// head once an idle period, so the answer to its last beat is about that old (50 s
+    /// at 10,000 nodes). Under a fixed bound of a few busy periods every idle child found
+    /// its head failing, and its first busy beats went to the master itself: 0.65 direct
+    /// heartbeats a rank a 10,000-node launch, each a TLS handshake at the master.
+    pub fn answer_is_fresh(
+        &self,
+        sent: Instant,
+        age: Duration,
+        (slack, first): (Duration, Duration),
+    ) -> bool {
+        let mut s = self.lock();
+        match s.last_to_head.replace(sent) {
+            Some(before) => age < sent.saturating_duration_since(before) + slack,
+            None => age < first,
+        }
     }
 
     /// The master's answer for this node: its head and its children from now on.
@@ -313,5 +337,25 @@ mod tests {
             l.head_took(false, later, period);
         }
         assert!(matches!(l.route(later + period), Route::Master));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_is_fresh_if_the_head_had_it_after_the_nodes_last_beat() {
+        let l = Liveness::default();
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let bounds = (s(2), s(20));
+        // A first beat: judged by the fixed bound alone.
+        assert!(!l.answer_is_fresh(t, s(25), bounds));
+        // An idle node beating every 50 s: the answer to its last beat is ~45 s old.
+        assert!(l.answer_is_fresh(t + s(50), s(45), bounds));
+        // The head kept an answer from before that beat (cut off from the master).
+        assert!(!l.answer_is_fresh(t + s(100), s(53), bounds));
+        // Busy beats every 5 s: an answer that came within the head's slack counts.
+        assert!(l.answer_is_fresh(t + s(105), s(6), bounds));
+        assert!(!l.answer_is_fresh(t + s(110), s(8), bounds));
+        // A first beat once more, for a fresh state.
+        let l = Liveness::default();
+        assert!(l.answer_is_fresh(t, s(19), bounds));
     }
 }

@@ -103,6 +103,22 @@ impl Slicer {
             .map(|(e, t)| (*e, t))
     }
 
+    /// Whether [`Slicer::update`] would make a new table: the matrix's rows or the parked
+    /// jobs differ from the newest table's. A caller checks this first when what it sets
+    /// before an update costs more than the check (the network's lead walks every agent).
+    pub fn differs(&self, matrix: &SliceMatrix, parked: &BTreeSet<JobId>) -> bool {
+        let grid = self
+            .grid
+            .unwrap_or_else(|| SlotGrid::new(0, self.quantum_ns));
+        !self.is_latest(&SliceTable::from_matrix(matrix, parked, 0, grid))
+    }
+
+    fn is_latest(&self, next: &SliceTable) -> bool {
+        self.tables
+            .back()
+            .is_some_and(|(_, t)| t.rows == next.rows && t.parked == next.parked)
+    }
+
     /// Make a new table if the matrix's rows differ from the newest table's. It takes
     /// effect at the first boundary at least `lead` after `now`; a table not yet in force
     /// that late enough is replaced (same instant, newer version), so agents never need
@@ -124,11 +140,7 @@ impl Slicer {
         // still outnumbers every table agents hold (they ignore older versions).
         let version = (self.version + 1).max(u64::try_from(now_ns / 1000).unwrap_or(0));
         let next = SliceTable::from_matrix(matrix, parked, version, grid);
-        if self
-            .tables
-            .back()
-            .is_some_and(|(_, t)| t.rows == next.rows && t.parked == next.parked)
-        {
+        if self.is_latest(&next) {
             return None;
         }
         self.version = version;
@@ -221,14 +233,22 @@ mod tests {
     fn tables_stay_on_one_grid_and_take_effect_a_lead_ahead() {
         let mut s = sched();
         let mut sl = Slicer::new(Q, 3 * Q, 0, None);
+        assert!(sl.differs(s.matrix(), &BTreeSet::new()), "no table yet");
         s.submit(0.0, spec(1)).unwrap();
+        assert!(sl.differs(s.matrix(), &BTreeSet::new()));
         let (e1, t1) = sl.update(s.matrix(), &BTreeSet::new(), 5).unwrap();
         assert_eq!((e1, t1.version, t1.grid.epoch_ns), (4 * Q, 1, 4 * Q));
+        assert!(!sl.differs(s.matrix(), &BTreeSet::new()));
         assert!(
             sl.update(s.matrix(), &BTreeSet::new(), 7).is_none(),
             "same rows, no new table"
         );
+        assert!(
+            sl.differs(s.matrix(), &BTreeSet::from([JobId(1)])),
+            "parked"
+        );
         s.submit(0.0, spec(2)).unwrap();
+        assert!(sl.differs(s.matrix(), &BTreeSet::new()));
         // Later than the pending table's time: a new boundary on the same grid.
         let (e2, t2) = sl.update(s.matrix(), &BTreeSet::new(), 2 * Q + 1).unwrap();
         assert_eq!(

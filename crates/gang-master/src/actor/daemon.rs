@@ -71,6 +71,7 @@ impl Actor {
             if fanout.relays(orders.len()) {
                 relays::launch_job(agents, metrics, tx, &self.cluster_id, orders, fence_width);
             } else {
+                metrics.direct_calls("launch", orders.len());
                 // Flat: every rank's fence parent is rank 0 (`gang_core::tree::fanout::links`).
                 let root = orders
                     .first()
@@ -97,6 +98,7 @@ impl Actor {
             if fanout.relays(targets.len()) {
                 relays::signal_job(agents, metrics, job, grace_ms, &targets);
             } else {
+                metrics.direct_calls("signal", targets.len());
                 for (node, address) in targets {
                     calls::signal(agents, node, &address, job, grace_ms);
                 }
@@ -104,7 +106,8 @@ impl Actor {
         }
         if fanout.relays(tables.len()) {
             relays::tables(agents, metrics, tx, tables);
-        } else {
+        } else if !tables.is_empty() {
+            metrics.direct_calls("tables", tables.len());
             for (node, address, table) in tables {
                 calls::set_table(agents, tx, node, &address, table);
             }

@@ -4,6 +4,7 @@
 use gang_core::JobId;
 use tracing::{info, warn};
 
+use crate::config::liveness_scale;
 use crate::error::{MasterError, Result};
 use crate::job::Rank;
 use crate::state::effects::{Coord, Effect, Effects, Save};
@@ -12,9 +13,12 @@ use crate::state::views::NodeView;
 use crate::state::{MasterState, Now};
 
 /// A table neither acknowledged nor reported lost this long after it went is sent again
-/// (to an agent whose beats show it behind). A relayed table is on its way for as long
-/// as its tree takes, seconds on a loaded host at 1,024 nodes: sending it again sooner
-/// doubles the work that made it slow. A lost one is sent again at the next beat.
+/// (to an agent whose beats show it behind), this long per started 1,024 nodes of the
+/// mesh (`liveness_scale`, as the heartbeat period and the node timeout). A relayed table
+/// is on its way for as long as its tree takes, seconds on a loaded host at 1,024 nodes
+/// and tens of seconds at 10,000: sending it again sooner doubles the work that made it
+/// slow (at 10,000 emulated nodes, one direct call and one TLS handshake each, 40 % of
+/// the master's CPU during launches). A lost one is sent again at the next beat.
 const TABLE_RESEND_NS: i64 = 5_000_000_000;
 
 impl MasterState {
@@ -415,10 +419,11 @@ pub(in crate::state) fn on_heartbeat_heard(
     // Sent again when the agent lacked it a while after it went: judged at the time the
     // beat was taken, not heard (a beat batched by its head is up to a period old, and
     // at 1,024 nodes launching in a row every such beat sent its own table again).
+    let unanswered_ns = TABLE_RESEND_NS * i64::from(liveness_scale(st.cfg.mesh.area()));
     let resend = st.nodes[i].table_version < latest
         && st.nodes[i]
             .table_sent
-            .is_none_or(|(v, at)| v < latest || now.mono_ns - age_ns - at > TABLE_RESEND_NS);
+            .is_none_or(|(v, at)| v < latest || now.mono_ns - age_ns - at > unanswered_ns);
     if resend {
         st.send_table(fx, now, i);
     }

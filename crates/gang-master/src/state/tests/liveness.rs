@@ -344,6 +344,28 @@ fn a_table_is_sent_again_only_when_lost_or_long_unacknowledged() {
     );
 }
 
+/// On a larger mesh a table's relay takes longer: the wait for its outcome grows with
+/// the mesh, as the heartbeat period does (5 s per started 1,024 nodes).
+#[test]
+fn a_table_on_its_way_is_waited_for_longer_on_a_larger_mesh() {
+    use crate::state::reactor::nodes::on_heartbeat_heard;
+    // 2,048 nodes: twice the wait.
+    let mut w = run(World::new(config(64, 32, 1)), &[RegisterAll]);
+    w.silent.insert((3, 3));
+    let mut w = run(w, &[Submit("4x4"), Start(1)]);
+    let latest = w.fx.take_tables().iter().map(|(_, t)| t.version).max();
+    let latest = latest.expect("the job's table");
+    let beat = |w: &mut World| {
+        let hb = heartbeat((3, 3), vec![], latest - 1);
+        w.step(|st, fx, now| on_heartbeat_heard(st, fx, now, hb, 0));
+        w.fx.take_tables().len()
+    };
+    w.advance_ms(6000);
+    assert_eq!(beat(&mut w), 0, "6 s: still on its way");
+    w.advance_ms(4500);
+    assert_eq!(beat(&mut w), 1, "10.5 s: unacknowledged");
+}
+
 /// A beat taken before its rank's exit was reported (it waited at its liveness head)
 /// lists the rank as running: nothing is killed. A rank of a job the master does not run
 /// is killed wherever a beat lists it.
