@@ -148,6 +148,52 @@ fn an_8x8_fleet_four_wide_stays_up_on_a_fifth_of_the_heartbeat_calls() {
     c.shutdown().expect("shutdown");
 }
 
+/// Idle nodes beat once an idle period, much longer than a busy one: the answer a head
+/// hands back is then about that old, and is still the master's answer to the child's
+/// last beat. Judged against a fixed bound of a few busy periods, every idle child took
+/// its head for failed every third beat, and its first busy beats went to the master
+/// itself (at 10,000 emulated nodes 0.65-0.91 direct heartbeats a rank a launch, each a
+/// new TLS connection to the master).
+#[test]
+fn idle_children_that_beat_rarely_keep_to_their_heads() {
+    let _one = super::serial();
+    // Busy every 100 ms, idle every 2 s; a head may take 750 ms (a quarter of the node
+    // timeout): the old bound was 1.6 s.
+    let args = [
+        "--fanout-width",
+        "4",
+        "--node-timeout-ms",
+        "3000",
+        "--idle-heartbeat-ms",
+        "2000",
+    ];
+    let opts = LocalClusterOptions {
+        emulate: Some(64),
+        ..options(&args)
+    };
+    let c = LocalCluster::start((8, 8), opts).expect("emulated cluster starts");
+    wait_for(T, "all 64 nodes up", || down(&c).is_empty().then_some(()));
+    // Five idle periods: every child beats its head four times or more.
+    let start = Instant::now();
+    let (_, b0) = heartbeats(&c);
+    wait_for(T, "five idle periods of batches", || {
+        let (_, b) = heartbeats(&c);
+        (start.elapsed() >= Duration::from_secs(10) && b >= b0 + 13.0 * 5.0).then_some(())
+    });
+    let long = submit(&c, "8x8", &["sleep", "600"]);
+    wait_state(&c, long, "running", T);
+    watch_up(&c, 1, 10.0, &[]);
+    let stale = grep_logs(&c, "brought no fresh answer");
+    let trips = stale.lines().count();
+    // Every child (51) took its head for failed two or three times here before; a loaded
+    // host may really delay a head's batches now and then.
+    assert!(trips < 10, "{trips} children took their heads for failed:\n{stale}");
+    let out = gangctl(&c, &["cancel", &long.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_state(&c, long, "cancelled", T);
+    c.shutdown().expect("shutdown");
+}
+
 #[test]
 fn a_head_sigkilled_takes_only_itself_down() {
     let _one = super::serial();
