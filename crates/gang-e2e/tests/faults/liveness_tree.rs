@@ -187,7 +187,10 @@ fn idle_children_that_beat_rarely_keep_to_their_heads() {
     let trips = stale.lines().count();
     // Every child (51) took its head for failed two or three times here before; a loaded
     // host may really delay a head's batches now and then.
-    assert!(trips < 10, "{trips} children took their heads for failed:\n{stale}");
+    assert!(
+        trips < 10,
+        "{trips} children took their heads for failed:\n{stale}"
+    );
     let out = gangctl(&c, &["cancel", &long.to_string()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     wait_state(&c, long, "cancelled", T);

@@ -11,9 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::msg_jobs::JobMessaging;
 
+mod ranks;
 pub mod read_back;
 mod spec;
 pub mod transition;
+pub use ranks::{Rank, Ranks};
 pub use spec::*;
 
 /// What the agents serve a job's ranks for MPI libraries to find their peers.
@@ -365,28 +367,10 @@ pub struct Live {
     pub ended_with: Option<i32>,
 }
 
-/// One rank's lifecycle as far as the master knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rank {
-    /// Launch requested, no answer yet (or, after a master restart, not yet re-reported).
-    Pending,
-    Running,
-    /// Exited with this wait status translated to a shell exit code (128+signal).
-    Exited(i32),
-    /// Never started, or lost with its node.
-    Gone,
-}
-
-impl Rank {
-    pub fn is_done(self) -> bool {
-        matches!(self, Rank::Exited(_) | Rank::Gone)
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct Job {
     pub record: JobRecord,
-    pub ranks: Vec<Rank>,
+    pub ranks: Ranks,
     /// Set once something went wrong: the first failing rank's code (if it ran), and why.
     pub failure: Option<(Option<i32>, String)>,
     /// Set when a user or the time limit cancelled it.
@@ -398,7 +382,9 @@ pub struct Job {
     /// Master-clock instant up to which `record.run_ns` is accounted.
     pub run_accounted_to: i64,
     /// Its messaging library's activity, verdict and fences, once it runs (not saved).
-    pub messaging: Option<Box<JobMessaging>>,
+    /// Shared with the round's undo journal until changed, as the ranks are: it holds
+    /// three entries a rank.
+    pub messaging: Option<Arc<JobMessaging>>,
     /// A task whose spec is its array's, shared and saved once (`SavedJob::spec_of`).
     pub spec_shared: bool,
     /// Counted in its owner's queued jobs and bytes (`state::queued`): while it is queued.
@@ -409,7 +395,7 @@ impl Job {
     pub fn new(record: JobRecord) -> Self {
         Job {
             record,
-            ranks: vec![],
+            ranks: Ranks::default(),
             failure: None,
             cancelled: None,
             timed_out: false,
@@ -424,8 +410,10 @@ impl Job {
     /// The job's messaging state, made on first use.
     pub fn messaging_mut(&mut self) -> &mut JobMessaging {
         let size = self.record.w * self.record.h;
-        self.messaging
-            .get_or_insert_with(|| Box::new(JobMessaging::new(size)))
+        Arc::make_mut(
+            self.messaging
+                .get_or_insert_with(|| Arc::new(JobMessaging::new(size))),
+        )
     }
 
     /// The row to save: with its live part while it is placed.
@@ -476,7 +464,8 @@ impl Job {
                     Some(c) => Rank::Exited(c),
                     None => Rank::Pending,
                 })
-                .collect();
+                .collect::<Vec<_>>()
+                .into();
             job.failure = live.failure;
             job.cancelled = live.cancelled;
             job.timed_out = live.timed_out;

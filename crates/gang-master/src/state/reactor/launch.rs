@@ -42,7 +42,7 @@ impl MasterState {
         job.record.submesh = Some(submesh);
         job.record.start_ns = now.wall_ns;
         job.run_accounted_to = now.wall_ns;
-        job.ranks = vec![Rank::Pending; job.rank_count() as usize];
+        job.ranks = vec![Rank::Pending; job.rank_count() as usize].into();
         self.placed_at.insert(
             id,
             Placed {
