@@ -7,7 +7,7 @@ use gang_core::JobId;
 
 use crate::actor::{Actor, calls, relays};
 use crate::error::MasterError;
-use crate::state::effects::{Coord, Effect, LaunchOrder, Metric};
+use crate::state::effects::{Coord, Effect, LaunchOrder, Metric, NodeTable};
 
 impl Actor {
     /// What a saved round sends out.
@@ -104,7 +104,13 @@ impl Actor {
                 }
             }
         }
-        if fanout.relays(tables.len()) {
+        self.send_tables(tables);
+    }
+
+    /// A round's slice tables: down the order tree when many, else one call each.
+    fn send_tables(&self, tables: Vec<(Coord, String, NodeTable)>) {
+        let (agents, tx, metrics) = (&self.agents, &self.handle.tx, &self.metrics);
+        if agents.fanout.relays(tables.len()) {
             relays::tables(agents, metrics, tx, tables);
         } else if !tables.is_empty() {
             metrics.direct_calls("tables", tables.len());
