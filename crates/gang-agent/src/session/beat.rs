@@ -49,11 +49,14 @@ pub async fn send(
             };
             match call.await {
                 Ok(resp) => {
+                    // The head may take a patience to batch our beat and as long for
+                    // the master to answer it: while the head's batches come back, a busy
+                    // child holds to it as long as under the old fixed bound.
                     let age = Duration::from_millis(u64::from(resp.answer_age_ms));
                     let fresh = node.liveness.answer_is_fresh(
                         started,
                         age,
-                        (patience, 2 * patience + period),
+                        (2 * patience, 2 * patience + period),
                     );
                     let answer = resp.answer.filter(|_| fresh);
                     if node
