@@ -154,20 +154,20 @@ impl Metrics {
     }
 
     pub fn relayed(&self, work: &str) {
-        self.relayed
-            .get_or_create(&WorkLabel {
-                work: work.to_owned(),
-            })
-            .inc();
+        by_work(&self.relayed, work, 1);
     }
 
     pub fn direct_calls(&self, work: &str, calls: usize) {
-        self.direct_calls
-            .get_or_create(&WorkLabel {
-                work: work.to_owned(),
-            })
-            .inc_by(calls as u64);
+        by_work(&self.direct_calls, work, calls);
     }
+}
+
+fn by_work(family: &Family<WorkLabel, Counter>, work: &str, n: usize) {
+    family
+        .get_or_create(&WorkLabel {
+            work: work.to_owned(),
+        })
+        .inc_by(n as u64);
 }
 
 impl Default for Metrics {

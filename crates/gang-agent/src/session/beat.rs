@@ -53,7 +53,7 @@ pub async fn send(
                     // the master to answer it: while the head's batches come back, a busy
                     // child holds to it as long as under the old fixed bound.
                     let age = Duration::from_millis(u64::from(resp.answer_age_ms));
-                    let fresh = node.liveness.answer_is_fresh(
+                    let fresh = node.liveness.judge_answer(
                         started,
                         age,
                         (2 * patience, 2 * patience + period),

@@ -136,12 +136,13 @@ impl Liveness {
     /// beat sent at `sent`, is the master's word on this node now: the head had it after
     /// this node's beat before (it answers that beat or a later one), give or take
     /// `slack` for the head's own delays; for a first beat, when younger than `first`.
+    /// Records `sent` as this node's last beat to its head: call it once a beat taken.
     /// Judged against the node's own last beat, not a fixed bound: an idle node beats its
     /// head once an idle period, so the answer to its last beat is about that old (50 s
     /// at 10,000 nodes). Under a fixed bound of a few busy periods every idle child found
     /// its head failing, and its first busy beats went to the master itself: 0.65 direct
     /// heartbeats a rank a 10,000-node launch, each a TLS handshake at the master.
-    pub fn answer_is_fresh(
+    pub fn judge_answer(
         &self,
         sent: Instant,
         age: Duration,
@@ -346,16 +347,16 @@ mod tests {
         let s = Duration::from_secs;
         let bounds = (s(2), s(20));
         // A first beat: judged by the fixed bound alone.
-        assert!(!l.answer_is_fresh(t, s(25), bounds));
+        assert!(!l.judge_answer(t, s(25), bounds));
         // An idle node beating every 50 s: the answer to its last beat is ~45 s old.
-        assert!(l.answer_is_fresh(t + s(50), s(45), bounds));
+        assert!(l.judge_answer(t + s(50), s(45), bounds));
         // The head kept an answer from before that beat (cut off from the master).
-        assert!(!l.answer_is_fresh(t + s(100), s(53), bounds));
+        assert!(!l.judge_answer(t + s(100), s(53), bounds));
         // Busy beats every 5 s: an answer that came within the head's slack counts.
-        assert!(l.answer_is_fresh(t + s(105), s(6), bounds));
-        assert!(!l.answer_is_fresh(t + s(110), s(8), bounds));
+        assert!(l.judge_answer(t + s(105), s(6), bounds));
+        assert!(!l.judge_answer(t + s(110), s(8), bounds));
         // A first beat once more, for a fresh state.
         let l = Liveness::default();
-        assert!(l.answer_is_fresh(t, s(19), bounds));
+        assert!(l.judge_answer(t, s(19), bounds));
     }
 }
