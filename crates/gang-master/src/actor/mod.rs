@@ -384,9 +384,7 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
             defer(replies, tx, Ok(()));
         }
         Cmd::RankExits(exits, tx) => {
-            for exit in exits {
-                reactor::on_rank_exit(st, fx, now, exit);
-            }
+            reactor::on_rank_exits(st, fx, now, exits);
             defer(replies, tx, Ok(()));
         }
         Cmd::ListNodes(tx) => defer(replies, tx, Ok(st.nodes_view())),
@@ -410,9 +408,7 @@ fn handle(st: &mut MasterState, fx: &mut Effects, now: Now, cmd: Cmd, out: &mut 
             again.push(Cmd::TablesLost(lost));
         }
         Cmd::Launched(job, results) => {
-            for (rank, result) in &results {
-                reactor::on_launched(st, fx, now, job, *rank, result.clone());
-            }
+            reactor::on_launches(st, fx, now, job, &results);
             again.push(Cmd::Launched(job, results));
         }
         Cmd::Tick => reactor::on_tick(st, fx, now),

@@ -38,6 +38,7 @@ pub(crate) mod testkit;
 mod tests;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use gang_core::{Config as CoreConfig, JobId, Scheduler, Slicer, SlotGrid};
 
@@ -83,7 +84,10 @@ pub struct Persisted {
 
 pub struct MasterState {
     cfg: MasterConfig,
-    sched: Scheduler,
+    /// Shared with the round's undo journal until the round changes it (`sched_mut`): a
+    /// copy at 10,000 nodes is three 10,000-node grids, and most rounds (a heartbeat
+    /// batch, a tick) change nothing in it.
+    sched: Arc<Scheduler>,
     jobs: JobTable,
     /// Row-major: node (x, y) at y * w + x.
     nodes: NodeTable,
@@ -108,6 +112,8 @@ pub struct MasterState {
     /// Who beats whom (`reactor::liveness_tree`), worked out again when a node goes up or
     /// down (None until then).
     liveness_tree: Option<gang_core::tree::liveness::Assignment>,
+    /// When `node_timeouts` last walked every node (live ns).
+    timeouts_walked_ns: i64,
 }
 
 /// Move a job's record to `to` through the transition table (`job::transition`); a move the
@@ -136,7 +142,7 @@ struct Placed {
 /// Everything but the jobs and nodes, as it was when a round began (they keep their own
 /// journals).
 struct Checkpoint {
-    sched: Scheduler,
+    sched: Arc<Scheduler>,
     next_id: u64,
     adopted: HashMap<JobId, (i64, i64)>,
     placed_at: HashMap<JobId, Placed>,
@@ -168,7 +174,7 @@ impl MasterState {
         Ok(MasterState {
             nodes: NodeTable::new(cfg.mesh.area() as usize),
             next_id: persisted.next_job_id.max(1),
-            sched,
+            sched: Arc::new(sched),
             jobs: JobTable::default(),
             adopted: HashMap::new(),
             placed_at: HashMap::new(),
@@ -178,12 +184,18 @@ impl MasterState {
             queued: Default::default(),
             gates: Default::default(),
             liveness_tree: None,
+            timeouts_walked_ns: i64::MIN,
             cfg,
         })
     }
 
     pub fn config(&self) -> &MasterConfig {
         &self.cfg
+    }
+
+    /// The scheduler, to change: copied here if the round's undo journal still shares it.
+    fn sched_mut(&mut self) -> &mut Scheduler {
+        Arc::make_mut(&mut self.sched)
     }
 
     /// Begin a round: what `rollback` returns to. Only `round::run` begins and ends them.

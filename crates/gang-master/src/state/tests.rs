@@ -1,6 +1,7 @@
 //! The reactor, table-driven: each case is a list of steps and expectations run through
 //! the recording port, one round per step, with the sanity check after every round.
 
+mod batches;
 mod cases;
 mod liveness;
 mod messaging;

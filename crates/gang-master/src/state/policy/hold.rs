@@ -73,7 +73,7 @@ impl MasterState {
         hold: Option<bool>,
     ) -> Result<()> {
         if hold == Some(true) && !self.gated.contains(&id) {
-            let plan = self.sched.finish(now.mono_s(), id)?;
+            let plan = self.sched_mut().finish(now.mono_s(), id)?;
             self.gated.insert(id);
             self.execute(fx, now, plan);
         }

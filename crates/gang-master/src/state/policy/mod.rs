@@ -52,15 +52,13 @@ impl MasterState {
         id: JobId,
     ) -> Result<()> {
         let job = self.jobs.get(id).ok_or(MasterError::UnknownJob(id))?;
-        let plan = self.sched.submit(
-            now.mono_s(),
-            JobSpec {
-                id,
-                shape: Shape::new(job.record.w, job.record.h),
-                estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
-                user: job.record.owner.uid,
-            },
-        )?;
+        let spec = JobSpec {
+            id,
+            shape: Shape::new(job.record.w, job.record.h),
+            estimate: (job.record.time_limit_s > 0).then_some(job.record.time_limit_s as f64),
+            user: job.record.owner.uid,
+        };
+        let plan = self.sched_mut().submit(now.mono_s(), spec)?;
         self.execute(fx, now, plan);
         Ok(())
     }

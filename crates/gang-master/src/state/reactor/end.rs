@@ -34,7 +34,7 @@ impl MasterState {
                 let plan = if self.gated.remove(&id) || job.record.allocation.is_some() {
                     Default::default()
                 } else {
-                    self.sched.finish(now.mono_s(), id)?
+                    self.sched_mut().finish(now.mono_s(), id)?
                 };
                 self.end_unplaced(fx, now, id, reason);
                 self.execute(fx, now, plan);
@@ -124,23 +124,49 @@ impl MasterState {
         }
     }
 
-    pub(in crate::state) fn rank_exit(&mut self, fx: &mut Effects, now: Now, exit: RankExit) {
+    /// A batch of exit reports (an agent's, or a relayed subtree's): each rank's end is
+    /// taken in turn, and each job they touch is then saved, and finished if every rank is
+    /// done, once. Saving and finishing per rank walked and copied the job's every rank
+    /// per exit: quadratic in a job's ranks (10,000 exits of one job in a few reports).
+    pub(in crate::state) fn rank_exits(
+        &mut self,
+        fx: &mut Effects,
+        now: Now,
+        exits: Vec<RankExit>,
+    ) {
+        let mut touched: Vec<JobId> = Vec::new();
+        for exit in exits {
+            if let Some(id) = self.take_exit(fx, now, exit)
+                && !touched.contains(&id)
+            {
+                touched.push(id);
+            }
+        }
+        for id in touched {
+            // The agent hears its report was taken only once this is saved: a master
+            // restart must not count the rank as lost.
+            self.save(fx, now, id);
+            self.maybe_finish(fx, now, id);
+        }
+    }
+
+    /// One rank's end, unsaved: its job, if the report was taken.
+    fn take_exit(&mut self, fx: &mut Effects, now: Now, exit: RankExit) -> Option<JobId> {
         let id = exit.job;
         let Some(job) = self.jobs.get_mut(id) else {
             warn!(job = %id, "exit report for an unknown job");
-            return;
+            return None;
         };
         // The gRPC layer refuses these; the core does not rely on it.
         if !crate::state::reactor::messaging::runs_there(job, exit.rank, exit.node) {
             warn!(job = %id, rank = exit.rank, node = ?exit.node, "exit report for a rank that does not run there: ignored");
-            return;
+            return None;
         }
-        let Some(slot) = job.ranks.get_mut(exit.rank as usize) else {
-            return;
-        };
+        let slot = job.ranks.get(exit.rank as usize)?;
         if slot.is_done() {
-            return;
+            return None;
         }
+        let slot = job.ranks.get_mut(exit.rank as usize)?;
         let (code, what) = match exit.how {
             ExitHow::Code(c) => (c, format!("exited with code {c}")),
             ExitHow::Signal(s) => (signal_code(s), crate::job::killed_by(s)),
@@ -167,10 +193,7 @@ impl MasterState {
                 self.kill(fx, id, self.cfg.kill_grace_ms);
             }
         }
-        // The agent hears its report was taken only once this is saved: a master restart
-        // must not count the rank as lost.
-        self.save(fx, now, id);
-        self.maybe_finish(fx, now, id);
+        Some(id)
     }
 
     /// When every rank is done: the job's final state, its exit code, and its nodes back.
@@ -229,7 +252,7 @@ impl MasterState {
             self.maybe_finish(fx, now, alloc);
             return;
         }
-        match self.sched.finish(now.mono_s(), id) {
+        match self.sched_mut().finish(now.mono_s(), id) {
             Ok(plan) => self.execute(fx, now, plan),
             Err(e) => warn!(job = %id, error = %e, "scheduler did not know the finished job"),
         }

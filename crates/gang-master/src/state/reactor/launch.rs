@@ -122,14 +122,15 @@ impl MasterState {
         let Some(job) = self.jobs.get(id) else {
             return;
         };
-        let started = job
-            .ranks
-            .iter()
-            .all(|r| matches!(r, Rank::Running | Rank::Exited(_)));
-        if !started
-            || job.record.state() != State::Starting
+        // The cheap tests first: this is asked at every exit, and a running job's ranks
+        // are not walked again.
+        if job.record.state() != State::Starting
             || job.failure.is_some()
             || job.cancelled.is_some()
+            || !job
+                .ranks
+                .iter()
+                .all(|r| matches!(r, Rank::Running | Rank::Exited(_)))
         {
             return;
         }
@@ -143,6 +144,8 @@ impl MasterState {
         self.save(fx, now, id);
     }
 
+    /// A rank's launch answered: it runs, or it is gone. Whether the job now runs is
+    /// `note_started`'s, asked once for a batch of answers (it walks every rank).
     pub(in crate::state) fn launched(
         &mut self,
         fx: &mut Effects,
@@ -167,7 +170,6 @@ impl MasterState {
                         self.signal_node(fx, id, node, 0);
                     }
                 }
-                self.note_started(fx, now, id);
             }
             Ok(_) => {}
             Err(failure) => self.rank_gone(fx, now, id, rank, failure.to_string()),

@@ -8,8 +8,8 @@
 //! | [`on_recover`] | the database, at startup |
 //! | [`on_submit`], [`on_cancel`], [`on_update`] | clients (JobService) |
 //! | [`on_set_drained`] | admins (AdminService) |
-//! | [`on_register`], [`on_heartbeat`], [`on_rank_exit`], [`on_fence`] | agents (AgentRegistry) |
-//! | [`on_launched`], [`on_table_acked`], [`on_table_lost`] | the outcome of an effect |
+//! | [`on_register`], [`on_heartbeat`], [`on_rank_exits`], [`on_fence`] | agents (AgentRegistry) |
+//! | [`on_launches`], [`on_table_acked`], [`on_table_lost`] | the outcome of an effect |
 //! | [`on_tick`] | a timer, every 100 ms |
 //! | [`end_round`] | `round::run`, after each round |
 //!
@@ -58,8 +58,16 @@ pub fn on_cancel(
 }
 
 pub fn on_rank_exit(st: &mut MasterState, fx: &mut Effects, now: Now, exit: RankExit) {
-    st.heard(exit.node, now);
-    st.rank_exit(fx, now, exit)
+    on_rank_exits(st, fx, now, vec![exit])
+}
+
+/// Exit reports that came together (an agent's batch, or a relayed subtree's): each job
+/// they touch is saved once.
+pub fn on_rank_exits(st: &mut MasterState, fx: &mut Effects, now: Now, exits: Vec<RankExit>) {
+    for exit in &exits {
+        st.heard(exit.node, now);
+    }
+    st.rank_exits(fx, now, exits)
 }
 
 /// A launch finished: the rank's pid, or why it did not start.
@@ -71,13 +79,28 @@ pub fn on_launched(
     rank: u32,
     result: std::result::Result<u32, LaunchFailure>,
 ) {
-    match &result {
-        Ok(_) => st.heard_from_rank(job, rank, now),
-        // Not heard: judged by the node timeout from now on, idle or not.
-        Err(LaunchFailure::Unreachable { node, .. }) => st.unreachable(*node),
-        Err(LaunchFailure::Refused(_)) => {}
+    on_launches(st, fx, now, job, &[(rank, result)])
+}
+
+/// Launches of one job that were answered together (a relayed order's outcome): whether
+/// the job now runs is asked once, not once a rank.
+pub fn on_launches(
+    st: &mut MasterState,
+    fx: &mut Effects,
+    now: Now,
+    job: JobId,
+    results: &[(u32, std::result::Result<u32, LaunchFailure>)],
+) {
+    for (rank, result) in results {
+        match result {
+            Ok(_) => st.heard_from_rank(job, *rank, now),
+            // Not heard: judged by the node timeout from now on, idle or not.
+            Err(LaunchFailure::Unreachable { node, .. }) => st.unreachable(*node),
+            Err(LaunchFailure::Refused(_)) => {}
+        }
+        st.launched(fx, now, job, *rank, result.clone());
     }
-    st.launched(fx, now, job, rank, result)
+    st.note_started(fx, now, job);
 }
 
 pub fn on_table_acked(st: &mut MasterState, now: Now, node: Coord, version: u64) {

@@ -163,6 +163,13 @@ impl MasterState {
     pub(in crate::state) fn node_timeouts(&mut self, fx: &mut Effects, now: Now) {
         let busy_ns = i64::from(self.cfg.node_timeout_ms) * 1_000_000;
         let idle_ns = i64::from(self.cfg.idle_node_timeout_ms) * 1_000_000;
+        // A walk over every node once a tenth of the node timeout, not every tick: a
+        // silent node is found at most that much later, and 10,000 nodes are not walked
+        // ten times a second.
+        if now.live_ns.saturating_sub(self.timeouts_walked_ns) < busy_ns / 10 {
+            return;
+        }
+        self.timeouts_walked_ns = now.live_ns;
         // Worked out only when some node is silent past the shorter limit.
         let mut busy: Option<Vec<Option<i64>>> = None;
         let mut hearing: Option<Hearing> = None;
@@ -189,7 +196,7 @@ impl MasterState {
             warn!(node = %format!("{x},{y}"), busy = placed.is_some(), "agent silent: node down");
             self.nodes[i].up = false;
             self.liveness_tree = None;
-            if let Ok(plan) = self.sched.set_node_offline(now.mono_s(), x, y, true) {
+            if let Ok(plan) = self.sched_mut().set_node_offline(now.mono_s(), x, y, true) {
                 self.execute(fx, now, plan);
             }
             let hit: Vec<(JobId, u32)> = self
@@ -279,7 +286,7 @@ pub fn on_set_drained(
     st.nodes[i].drained = drained;
     let offline = drained || !st.nodes[i].up;
     let plan = st
-        .sched
+        .sched_mut()
         .set_node_offline(now.mono_s(), node.0, node.1, offline)?;
     st.execute(fx, now, plan);
     Ok(st.node_view(i))
@@ -349,7 +356,7 @@ pub fn on_register(
         st.adopted.entry(id).or_insert((now.live_ns, due));
     }
     if !drained {
-        let plan = st.sched.set_node_offline(now.mono_s(), x, y, false)?;
+        let plan = st.sched_mut().set_node_offline(now.mono_s(), x, y, false)?;
         st.execute(fx, now, plan);
     }
     // A new table for the changes above goes out after the round; this one brings the

@@ -93,7 +93,7 @@ impl Restoring {
             .ok_or_else(|| MasterError::Invalid(format!("running job {id} has no submesh")))?;
         job.run_accounted_to = now.wall_ns;
         self.placed.push(id);
-        match st.sched.adopt(now.mono_s(), spec, sm) {
+        match st.sched_mut().adopt(now.mono_s(), spec, sm) {
             Ok(_) => {
                 st.adopted.insert(id, (now.live_ns, self.adopt_due));
                 self.found.adopted += 1;
@@ -120,7 +120,8 @@ impl MasterState {
         let mesh = self.cfg.mesh;
         for y in 0..mesh.h {
             for x in 0..mesh.w {
-                self.sched.set_node_offline(now.mono_s(), x, y, true)?;
+                self.sched_mut()
+                    .set_node_offline(now.mono_s(), x, y, true)?;
             }
         }
         for &node in drained {
@@ -155,7 +156,7 @@ impl MasterState {
                 // Offline nodes keep it queued until agents register.
                 let array = job.record.array.map(|a| a.job);
                 self.gated.remove(&spec.id);
-                self.sched.submit(now.mono_s(), spec)?;
+                self.sched_mut().submit(now.mono_s(), spec)?;
                 if let Some(a) = array {
                     *cache.entry(a).or_default() += 1;
                 }
@@ -237,7 +238,7 @@ impl MasterState {
         if !untouched {
             return false;
         }
-        match self.sched.finish(now.mono_s(), id) {
+        match self.sched_mut().finish(now.mono_s(), id) {
             Ok(plan) => self.execute(fx, now, plan),
             Err(e) => {
                 warn!(job = %id, error = %e, "scheduler did not know the adopted job");

@@ -29,7 +29,7 @@ pub fn on_update(
         respec(st, &u);
     }
     if let Some(limit) = u.time_limit_s {
-        st.sched
+        st.sched_mut()
             .set_estimate(id, (limit > 0).then_some(limit as f64));
     }
     st.save(fx, now, id);
