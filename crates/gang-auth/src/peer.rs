@@ -13,6 +13,9 @@ use crate::names::PeerName;
 /// agents and users; past it the cache starts again.
 const KNOWN_MAX: usize = 32_768;
 
+/// Certificates (DER) and the names in them.
+type Known = HashMap<Box<[u8]>, Option<PeerName>>;
+
 /// The `gang://` name in a certificate (DER), if it has exactly one.
 ///
 /// Every call the master takes asks it (a heartbeat batch, an exit report), and parsing the
@@ -20,7 +23,7 @@ const KNOWN_MAX: usize = 32_768;
 /// name never changes, so each is parsed once. Only certificates the TLS handshake
 /// verified against the cluster CA get here, so the cache holds no stranger's.
 pub fn peer_name(der: &[u8]) -> Option<PeerName> {
-    static KNOWN: OnceLock<Mutex<HashMap<Box<[u8]>, Option<PeerName>>>> = OnceLock::new();
+    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
     let known = KNOWN.get_or_init(Default::default);
     if let Some(name) = known.lock().ok()?.get(der) {
         return name.clone();

@@ -1,5 +1,6 @@
 //! `gang-master`: the gang scheduler's master daemon.
 
+mod allocator;
 mod args;
 
 use clap::Parser;
@@ -32,8 +33,21 @@ fn init_logs(format: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(allocator::give_back_when_idle)
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(serve()),
+        Err(e) => {
+            eprintln!("gang-master: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn serve() {
     gang_proto::memory::keep_freed_memory();
     let (cfg, log) = match configure(Args::parse()) {
         Ok(x) => x,

@@ -1,0 +1,42 @@
+//! The master's memory allocator: mimalloc (its v2), not glibc's malloc.
+//!
+//! During a 10,000-node launch the master's allocations (HTTP/2 streams and their buffers,
+//! a task a request) spent 13-19 % of its CPU in glibc's `_int_malloc` alone. With
+//! mimalloc the master's CPU a launched rank fell by about a third (benches/README.md,
+//! issue 37's seventh part). The agent keeps glibc: an emulated fleet process has 500
+//! threads, and per-thread heaps would cost it more memory than they save time.
+//!
+//! Memory is what mimalloc costs: after 10,000 agents registered, the idle master held
+//! 488 MiB under v2 (v3: 530-593 MiB; glibc with its periodic trim: 150-235 MiB). A
+//! thread's freed pages stay in its heap until it collects them, so a runtime thread
+//! that goes idle collects, at most once every `COLLECT_EVERY`.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// How often an idle runtime thread gives its free pages back, at most.
+const COLLECT_EVERY: Duration = Duration::from_secs(5);
+
+thread_local! {
+    static COLLECTED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// For the runtime's `on_thread_park`: the parking thread's free pages go back to the
+/// system if it has not done so for `COLLECT_EVERY`.
+pub fn give_back_when_idle() {
+    COLLECTED.with(|at| {
+        let now = Instant::now();
+        if at
+            .get()
+            .is_some_and(|t| now.duration_since(t) < COLLECT_EVERY)
+        {
+            return;
+        }
+        at.set(Some(now));
+        // SAFETY: mi_collect only walks and frees the calling thread's own heap.
+        unsafe { libmimalloc_sys::mi_collect(true) };
+    });
+}
