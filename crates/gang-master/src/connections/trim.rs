@@ -6,7 +6,9 @@
 //! busiest minute, so the sweep trims after each pass, every 30 s (its cost was not
 //! timed alone: the settled idle master at 10,000 nodes, trims included, took 0.04 core).
 
-/// Return the heap's free pages to the system (glibc only; elsewhere nothing).
+/// Return the heap's free pages to the system (glibc only; elsewhere nothing). The master
+/// itself now allocates with mimalloc (`allocator.rs`), so this gives back only what C
+/// code (SQLite) took from glibc.
 pub fn give_back_freed() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks malloc's own free lists, under malloc's locks.
