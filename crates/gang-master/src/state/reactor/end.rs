@@ -162,8 +162,9 @@ impl MasterState {
             warn!(job = %id, rank = exit.rank, node = ?exit.node, "exit report for a rank that does not run there: ignored");
             return None;
         }
-        let slot = job.ranks.get(exit.rank as usize)?;
-        if slot.is_done() {
+        // Looked at before it is changed: a mutable rank copies the job's ranks out of
+        // the undo journal's share, not worth it for a report heard twice.
+        if job.ranks.get(exit.rank as usize)?.is_done() {
             return None;
         }
         let slot = job.ranks.get_mut(exit.rank as usize)?;

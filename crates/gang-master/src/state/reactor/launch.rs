@@ -152,7 +152,7 @@ impl MasterState {
         now: Now,
         id: JobId,
         rank: u32,
-        result: std::result::Result<u32, LaunchFailure>,
+        result: &std::result::Result<u32, LaunchFailure>,
     ) {
         let Some(job) = self.jobs.get(id).filter(|j| !j.record.state().is_final()) else {
             return;

@@ -98,7 +98,7 @@ pub fn on_launches(
             Err(LaunchFailure::Unreachable { node, .. }) => st.unreachable(*node),
             Err(LaunchFailure::Refused(_)) => {}
         }
-        st.launched(fx, now, job, *rank, result.clone());
+        st.launched(fx, now, job, *rank, result);
     }
     st.note_started(fx, now, job);
 }
