@@ -10,6 +10,14 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc (v2), as the master: an agent's hops (a fence's part going up, an order
+/// forwarded) are small messages whose buffers and tasks glibc's malloc spent a fifth of
+/// the agent's CPU on. At 1,024 played ranks the fleet's CPU a fence fell by a fifth to
+/// a third, and the fence's median from 60-69 ms to 43-48 ms (benches/README.md, issue
+/// 37's eighth part). C code in the process (the PMIx server) keeps glibc's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(gang_agent::guard::GUARD_ARG) {
         gang_agent::guard::run();

@@ -3,8 +3,7 @@
 //! During a 10,000-node launch the master's allocations (HTTP/2 streams and their buffers,
 //! a task a request) spent 13-19 % of its CPU in glibc's `_int_malloc` alone. With
 //! mimalloc the master's CPU a launched rank fell by about a third (benches/README.md,
-//! issue 37's seventh part). The agent keeps glibc: an emulated fleet process has 500
-//! threads, and per-thread heaps would cost it more memory than they save time.
+//! issue 37's seventh part). The agent runs on it too (its `main.rs` says why).
 //!
 //! Memory is what mimalloc costs: after 10,000 agents registered, the idle master held
 //! 488 MiB under v2 (v3: 530-593 MiB; glibc with its periodic trim: 150-235 MiB). A

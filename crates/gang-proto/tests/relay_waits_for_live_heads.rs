@@ -44,6 +44,13 @@ impl NodeRelay for Head {
     ) -> Result<Response<FenceUpResponse>, Status> {
         Err(Status::unimplemented("test head"))
     }
+    type FenceStreamStream = tonic::codegen::BoxStream<FenceUpAnswer>;
+    async fn fence_stream(
+        &self,
+        _: Request<tonic::Streaming<FenceUpRequest>>,
+    ) -> Result<Response<Self::FenceStreamStream>, Status> {
+        Err(Status::unimplemented("test head"))
+    }
     async fn exits_up(&self, _: Request<RankExits>) -> Result<Response<RankExitsAck>, Status> {
         Err(Status::unimplemented("test head"))
     }

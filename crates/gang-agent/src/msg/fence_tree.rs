@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::error::Coord;
+use crate::msg::fence_link::{self, FenceLink};
 use crate::peers::PeerPool;
 
 pub type Space = BTreeMap<String, String>;
@@ -159,6 +160,8 @@ struct JobFences {
     /// The last fence completed here: the space later fences merge into, and the
     /// answer for a child whose answer was lost and asks again.
     done: Option<Arc<Done>>,
+    /// The stream to the parent (`fence_link`), between fences.
+    link: Option<FenceLink>,
 }
 
 /// What completing a fence needs from outside this module: the parent's answer and the
@@ -204,6 +207,7 @@ impl FenceTrees {
                 tree,
                 gathers: BTreeMap::new(),
                 done: None,
+                link: None,
             });
     }
 
@@ -372,12 +376,14 @@ impl FenceTrees {
                 puts: space.clone().into_iter().collect(),
                 known_epoch,
             };
-            let result = match peers.tree_client(node.x, node.y, address) {
-                Ok(mut c) => c.fence_up(req).await,
-                Err(e) => return Err(FenceError::Parent(e)),
-            };
+            let link = self.link(job, None);
+            let client = || peers.tree_client(node.x, node.y, address);
+            let (result, link) = fence_link::ask_parent(client, link, req).await;
+            if let Some(link) = link {
+                self.link(job, Some(link));
+            }
             match result {
-                Ok(r) => return Ok(r.into_inner().kvs.into_iter().collect()),
+                Ok(r) => return Ok(r.kvs.into_iter().collect()),
                 Err(s) if s.code() == tonic::Code::FailedPrecondition && known_epoch != 0 => {
                     debug!(job, epoch, parent, "fence up: {}", s.message());
                     let mut whole = prev.map(|p| (*p.space).clone()).unwrap_or_default();
@@ -398,6 +404,19 @@ impl FenceTrees {
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+impl FenceTrees {
+    /// Take the job's stream to its parent (`put` None), or put it back (kept only while
+    /// the job's rank is here).
+    fn link(&self, job: u64, put: Option<FenceLink>) -> Option<FenceLink> {
+        let mut jobs = self.jobs.lock().unwrap();
+        let j = jobs.get_mut(&job)?;
+        match put {
+            None => j.link.take(),
+            Some(l) => j.link.replace(l),
         }
     }
 }

@@ -14,6 +14,7 @@
 //! not link the library never touches any of it.
 
 pub(crate) mod control;
+mod fence_link;
 pub mod fence_tree;
 mod mpi;
 mod pages;

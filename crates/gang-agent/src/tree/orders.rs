@@ -28,10 +28,11 @@ use gang_proto::relay;
 use gang_proto::v1::node_relay_server::NodeRelay;
 use gang_proto::v1::relay_order::Work;
 use gang_proto::v1::{
-    AliveRequest, AliveResponse, BeatRequest, BeatResponse, FenceUpRequest, FenceUpResponse,
-    ModexRequest, ModexResponse, RankExits, RankExitsAck, RelayOutcome, RelayRequest,
-    RelayResponse,
+    AliveRequest, AliveResponse, BeatRequest, BeatResponse, FenceUpAnswer, FenceUpRequest,
+    FenceUpResponse, ModexRequest, ModexResponse, RankExits, RankExitsAck, RelayOutcome,
+    RelayRequest, RelayResponse,
 };
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 use tracing::warn;
 
@@ -305,39 +306,41 @@ impl NodeRelay for OrderTree {
         request: Request<FenceUpRequest>,
     ) -> Result<Response<FenceUpResponse>, Status> {
         let node = &self.0.node;
-        let from = caller_node(
-            &request,
-            node.coord,
-            "another node of the job may send its part of a fence",
-        )?;
-        let r = request.into_inner();
-        let puts = r.puts.into_iter().collect();
-        match node
-            .msg
-            .fence_up(r.job_id, r.epoch, r.rank, from, puts, r.known_epoch)
+        let from = caller_node(&request, node.coord, FENCE_CALLERS)?;
+        fence_answer(node, from, request.into_inner())
             .await
-        {
-            Ok(done) => {
-                let (delta, kvs) = done.for_child(r.known_epoch);
-                Ok(Response::new(FenceUpResponse {
-                    kvs: kvs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                    delta,
-                }))
+            .map(Response::new)
+    }
+
+    type FenceStreamStream = FenceAnswers;
+
+    async fn fence_stream(
+        &self,
+        request: Request<tonic::Streaming<FenceUpRequest>>,
+    ) -> Result<Response<FenceAnswers>, Status> {
+        let node = Arc::clone(&self.0.node);
+        let from = caller_node(&request, node.coord, FENCE_CALLERS)?;
+        // Read one request, answer it, then read the next: the answer's stream is
+        // polled by the connection, so no task of its own, and a child that sends
+        // ahead is not read ahead (it has one fence of a job in flight).
+        let answers = request.into_inner().then(move |r| {
+            let node = Arc::clone(&node);
+            async move {
+                let answer = match fence_answer(&node, from, r?).await {
+                    Ok(response) => FenceUpAnswer {
+                        response: Some(response),
+                        ..Default::default()
+                    },
+                    Err(s) => FenceUpAnswer {
+                        response: None,
+                        code: s.code() as i32,
+                        message: s.message().to_owned(),
+                    },
+                };
+                Ok(answer)
             }
-            // Retried by the child: this node's rank may not be launched yet.
-            Err(e @ FenceError::NoJob(_)) => {
-                Err(Status::not_found(format!("node {}: {e}", node.coord)))
-            }
-            Err(FenceError::Refused(m)) => Err(Status::permission_denied(m)),
-            Err(e @ FenceError::NotHeld { .. }) => Err(Status::failed_precondition(format!(
-                "node {}: {e}",
-                node.coord
-            ))),
-            Err(FenceError::Parent(m)) => Err(Status::aborted(format!(
-                "node {}: the fence failed above: {m}",
-                node.coord
-            ))),
-        }
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn exits_up(
@@ -364,6 +367,48 @@ impl NodeRelay for OrderTree {
 
 /// The node the caller's certificate names; any other caller is refused, told that only
 /// `who_may` ("a node of the job may ...").
+/// Who may send a part of a fence.
+const FENCE_CALLERS: &str = "another node of the job may send its part of a fence";
+
+/// What a FenceStream answers, message by message.
+pub type FenceAnswers = tonic::codegen::BoxStream<FenceUpAnswer>;
+
+/// A child's part of a fence (from node `from`, its certificate's), once the fence is
+/// complete: the space, or the error the child acts on (retry, or send everything).
+async fn fence_answer(
+    node: &Node,
+    from: Coord,
+    r: FenceUpRequest,
+) -> Result<FenceUpResponse, Status> {
+    let puts = r.puts.into_iter().collect();
+    match node
+        .msg
+        .fence_up(r.job_id, r.epoch, r.rank, from, puts, r.known_epoch)
+        .await
+    {
+        Ok(done) => {
+            let (delta, kvs) = done.for_child(r.known_epoch);
+            Ok(FenceUpResponse {
+                kvs: kvs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                delta,
+            })
+        }
+        // Retried by the child: this node's rank may not be launched yet.
+        Err(e @ FenceError::NoJob(_)) => {
+            Err(Status::not_found(format!("node {}: {e}", node.coord)))
+        }
+        Err(FenceError::Refused(m)) => Err(Status::permission_denied(m)),
+        Err(e @ FenceError::NotHeld { .. }) => Err(Status::failed_precondition(format!(
+            "node {}: {e}",
+            node.coord
+        ))),
+        Err(FenceError::Parent(m)) => Err(Status::aborted(format!(
+            "node {}: the fence failed above: {m}",
+            node.coord
+        ))),
+    }
+}
+
 fn caller_node<T>(request: &Request<T>, here: Coord, who_may: &str) -> Result<Coord, Status> {
     let leaf = request
         .peer_certs()

@@ -199,11 +199,33 @@ fn agents_and_certificates() {
             .unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
         let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&node_00), "node-1-0.gang"))
-            .fence_up(part)
+            .fence_up(part.clone())
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::NotFound, "{e:?}");
         assert_eq!(e.message(), "node (1,0): no rank of job 999 here (yet)");
+        // The same on the stream children keep open (NodeRelay.FenceStream): a user's
+        // certificate cannot open it; a node's parts are answered as the call's, one by
+        // one, and an error does not end the stream.
+        let parts = || tokio_stream::iter(vec![part.clone(), part.clone()]);
+        let e = NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&user), "node-1-0.gang"))
+            .fence_stream(parts())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let mut answers =
+            NodeRelayClient::new(tls::mtls(agent_10, &ca, Some(&node_00), "node-1-0.gang"))
+                .fence_stream(parts())
+                .await
+                .unwrap()
+                .into_inner();
+        for _ in 0..2 {
+            let a = answers.message().await.unwrap().expect("an answer to each part");
+            assert_eq!(a.code, Code::NotFound as i32, "{a:?}");
+            assert_eq!(a.message, "node (1,0): no rank of job 999 here (yet)");
+            assert!(a.response.is_none());
+        }
+        assert!(answers.message().await.unwrap().is_none());
 
         // The master's agent port: node (0,0)'s certificate cannot speak for (1,0).
         let mut registry =
