@@ -365,8 +365,6 @@ impl NodeRelay for OrderTree {
     }
 }
 
-/// The node the caller's certificate names; any other caller is refused, told that only
-/// `who_may` ("a node of the job may ...").
 /// Who may send a part of a fence.
 const FENCE_CALLERS: &str = "another node of the job may send its part of a fence";
 
@@ -409,6 +407,8 @@ async fn fence_answer(
     }
 }
 
+/// The node the caller's certificate names; any other caller is refused, told that only
+/// `who_may` ("a node of the job may ...").
 fn caller_node<T>(request: &Request<T>, here: Coord, who_may: &str) -> Result<Coord, Status> {
     let leaf = request
         .peer_certs()
