@@ -22,12 +22,6 @@ pub struct FenceLink {
     answers: tonic::Streaming<FenceUpAnswer>,
 }
 
-impl std::fmt::Debug for FenceLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FenceLink").finish_non_exhaustive()
-    }
-}
-
 impl FenceLink {
     async fn open(client: &mut NodeRelayClient<Channel>) -> Result<FenceLink, Status> {
         // One request in flight: the channel holds the next only if a fence is retried

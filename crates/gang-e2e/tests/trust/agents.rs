@@ -219,13 +219,22 @@ fn agents_and_certificates() {
                 .await
                 .unwrap()
                 .into_inner();
+        // The channel's timeout covers the stream's opening, not its messages.
+        let within = std::time::Duration::from_secs(30);
         for _ in 0..2 {
-            let a = answers.message().await.unwrap().expect("an answer to each part");
+            let a = tokio::time::timeout(within, answers.message())
+                .await
+                .expect("node (1,0) answers a fence part within 30 s")
+                .unwrap()
+                .expect("an answer to each part");
             assert_eq!(a.code, Code::NotFound as i32, "{a:?}");
             assert_eq!(a.message, "node (1,0): no rank of job 999 here (yet)");
             assert!(a.response.is_none());
         }
-        assert!(answers.message().await.unwrap().is_none());
+        let end = tokio::time::timeout(within, answers.message())
+            .await
+            .expect("node (1,0) ends the stream within 30 s");
+        assert!(end.unwrap().is_none());
 
         // The master's agent port: node (0,0)'s certificate cannot speak for (1,0).
         let mut registry =
