@@ -6,8 +6,10 @@
 //! issue 37's seventh part). The agent runs on it too (its `main.rs` says why).
 //!
 //! Memory is what mimalloc costs: after 10,000 agents registered, the idle master held
-//! 488 MiB under v2 (v3: 530-593 MiB; glibc with its periodic trim: 150-235 MiB). A
-//! thread's freed pages stay in its heap until it collects them, so a runtime thread
+//! 488-503 MiB under v2 (v3: 530-593 MiB; glibc with its periodic trim: 150-235 MiB), and
+//! 384 MiB once `main` turned transparent huge pages off for the process
+//! (`gang_proto::memory::no_transparent_huge_pages`: mimalloc asks for them on its arenas).
+//! A thread's freed pages stay in its heap until it collects them, so a runtime thread
 //! that goes idle collects, at most once every `COLLECT_EVERY`.
 
 use std::cell::Cell;

@@ -111,8 +111,9 @@ async fn call_head_patiently(
 }
 
 /// A transport failure's message and its causes (connect, TLS, HTTP/2): "transport
-/// error" alone tells an admin nothing.
-fn transport_why(status: &tonic::Status) -> String {
+/// error" alone tells an admin nothing, nor does "tcp open error" when the caller itself
+/// is out of descriptors.
+pub fn transport_why(status: &tonic::Status) -> String {
     use std::error::Error;
     match status.source() {
         Some(cause) => {

@@ -56,7 +56,8 @@ pub fn signal(agents: &Arc<AgentPool>, (x, y): Coord, addr: &str, job: JobId, gr
             grace_ms,
         };
         if let Err(s) = client.signal(req).await {
-            warn!(%job, node = %format!("{x},{y}"), error = %s.message(), "signal failed");
+            let error = gang_proto::relay::transport_why(&s);
+            warn!(%job, node = %format!("{x},{y}"), %error, "signal failed");
         }
     });
 }
@@ -139,16 +140,42 @@ pub(super) fn node_table(t: &NodeTable) -> v1::NodeTable {
 }
 
 /// Why an agent's Launch failed. The agent answers a refusal with a status naming its
-/// node; a broken or refused connection is the transport's, and says nothing of the node.
+/// node; a broken or refused connection is the transport's, and says nothing of the node:
+/// its causes are kept (at 10,000 flat nodes "tcp open error" was the master's own
+/// descriptors running out, which only the cause says).
 fn launch_failure(s: &Status, node: Coord) -> LaunchFailure {
     use tonic::Code;
     match s.code() {
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
             LaunchFailure::Unreachable {
                 node,
-                detail: s.message().to_string(),
+                detail: gang_proto::relay::transport_why(s),
             }
         }
         _ => LaunchFailure::Refused(s.message().to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connect that fails on the master's own descriptor limit says so: the node is not
+    /// what failed.
+    #[test]
+    fn an_unreachable_agent_s_detail_keeps_the_transport_s_causes() {
+        let mut s = Status::unavailable("tcp open error");
+        let emfile = std::io::Error::from_raw_os_error(nix::libc::EMFILE);
+        s.set_source(Arc::new(emfile));
+        match launch_failure(&s, (68, 1)) {
+            LaunchFailure::Unreachable { node, detail } => {
+                assert_eq!(node, (68, 1));
+                assert!(detail.starts_with("tcp open error: "), "{detail}");
+                assert!(detail.contains("Too many open files"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let refused = launch_failure(&Status::invalid_argument("no such user"), (0, 0));
+        assert!(matches!(refused, LaunchFailure::Refused(m) if m == "no such user"));
     }
 }
