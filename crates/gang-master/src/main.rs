@@ -34,7 +34,7 @@ fn init_logs(format: &str) {
 }
 
 fn main() {
-    gang_proto::memory::no_transparent_huge_pages();
+    allocator::no_transparent_huge_pages();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(allocator::give_back_when_idle)

@@ -1,5 +1,4 @@
-//! How the daemons use memory: glibc keeping what is freed (the processes that carry job
-//! output), and no transparent huge pages for the master.
+//! How the processes that carry job output use memory.
 
 /// Keep freed memory for reuse instead of giving it back to the kernel at once (glibc).
 ///
@@ -15,19 +14,4 @@ pub fn keep_freed_memory() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
     }
-}
-
-/// No transparent huge pages in this process's memory (the master's).
-///
-/// mimalloc asks for huge pages on the arenas it reserves (`madvise`), and a 2 MiB huge
-/// page stays resident whole however little of it is in use, also once mimalloc gives
-/// part of it back. After 4,096 emulated agents registered, the idle master held 288 MiB
-/// with them and 180 MiB without, its CPU a launched rank unchanged (benches/README.md,
-/// issue 37's ninth part). The flag covers the whole process, mappings made before it
-/// included; it is also inherited across fork and exec, so a daemon that starts users'
-/// programs (the agent) must not set it: their memory keeps the host's setting. A kernel
-/// without it (before 3.15) keeps huge pages, which costs memory, not correctness.
-pub fn no_transparent_huge_pages() {
-    // SAFETY: PR_SET_THP_DISABLE sets one flag on this process's memory map.
-    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
